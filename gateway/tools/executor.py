@@ -1,0 +1,80 @@
+"""Runs one assistant turn's tool calls: lookup, allowlist, parse, execute, in the model's order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+
+from gateway.tools.function import Tool
+from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
+from gateway.tools.params import suggest
+from gateway.tools.registry import ToolRegistry
+from gateway.tools.results import Rejection, ToolContext, ToolOutcome, rejected
+
+_NAME_SHOWN = 80  # a model can send any string as a tool name; quote only this much of it
+
+
+class ToolExecutor:
+    """Concurrent tools of a turn run together, the others one at a time; outcomes come back
+    in the order the model sent the calls. Nothing a tool or a model does makes it raise."""
+
+    def __init__(self, registry: ToolRegistry, hooks: ToolHooks | None = None,
+                 default_timeout: float | None = 30.0) -> None:
+        self.registry = registry
+        self.hooks: ToolHooks = hooks if hooks is not None else NoHooks()
+        self.default_timeout = default_timeout
+
+    async def run_turn(self, calls: Sequence[ToolCall], turn: Turn | None = None,
+                       allowed: Collection[str] | None = None) -> list[ToolOutcome]:
+        turn = turn or Turn()
+        outcomes: dict[int, ToolOutcome] = {}
+        batch: list[int] = []
+
+        async def flush() -> None:
+            if len(batch) == 1:  # the common case needs no task of its own
+                outcomes[batch[0]] = await self.run_call(calls[batch[0]], turn, allowed)
+            elif batch:
+                done = await asyncio.gather(*(self.run_call(calls[i], turn, allowed) for i in batch))
+                outcomes.update(zip(batch, done, strict=True))
+            batch.clear()
+
+        for index, call in enumerate(calls):
+            tool = self.registry.get(call.name)
+            if tool is None or tool.concurrent:
+                batch.append(index)  # an unknown name runs no body, so it cannot conflict
+                continue
+            await flush()
+            outcomes[index] = await self.run_call(call, turn, allowed)
+        await flush()
+        return [outcomes[i] for i in range(len(calls))]
+
+    async def run_call(self, call: ToolCall, turn: Turn, allowed: Collection[str] | None = None) -> ToolOutcome:
+        tool = self.registry.get(call.name)
+        with self.hooks.tool_call(call, tool, turn) as trace:
+            outcome = await self._handle(call, tool, turn, allowed, trace)
+            trace.finish(outcome)
+        return outcome
+
+    async def _handle(self, call: ToolCall, tool: Tool | None, turn: Turn,
+                      allowed: Collection[str] | None, trace: ToolCallTrace) -> ToolOutcome:
+        if tool is None or (allowed is not None and tool.name not in allowed):
+            return rejected(call.id, call.name, self._refusal(call.name, tool, allowed))
+        context = ToolContext(tool_call_id=call.id, trajectory_id=turn.trajectory_id,
+                              request_id=turn.request_id, principal=turn.principal, metadata=turn.metadata)
+        with trace.step("parse"):
+            parsed = await tool.parse_arguments(call.arguments, context)
+        if isinstance(parsed, Rejection):
+            return rejected(call.id, call.name, parsed)
+        with trace.step("execute"):
+            return await tool.run(parsed, context, self.default_timeout)
+
+    def _refusal(self, name: str, tool: Tool | None, allowed: Collection[str] | None) -> Rejection:
+        available = [n for n in self.registry.names() if allowed is None or n in allowed]
+        shown = name if len(name) <= _NAME_SHOWN else name[:_NAME_SHOWN] + "..."
+        listing = ", ".join(available) if available else "(none)"
+        hint = suggest(name, available) if len(name) <= _NAME_SHOWN else None
+        maybe = f" Did you mean '{hint}'?" if hint else ""
+        if tool is None:
+            return Rejection("unknown_tool", f"There is no tool named '{shown}'.{maybe} Available tools: {listing}.")
+        return Rejection("not_allowed", f"Tool '{shown}' is not available to this caller.{maybe} "
+                                        f"Available tools: {listing}.")

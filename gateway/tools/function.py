@@ -1,0 +1,316 @@
+"""Tool: declaration, the parse step, the execute step, and result normalisation."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from gateway.tools.params import (
+    NameCheck,
+    Param,
+    ToolDeclarationError,
+    check_names,
+    describe_names,
+    name_lines,
+    parameters_schema,
+    schema_names,
+    without_titles,
+)
+from gateway.tools.results import (
+    Interrupt,
+    Parsed,
+    Rejection,
+    RejectionReason,
+    ToolContext,
+    ToolError,
+    ToolOutcome,
+    failure,
+    format_traceback,
+    normalise,
+    rejected,
+    rescued_message,
+)
+
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
+_MISSING_ARGUMENT = re.compile(r"missing \d+ required (?:positional|keyword-only) arguments?: (.+)$")
+_QUOTED = re.compile(r"'([^']+)'")
+
+
+def _positional_arity(fn: Callable[..., Any], what: str, tool: str) -> int:
+    """1 or 2: whether `fn` takes (args) or (args, context)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return 2  # builtins without a signature: assume the documented two-argument form
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if not positional or len(required) > 2:
+        raise ToolDeclarationError(f"tool {tool!r}: {what} must take (args) or (args, context)")
+    return 1 if len(positional) == 1 else 2
+
+
+def decode_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | Rejection:
+    """The arguments as a dict, or a rejection saying why they are not a JSON object."""
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if not raw.strip():
+        return {}  # some providers send "" for a call without arguments
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return Rejection("invalid_json", (
+            f"Tool '{tool}': the arguments are not valid JSON ({exc.msg} at character {exc.pos}). "
+            "Send them as one JSON object of named parameters."))
+    except RecursionError:
+        return Rejection("invalid_json", (
+            f"Tool '{tool}': the arguments are nested too deeply to read. "
+            "Send them as one flat JSON object of named parameters."))
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(value), "a number")
+        return Rejection("invalid_json", (
+            f"Tool '{tool}': the arguments must be a JSON object of named parameters, not {kind}."))
+    return value
+
+
+def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> str:
+    problems = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in err["loc"]) or "(arguments)"
+        if err["type"] == "missing":
+            problems.append(f"- {where}: missing (required)")
+            continue
+        sent = json.dumps(err.get("input"), default=str)
+        sent = sent if len(sent) <= 60 else sent[:57] + "..."
+        problems.append(f"- {where}: {err['msg']} (got {sent})")
+    count = len(problems)
+    lines = [f"Tool '{tool}': the arguments break {count} rule{'s' if count != 1 else ''} "
+             "of the declared parameters.", *problems]
+    closing = f"Fix every problem listed and call '{tool}' again."
+    return "\n".join([*lines, *name_lines(check, show_missing=False), closing])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A callable the model may use. Declare arguments with at most one of `parameters`,
+    `parameters_schema` or `args_model`."""
+
+    name: str
+    function: Callable[..., Any]
+    description: str = ""
+    parameters: Sequence[Param] | None = None
+    parameters_schema: Mapping[str, Any] | None = None
+    args_model: type[BaseModel] | None = None
+    parse_args: Callable[..., Any] | None = None
+    concurrent: bool = False
+    timeout: float | None = None
+    display_text: str | None = None
+    strict: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+    schema: dict[str, Any] = field(init=False, repr=False, compare=False)
+    required_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    accepted_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _call_arity: int = field(init=False, repr=False, compare=False)
+    _parser_arity: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise ToolDeclarationError(
+                f"tool name {self.name!r} is invalid: use 1 to 64 letters, digits, '_' or '-'")
+        if not callable(self.function):
+            raise ToolDeclarationError(f"tool {self.name!r}: function is not callable")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ToolDeclarationError(f"tool {self.name!r}: timeout must be a positive number")
+        schema = self._build_schema()
+        required, accepted = schema_names(schema)
+        setattr_ = functools.partial(object.__setattr__, self)
+        setattr_("schema", schema)
+        setattr_("required_names", tuple(required))
+        setattr_("accepted_names", tuple(accepted))
+        setattr_("options", dict(self.options))
+        setattr_("_call_arity", _positional_arity(self.function, "function", self.name))
+        parser = self.parse_args
+        setattr_("_parser_arity", 0 if parser is None else _positional_arity(parser, "parse_args", self.name))
+        if self.parameters is not None:
+            setattr_("parameters", tuple(self.parameters))
+
+    def _build_schema(self) -> dict[str, Any]:
+        styles = [n for n in ("parameters", "parameters_schema", "args_model") if getattr(self, n) is not None]
+        if len(styles) > 1:
+            raise ToolDeclarationError(
+                f"tool {self.name!r} declares its arguments twice ({' and '.join(styles)}); use one")
+        if self.parameters is not None:
+            names = [p.name for p in self.parameters]
+            if len(names) != len(set(names)):
+                raise ToolDeclarationError(f"tool {self.name!r} declares a parameter twice")
+            for param in self.parameters:
+                if not isinstance(param, Param):
+                    raise ToolDeclarationError(f"tool {self.name!r}: parameters must be Param objects")
+                param.check(f"tool {self.name!r}")
+            return parameters_schema(self.parameters, self.strict)
+        if self.args_model is not None:
+            if not (isinstance(self.args_model, type) and issubclass(self.args_model, BaseModel)):
+                raise ToolDeclarationError(f"tool {self.name!r}: args_model must be a pydantic model class")
+            generated: dict[str, Any] = without_titles(self.args_model.model_json_schema())
+            return generated
+        if self.parameters_schema is not None:
+            schema = self.parameters_schema
+            if not isinstance(schema, Mapping) or schema.get("type") != "object":
+                raise ToolDeclarationError(
+                    f"tool {self.name!r}: parameters_schema must be a JSON schema with \"type\": \"object\"")
+            if not isinstance(schema.get("properties", {}), Mapping):
+                raise ToolDeclarationError(f"tool {self.name!r}: parameters_schema properties must be an object")
+            copied: dict[str, Any] = json.loads(json.dumps(schema))  # a private, JSON-clean copy
+            return copied
+        return {"type": "object", "properties": {}}
+
+    # --- parse --------------------------------------------------------------------------------
+
+    async def parse_arguments(self, args: str | Mapping[str, Any] | None, context: ToolContext) -> Parsed | Rejection:
+        """Exactly the argument handling execution runs before the body, without the body."""
+        decoded = decode_arguments(self.name, args)
+        if isinstance(decoded, Rejection):
+            return decoded
+        if self.parse_args is not None:
+            return await self._run_parser(decoded, context)
+        check = check_names(decoded, self.required_names, self.accepted_names)
+        if self.args_model is not None:
+            return self._validate_model(decoded, check)
+        if check.missing:
+            return Rejection("missing_arguments",
+                             describe_names(self.name, check, "required arguments are missing."), check)
+        return Parsed(decoded)
+
+    async def _run_parser(self, args: dict[str, Any], context: ToolContext) -> Parsed | Rejection:
+        assert self.parse_args is not None
+        try:
+            result = self.parse_args(args) if self._parser_arity == 1 else self.parse_args(args, context)
+            if inspect.isawaitable(result):
+                result = await result
+        except ToolError as exc:
+            return Rejection("parser", exc.message)
+        except Exception as exc:
+            return Rejection("parser", rescued_message(exc), exception=exc, traceback=format_traceback(exc))
+        if result is None:
+            return Parsed(args)
+        if isinstance(result, Mapping):
+            return Parsed(dict(result))
+        error = TypeError(f"parse_args of tool {self.name!r} returned {type(result).__name__}; "
+                          "it must return None or a dict, or raise ToolError")
+        return Rejection("parser", rescued_message(error), exception=error, traceback=format_traceback(error))
+
+    def _validate_model(self, args: dict[str, Any], check: NameCheck) -> Parsed | Rejection:
+        assert self.args_model is not None
+        try:
+            model = self.args_model.model_validate(args)
+        except ValidationError as exc:
+            reason: RejectionReason = "missing_arguments" if check.missing else "parser"
+            return Rejection(reason, _describe_violations(self.name, exc, check), check, exception=exc)
+        return Parsed({name: getattr(model, name) for name in type(model).model_fields})
+
+    # --- execute ------------------------------------------------------------------------------
+
+    async def run(self, parsed: Parsed, context: ToolContext, default_timeout: float | None = None) -> ToolOutcome:
+        """Run the body on parsed arguments; never raises for anything the body does."""
+        limit = self.timeout if self.timeout is not None else default_timeout
+        args = parsed.arguments
+        template = ToolOutcome(call_id=context.tool_call_id, tool_name=self.name, status="ok", content="",
+                               arguments=args, display_text=self.display_text)
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                value = await self._call(args, context)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                return self._failure(exc, template)
+            message = (f"Tool '{self.name}' did not finish within {limit:g} s and was abandoned. "
+                       "Its effects are unknown; check before calling it again.")
+            return replace(template, status="timeout", content=message, error_type="timeout")
+        except Interrupt as exc:
+            return replace(template, status="interrupted", content=exc.message, interrupt_data=exc.data)
+        except ToolError as exc:
+            return replace(template, status="error", content=exc.message, error_type="ToolError")
+        except (Exception, SystemExit) as exc:
+            return self._failure(exc, template)
+        return normalise(value, template)
+
+    async def _call(self, args: dict[str, Any], context: ToolContext) -> Any:
+        call = functools.partial(self.function, args)
+        if self._call_arity == 2:
+            call = functools.partial(call, context)
+        if inspect.iscoroutinefunction(self.function):
+            return await call()
+        result = await asyncio.to_thread(call)  # keep blocking bodies off the event loop
+        return await result if inspect.isawaitable(result) else result
+
+    def _failure(self, exc: BaseException, template: ToolOutcome) -> ToolOutcome:
+        args = template.arguments or {}
+        diagnosis = None if self.parse_args or self.args_model else self._argument_problem(exc, args)
+        if diagnosis is None:
+            return failure(template, exc)
+        message, check = diagnosis
+        return replace(failure(template, exc, message), names=check)
+
+    def _argument_problem(self, exc: BaseException, args: dict[str, Any]) -> tuple[str, NameCheck] | None:
+        """When the body failed on an argument name, the diagnostic a model can act on."""
+        accepted = self.accepted_names
+        if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+            key = exc.args[0]
+            if key in args or (accepted and key not in accepted):
+                return None  # not a lookup of a missing argument
+            required = tuple(dict.fromkeys([*self.required_names, key]))
+            check = check_names(args, required, accepted)
+            return describe_names(self.name, check, f"the tool needs argument '{key}', which was not sent."), check
+        if isinstance(exc, TypeError):
+            text = str(exc)
+            if match := _UNEXPECTED_KEYWORD.search(text):
+                check = check_names(args, self.required_names, accepted)
+                headline = f"the tool does not take an argument named '{match.group(1)}'."
+                return describe_names(self.name, check, headline), check
+            if match := _MISSING_ARGUMENT.search(text):
+                wanted = _QUOTED.findall(match.group(1))
+                check = check_names(args, tuple(dict.fromkeys([*self.required_names, *wanted])), accepted)
+                return describe_names(self.name, check, "required arguments are missing."), check
+        return None
+
+    async def execute(self, args: str | Mapping[str, Any] | None, context: ToolContext,
+                      default_timeout: float | None = None) -> ToolOutcome:
+        """Parse, then run: the whole call without the executor's telemetry."""
+        parsed = await self.parse_arguments(args, context)
+        if isinstance(parsed, Rejection):
+            return rejected(context.tool_call_id, self.name, parsed)
+        return await self.run(parsed, context, default_timeout)
+
+    def openai_spec(self) -> dict[str, Any]:
+        """Chat Completions tool shape."""
+        function: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.schema}
+        if self.strict:
+            function["strict"] = True
+        return {"type": "function", "function": function}
+
+    def responses_spec(self) -> dict[str, Any]:
+        """Responses API (flat) tool shape."""
+        return {"type": "function", "name": self.name, "description": self.description,
+                "parameters": self.schema, "strict": self.strict}
+
+
+def required_param_names(tool: Tool) -> list[str]:
+    return list(tool.required_names)
+
+
+def accepted_param_names(tool: Tool) -> list[str]:
+    """[] means the declaration does not enumerate its parameters: unknown, not "none"."""
+    return list(tool.accepted_names)

@@ -1,0 +1,63 @@
+"""What the executor tells whoever watches it (telemetry), without knowing who that is."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from gateway.tools.results import ToolOutcome
+
+if TYPE_CHECKING:
+    from gateway.tools.function import Tool
+
+Step = Literal["parse", "execute"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call as the model sent it: `arguments` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    """Who is calling, and where in the trajectory this assistant turn sits."""
+
+    trajectory_id: str | None = None
+    request_id: str | None = None
+    principal: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    round: int = 1
+
+
+class ToolCallTrace(Protocol):
+    def step(self, name: Step) -> AbstractContextManager[None]: ...
+
+    def finish(self, outcome: ToolOutcome) -> None: ...
+
+
+class ToolHooks(Protocol):
+    """`tool_call` wraps one call from lookup to outcome; `tool` is None for an unknown name."""
+
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AbstractContextManager[ToolCallTrace]: ...
+
+
+class _NoTrace:
+    def step(self, name: Step) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def finish(self, outcome: ToolOutcome) -> None:
+        return None
+
+
+class NoHooks:
+    """Telemetry off."""
+
+    @contextmanager
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> Iterator[ToolCallTrace]:
+        yield _NoTrace()

@@ -1,0 +1,224 @@
+"""Declared parameters: `Param` -> JSON schema, parameter names, and did-you-mean hints."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object"})
+
+
+class ToolDeclarationError(ValueError):
+    """A tool was declared wrongly; raised when the tool is built, naming the tool."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared parameter. Objects nest through `properties`; arrays through `item_type`
+    (and `properties` when the items are objects)."""
+
+    name: str
+    type: str
+    description: str | None = None
+    required: bool = False
+    enum: Sequence[Any] | None = None
+    item_type: str | None = None
+    properties: Sequence[Param] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        # Freeze caller-supplied lists so a Param can be shared safely.
+        object.__setattr__(self, "properties", tuple(self.properties))
+        if self.enum is not None:
+            object.__setattr__(self, "enum", tuple(self.enum))
+
+    def check(self, where: str) -> None:
+        """Raise ToolDeclarationError when this parameter (or a nested one) is malformed."""
+        label = f"{where}: parameter {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ToolDeclarationError(f"{where}: a parameter has an empty or non-string name")
+        if self.type not in JSON_TYPES:
+            raise ToolDeclarationError(f"{label} has type {self.type!r}; use one of {sorted(JSON_TYPES)}")
+        if self.item_type is not None and self.type != "array":
+            raise ToolDeclarationError(f"{label} sets item_type but is not an array")
+        if self.item_type is not None and self.item_type not in JSON_TYPES:
+            raise ToolDeclarationError(f"{label} has item_type {self.item_type!r}; use one of {sorted(JSON_TYPES)}")
+        holds_objects = self.type == "object" or self.item_type == "object"
+        if self.properties and not holds_objects:
+            raise ToolDeclarationError(f"{label} has properties but holds no objects")
+        if self.enum is not None and not self.enum:
+            raise ToolDeclarationError(f"{label} has an empty enum")
+        names = [p.name for p in self.properties]
+        if len(names) != len(set(names)):
+            raise ToolDeclarationError(f"{label} declares a nested property twice")
+        for nested in self.properties:
+            nested.check(f"{where}.{self.name}")
+
+    def schema(self, strict: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        if self.description:
+            out["description"] = self.description
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
+        if self.type == "object":
+            out.update(object_schema(self.properties, strict))
+        elif self.type == "array" and self.item_type == "object":
+            out["items"] = {"type": "object", **object_schema(self.properties, strict)}
+        elif self.type == "array" and self.item_type is not None:
+            out["items"] = {"type": self.item_type}
+        return out
+
+
+def object_schema(params: Iterable[Param], strict: bool = False) -> dict[str, Any]:
+    """The `properties`/`required` part of an object schema built from `params`."""
+    params = tuple(params)
+    out: dict[str, Any] = {
+        "properties": {p.name: p.schema(strict) for p in params},
+        "required": [p.name for p in params if p.required],
+    }
+    if strict:
+        out["additionalProperties"] = False
+    return out
+
+
+def parameters_schema(params: Sequence[Param], strict: bool = False) -> dict[str, Any]:
+    return {"type": "object", **object_schema(params, strict)}
+
+
+def schema_names(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(required, accepted) top-level names of an object schema. Accepted is [] when the schema
+    does not enumerate its properties, which means "unknown", not "nothing"."""
+    props = schema.get("properties")
+    accepted = [str(k) for k in props] if isinstance(props, Mapping) else []
+    required_raw = schema.get("required")
+    required = [str(k) for k in required_raw] if isinstance(required_raw, list) else []
+    return required, accepted
+
+
+# --- did-you-mean ---------------------------------------------------------------------------
+
+_WORD_SPLIT = re.compile(r"[_\-\s.]+|(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _words(name: str) -> set[str]:
+    return {w.lower() for w in _WORD_SPLIT.split(name) if w}
+
+
+def jaro(a: str, b: str) -> float:
+    """Jaro similarity in [0, 1]."""
+    if a == b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    window = max(max(len(a), len(b)) // 2 - 1, 0)
+    a_hit = [False] * len(a)
+    b_hit = [False] * len(b)
+    matches = 0
+    for i, ch in enumerate(a):
+        for j in range(max(0, i - window), min(len(b), i + window + 1)):
+            if not b_hit[j] and b[j] == ch:
+                a_hit[i] = b_hit[j] = True
+                matches += 1
+                break
+    if matches == 0:
+        return 0.0
+    a_seq = [ch for ch, hit in zip(a, a_hit, strict=True) if hit]
+    b_seq = [ch for ch, hit in zip(b, b_hit, strict=True) if hit]
+    transpositions = sum(x != y for x, y in zip(a_seq, b_seq, strict=True)) / 2
+    return (matches / len(a) + matches / len(b) + (matches - transpositions) / matches) / 3
+
+
+def _contains(sent: str, candidate: str) -> bool:
+    """Containment that ignores accidental two-letter overlaps ("id" inside "width")."""
+    short, long = sorted((sent, candidate), key=len)
+    if short not in long:
+        return False
+    return len(short) >= 3 or short in _words(long)
+
+
+def suggest(sent: str, accepted: Sequence[str], threshold: float = 0.7) -> str | None:
+    """The accepted name the model most likely meant by `sent`, or None."""
+    low = sent.lower()
+    for name in accepted:
+        if name.lower() == low:
+            return name
+    contained = [name for name in accepted if _contains(low, name.lower())]
+    if contained:
+        return max(contained, key=len)
+    scored = [(jaro(low, name.lower()), name) for name in accepted]
+    best = max(scored, default=(0.0, ""))
+    return best[1] if best[0] > threshold else None
+
+
+@dataclass(frozen=True)
+class NameCheck:
+    """What a set of sent argument names lacks or adds relative to a declaration."""
+
+    required: tuple[str, ...]
+    accepted: tuple[str, ...]
+    missing: tuple[str, ...]
+    unrecognized: tuple[str, ...]
+    suggestions: tuple[tuple[str, str], ...]  # (sent, meant)
+
+
+def check_names(sent: Iterable[str], required: Sequence[str], accepted: Sequence[str]) -> NameCheck:
+    sent = list(sent)
+    sent_set = set(sent)
+    missing = tuple(name for name in required if name not in sent_set)
+    unrecognized = tuple(name for name in sent if accepted and name not in accepted)
+    suggestions = tuple(
+        (name, hint) for name in unrecognized if (hint := suggest(name, accepted)) is not None
+    )
+    return NameCheck(tuple(required), tuple(accepted), missing, unrecognized, suggestions)
+
+
+def _listing(names: Sequence[str]) -> str:
+    return ", ".join(names) if names else "(none)"
+
+
+def name_lines(check: NameCheck, *, show_missing: bool = True) -> list[str]:
+    """Required, missing, unrecognized (with hints) and accepted names, a line each."""
+    hints = dict(check.suggestions)
+    lines = [f"Required parameters: {_listing(check.required)}"]
+    if show_missing and check.missing:
+        lines.append(f"Missing: {_listing(check.missing)}")
+    if check.unrecognized and check.accepted:
+        shown = [f"{n} (did you mean '{hints[n]}'?)" if n in hints else n for n in check.unrecognized]
+        lines.append(f"Unrecognized: {', '.join(shown)}")
+    if check.accepted:
+        lines.append(f"Accepted parameters: {_listing(check.accepted)}")
+    return lines
+
+
+def describe_names(tool: str, check: NameCheck, headline: str) -> str:
+    """The model-facing diagnostic for a call whose argument names do not fit the tool."""
+    return "\n".join([
+        f"Tool '{tool}': {headline}",
+        *name_lines(check),
+        f"Call '{tool}' again, passing every required parameter under its accepted name.",
+    ])
+
+
+_SCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+
+
+def without_titles(schema: Any) -> Any:
+    """A copy of a generated JSON schema minus pydantic's "title" keys, which cost the model
+    tokens and say nothing the property names do not. Property *names* called "title" stay."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: without_titles(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [without_titles(sub) for sub in value]
+        elif key in ("items", "additionalProperties", "not"):
+            out[key] = without_titles(value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,53 @@
+"""ToolRegistry: the tools the gateway offers, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator
+from typing import Any
+
+from gateway.tools.function import Tool
+from gateway.tools.params import ToolDeclarationError
+
+
+class ToolRegistry:
+    """Tools by name, in registration order. A name can be registered once."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            self.register(item)
+
+    def register(self, tool: Tool) -> Tool:
+        """Add `tool`; returns it, so this also works as a decorator on `@tool` results."""
+        if not isinstance(tool, Tool):
+            raise ToolDeclarationError(f"only Tool objects can be registered, not {type(tool).__name__}")
+        if tool.name in self._tools:
+            raise ToolDeclarationError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        return tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def _select(self, allowed: Collection[str] | None) -> list[Tool]:
+        return [t for t in self._tools.values() if allowed is None or t.name in allowed]
+
+    def openai_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
+        """Chat Completions `tools` entries (optionally only the `allowed` names)."""
+        return [t.openai_spec() for t in self._select(allowed)]
+
+    def responses_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
+        """Responses API `tools` entries (flat shape)."""
+        return [t.responses_spec() for t in self._select(allowed)]

@@ -1,0 +1,178 @@
+"""The values that cross the tool boundary: context in, parse result between, outcome out."""
+
+from __future__ import annotations
+
+import traceback as tb
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import pydantic_core
+
+from gateway.tools.params import NameCheck
+
+Status = Literal["ok", "error", "rejected", "timeout", "interrupted"]
+RejectionReason = Literal["invalid_json", "missing_arguments", "parser", "unknown_tool", "not_allowed"]
+Content = str | list[dict[str, Any]]
+
+
+class ToolError(Exception):
+    """Raised by a tool body or parser to refuse deliberately; the message goes to the model
+    verbatim."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Interrupt(Exception):
+    """Raised (or returned) by a tool body to pause for review. `message` goes to the model;
+    `data` stays with the application."""
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """Full control over what a tool returns."""
+
+    content: Content
+    processed_content: Any = None
+    is_error: bool = False
+    display_text: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool (and its parser) knows about the call besides its arguments."""
+
+    tool_call_id: str
+    trajectory_id: str | None = None
+    request_id: str | None = None
+    principal: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """Arguments that passed the parse step: exactly what the body will receive."""
+
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Arguments (or a call) refused before the body ran."""
+
+    reason: RejectionReason
+    message: str
+    names: NameCheck | None = None
+    exception: BaseException | None = None
+    traceback: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """One call's result, whatever happened. `content` is what the model sees."""
+
+    call_id: str
+    tool_name: str
+    status: Status
+    content: Content
+    processed_content: Any = None
+    exception: BaseException | None = None
+    traceback: str | None = None
+    display_text: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    rejection: Rejection | None = None
+    names: NameCheck | None = None
+    arguments: dict[str, Any] | None = None
+    interrupt_data: Any = None
+    error_type: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("error", "rejected", "timeout")
+
+    def content_text(self) -> str:
+        """The content as one string (text parts joined), for logs and span descriptions."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(str(part.get("text", "")) for part in self.content if isinstance(part, dict))
+
+
+def rescued_message(exc: BaseException) -> str:
+    """The short form a model sees for an exception nobody meant to raise."""
+    return f"ERROR: ({type(exc).__name__}) {exc}"
+
+
+def format_traceback(exc: BaseException) -> str:
+    return "".join(tb.format_exception(exc))
+
+
+def rejected(call_id: str, tool_name: str, rejection: Rejection) -> ToolOutcome:
+    return ToolOutcome(
+        call_id=call_id,
+        tool_name=tool_name,
+        status="rejected",
+        content=rejection.message,
+        exception=rejection.exception,
+        traceback=rejection.traceback,
+        rejection=rejection,
+        names=rejection.names,
+        error_type=rejection.reason,
+    )
+
+
+def encode(value: Any) -> str:
+    """JSON text for a tool's native result; raises ValueError when it cannot be encoded."""
+    try:
+        return pydantic_core.to_json(value).decode()
+    except pydantic_core.PydanticSerializationError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def normalise(value: Any, template: ToolOutcome) -> ToolOutcome:
+    """Turn whatever a body returned into an outcome; `template` carries the call's identity."""
+    if isinstance(value, Interrupt):
+        return replace(template, status="interrupted", content=value.message, interrupt_data=value.data)
+    if isinstance(value, ToolResult):
+        return _from_tool_result(value, template)
+    if isinstance(value, str):
+        return replace(template, status="ok", content=value)
+    try:
+        text = encode(value)
+    except ValueError as exc:
+        return failure(template, TypeError(f"result of type {type(value).__name__} cannot be sent to the model: {exc}"))
+    return replace(template, status="ok", content=text, processed_content=value)
+
+
+def failure(template: ToolOutcome, exc: BaseException, content: str | None = None) -> ToolOutcome:
+    """An error outcome that keeps the exception and its traceback for the application."""
+    return replace(template, status="error", content=content if content is not None else rescued_message(exc),
+                   exception=exc, traceback=format_traceback(exc), error_type=type(exc).__name__)
+
+
+def _from_tool_result(value: ToolResult, template: ToolOutcome) -> ToolOutcome:
+    content = value.content
+    if not isinstance(content, str):
+        try:
+            encode(content)
+            ok = isinstance(content, list) and all(isinstance(p, dict) for p in content)
+        except ValueError:
+            ok = False
+        if not ok:
+            return failure(template, TypeError("ToolResult.content must be a string or a list of JSON content parts"))
+    return replace(
+        template,
+        status="error" if value.is_error else "ok",
+        content=content,
+        processed_content=value.processed_content,
+        options=dict(value.options),
+        display_text=value.display_text or template.display_text,
+        error_type="tool_error" if value.is_error else None,
+    )

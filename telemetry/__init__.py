@@ -1,0 +1,1 @@
+"""Tracing and metrics for toolspan; the gateway reaches it only through `Instrumentation`."""

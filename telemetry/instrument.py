@@ -1,0 +1,154 @@
+"""The object the gateway calls at each step: it opens the spans and moves the metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from time import perf_counter
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
+from telemetry import names
+from telemetry.arguments import render_arguments
+from telemetry.metrics import Metrics
+
+_NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounded
+_DESCRIPTION_MAX = 1024
+
+
+@dataclass(frozen=True)
+class ArgumentCapture:
+    """Which raw arguments reach spans: rejections always, every call only when opted in."""
+
+    record_all: bool = False
+    max_chars: int = 2048
+    redact_keys: Sequence[str] = ("password", "secret", "token", "api_key", "apikey", "authorization",
+                                  "credential", "private_key")
+
+
+class Instrumentation:
+    """Spans and metrics for the executor's hooks (and, later, the HTTP layers)."""
+
+    def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None) -> None:
+        self.tracer = tracer
+        self.metrics = metrics
+        self.capture = capture or ArgumentCapture()
+
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> _ToolCallScope:
+        return _ToolCallScope(self, call, tool, turn)
+
+
+class _ToolCallScope:
+    """One `tool.call` span, current while the call runs; ends and counts exactly once."""
+
+    __slots__ = ("_call", "_context", "_inst", "_label", "_outcome", "_span", "_start", "_token", "_turn")
+
+    def __init__(self, inst: Instrumentation, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
+        self._inst = inst
+        self._call = call
+        self._label = tool.name if tool is not None else names.UNKNOWN_TOOL
+        self._turn = turn
+        self._outcome: ToolOutcome | None = None
+
+    def __enter__(self) -> _ToolCallScope:
+        call, turn = self._call, self._turn
+        attributes: dict[str, Any] = {
+            names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
+            names.ATTR_TOOL_NAME: call.name[:_NAME_MAX],
+            names.ATTR_TOOL_CALL_ID: call.id[:_NAME_MAX],
+            names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
+            names.ATTR_ROUND: turn.round,
+        }
+        if turn.trajectory_id is not None:
+            attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
+        if turn.request_id is not None:
+            attributes[names.ATTR_REQUEST_ID] = turn.request_id
+        self._span = self._inst.tracer.start_span(
+            names.SPAN_TOOL_CALL, kind=SpanKind.INTERNAL, attributes=attributes)
+        self._context = trace.set_span_in_context(self._span)
+        self._token = otel_context.attach(self._context)
+        self._start = perf_counter()
+        return self
+
+    def step(self, name: Step) -> _StepScope:
+        # Only the execute step becomes current: spans the tool body opens belong under it.
+        if name == "parse":
+            return _StepScope(self._inst.tracer, names.SPAN_TOOL_PARSE, self._context, current=False)
+        return _StepScope(self._inst.tracer, names.SPAN_TOOL_EXECUTE, self._context, current=True)
+
+    def finish(self, outcome: ToolOutcome) -> None:
+        self._outcome = outcome
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        elapsed = perf_counter() - self._start
+        span = self._span
+        try:
+            outcome_label = self._record(span)
+        finally:
+            span.end()
+            otel_context.detach(self._token)
+        calls, duration = self._inst.metrics.tool_call_series(self._label, outcome_label)
+        calls.inc()
+        trace_id = span.get_span_context().trace_id
+        duration.observe(elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
+        outcome = self._outcome
+        if outcome is not None and outcome.rejection is not None:
+            self._inst.metrics.tool_rejections.labels(self._label, outcome.rejection.reason).inc()
+
+    def _record(self, span: Span) -> str:
+        outcome = self._outcome
+        if outcome is None:  # the call was cancelled (client gone) or the gateway failed
+            span.set_attributes({names.ATTR_OUTCOME: "cancelled", names.ATTR_ERROR_TYPE: "cancelled"})
+            span.set_status(Status(StatusCode.ERROR, "the tool call did not finish"))
+            return "cancelled"
+        attributes: dict[str, Any] = {names.ATTR_OUTCOME: outcome.status}
+        if outcome.error_type is not None:
+            attributes[names.ATTR_ERROR_TYPE] = outcome.error_type
+        if outcome.rejection is not None:
+            attributes[names.ATTR_REJECTION_REASON] = outcome.rejection.reason
+        if (check := outcome.names) is not None:
+            if check.missing:
+                attributes[names.ATTR_ARGS_MISSING] = list(check.missing)
+            if check.unrecognized:
+                attributes[names.ATTR_ARGS_UNRECOGNIZED] = [n[:_NAME_MAX] for n in check.unrecognized]
+            if check.suggestions:
+                attributes[names.ATTR_ARGS_SUGGESTIONS] = [f"{a[:_NAME_MAX]}->{b}" for a, b in check.suggestions]
+        capture = self._inst.capture
+        if outcome.rejection is not None or capture.record_all:
+            attributes[names.ATTR_TOOL_CALL_ARGUMENTS] = render_arguments(
+                self._call.arguments, capture.max_chars, capture.redact_keys)
+        span.set_attributes(attributes)
+        if outcome.failed:
+            span.set_status(Status(StatusCode.ERROR, outcome.content_text()[:_DESCRIPTION_MAX]))
+        return outcome.status
+
+
+class _StepScope:
+    """A child span for one step; cheaper than the SDK's generator-based helper, and this runs
+    twice on every call."""
+
+    __slots__ = ("_current", "_name", "_parent", "_span", "_token", "_tracer")
+
+    def __init__(self, tracer: Tracer, name: str, parent: otel_context.Context, current: bool) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._parent = parent
+        self._current = current
+        self._token: object | None = None
+
+    def __enter__(self) -> None:
+        self._span = self._tracer.start_span(self._name, context=self._parent)
+        if self._current:
+            self._token = otel_context.attach(trace.set_span_in_context(self._span, self._parent))
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._span.end()
+        if self._token is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]

@@ -1,0 +1,37 @@
+"""The Prometheus metrics, registered on a CollectorRegistry the caller owns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from telemetry import names
+
+TOOL_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """One instance per app; never module-level, so tests and apps do not share counts."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.tool_calls = Counter(
+            names.METRIC_TOOL_CALLS, "Tool calls handled, by tool and outcome.",
+            (names.LABEL_TOOL, names.LABEL_OUTCOME), registry=registry)
+        self.tool_call_duration = Histogram(
+            names.METRIC_TOOL_CALL_DURATION, "Time from lookup to outcome of one tool call.",
+            (names.LABEL_TOOL, names.LABEL_OUTCOME), buckets=TOOL_DURATION_BUCKETS, registry=registry)
+        self.tool_rejections = Counter(
+            names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran, by reason.",
+            (names.LABEL_TOOL, names.LABEL_REASON), registry=registry)
+        # Label children by (tool, outcome): both labels are bounded, and the lookup runs per call.
+        self._tool_series: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def tool_call_series(self, tool: str, outcome: str) -> tuple[Any, Any]:
+        """(calls counter, duration histogram) children for one tool and outcome."""
+        series = self._tool_series.get((tool, outcome))
+        if series is None:
+            series = (self.tool_calls.labels(tool, outcome), self.tool_call_duration.labels(tool, outcome))
+            self._tool_series[(tool, outcome)] = series
+        return series
