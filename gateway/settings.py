@@ -1,17 +1,82 @@
-"""Settings: one pydantic-settings model. Nothing else in toolspan reads the environment."""
+"""Settings: one pydantic-settings model. Nothing else in toolspan reads the environment.
+
+Precedence: command-line flags, then TOOLSPAN_* variables, then the config file (TOML or JSON),
+then the defaults below.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="TOOLSPAN_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="TOOLSPAN_", extra="forbid")
 
+    host: str = Field("127.0.0.1", description="Address to listen on")
+    port: int = Field(8080, ge=0, le=65535, description="Port to listen on (0: any free port)")
+    upstream: str | None = Field(None, description="Provider base URL, e.g. https://api.openai.com/v1; "
+                                                   "unset: the built-in scripted model")
+    upstream_api_key: SecretStr | None = Field(None, description="Provider key; unset: the caller's "
+                                                                 "Authorization header is passed through")
+    upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
+    upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
+    tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
+    max_rounds: int = Field(10, ge=1, description="Model turns with gateway tools before a tool-less final call")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted")
+    pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
+    pending_turn_ttl_seconds: float = Field(900.0, gt=0, description="How long a mixed turn is held")
+    keepalive_seconds: float = Field(5.0, gt=0, description="SSE comment interval while tools run")
     tool_timeout_seconds: float = Field(30.0, gt=0, description="Default time limit of one tool call")
     record_tool_arguments: bool = Field(False, description="Put raw arguments on every tool.call span")
     argument_max_chars: int = Field(2048, ge=64, description="Raw arguments on spans are cut to this")
     redact_keys: tuple[str, ...] = Field(
         ("password", "secret", "token", "api_key", "apikey", "authorization", "credential", "private_key"),
         description="Argument values under keys containing any of these are masked on spans")
+    metrics_max_models: int = Field(50, ge=1, description="Distinct model label values before '__other__'")
+    telemetry: bool = Field(True, description="Spans and metrics on")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings
+
+
+def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    if path.suffix == ".json":
+        return JsonConfigSettingsSource(settings_cls, json_file=path)
+    return TomlConfigSettingsSource(settings_cls, toml_file=path)
+
+
+def load_settings(flags: dict[str, Any] | None = None, config: Path | None = None) -> Settings:
+    """Flags (None means "not given") win over TOOLSPAN_* variables, which win over the file."""
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    if config is None:
+        return Settings(**given)
+    if not config.is_file():
+        raise FileNotFoundError(f"config file {config} does not exist")
+    path = config
+
+    class FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                       init_settings: PydanticBaseSettingsSource,
+                                       env_settings: PydanticBaseSettingsSource,
+                                       dotenv_settings: PydanticBaseSettingsSource,
+                                       file_secret_settings: PydanticBaseSettingsSource,
+                                       ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, _file_source(settings_cls, path)
+
+    return Settings.model_validate(dict(FromFile(**given)))

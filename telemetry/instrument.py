@@ -11,11 +11,14 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from prometheus_client.exposition import choose_encoder
 
+from gateway.instrumentation import RequestInfo
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
 from telemetry import names
 from telemetry.arguments import render_arguments
 from telemetry.metrics import Metrics
+from telemetry.requests import ChatScope, ModelLabels, RequestScope
 
 _NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounded
 _DESCRIPTION_MAX = 1024
@@ -32,15 +35,29 @@ class ArgumentCapture:
 
 
 class Instrumentation:
-    """Spans and metrics for the executor's hooks (and, later, the HTTP layers)."""
+    """Spans and metrics for every step the gateway reports: requests, provider calls, tool calls."""
 
-    def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None) -> None:
+    def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None,
+                 provider_name: str = "openai", max_models: int = 50) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
+        self.provider_name = provider_name
+        self._model_label = ModelLabels(max_models)
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> _ToolCallScope:
         return _ToolCallScope(self, call, tool, turn)
+
+    def request(self, info: RequestInfo) -> RequestScope:
+        return RequestScope(self.tracer, self.metrics, info)
+
+    def chat(self, model: str, stream: bool) -> ChatScope:
+        return ChatScope(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name)
+
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.metrics.registry), content_type
 
 
 class _ToolCallScope:

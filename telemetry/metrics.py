@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from telemetry import names
 
 TOOL_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 
 
 class Metrics:
@@ -25,6 +27,25 @@ class Metrics:
         self.tool_rejections = Counter(
             names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran, by reason.",
             (names.LABEL_TOOL, names.LABEL_REASON), registry=registry)
+        self.upstream_requests = Counter(
+            names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by model and HTTP status (or error).",
+            (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
+        self.upstream_duration = Histogram(
+            names.METRIC_UPSTREAM_DURATION, "Time of one provider call, a whole stream included.",
+            (names.LABEL_MODEL,), buckets=REQUEST_DURATION_BUCKETS, registry=registry)
+        self.tokens = Counter(
+            names.METRIC_TOKENS, "Tokens the provider reported, by model and type (input/output).",
+            (names.LABEL_MODEL, names.LABEL_TYPE), registry=registry)
+        self.requests = Counter(
+            names.METRIC_REQUESTS, "Requests answered, by route and HTTP status.",
+            (names.LABEL_ROUTE, names.LABEL_STATUS), registry=registry)
+        self.request_duration = Histogram(
+            names.METRIC_REQUEST_DURATION, "Time to answer one request, tool rounds included.",
+            (names.LABEL_ROUTE,), buckets=REQUEST_DURATION_BUCKETS, registry=registry)
+        self.in_flight = Gauge(names.METRIC_REQUESTS_IN_FLIGHT, "Requests being handled now.", registry=registry)
+        self.tool_rounds = Histogram(
+            names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.",
+            buckets=ROUND_BUCKETS, registry=registry)
         # Label children by (tool, outcome): both labels are bounded, and the lookup runs per call.
         self._tool_series: dict[tuple[str, str], tuple[Any, Any]] = {}
 

@@ -8,6 +8,8 @@ SPAN_TOOL_CALL: Final = "tool.call"
 SPAN_TOOL_PARSE: Final = "tool.parse"
 SPAN_TOOL_EXECUTE: Final = "tool.execute"
 
+SPAN_CHAT_PREFIX: Final = "chat"  # "chat {model}"
+
 # --- attributes (OpenTelemetry GenAI conventions first, then toolspan's own) -------------------
 ATTR_OPERATION_NAME: Final = "gen_ai.operation.name"
 ATTR_TOOL_NAME: Final = "gen_ai.tool.name"
@@ -24,6 +26,22 @@ ATTR_ARGS_SUGGESTIONS: Final = "toolspan.args.suggestions"
 ATTR_ROUND: Final = "toolspan.round"
 ATTR_REQUEST_ID: Final = "toolspan.request.id"
 
+ATTR_PROVIDER_NAME: Final = "gen_ai.provider.name"
+ATTR_REQUEST_MODEL: Final = "gen_ai.request.model"
+ATTR_REQUEST_STREAM: Final = "gen_ai.request.stream"
+ATTR_RESPONSE_ID: Final = "gen_ai.response.id"
+ATTR_RESPONSE_MODEL: Final = "gen_ai.response.model"
+ATTR_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+ATTR_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+ATTR_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+ATTR_HTTP_METHOD: Final = "http.request.method"
+ATTR_HTTP_ROUTE: Final = "http.route"
+ATTR_HTTP_STATUS: Final = "http.response.status_code"
+ATTR_URL_PATH: Final = "url.path"
+ATTR_ROUNDS: Final = "toolspan.rounds"
+ATTR_ROUND_LIMIT_REACHED: Final = "toolspan.round_limit_reached"
+
+OPERATION_CHAT: Final = "chat"
 OPERATION_EXECUTE_TOOL: Final = "execute_tool"
 TOOL_TYPE_FUNCTION: Final = "function"
 
@@ -31,13 +49,27 @@ TOOL_TYPE_FUNCTION: Final = "function"
 METRIC_TOOL_CALLS: Final = "toolspan_tool_calls_total"
 METRIC_TOOL_CALL_DURATION: Final = "toolspan_tool_call_duration_seconds"
 METRIC_TOOL_REJECTIONS: Final = "toolspan_tool_rejections_total"
+METRIC_UPSTREAM_REQUESTS: Final = "toolspan_upstream_requests_total"
+METRIC_UPSTREAM_DURATION: Final = "toolspan_upstream_request_duration_seconds"
+METRIC_TOKENS: Final = "toolspan_tokens_total"
+METRIC_REQUESTS: Final = "toolspan_requests_total"
+METRIC_REQUEST_DURATION: Final = "toolspan_request_duration_seconds"
+METRIC_REQUESTS_IN_FLIGHT: Final = "toolspan_requests_in_flight"
+METRIC_TOOL_ROUNDS: Final = "toolspan_tool_rounds"
 
 # --- labels and their bounded values ------------------------------------------------------------
 LABEL_TOOL: Final = "tool"
 LABEL_OUTCOME: Final = "outcome"
 LABEL_REASON: Final = "reason"
+LABEL_MODEL: Final = "model"
+LABEL_STATUS: Final = "status"
+LABEL_TYPE: Final = "type"
+LABEL_ROUTE: Final = "route"
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
 UNKNOWN_TOOL: Final = "__unknown__"  # every name outside the registry counts as this one
+OTHER_MODEL: Final = "__other__"  # model names past the configured number of distinct ones
+TOKEN_INPUT: Final = "input"
+TOKEN_OUTPUT: Final = "output"
 OUTCOMES: Final = ("ok", "error", "rejected", "timeout", "interrupted", "cancelled")
 REJECTION_REASONS: Final = ("invalid_json", "missing_arguments", "parser", "unknown_tool", "not_allowed")

@@ -34,7 +34,8 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             current = sphinx.group(1)
             params[current] = sphinx.group(2).strip()
             continue
-        if in_args and (item := _GOOGLE_ITEM.match(line)) and not line.startswith(" " * 8):
+        indented = line[:1].isspace() and not line.startswith(" " * 8)
+        if in_args and indented and (item := _GOOGLE_ITEM.match(line)):
             current = item.group(1).lstrip("*")
             params[current] = item.group(2).strip()
             continue

@@ -74,6 +74,10 @@ def decode_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str
         return Rejection("invalid_json", (
             f"Tool '{tool}': the arguments are not valid JSON ({exc.msg} at character {exc.pos}). "
             "Send them as one JSON object of named parameters."))
+    except ValueError:  # valid JSON Python will not read: an integer with thousands of digits
+        return Rejection("invalid_json", (
+            f"Tool '{tool}': the arguments hold a value too large to read. "
+            "Send them as one JSON object of named parameters with shorter values."))
     except RecursionError:
         return Rejection("invalid_json", (
             f"Tool '{tool}': the arguments are nested too deeply to read. "
@@ -87,8 +91,11 @@ def decode_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str
 
 
 def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> str:
+    errors = exc.errors(include_url=False)
+    if all(err["type"] == "missing" and len(err["loc"]) == 1 for err in errors):
+        return describe_names(tool, check, "required arguments are missing.")  # the plain-check wording
     problems = []
-    for err in exc.errors(include_url=False):
+    for err in errors:
         where = ".".join(str(part) for part in err["loc"]) or "(arguments)"
         if err["type"] == "missing":
             problems.append(f"- {where}: missing (required)")
@@ -97,10 +104,9 @@ def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> s
         sent = sent if len(sent) <= 60 else sent[:57] + "..."
         problems.append(f"- {where}: {err['msg']} (got {sent})")
     count = len(problems)
-    lines = [f"Tool '{tool}': the arguments break {count} rule{'s' if count != 1 else ''} "
-             "of the declared parameters.", *problems]
+    headline = f"Tool '{tool}': {count} argument{'s' if count != 1 else ''} do not fit the declared parameters."
     closing = f"Fix every problem listed and call '{tool}' again."
-    return "\n".join([*lines, *name_lines(check, show_missing=False), closing])
+    return "\n".join([headline, *problems, *name_lines(check, show_missing=False), closing])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +133,7 @@ class Tool:
     _parser_arity: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
             raise ToolDeclarationError(
                 f"tool name {self.name!r} is invalid: use 1 to 64 letters, digits, '_' or '-'")
         if not callable(self.function):
@@ -153,12 +159,12 @@ class Tool:
             raise ToolDeclarationError(
                 f"tool {self.name!r} declares its arguments twice ({' and '.join(styles)}); use one")
         if self.parameters is not None:
+            if not all(isinstance(param, Param) for param in self.parameters):
+                raise ToolDeclarationError(f"tool {self.name!r}: parameters must be Param objects")
             names = [p.name for p in self.parameters]
             if len(names) != len(set(names)):
                 raise ToolDeclarationError(f"tool {self.name!r} declares a parameter twice")
             for param in self.parameters:
-                if not isinstance(param, Param):
-                    raise ToolDeclarationError(f"tool {self.name!r}: parameters must be Param objects")
                 param.check(f"tool {self.name!r}")
             return parameters_schema(self.parameters, self.strict)
         if self.args_model is not None:
@@ -173,7 +179,10 @@ class Tool:
                     f"tool {self.name!r}: parameters_schema must be a JSON schema with \"type\": \"object\"")
             if not isinstance(schema.get("properties", {}), Mapping):
                 raise ToolDeclarationError(f"tool {self.name!r}: parameters_schema properties must be an object")
-            copied: dict[str, Any] = json.loads(json.dumps(schema))  # a private, JSON-clean copy
+            try:
+                copied: dict[str, Any] = json.loads(json.dumps(schema))  # a private, JSON-clean copy
+            except (TypeError, ValueError) as exc:
+                raise ToolDeclarationError(f"tool {self.name!r}: parameters_schema is not plain JSON ({exc})") from exc
             return copied
         return {"type": "object", "properties": {}}
 

@@ -132,9 +132,14 @@ def jaro(a: str, b: str) -> float:
 def _contains(sent: str, candidate: str) -> bool:
     """Containment that ignores accidental two-letter overlaps ("id" inside "width")."""
     short, long = sorted((sent, candidate), key=len)
-    if short not in long:
+    if short.lower() not in long.lower():
         return False
-    return len(short) >= 3 or short in _words(long)
+    return len(short) >= 3 or short.lower() in _words(long)  # original case: camelCase splits words
+
+
+def _overlaps(a: str, b: str) -> bool:
+    short, long = sorted((a, b), key=len)
+    return short in long
 
 
 def suggest(sent: str, accepted: Sequence[str], threshold: float = 0.7) -> str | None:
@@ -143,10 +148,12 @@ def suggest(sent: str, accepted: Sequence[str], threshold: float = 0.7) -> str |
     for name in accepted:
         if name.lower() == low:
             return name
-    contained = [name for name in accepted if _contains(low, name.lower())]
+    contained = [name for name in accepted if _contains(sent, name)]
     if contained:
         return max(contained, key=len)
-    scored = [(jaro(low, name.lower()), name) for name in accepted]
+    # A name that overlaps `sent` only by accident ("id" in "video_width") stays out: Jaro would
+    # score that same overlap above the threshold, since it weighs the short name's matches fully.
+    scored = [(jaro(low, name.lower()), name) for name in accepted if not _overlaps(low, name.lower())]
     best = max(scored, default=(0.0, ""))
     return best[1] if best[0] > threshold else None
 

@@ -38,8 +38,11 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
+    def __contains__(self, item: object) -> bool:
+        """By name; a Tool is contained when that very tool is registered (Tools are not hashable)."""
+        if isinstance(item, Tool):
+            return self._tools.get(item.name) is item
+        return isinstance(item, str) and item in self._tools
 
     def _select(self, allowed: Collection[str] | None) -> list[Tool]:
         return [t for t in self._tools.values() if allowed is None or t.name in allowed]

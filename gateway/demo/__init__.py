@@ -1,0 +1,1 @@
+"""The built-in scripted model and example tools: the whole loop with no provider and no key."""

@@ -1,0 +1,107 @@
+"""Rules the built-in model answers by."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from gateway.demo.model import Reply
+
+_HINT = re.compile(r"(\w+) \(did you mean '(\w+)'\?\)")
+_CITY = re.compile(r"\bin ([A-Z][a-zA-Z-]+)")
+
+
+def _offered(body: dict[str, Any]) -> set[str]:
+    tools = body.get("tools") or []
+    return {t["function"]["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)}
+
+
+def _since_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    return messages[last_user + 1:]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def _calls_and_results(turns: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
+    """(tool name, arguments, result text) for each call answered since the user spoke."""
+    calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    out = []
+    for message in turns:
+        for call in message.get("tool_calls") or []:
+            try:
+                arguments = json.loads(call["function"]["arguments"] or "{}")
+            except ValueError:
+                arguments = {}
+            calls[call["id"]] = (call["function"]["name"], arguments if isinstance(arguments, dict) else {})
+        if message.get("role") == "tool" and message.get("tool_call_id") in calls:
+            name, arguments = calls[message["tool_call_id"]]
+            out.append((name, arguments, _text(message.get("content"))))
+    return out
+
+
+def _succeeded(result: str) -> Any:
+    try:
+        return json.loads(result)
+    except ValueError:
+        return None
+
+
+class DemoPolicy:
+    """An agent that asks for the weather with a wrong argument name, reads the gateway's
+    diagnostic, corrects the name, converts the temperature, and answers."""
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        messages = body.get("messages") or []
+        offered = _offered(body)
+        turns = _since_user(messages)
+        if body.get("tool_choice") == "none" or "get_weather" not in offered:
+            return Reply(content=self._answer(messages, turns))
+        history = _calls_and_results(turns)
+        if history:
+            name, arguments, result = history[-1]
+            renames = dict(_HINT.findall(result))
+            if renames:
+                fixed = {renames.get(key, key): value for key, value in arguments.items()}
+                return Reply(tool_calls=[(name, fixed)])
+        done = {name: value for name, _, result in history if (value := _succeeded(result)) is not None}
+        if "get_weather" not in done:
+            question = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+            city = match.group(1) if (match := _CITY.search(question)) else "Paris"
+            return Reply(tool_calls=[("get_weather", {"city_name": city})])  # the wrong name, on purpose
+        weather = done["get_weather"]
+        if "to_fahrenheit" in offered and "to_fahrenheit" not in done and weather.get("unit") == "celsius":
+            return Reply(tool_calls=[("to_fahrenheit", {"celsius": weather["temperature"]})])
+        return Reply(content=self._answer(messages, turns))
+
+    @staticmethod
+    def _answer(messages: list[dict[str, Any]], turns: list[dict[str, Any]]) -> str:
+        done = {name: value for name, _, result in _calls_and_results(turns)
+                if (value := _succeeded(result)) is not None}
+        weather = done.get("get_weather")
+        if isinstance(weather, dict):
+            fahrenheit = done.get("to_fahrenheit")
+            extra = f" ({fahrenheit} °F)" if fahrenheit is not None else ""
+            return (f"In {weather['city']} it is {weather['temperature']} °{weather['unit'][0].upper()}{extra} "
+                    f"with {weather['conditions']}.")
+        question = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        return f"(scripted model) You said: {question[:200]}"
+
+
+class FastPolicy:
+    """The cheapest possible model, for benchmarks: answers at once, or makes one `echo` call
+    when asked to use a tool."""
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        if last.get("role") == "tool":
+            return Reply(content="done")
+        if "echo" in _offered(body) and "use a tool" in _text(last.get("content")):
+            return Reply(tool_calls=[("echo", {"text": "hi"})])
+        return Reply(content="ok")

@@ -1,0 +1,148 @@
+"""The built-in scripted model: an OpenAI-compatible upstream that answers by rules.
+
+`ScriptedModel(policy)` serves /v1/chat/completions (JSON or SSE) and a few plain routes. The
+policy sees each request body and returns a `Reply`; `DemoPolicy` plays an agent that renames an
+argument, reads the gateway's diagnostic, corrects itself and answers. Tests script their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the scripted model answers to one request."""
+
+    content: str | None = None
+    tool_calls: Sequence[tuple[str, Any]] = ()  # (name, arguments: dict, or raw JSON text)
+    finish_reason: str | None = None  # default: "tool_calls" when there are calls, else "stop"
+    usage: tuple[int, int] = (10, 5)  # prompt, completion tokens
+    status: int = 200  # anything else: an OpenAI error body with `error` as its message
+    error: str = "scripted failure"
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None  # sent as the body instead (broken JSON, say)
+    break_stream_after: int | None = None  # close a stream abruptly after this many events
+    hang: bool = False  # never answer (until the client gives up)
+
+    def finish(self) -> str:
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
+
+
+Policy = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
+
+
+def _arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+class ScriptedModel:
+    """An in-process upstream. `requests` keeps every chat body it received, in order."""
+
+    def __init__(self, policy: Policy, model_name: str = "toolspan-scripted") -> None:
+        self.policy = policy
+        self.model_name = model_name
+        self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+        self._ids = itertools.count(1)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/echo", self._echo)
+        return app
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model_name, "object": "model", "created": 0, "owned_by": "toolspan"}]})
+
+    async def _echo(self, request: web.Request) -> web.Response:
+        """Answers with the request body, for pass-through tests."""
+        return web.Response(body=await request.read(), content_type=request.content_type,
+                            headers={"X-Echo-Method": request.method})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
+        reply = self.policy(body)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if reply.hang:
+            await asyncio.Event().wait()
+        if reply.status != 200:
+            error = {"error": {"message": reply.error, "type": "scripted_error", "param": None, "code": None}}
+            return web.json_response(error, status=reply.status, headers=reply.headers)
+        if reply.raw is not None and not body.get("stream"):
+            return web.Response(body=reply.raw, content_type="application/json", headers=reply.headers)
+        completion_id = f"chatcmpl-scripted-{next(self._ids)}"
+        calls = [{"id": f"call_{completion_id[-6:]}_{i}", "type": "function",
+                  "function": {"name": name, "arguments": _arguments_text(arguments)}}
+                 for i, (name, arguments) in enumerate(reply.tool_calls)]
+        if body.get("stream"):
+            return await self._stream(request, body, reply, completion_id, calls)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        if calls:
+            message["tool_calls"] = calls
+        prompt, completion = reply.usage
+        return web.json_response({
+            "id": completion_id, "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", self.model_name),
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish(), "logprobs": None}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+        }, headers=reply.headers)
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply, completion_id: str,
+                      calls: list[dict[str, Any]]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
+        await response.prepare(request)
+        events = _events(body, reply, completion_id, calls, self.model_name)
+        for count, event in enumerate(events):
+            if reply.break_stream_after is not None and count >= reply.break_stream_after:
+                assert request.transport is not None
+                request.transport.close()  # an abrupt end, as when a provider's connection drops
+                return response
+            await response.write(event)
+        await response.write_eof()
+        return response
+
+
+def _pieces(text: str, size: int = 6) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _events(body: dict[str, Any], reply: Reply, completion_id: str, calls: list[dict[str, Any]],
+            model_name: str) -> list[bytes]:
+    base = {"id": completion_id, "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": body.get("model", model_name)}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in _pieces(reply.content or "") if reply.content]
+    for index, call in enumerate(calls):
+        head = {"index": index, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}
+        chunks.append(chunk({"tool_calls": [head]}))
+        chunks += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                   for piece in _pieces(call["function"]["arguments"])]
+    chunks.append(chunk({}, reply.finish()))
+    options = body.get("stream_options") or {}
+    if options.get("include_usage"):
+        prompt, completion = reply.usage
+        chunks.append({**base, "choices": [], "usage": {
+            "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+    if reply.raw is not None:
+        return [b"data: " + reply.raw + b"\n\n"]
+    return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]

@@ -1,0 +1,70 @@
+"""`toolspan demo`: a scripted agent session through the real openai client, then its trajectory."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from openai import AsyncOpenAI
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gateway.cli import gateway
+from gateway.settings import Settings
+from telemetry import names
+
+QUESTION = "What is the weather in Lisbon right now, in Fahrenheit?"
+
+
+def _ms(span: ReadableSpan) -> float:
+    return ((span.end_time or 0) - (span.start_time or 0)) / 1e6
+
+
+def _is_chat(span: ReadableSpan) -> bool:
+    return span.name.startswith(names.SPAN_CHAT_PREFIX + " ")
+
+
+def _describe(span: ReadableSpan) -> str:
+    attrs: dict[str, Any] = dict(span.attributes or {})
+    if _is_chat(span):
+        reasons = ",".join(attrs.get(names.ATTR_FINISH_REASONS, ()))
+        return (f"model turn  {span.name}: finish={reasons} tokens in/out="
+                f"{attrs.get(names.ATTR_INPUT_TOKENS)}/{attrs.get(names.ATTR_OUTPUT_TOKENS)} ({_ms(span):.1f} ms)")
+    reason = attrs.get(names.ATTR_REJECTION_REASON)
+    line = (f"  tool call {attrs.get(names.ATTR_TOOL_NAME)}: {attrs.get(names.ATTR_OUTCOME)}"
+            f"{f' ({reason})' if reason else ''} ({_ms(span):.2f} ms)")
+    if span.status.description:
+        line += "\n" + "\n".join(f"      | {text}" for text in span.status.description.splitlines())
+    return line
+
+
+def print_trajectory(spans: list[ReadableSpan], trace_id: str, out: Callable[[str], None]) -> None:
+    mine = [s for s in spans if format(s.context.trace_id, "032x") == trace_id]
+    for span in sorted(mine, key=lambda s: s.start_time or 0):
+        if _is_chat(span) or span.name == names.SPAN_TOOL_CALL:
+            out(_describe(span))
+
+
+async def run_demo(out: Callable[[str], None] = print) -> str:
+    """Runs the session; returns the final answer."""
+    exporter = InMemorySpanExporter()
+    settings = Settings(port=0)
+    async with gateway(settings, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
+        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="demo-key-not-needed")
+        out(f"toolspan demo: gateway at {url}/v1, upstream: the built-in scripted model")
+        out(f"user: {QUESTION}\n")
+        raw = await client.chat.completions.with_raw_response.create(
+            model="toolspan-demo", messages=[{"role": "user", "content": QUESTION}])
+        completion = raw.parse()
+        trace_id = raw.headers.get("x-trace-id", "")
+        print_trajectory(list(exporter.get_finished_spans()), trace_id, out)
+        answer = completion.choices[0].message.content or ""
+        out(f"\nassistant: {answer}")
+        usage = completion.usage
+        out(f"usage (all rounds): {json.dumps(usage.model_dump() if usage else {}, separators=(',', ':'))}")
+        out(f"rounds: {raw.headers.get('x-toolspan-rounds')}  trajectory: {raw.headers.get('x-trajectory-id')}"
+            f"  trace id: {trace_id}")
+        await client.close()
+        return answer

@@ -1,0 +1,23 @@
+"""Liveness, readiness and the metrics exposition."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.keys import INSTRUMENTATION, LOOP
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready = LOOP in request.app
+    return web.json_response({"status": "ready" if ready else "starting"}, status=200 if ready else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body, content_type = request.app[INSTRUMENTATION].exposition(request.headers.get("Accept"))
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type
+    return response

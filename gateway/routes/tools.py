@@ -1,0 +1,85 @@
+"""GET /v1/tools, POST /v1/tools/{name}/invoke, POST /v1/tools/{name}/parse."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import pydantic_core
+from aiohttp import web
+
+from gateway.errors import BadRequest, Forbidden, NotFound
+from gateway.keys import EXECUTOR, REGISTRY
+from gateway.loop import Caller
+from gateway.routes.common import caller_of, read_object
+from gateway.tools import Rejection, Tool, ToolCall, ToolContext, ToolOutcome, Turn
+
+
+def _jsonable(value: Any) -> Any:
+    return pydantic_core.to_jsonable_python(value, fallback=repr)
+
+
+def _arguments(body: dict[str, Any]) -> str:
+    """The `arguments` field as the JSON text a model would have sent."""
+    arguments = body.get("arguments", {})
+    if isinstance(arguments, str):
+        return arguments
+    if isinstance(arguments, dict):
+        return json.dumps(arguments)
+    raise BadRequest("arguments must be a JSON object (or its JSON text)", param="arguments")
+
+
+def _tool(request: web.Request, caller: Caller) -> Tool:
+    name = request.match_info["name"]
+    tool = request.app[REGISTRY].get(name)
+    if tool is None:
+        raise NotFound(f"there is no tool named '{name}'", param="name", code="unknown_tool")
+    if caller.allowed is not None and name not in caller.allowed:
+        raise Forbidden(f"tool '{name}' is not available to this caller", param="name", code="not_allowed")
+    return tool
+
+
+def outcome_json(outcome: ToolOutcome) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "tool_call_id": outcome.call_id, "tool": outcome.tool_name, "status": outcome.status,
+        "content": outcome.content, "processed_content": _jsonable(outcome.processed_content),
+        "display_text": outcome.display_text, "error_type": outcome.error_type,
+    }
+    if outcome.rejection is not None:
+        body["rejection"] = {"reason": outcome.rejection.reason}
+    if outcome.names is not None:
+        body["arguments_check"] = {"missing": list(outcome.names.missing),
+                                   "unrecognized": list(outcome.names.unrecognized),
+                                   "suggestions": dict(outcome.names.suggestions),
+                                   "accepted": list(outcome.names.accepted)}
+    return body
+
+
+async def list_tools(request: web.Request) -> web.Response:
+    caller = caller_of(request)
+    return web.json_response({"object": "list", "data": request.app[REGISTRY].openai_tools(caller.allowed)})
+
+
+async def invoke(request: web.Request) -> web.Response:
+    body = await read_object(request)
+    caller = caller_of(request, body.get("metadata"))
+    tool = _tool(request, caller)
+    call = ToolCall(f"call_{secrets.token_hex(12)}", tool.name, _arguments(body))
+    turn = Turn(trajectory_id=caller.trajectory_id, request_id=caller.request_id, principal=caller.principal,
+                metadata=caller.metadata, round=0)
+    outcome = await request.app[EXECUTOR].run_call(call, turn, caller.allowed)
+    return web.json_response(outcome_json(outcome))
+
+
+async def parse(request: web.Request) -> web.Response:
+    """A dry run of the parse step: what the body would receive, or why it would not run."""
+    body = await read_object(request)
+    caller = caller_of(request, body.get("metadata"))
+    tool = _tool(request, caller)
+    context = ToolContext(tool_call_id="dry_run", trajectory_id=caller.trajectory_id, request_id=caller.request_id,
+                          principal=caller.principal, metadata=caller.metadata)
+    parsed = await tool.parse_arguments(_arguments(body), context)
+    if isinstance(parsed, Rejection):
+        return web.json_response({"valid": False, "reason": parsed.reason, "message": parsed.message})
+    return web.json_response({"valid": True, "arguments": _jsonable(parsed.arguments)})

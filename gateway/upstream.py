@@ -1,0 +1,142 @@
+"""The provider client: one ClientSession, error mapping, and SSE reading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+from pydantic import SecretStr
+
+from gateway.errors import GatewayError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+
+
+class Upstream:
+    """Talks to the provider's OpenAI-compatible API under `base_url` (which ends in /v1)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, api_key: SecretStr | None,
+                 timeout_seconds: float, connect_timeout_seconds: float) -> None:
+        self.session = session
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._whole = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=connect_timeout_seconds)
+        # A stream may run long; what must not stall is the gap between two chunks.
+        self._streaming = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds,
+                                                sock_connect=connect_timeout_seconds)
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    def auth_headers(self, caller_authorization: str | None) -> dict[str, str]:
+        """The provider key from settings, else whatever the caller sent."""
+        if self._api_key is not None:
+            return {"Authorization": f"Bearer {self._api_key.get_secret_value()}"}
+        return {"Authorization": caller_authorization} if caller_authorization else {}
+
+    async def chat(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+        """One non-streamed chat completion."""
+        try:
+            async with self.session.post(self.url("chat/completions"), json=body, headers=_json_headers(headers),
+                                         timeout=self._whole) as response:
+                await _raise_for_status(response)
+                raw = await response.read()
+        except GatewayError:
+            raise
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamTimeout(f"the provider did not answer within {self._whole.total:g} s") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
+        try:
+            decoded = json.loads(raw)
+        except ValueError as exc:
+            raise UpstreamUnavailable("the provider sent a response that is not JSON") from exc
+        if not isinstance(decoded, dict) or not isinstance(decoded.get("choices"), list) or not decoded["choices"]:
+            raise UpstreamUnavailable("the provider sent a response without choices")
+        return decoded
+
+    @asynccontextmanager
+    async def chat_stream(self, body: Mapping[str, Any],
+                          headers: Mapping[str, str]) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """A streamed chat completion: yields an iterator of decoded chunks; leaving the block
+        closes the connection, which is how a client disconnect cancels the provider's work."""
+        try:
+            response = await self.session.post(self.url("chat/completions"), json=body,
+                                               headers=_json_headers(headers), timeout=self._streaming)
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamTimeout("the provider did not start its stream in time") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
+        try:
+            await _raise_for_status(response)
+            yield _chunks(response)
+        finally:
+            response.close()
+
+    async def forward(self, method: str, path_qs: str, headers: Mapping[str, str],
+                      body: AsyncIterator[bytes] | bytes | None) -> aiohttp.ClientResponse:
+        """Send a request unchanged; the caller streams the response back and releases it."""
+        try:
+            return await self.session.request(method, self.url(path_qs), headers=dict(headers), data=body,
+                                              timeout=self._streaming, allow_redirects=False,
+                                              auto_decompress=False)
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamTimeout("the provider did not answer in time") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
+
+
+def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    # We parse these responses ourselves, so ask for them uncompressed.
+    return {**headers, "Accept-Encoding": "identity"}
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
+    if response.status < 400:
+        return
+    body = await response.read()
+    if response.status < 500:
+        raise UpstreamRefused(response.status, body, response.headers)
+    raise UpstreamUnavailable(f"the provider answered {response.status}", code=f"upstream_{response.status}")
+
+
+async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """Decoded `data:` payloads of an SSE stream, up to `[DONE]`. A stream that breaks, holds
+    something other than JSON objects, or carries an error event raises UpstreamUnavailable."""
+    data: list[str] = []
+    try:
+        async for raw_line in response.content:
+            line = raw_line.decode("utf-8").rstrip("\r\n")
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+                continue
+            if line or not data:
+                continue  # comments, other fields, or blank lines between events
+            payload, data = "\n".join(data), []
+            if payload == "[DONE]":
+                return
+            yield _decode_chunk(payload)
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        raise UpstreamTimeout("the provider's stream stalled") from exc
+    except (aiohttp.ClientError, UnicodeDecodeError, asyncio.IncompleteReadError) as exc:
+        raise UpstreamUnavailable(f"the provider's stream broke: {_describe(exc)}") from exc
+    raise UpstreamUnavailable("the provider's stream ended before [DONE]")
+
+
+def _decode_chunk(payload: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(payload)
+    except ValueError as exc:
+        raise UpstreamUnavailable("the provider's stream holds an event that is not JSON") from exc
+    if not isinstance(chunk, dict):
+        raise UpstreamUnavailable("the provider's stream holds an event that is not a JSON object")
+    if isinstance(chunk.get("error"), dict):
+        message = str(chunk["error"].get("message", "unknown error"))
+        raise UpstreamUnavailable(f"the provider reported an error mid-stream: {message}")
+    return chunk

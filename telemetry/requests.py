@@ -1,0 +1,152 @@
+"""The request (SERVER) span and the upstream `chat {model}` (CLIENT) spans, with their metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from time import perf_counter
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract, inject
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from gateway.instrumentation import RequestInfo
+from telemetry import names
+from telemetry.metrics import Metrics
+
+
+class ModelLabels:
+    """Model names as metric labels: the first `limit` distinct ones, then one shared label,
+    since a caller can send any string as a model."""
+
+    def __init__(self, limit: int) -> None:
+        self._seen: set[str] = set()
+        self._limit = limit
+
+    def __call__(self, model: str) -> str:
+        if model in self._seen:
+            return model
+        if len(self._seen) >= self._limit:
+            return names.OTHER_MODEL
+        self._seen.add(model)
+        return model
+
+
+class RequestScope:
+    """The SERVER span of one request, current while the handler runs."""
+
+    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo) -> None:
+        self._tracer = tracer
+        self._metrics = metrics
+        self._info = info
+        self._status: int | None = None
+        self._error_type: str | None = None
+
+    def __enter__(self) -> RequestScope:
+        info = self._info
+        parent = extract(dict(info.headers))
+        self._span: Span = self._tracer.start_span(
+            f"{info.method} {info.route}", context=parent, kind=SpanKind.SERVER,
+            attributes={names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
+                        names.ATTR_URL_PATH: info.path[:512], names.ATTR_CONVERSATION_ID: info.trajectory_id})
+        self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
+        self._start = perf_counter()
+        self._metrics.in_flight.inc()
+        return self
+
+    @property
+    def trace_id(self) -> str:
+        return format(self._span.get_span_context().trace_id, "032x")
+
+    def rounds(self, count: int, limit_reached: bool) -> None:
+        self._span.set_attributes({names.ATTR_ROUNDS: count, names.ATTR_ROUND_LIMIT_REACHED: limit_reached})
+        self._metrics.tool_rounds.observe(count)
+
+    def finish(self, status: int, error_type: str | None = None) -> None:
+        self._status = status
+        self._error_type = error_type
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        status, error_type = self._status, self._error_type
+        if status is None:  # the handler never finished: cancelled, or the client went away
+            status, error_type = 499, error_type or "cancelled"
+        span = self._span
+        span.set_attribute(names.ATTR_HTTP_STATUS, status)
+        if error_type is not None or status >= 500:
+            span.set_attribute(names.ATTR_ERROR_TYPE, error_type or str(status))
+            span.set_status(Status(StatusCode.ERROR, error_type or f"HTTP {status}"))
+        span.end()
+        otel_context.detach(self._token)
+        metrics = self._metrics
+        metrics.in_flight.dec()
+        metrics.requests.labels(self._info.route, str(status)).inc()
+        trace_id = span.get_span_context().trace_id
+        metrics.request_duration.labels(self._info.route).observe(
+            perf_counter() - self._start, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
+
+
+class ChatScope:
+    """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
+
+    def __init__(self, tracer: Tracer, metrics: Metrics, model_label: str, model: str, stream: bool,
+                 provider: str) -> None:
+        self._tracer = tracer
+        self._metrics = metrics
+        self._label = model_label
+        self._model = model
+        self._stream = stream
+        self._provider = provider
+        self._status: str | None = None
+
+    def __enter__(self) -> ChatScope:
+        self._span = self._tracer.start_span(
+            f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200], kind=SpanKind.CLIENT,
+            attributes={names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
+                        names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream})
+        self._start = perf_counter()
+        return self
+
+    def inject(self, headers: dict[str, str]) -> None:
+        """traceparent/tracestate naming this span, for the provider."""
+        inject(headers, context=trace.set_span_in_context(self._span))
+
+    def response(self, body: Mapping[str, Any]) -> None:
+        attributes: dict[str, Any] = {}
+        if isinstance(body.get("id"), str):
+            attributes[names.ATTR_RESPONSE_ID] = body["id"]
+        if isinstance(body.get("model"), str):
+            attributes[names.ATTR_RESPONSE_MODEL] = body["model"]
+        raw_choices = body.get("choices")
+        choices: list[Any] = raw_choices if isinstance(raw_choices, list) else []
+        reasons = [str(c.get("finish_reason")) for c in choices if isinstance(c, dict) and c.get("finish_reason")]
+        if reasons:
+            attributes[names.ATTR_FINISH_REASONS] = reasons
+        raw_usage = body.get("usage")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+        for attribute, key, kind in ((names.ATTR_INPUT_TOKENS, "prompt_tokens", names.TOKEN_INPUT),
+                                     (names.ATTR_OUTPUT_TOKENS, "completion_tokens", names.TOKEN_OUTPUT)):
+            count = usage.get(key)
+            if isinstance(count, int) and not isinstance(count, bool):
+                attributes[attribute] = count
+                self._metrics.tokens.labels(self._label, kind).inc(count)
+        self._span.set_attributes(attributes)
+        self._status = "200"
+
+    def failed(self, status: int | None, error_type: str, message: str) -> None:
+        self._status = str(status) if status is not None else "error"
+        self._span.set_attribute(names.ATTR_ERROR_TYPE, error_type)
+        if status is not None:
+            self._span.set_attribute(names.ATTR_HTTP_STATUS, status)
+        self._span.set_status(Status(StatusCode.ERROR, message[:1024]))
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is not None and self._status is None:  # cancelled or broken before an answer
+            kind = type(exc).__name__ if isinstance(exc, Exception) else "cancelled"
+            self.failed(None, kind, str(exc) or kind)
+        self._span.end()
+        self._metrics.upstream_requests.labels(self._label, self._status or "error").inc()
+        self._metrics.upstream_duration.labels(self._label).observe(perf_counter() - self._start)

@@ -1,0 +1,264 @@
+"""Param -> JSON schema, declaration checks, and the did-you-mean machinery."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.tools import NameCheck, Param, ToolDeclarationError, suggest
+from gateway.tools.params import check_names, describe_names, jaro, parameters_schema, without_titles
+
+# --- Param -> JSON schema ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("json_type", ["string", "integer", "number", "boolean"])
+def test_scalar_param_schema_is_just_its_type(json_type: str) -> None:
+    assert Param("x", json_type).schema() == {"type": json_type}
+
+
+@pytest.mark.parametrize(
+    ("param", "expected"),
+    [
+        pytest.param(Param("city", "string", description="Where"), {"type": "string", "description": "Where"},
+                     id="description"),
+        pytest.param(Param("unit", "string", enum=["c", "f"]), {"type": "string", "enum": ["c", "f"]}, id="enum"),
+        pytest.param(Param("n", "integer", enum=(1, 2)), {"type": "integer", "enum": [1, 2]}, id="integer-enum"),
+        pytest.param(Param("tags", "array", item_type="string"), {"type": "array", "items": {"type": "string"}},
+                     id="array-of-strings"),
+        pytest.param(Param("tags", "array"), {"type": "array"}, id="array-without-item-type"),
+        pytest.param(
+            Param("rows", "array", item_type="object",
+                  properties=[Param("id", "integer", required=True), Param("label", "string")]),
+            {"type": "array", "items": {
+                "type": "object",
+                "properties": {"id": {"type": "integer"}, "label": {"type": "string"}},
+                "required": ["id"],
+            }},
+            id="array-of-objects",
+        ),
+        pytest.param(
+            Param("data", "object", properties=[
+                Param("auto_complete_email", "boolean"),
+                Param("paging", "object", required=True, properties=[Param("size", "integer", required=True)]),
+            ]),
+            {"type": "object",
+             "properties": {
+                 "auto_complete_email": {"type": "boolean"},
+                 "paging": {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]},
+             },
+             "required": ["paging"]},
+            id="nested-objects",
+        ),
+    ],
+)
+def test_param_schema(param: Param, expected: dict[str, object]) -> None:
+    assert param.schema() == expected
+
+
+def test_required_is_listed_on_the_enclosing_object_not_the_property() -> None:
+    schema = parameters_schema([Param("path", "string", required=True), Param("offset", "integer")])
+    assert schema == {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "offset": {"type": "integer"}},
+        "required": ["path"],
+    }
+
+
+def test_strict_closes_every_object_level() -> None:
+    params = [
+        Param("data", "object", properties=[Param("inner", "object", properties=[Param("x", "string")])]),
+        Param("rows", "array", item_type="object", properties=[Param("id", "integer")]),
+    ]
+    schema = parameters_schema(params, strict=True)
+    data = schema["properties"]["data"]
+    assert schema["additionalProperties"] is False
+    assert data["additionalProperties"] is False
+    assert data["properties"]["inner"]["additionalProperties"] is False
+    assert schema["properties"]["rows"]["items"]["additionalProperties"] is False
+    assert "additionalProperties" not in parameters_schema(params)
+
+
+def test_param_freezes_caller_lists() -> None:
+    enum = ["a", "b"]
+    props = [Param("x", "string")]
+    param = Param("p", "object", enum=enum, properties=props)
+    enum.append("c")
+    props.append(Param("y", "string"))
+    assert param.enum == ("a", "b")
+    assert [p.name for p in param.properties] == ["x"]
+
+
+# --- Param.check --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        (Param("", "string"), "here: a parameter has an empty or non-string name"),
+        (Param("x", "str"), "here: parameter 'x' has type 'str'; use one of"),
+        (Param("x", "string", item_type="string"), "here: parameter 'x' sets item_type but is not an array"),
+        (Param("x", "array", item_type="thing"), "here: parameter 'x' has item_type 'thing'"),
+        (Param("x", "string", properties=[Param("y", "string")]), "here: parameter 'x' has properties but holds no"),
+        (Param("x", "array", item_type="string", properties=[Param("y", "string")]), "has properties but holds no"),
+        (Param("x", "string", enum=[]), "here: parameter 'x' has an empty enum"),
+        (Param("x", "object", properties=[Param("y", "string"), Param("y", "integer")]),
+         "here: parameter 'x' declares a nested property twice"),
+        (Param("outer", "object", properties=[Param("inner", "nope")]), "here.outer: parameter 'inner' has type"),
+    ],
+)
+def test_check_rejects_malformed_params(param: Param, message: str) -> None:
+    with pytest.raises(ToolDeclarationError) as info:
+        param.check("here")
+    assert message in str(info.value)
+
+
+def test_check_accepts_every_well_formed_shape() -> None:
+    Param("rows", "array", item_type="object", enum=[[]], properties=[
+        Param("meta", "object", properties=[Param("k", "string", enum=["a"])]),
+    ]).check("here")  # must not raise
+
+
+# --- suggest ------------------------------------------------------------------------------------
+
+ACCEPTED = ["path", "offset", "limit"]
+
+
+@pytest.mark.parametrize(
+    ("sent", "accepted", "expected"),
+    [
+        pytest.param("PATH", ACCEPTED, "path", id="case-insensitive"),
+        pytest.param("Offset", ACCEPTED, "offset", id="case-insensitive-mixed"),
+        pytest.param("file_path", ACCEPTED, "path", id="sent-contains-accepted"),
+        pytest.param("lim", ACCEPTED, "limit", id="accepted-contains-sent"),
+        pytest.param("file_path", ["path", "file_path_x"], "file_path_x", id="longest-containment-wins"),
+        pytest.param("ofset", ACCEPTED, "offset", id="jaro-typo"),
+        pytest.param("pth", ACCEPTED, "path", id="jaro-missing-letter"),
+        pytest.param("colour", ACCEPTED, None, id="nothing-close"),
+        pytest.param("zzz", ACCEPTED, None, id="no-shared-letters"),
+        pytest.param("anything", [], None, id="nothing-accepted"),
+        pytest.param("video_id", ["id", "video"], "video", id="longest-containment-over-two-letter-word"),
+        pytest.param("user_id", ["id"], "id", id="two-letter-name-as-a-whole-word"),
+        pytest.param("userId", ["id"], "id", id="two-letter-name-as-a-camel-word"),
+        pytest.param("video_width", ["id"], None, id="two-letter-overlap-is-accidental"),
+        pytest.param("width", ["id"], None, id="two-letter-overlap-inside-one-word"),
+        pytest.param("video_width", ["id", "path"], None, id="two-letter-overlap-among-others"),
+    ],
+)
+def test_suggest(sent: str, accepted: list[str], expected: str | None) -> None:
+    assert suggest(sent, accepted) == expected
+
+
+def test_suggest_threshold_is_strictly_above() -> None:
+    score = jaro("ab", "ac")  # 2/3
+    assert suggest("ab", ["ac"], threshold=score) is None
+    assert suggest("ab", ["ac"], threshold=score - 0.01) == "ac"
+
+
+@given(sent=st.text(max_size=12), accepted=st.lists(st.text(min_size=1, max_size=12), max_size=5))
+def test_suggest_only_ever_returns_an_accepted_name(sent: str, accepted: list[str]) -> None:
+    hint = suggest(sent, accepted)
+    assert hint is None or hint in accepted
+
+
+# --- jaro ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("MARTHA", "MARHTA", 0.944444),
+        ("DIXON", "DICKSONX", 0.766667),
+        ("JELLYFISH", "SMELLYFISH", 0.896296),
+        ("CRATE", "TRACE", 0.733333),
+        ("abc", "abc", 1.0),
+        ("", "", 1.0),
+        ("", "a", 0.0),
+        ("abc", "xyz", 0.0),
+    ],
+)
+def test_jaro_known_values(a: str, b: str, expected: float) -> None:
+    assert jaro(a, b) == pytest.approx(expected, abs=1e-6)
+
+
+@given(st.text(max_size=10), st.text(max_size=10))
+def test_jaro_is_a_symmetric_similarity(a: str, b: str) -> None:
+    score = jaro(a, b)
+    assert 0.0 <= score <= 1.0
+    assert score == pytest.approx(jaro(b, a))
+    assert jaro(a, a) == 1.0
+
+
+# --- check_names / describe_names ---------------------------------------------------------------
+
+
+def test_check_names_reports_missing_unrecognized_and_hints_in_order() -> None:
+    check = check_names(["file_path", "colour", "offset"], required=["path", "offset"],
+                        accepted=["path", "offset", "limit"])
+    assert check == NameCheck(
+        required=("path", "offset"),
+        accepted=("path", "offset", "limit"),
+        missing=("path",),
+        unrecognized=("file_path", "colour"),
+        suggestions=(("file_path", "path"),),
+    )
+
+
+def test_check_names_with_unknown_accepted_names_flags_nothing_as_unrecognized() -> None:
+    check = check_names(["whatever"], required=["path"], accepted=[])
+    assert check.missing == ("path",)
+    assert check.unrecognized == ()
+    assert check.suggestions == ()
+
+
+def test_check_names_all_present() -> None:
+    check = check_names(["path"], required=["path"], accepted=["path", "offset"])
+    assert (check.missing, check.unrecognized) == ((), ())
+
+
+def test_describe_names_lists_everything_a_model_needs() -> None:
+    check = check_names(["file_path", "colour"], required=["path"], accepted=["path", "offset"])
+    assert describe_names("read_file", check, "required arguments are missing.").splitlines() == [
+        "Tool 'read_file': required arguments are missing.",
+        "Required parameters: path",
+        "Missing: path",
+        "Unrecognized: file_path (did you mean 'path'?), colour",
+        "Accepted parameters: path, offset",
+        "Call 'read_file' again, passing every required parameter under its accepted name.",
+    ]
+
+
+def test_describe_names_without_required_or_known_names() -> None:
+    check = check_names(["x"], required=[], accepted=[])
+    assert describe_names("t", check, "headline").splitlines() == [
+        "Tool 't': headline",
+        "Required parameters: (none)",
+        "Call 't' again, passing every required parameter under its accepted name.",
+    ]
+
+
+# --- without_titles -----------------------------------------------------------------------------
+
+
+def test_without_titles_drops_title_keys_everywhere_but_keeps_a_property_named_title() -> None:
+    schema = {
+        "title": "Book",
+        "type": "object",
+        "properties": {
+            "title": {"title": "Title", "type": "string"},
+            "tags": {"title": "Tags", "type": "array", "items": {"title": "Tag", "type": "string"}},
+            "isbn": {"title": "Isbn", "anyOf": [{"type": "string", "title": "S"}, {"type": "null"}]},
+        },
+        "required": ["title"],
+        "$defs": {"Author": {"title": "Author", "type": "object",
+                             "properties": {"title": {"title": "Title", "type": "string"}}}},
+    }
+    assert without_titles(schema) == {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "isbn": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        },
+        "required": ["title"],
+        "$defs": {"Author": {"type": "object", "properties": {"title": {"type": "string"}}}},
+    }
+    assert schema["title"] == "Book"  # the input is left alone
