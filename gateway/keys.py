@@ -31,4 +31,4 @@ EXECUTOR = web.AppKey("executor", ToolExecutor)
 PENDING = web.AppKey("pending", PendingTurns)
 UPSTREAM = web.AppKey("upstream", Upstream)
 LOOP = web.AppKey("loop", ToolLoop)
-SCOPE = "toolspan.scope"
+SCOPE = web.RequestKey("scope", RequestScope)
