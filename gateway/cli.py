@@ -13,7 +13,7 @@ import importlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,13 +32,19 @@ from gateway.tools import Tool, ToolRegistry
 from telemetry.instrument import ArgumentCapture
 from telemetry.instrument import Instrumentation as Telemetry
 from telemetry.metrics import Metrics
-from telemetry.tracing import build_provider, tracer_of
+from telemetry.tracing import build_provider, exporters_for, tracer_of
 
 log = logging.getLogger("toolspan")
 
 
 class StartupError(Exception):
     """The operator's mistake: reported at start-up, before anything listens."""
+
+
+def _many(value: Any) -> bool:
+    """A registry, list, tuple, set, dict view ...: what the contract calls "an iterable of tools".
+    Not a string or a mapping, whose items are characters or keys."""
+    return isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping)
 
 
 def load_tools(specs: Iterable[str]) -> ToolRegistry:
@@ -56,10 +62,9 @@ def load_tools(specs: Iterable[str]) -> ToolRegistry:
             value: Any = getattr(module, attr)
         except AttributeError as exc:
             raise StartupError(f"--tools {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
-        found = [value] if isinstance(value, Tool) else list(value) if isinstance(value, ToolRegistry | list | tuple) \
-            else None
+        found = [value] if isinstance(value, Tool) else list(value) if _many(value) else None
         if found is None or not all(isinstance(t, Tool) for t in found):
-            raise StartupError(f"--tools {spec!r}: expected a ToolRegistry, a Tool or a list of tools, "
+            raise StartupError(f"--tools {spec!r}: expected a ToolRegistry, a Tool or an iterable of tools, "
                                f"got {type(value).__name__}")
         for item in found:
             try:
@@ -78,7 +83,9 @@ class Observability:
 def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()) -> Observability:
     if not settings.telemetry:
         return Observability(NoInstrumentation(), None)
-    provider = build_provider(processors=processors)
+    exporters = exporters_for(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
+                              settings.otel_exporter_otlp_traces_endpoint, settings.otel_exporter_otlp_protocol)
+    provider = build_provider(settings.otel_service_name, exporters, processors)
     capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
     provider_name = "openai" if settings.upstream else "toolspan.scripted"
     instrumentation = Telemetry(tracer_of(provider), Metrics(CollectorRegistry()), capture, provider_name,

@@ -106,7 +106,9 @@ def error_response(error: GatewayError) -> web.Response:
 def from_http_exception(exc: web.HTTPException) -> GatewayError:
     """aiohttp's own refusals (404, 405, 413 ...) in the OpenAI shape."""
     if exc.status == 413:
-        return TooLarge(f"request body is larger than the {exc.text or 'configured'} limit", code="body_too_large")
+        # aiohttp's text is a whole sentence ("Maximum request body size N exceeded."), not a size.
+        detail = f": {exc.text}" if exc.text else ""
+        return TooLarge(f"the request body is too large{detail}", code="body_too_large")
     kinds: dict[int, type[GatewayError]] = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound}
     kind = kinds.get(exc.status, GatewayError)
     return kind(exc.reason or "request refused", status=exc.status)

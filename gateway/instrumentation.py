@@ -30,6 +30,8 @@ class RequestTrace(Protocol):
 
     def rounds(self, count: int, limit_reached: bool) -> None: ...
 
+    def inject(self, headers: dict[str, str]) -> None: ...
+
     def finish(self, status: int, error_type: str | None = None) -> None: ...
 
 
@@ -55,6 +57,9 @@ class _NoRequestTrace:
 
     def rounds(self, count: int, limit_reached: bool) -> None:
         return None
+
+    def inject(self, headers: dict[str, str]) -> None:
+        return None  # the caller's own traceparent, if any, travels on unchanged
 
     def finish(self, status: int, error_type: str | None = None) -> None:
         return None

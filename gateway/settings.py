@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -44,6 +44,25 @@ class Settings(BaseSettings):
         description="Argument values under keys containing any of these are masked on spans")
     metrics_max_models: int = Field(50, ge=1, description="Distinct model label values before '__other__'")
     telemetry: bool = Field(True, description="Spans and metrics on")
+    # Tracing follows the standard OpenTelemetry variables (read here, like every other setting).
+    otel_traces_exporter: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_TRACES_EXPORTER", "otel_traces_exporter"),
+        description="otlp, console or none (comma-separated); unset: otlp when an endpoint is set, else none")
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"))
+    otel_exporter_otlp_traces_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint"))
+    otel_exporter_otlp_protocol: str = Field(
+        "http/protobuf", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_PROTOCOL", "otel_exporter_otlp_protocol"))
+    otel_service_name: str = Field(
+        "toolspan", validation_alias=AliasChoices("OTEL_SERVICE_NAME", "otel_service_name"))
+
+    @field_validator("upstream", "upstream_api_key", "otel_traces_exporter", "otel_exporter_otlp_endpoint",
+                     "otel_exporter_otlp_traces_endpoint", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # `TOOLSPAN_UPSTREAM=` (as compose writes an unset ${VAR:-}) means "not configured".
+        return None if isinstance(value, str) and not value.strip() else value
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

@@ -10,7 +10,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from prometheus_client.exposition import choose_encoder
 
 from gateway.instrumentation import RequestInfo
@@ -19,6 +19,7 @@ from telemetry import names
 from telemetry.arguments import render_arguments
 from telemetry.metrics import Metrics
 from telemetry.requests import ChatScope, ModelLabels, RequestScope
+from telemetry.trajectory import Retry, Trajectories
 
 _NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounded
 _DESCRIPTION_MAX = 1024
@@ -38,11 +39,13 @@ class Instrumentation:
     """Spans and metrics for every step the gateway reports: requests, provider calls, tool calls."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None,
-                 provider_name: str = "openai", max_models: int = 50) -> None:
+                 provider_name: str = "openai", max_models: int = 50,
+                 trajectories: Trajectories | None = None) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
         self.provider_name = provider_name
+        self.trajectories = trajectories if trajectories is not None else Trajectories()
         self._model_label = ModelLabels(max_models)
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> _ToolCallScope:
@@ -63,7 +66,7 @@ class Instrumentation:
 class _ToolCallScope:
     """One `tool.call` span, current while the call runs; ends and counts exactly once."""
 
-    __slots__ = ("_call", "_context", "_inst", "_label", "_outcome", "_span", "_start", "_token", "_turn")
+    __slots__ = ("_call", "_context", "_inst", "_label", "_outcome", "_retry", "_span", "_start", "_token", "_turn")
 
     def __init__(self, inst: Instrumentation, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
         self._inst = inst
@@ -85,8 +88,13 @@ class _ToolCallScope:
             attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
         if turn.request_id is not None:
             attributes[names.ATTR_REQUEST_ID] = turn.request_id
+        self._retry = retry = self._inst.trajectories.classify(turn.trajectory_id, call.name, call.arguments)
+        links: tuple[Link, ...] = ()
+        if retry is not None:
+            attributes[names.ATTR_RETRY_KIND] = retry.kind
+            links = (Link(retry.retries, {names.ATTR_RETRY_KIND: retry.kind}),)
         self._span = self._inst.tracer.start_span(
-            names.SPAN_TOOL_CALL, kind=SpanKind.INTERNAL, attributes=attributes)
+            names.SPAN_TOOL_CALL, kind=SpanKind.INTERNAL, attributes=attributes, links=links)
         self._context = trace.set_span_in_context(self._span)
         self._token = otel_context.attach(self._context)
         self._start = perf_counter()
@@ -117,6 +125,17 @@ class _ToolCallScope:
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             self._inst.metrics.tool_rejections.labels(self._label, outcome.rejection.reason).inc()
+        if outcome is not None:
+            self._follow_trajectory(outcome, span, self._retry)
+
+    def _follow_trajectory(self, outcome: ToolOutcome, span: Span, retry: Retry | None) -> None:
+        call, metrics = self._call, self._inst.metrics
+        self._inst.trajectories.record(self._turn.trajectory_id, call.name, call.arguments, span.get_span_context(),
+                                       outcome.failed, retry)
+        if retry is not None:
+            metrics.tool_retries.labels(self._label, retry.kind).inc()
+            if outcome.status == "ok":
+                metrics.tool_recoveries.labels(self._label, retry.kind).inc()
 
     def _record(self, span: Span) -> str:
         outcome = self._outcome

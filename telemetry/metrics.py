@@ -27,6 +27,13 @@ class Metrics:
         self.tool_rejections = Counter(
             names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran, by reason.",
             (names.LABEL_TOOL, names.LABEL_REASON), registry=registry)
+        self.tool_retries = Counter(
+            names.METRIC_TOOL_RETRIES, "Calls that retry a failed call of the same tool in the trajectory, by kind "
+            "(verbatim: same arguments; corrected: changed arguments).",
+            (names.LABEL_TOOL, names.LABEL_KIND), registry=registry)
+        self.tool_recoveries = Counter(
+            names.METRIC_TOOL_RECOVERIES, "Retries that succeeded, by tool and retry kind.",
+            (names.LABEL_TOOL, names.LABEL_KIND), registry=registry)
         self.upstream_requests = Counter(
             names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by model and HTTP status (or error).",
             (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)

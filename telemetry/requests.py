@@ -64,6 +64,10 @@ class RequestScope:
         self._span.set_attributes({names.ATTR_ROUNDS: count, names.ATTR_ROUND_LIMIT_REACHED: limit_reached})
         self._metrics.tool_rounds.observe(count)
 
+    def inject(self, headers: dict[str, str]) -> None:
+        """traceparent/tracestate naming this request's span, for a request passed on as it is."""
+        inject(headers, context=trace.set_span_in_context(self._span))
+
     def finish(self, status: int, error_type: str | None = None) -> None:
         self._status = status
         self._error_type = error_type

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -72,6 +72,7 @@ EXTREME_ARGUMENTS = {
     "huge-integer": "9" * 5000,
     "huge-integer-value": '{"n": ' + "9" * 5000 + "}",
     "many-keys": json.dumps({f"k{i}": i for i in range(5000)}),
+    "long-key-100k": json.dumps({"q" * 100_000: 1}),
     "nan-value": '{"path": NaN}',
     "lone-surrogate": '{"path": "\\ud800"}',
     "empty": "",
@@ -80,18 +81,30 @@ EXTREME_ARGUMENTS = {
     "array": "[1, 2]",
     "truncated": '{"path": "a',
 }
-ARGUMENTS = st.one_of(
-    st.builds(json.dumps, ARGUMENT_OBJECTS),
-    st.builds(json.dumps, JSON_VALUES),
-    ANY_TEXT,
-    st.sampled_from(sorted(EXTREME_ARGUMENTS.values())),
+UNREADABLE = {"open-brackets-5000", "open-braces-5000", "nested-3000", "long-text-100k", "long-json-string-100k",
+              "huge-integer", "huge-integer-value", "null", "array", "truncated"}  # not (as) a JSON object
+FITTING_OBJECTS = st.fixed_dictionaries({"path": ANY_TEXT}, optional={"n": st.integers(), "extra": JSON_VALUES})
+
+
+def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """Draw from one of `choices`, picked in proportion to its weight."""
+    return st.sampled_from([strategy for weight, strategy in choices for _ in range(weight)]).flatmap(lambda s: s)
+
+
+ARGUMENTS = weighted(
+    (4, st.builds(json.dumps, FITTING_OBJECTS)),
+    (2, st.builds(json.dumps, ARGUMENT_OBJECTS)),
+    (1, st.builds(json.dumps, JSON_VALUES)),
+    (1, ANY_TEXT),
+    (1, st.sampled_from(sorted(EXTREME_ARGUMENTS.values()))),
 )
 
 # --- what a tool does -------------------------------------------------------------------------------
 
 
-class BrokenText(Exception):
-    """An exception that cannot even be turned into text."""
+class BrokenText(TypeError):
+    """An exception that cannot even be turned into text (a TypeError, which the executor reads
+    for argument-name hints)."""
 
     def __str__(self) -> str:
         raise RuntimeError("no text for you")
@@ -114,6 +127,7 @@ def circular() -> list[Any]:
 class Returns:
     value: Any
     label: str | None = None  # for values whose repr is useless or raises
+    expect: str | None = None  # the status this result must get, where the test pins it
 
     def __call__(self, args: dict[str, Any]) -> Any:
         return self.value
@@ -126,6 +140,8 @@ class Returns:
 class Raises:
     make: Callable[[], BaseException]
     label: str
+    expect: str = "error"
+    content: str | None = None  # the exact text the model must get, where the test pins it
 
     def __call__(self, args: dict[str, Any]) -> Any:
         raise self.make()
@@ -146,43 +162,47 @@ def hang(args: dict[str, Any]) -> Any:
     raise AssertionError("never called: bodies built from `hang` wait forever instead")
 
 
-RETURNED = [Returns(value, label) for label, value in {
-    "object": Unserialisable(),
-    "circular-list": circular(),
-    "invalid-utf8-bytes": b"\xff",
-    "5000-digit-int": 10**5000,
-    "set": {1, 2},
-    "lone-surrogate": "\ud800",
-    "nan": float("nan"),
-    "Interrupt": Interrupt("needs review", data=Unserialisable()),
-    "ToolResult": ToolResult(content="fine"),
-    "ToolResult-parts": ToolResult(content=[{"type": "text", "text": "part"}], processed_content=Unserialisable()),
-    "ToolResult-is_error": ToolResult(content="failed on purpose", is_error=True, display_text="shown"),
-    "ToolResult-int-content": ToolResult(content=42),  # type: ignore[arg-type]
-    "ToolResult-int-parts": ToolResult(content=[1, 2]),  # type: ignore[list-item]
-    "ToolResult-unserialisable-part": ToolResult(content=[{"type": "text", "text": Unserialisable()}]),
-    "ToolResult-options-None": ToolResult(content="no options", options=None),  # type: ignore[arg-type]
+RETURNED = [Returns(value, label, expect) for label, (value, expect) in {
+    "object": (Unserialisable(), "error"),
+    "circular-list": (circular(), "error"),
+    "invalid-utf8-bytes": (b"\xff", "error"),
+    "5000-digit-int": (10**5000, "ok"),
+    "set": ({1, 2}, "ok"),
+    "lone-surrogate": ("\ud800", "ok"),
+    "nan": (float("nan"), "ok"),
+    "Interrupt": (Interrupt("needs review", data=Unserialisable()), "interrupted"),
+    "ToolResult": (ToolResult(content="fine"), "ok"),
+    "ToolResult-parts": (ToolResult(content=[{"type": "text", "text": "part"}],
+                                    processed_content=Unserialisable()), "ok"),
+    "ToolResult-is_error": (ToolResult(content="failed on purpose", is_error=True, display_text="shown"), "error"),
+    "ToolResult-int-content": (ToolResult(content=42), "error"),  # type: ignore[arg-type]
+    "ToolResult-int-parts": (ToolResult(content=[1, 2]), "error"),  # type: ignore[list-item]
+    "ToolResult-unserialisable-part": (ToolResult(content=[{"type": "text", "text": Unserialisable()}]), "error"),
+    "ToolResult-options-None": (ToolResult(content="no options", options=None), "error"),  # type: ignore[arg-type]
 }.items()]
 RAISED: list[Raises] = [
-    Raises(lambda: ToolError("deliberate refusal"), "ToolError"),
-    Raises(lambda: ToolError(ValueError("wrapped")), "ToolError(exception)"),  # type: ignore[arg-type]
-    Raises(lambda: Interrupt("approve?", data={"plan": 1}), "Interrupt"),
-    Raises(lambda: Interrupt(42), "Interrupt(42)"),  # type: ignore[arg-type]
+    Raises(lambda: ToolError("deliberate refusal"), "ToolError", content="deliberate refusal"),
+    Raises(lambda: ToolError(ValueError("wrapped")), "ToolError(exception)",  # type: ignore[arg-type]
+           content="wrapped"),
+    Raises(lambda: Interrupt("approve?", data={"plan": 1}), "Interrupt", "interrupted", "approve?"),
+    Raises(lambda: Interrupt(42), "Interrupt(42)", "interrupted", "42"),  # type: ignore[arg-type]
     Raises(lambda: KeyError("path"), "KeyError(path)"),
     Raises(lambda: KeyError("unrelated"), "KeyError(unrelated)"),
     Raises(lambda: KeyError(42), "KeyError(42)"),
     Raises(lambda: TypeError("f() got an unexpected keyword argument 'paht'"), "TypeError(unexpected)"),
     Raises(lambda: TypeError("f() missing 1 required positional argument: 'path'"), "TypeError(missing)"),
     Raises(lambda: TypeError(), "TypeError()"),
-    Raises(lambda: ValueError("bad value"), "ValueError"),
-    Raises(lambda: RuntimeError("boom"), "RuntimeError"),
-    Raises(lambda: TimeoutError("inner timeout"), "TimeoutError"),
+    Raises(lambda: ValueError("bad value"), "ValueError", content="ERROR: (ValueError) bad value"),
+    Raises(lambda: RuntimeError("boom"), "RuntimeError", content="ERROR: (RuntimeError) boom"),
+    Raises(lambda: TimeoutError("inner timeout"), "TimeoutError", content="ERROR: (TimeoutError) inner timeout"),
     Raises(lambda: ZeroDivisionError("division by zero"), "ZeroDivisionError"),
-    Raises(BrokenText, "BrokenText"),
-    Raises(lambda: SystemExit(2), "SystemExit"),
+    Raises(BrokenText, "BrokenText", content="ERROR: (BrokenText) <exception str() failed>"),
+    Raises(lambda: SystemExit(2), "SystemExit", content="ERROR: (SystemExit) 2"),
 ]
 ACTS = st.one_of(
-    st.sampled_from([echo, read_path, hang, *RAISED, *RETURNED]),
+    st.sampled_from([echo, read_path, hang]),
+    st.sampled_from(RAISED),
+    st.sampled_from(RETURNED),
     st.builds(Returns, ANY_TEXT | JSON_VALUES),
 )
 
@@ -227,11 +247,12 @@ async def async_parser(args: dict[str, Any], context: Any) -> dict[str, Any]:
 PARSERS: dict[str, Callable[..., Any]] = {
     "returns-None": parser_returning(None),
     "returns-dict": parser_returning({"path": "p"}),
+    "async": async_parser,
     "returns-int": parser_returning(42),
     "returns-str": parser_returning("not a dict"),
-    "async": async_parser,
     **{f"raises-{r.label}": parser_raising(r.make) for r in RAISED},
 }
+ACCEPTING_PARSERS = ("returns-None", "returns-dict", "async")
 
 
 class Invoice(BaseModel):
@@ -253,7 +274,7 @@ DECLARATIONS: dict[str, dict[str, Any]] = {
 def tools(draw: st.DrawFn, name: str) -> Tool:
     act = draw(ACTS)
     declaration = draw(st.sampled_from(list(DECLARATIONS.values())))
-    parser = draw(st.none() | st.sampled_from(list(PARSERS.values())))
+    parser = draw(weighted((4, st.none()), (1, st.sampled_from(list(PARSERS.values())))))
     return Tool(name=name, function=make_body(act, draw(st.booleans()), draw(st.booleans())),
                 parse_args=parser, concurrent=draw(st.booleans()),
                 timeout=TIMEOUT if act is hang else None, **declaration)
@@ -267,15 +288,21 @@ class TurnCase:
     turn: Turn = field(default_factory=Turn)
 
 
+UNKNOWN_NAMES = st.sampled_from(["tool_9", "Tool_0", "tool-0", "x" * 200]) | ANY_TEXT
+
+
+def call_names(registered: list[str]) -> st.SearchStrategy[str]:
+    """Mostly registered names, so that bodies run; otherwise a near miss or anything at all."""
+    return weighted((4, st.sampled_from(registered)), (1, UNKNOWN_NAMES))
+
+
 @st.composite
 def turn_cases(draw: st.DrawFn) -> TurnCase:
-    tool_names = [f"tool_{i}" for i in range(draw(st.integers(0, 4)))]
+    tool_names = [f"tool_{i}" for i in range(draw(st.integers(1, 4)))]
     registered = [draw(tools(name)) for name in tool_names]
-    known = st.sampled_from(tool_names) if tool_names else st.nothing()
-    unknown = st.sampled_from(["tool_9", "Tool_0", "tool-0", "x" * 200]) | ANY_TEXT
-    calls = draw(st.lists(
-        st.builds(ToolCall, id=st.text(max_size=140), name=known | unknown, arguments=ARGUMENTS), max_size=6))
-    allowed = draw(st.none() | st.sets(st.sampled_from(tool_names)) if tool_names else st.none())
+    calls = draw(st.lists(st.builds(ToolCall, id=st.text(max_size=140), name=call_names(tool_names),
+                                    arguments=ARGUMENTS), min_size=1, max_size=6))
+    allowed = draw(weighted((3, st.none()), (1, st.sets(st.sampled_from(tool_names)))))
     turn = Turn(trajectory_id=draw(st.none() | ANY_TEXT), request_id="req-1", principal=draw(st.none() | ANY_TEXT),
                 metadata=draw(st.dictionaries(ANY_TEXT, JSON_VALUES, max_size=2)), round=draw(st.integers(1, 9)))
     return TurnCase(registered, calls, allowed, turn)
@@ -336,30 +363,65 @@ def check_turn(case: TurnCase) -> list[ToolOutcome]:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(turn_cases())
 def test_every_call_gets_one_outcome_one_span_and_one_count(case: TurnCase) -> None:
-    check_turn(case)
+    for outcome in check_turn(case):  # the mix shows in --hypothesis-show-statistics
+        event(f"status {outcome.status}" + (f" ({outcome.rejection.reason})" if outcome.rejection else ""))
 
 
 # --- the hostile edges, every run -------------------------------------------------------------------
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("declaration", list(DECLARATIONS.values()), ids=list(DECLARATIONS))
-@pytest.mark.parametrize("arguments", list(EXTREME_ARGUMENTS.values()), ids=list(EXTREME_ARGUMENTS))
-def test_extreme_arguments_get_one_outcome(arguments: str, declaration: dict[str, Any], is_async: bool) -> None:
+@pytest.mark.parametrize(("label", "arguments"), list(EXTREME_ARGUMENTS.items()), ids=list(EXTREME_ARGUMENTS))
+def test_extreme_arguments_get_one_outcome(label: str, arguments: str, declaration: dict[str, Any],
+                                           is_async: bool) -> None:
     tool = Tool(name="echo", function=make_body(echo, is_async, True), **declaration)
     [outcome] = check_turn(TurnCase([tool], [ToolCall(id="call_1", name="echo", arguments=arguments)]))
-    assert outcome.status in {"ok", "rejected", "error"}
+    reason = outcome.rejection.reason if outcome.rejection else None
+    assert (reason == "invalid_json") == (label in UNREADABLE)
+
+
+BODY_EXPECTATIONS = [
+    *((act, act.expect, act.content) for act in RAISED),
+    *((act, act.expect, None) for act in RETURNED),
+    (echo, "ok", '{"path":"p"}'),
+    (read_path, "ok", "p"),
+    (hang, "timeout", None),
+]
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("act", [*RAISED, *RETURNED], ids=repr)
-def test_any_body_behaviour_gets_one_outcome(act: Callable[[dict[str, Any]], Any], is_async: bool) -> None:
-    tool = Tool(name="act", function=make_body(act, is_async, True))
+@pytest.mark.parametrize(("act", "status", "content"), BODY_EXPECTATIONS,
+                         ids=[getattr(act, "__name__", repr(act)) for act, _, _ in BODY_EXPECTATIONS])
+def test_any_body_behaviour_gets_one_outcome(act: Callable[[dict[str, Any]], Any], status: str,
+                                             content: str | None, is_async: bool) -> None:
+    tool = Tool(name="act", function=make_body(act, is_async, True), timeout=TIMEOUT if act is hang else None)
     [outcome] = check_turn(TurnCase([tool], [ToolCall(id="call_1", name="act", arguments='{"path": "p"}')]))
-    assert outcome.status in {"ok", "error", "interrupted"}
+    assert outcome.status == status
+    if content is not None:
+        assert outcome.content == content
 
 
-@pytest.mark.parametrize("parser", list(PARSERS.values()), ids=list(PARSERS))
-def test_any_parser_behaviour_gets_one_outcome(parser: Callable[..., Any]) -> None:
+@pytest.mark.parametrize(("label", "parser"), list(PARSERS.items()), ids=list(PARSERS))
+def test_any_parser_behaviour_gets_one_outcome(label: str, parser: Callable[..., Any]) -> None:
     tool = Tool(name="parsed", function=make_body(echo, True, True), parse_args=parser)
     [outcome] = check_turn(TurnCase([tool], [ToolCall(id="call_1", name="parsed", arguments='{"path": "p"}')]))
-    assert outcome.status in {"ok", "rejected"}
+    if label in ACCEPTING_PARSERS:
+        assert outcome.status == "ok"
+    else:
+        assert outcome.rejection is not None
+        assert outcome.rejection.reason == "parser"
+
+
+@pytest.mark.parametrize("allowed", [None, set(), {"tool_0"}], ids=["no-allowlist", "empty-allowlist", "allowed"])
+@pytest.mark.parametrize("name", ["tool_0", "", "tool_0 ", "TOOL_0", "tool_0\n", "\ud800", "x" * 200, "[" * 5000])
+def test_any_tool_name_gets_one_outcome(name: str, allowed: set[str] | None) -> None:
+    tool = Tool(name="tool_0", function=make_body(echo, False, True))
+    [outcome] = check_turn(TurnCase([tool], [ToolCall(id="call_1", name=name, arguments="{}")], allowed))
+    if name != "tool_0":
+        assert outcome.rejection is not None
+        assert outcome.rejection.reason == "unknown_tool"
+    elif allowed is not None and name not in allowed:
+        assert outcome.rejection is not None
+        assert outcome.rejection.reason == "not_allowed"
+    else:
+        assert outcome.status == "ok"

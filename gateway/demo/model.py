@@ -33,6 +33,7 @@ class Reply:
     raw: bytes | None = None  # sent as the body instead (broken JSON, say)
     break_stream_after: int | None = None  # close a stream abruptly after this many events
     hang: bool = False  # never answer (until the client gives up)
+    pause_after: int | None = None  # stall a stream after this many events, until the client leaves
 
     def finish(self) -> str:
         return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
@@ -54,6 +55,8 @@ class ScriptedModel:
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self._ids = itertools.count(1)
+        self.paused = asyncio.Event()  # a stream reached its `pause_after` point
+        self.dropped = asyncio.Event()  # a paused stream's connection was closed by the client
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -112,9 +115,19 @@ class ScriptedModel:
                 assert request.transport is not None
                 request.transport.close()  # an abrupt end, as when a provider's connection drops
                 return response
+            if reply.pause_after is not None and count >= reply.pause_after:
+                await self._stall()
             await response.write(event)
         await response.write_eof()
         return response
+
+    async def _stall(self) -> None:
+        self.paused.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:  # the server cancels a handler whose client hung up
+            self.dropped.set()
+            raise
 
 
 def _pieces(text: str, size: int = 6) -> list[str]:

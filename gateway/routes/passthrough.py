@@ -6,12 +6,28 @@ from aiohttp import web
 
 from gateway.errors import HOP_BY_HOP
 from gateway.keys import UPSTREAM
+from gateway.routes.common import scope
+
+_TRACE_CONTEXT = ("traceparent", "tracestate")
+_SERVER_DECODES = frozenset({"gzip", "deflate", "br", "zstd"})  # aiohttp's request parser, same test
+
+
+def _decoded_by_server(encoding: str) -> bool:
+    return encoding.isascii() and encoding.lower() in _SERVER_DECODES
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     upstream = request.app[UPSTREAM]
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "authorization"}
+    dropped = HOP_BY_HOP | {"authorization", *_TRACE_CONTEXT}
+    if _decoded_by_server(request.headers.get("Content-Encoding", "")):
+        # aiohttp's server has already decoded this body: what we forward is the decoded
+        # bytes, so the header describing the encoding must go too.
+        dropped |= {"content-encoding"}
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
     headers.update(upstream.auth_headers(request.headers.get("Authorization")))
+    trace_context = {k: request.headers[k] for k in _TRACE_CONTEXT if k in request.headers}
+    scope(request).trace.inject(trace_context)  # the provider's spans join this request's trace
+    headers.update(trace_context)
     body = request.content.iter_any() if request.body_exists else None
     answer = await upstream.forward(request.method, request.path_qs.removeprefix("/v1"), headers, body)
     try:

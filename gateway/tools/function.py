@@ -32,6 +32,7 @@ from gateway.tools.results import (
     ToolContext,
     ToolError,
     ToolOutcome,
+    exception_text,
     failure,
     format_traceback,
     normalise,
@@ -104,7 +105,8 @@ def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> s
         sent = sent if len(sent) <= 60 else sent[:57] + "..."
         problems.append(f"- {where}: {err['msg']} (got {sent})")
     count = len(problems)
-    headline = f"Tool '{tool}': {count} argument{'s' if count != 1 else ''} do not fit the declared parameters."
+    noun = "1 argument does" if count == 1 else f"{count} arguments do"
+    headline = f"Tool '{tool}': {noun} not fit the declared parameters."
     closing = f"Fix every problem listed and call '{tool}' again."
     return "\n".join([headline, *problems, *name_lines(check, show_missing=False), closing])
 
@@ -211,7 +213,7 @@ class Tool:
                 result = await result
         except ToolError as exc:
             return Rejection("parser", exc.message)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # SystemExit: an argparse-based parser rejecting
             return Rejection("parser", rescued_message(exc), exception=exc, traceback=format_traceback(exc))
         if result is None:
             return Parsed(args)
@@ -254,7 +256,10 @@ class Tool:
             return replace(template, status="error", content=exc.message, error_type="ToolError")
         except (Exception, SystemExit) as exc:
             return self._failure(exc, template)
-        return normalise(value, template)
+        try:
+            return normalise(value, template)
+        except Exception as exc:  # a malformed result (say, ToolResult(options=None)) is the tool's fault
+            return failure(template, exc)
 
     async def _call(self, args: dict[str, Any], context: ToolContext) -> Any:
         call = functools.partial(self.function, args)
@@ -284,7 +289,7 @@ class Tool:
             check = check_names(args, required, accepted)
             return describe_names(self.name, check, f"the tool needs argument '{key}', which was not sent."), check
         if isinstance(exc, TypeError):
-            text = str(exc)
+            text = exception_text(exc)
             if match := _UNEXPECTED_KEYWORD.search(text):
                 check = check_names(args, self.required_names, accepted)
                 headline = f"the tool does not take an argument named '{match.group(1)}'."

@@ -22,7 +22,7 @@ class ToolError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.message = message
+        self.message = str(message)  # `raise ToolError(exc)` is common; the model needs text
 
 
 class Interrupt(Exception):
@@ -31,7 +31,7 @@ class Interrupt(Exception):
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
-        self.message = message
+        self.message = str(message)  # what the model sees must be text
         self.data = data
 
 
@@ -105,9 +105,17 @@ class ToolOutcome:
         return "\n".join(str(part.get("text", "")) for part in self.content if isinstance(part, dict))
 
 
+def exception_text(exc: BaseException) -> str:
+    """str(exc), for exceptions whose __str__ itself fails too."""
+    try:
+        return str(exc)
+    except Exception:
+        return "<exception str() failed>"
+
+
 def rescued_message(exc: BaseException) -> str:
     """The short form a model sees for an exception nobody meant to raise."""
-    return f"ERROR: ({type(exc).__name__}) {exc}"
+    return f"ERROR: ({type(exc).__name__}) {exception_text(exc)}"
 
 
 def format_traceback(exc: BaseException) -> str:

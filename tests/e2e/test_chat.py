@@ -49,7 +49,7 @@ async def test_one_gateway_tool_round(stack: Stack, stream: bool) -> None:
     answer = await stack.ask(stream, messages=USER)
     assert answer.content == "It says hi."
     assert answer.tool_calls == []
-    first, second = stack.upstream_requests
+    _, second = stack.upstream_requests
     assert second["messages"][:1] == USER
     assistant = second["messages"][1]
     assert assistant["role"] == "assistant"

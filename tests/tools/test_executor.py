@@ -211,7 +211,15 @@ async def test_a_timeout_error_raised_by_the_body_itself_is_an_error_not_a_timeo
 
 
 def recording_tools(ran: list[str], *names: str) -> list[Tool]:
-    return [Tool(name=name, function=lambda args, context, n=name: ran.append(n) or "ran") for name in names]
+    """Tools that note their name in `ran` when their body runs."""
+
+    def recorder(name: str) -> Callable[[dict[str, Any]], str]:
+        def body(args: dict[str, Any]) -> str:
+            ran.append(name)
+            return "ran"
+        return body
+
+    return [Tool(name=name, function=recorder(name)) for name in names]
 
 
 @pytest.mark.parametrize(("sent", "hint"), [

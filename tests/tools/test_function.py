@@ -426,7 +426,7 @@ async def test_args_model_lists_every_violation_in_one_message() -> None:
     assert outcome.rejection is not None
     assert outcome.rejection.reason == "missing_arguments"
     assert outcome.content.splitlines() == [
-        "Tool 'inv': the arguments break 3 rules of the declared parameters.",
+        "Tool 'inv': 3 arguments do not fit the declared parameters.",
         "- vendor_name: missing (required)",
         "- total: Input should be a valid number, unable to parse string as a number (got \"lots\")",
         "- currency: Input should be 'usd' or 'eur' (got \"gbp\")",
@@ -443,7 +443,21 @@ async def test_args_model_type_violation_alone_is_a_parser_rejection() -> None:
     assert outcome.status == "rejected"
     assert outcome.rejection is not None
     assert outcome.rejection.reason == "parser"
-    assert "the arguments break 1 rule of the declared parameters." in outcome.content
+    assert outcome.content.startswith("Tool 'inv': 1 argument does not fit the declared parameters.\n")
+
+
+async def test_args_model_with_only_missing_arguments_speaks_like_the_plain_check() -> None:
+    modelled = await make(name="inv", args_model=Invoice).execute('{"vendorName": "Acme"}', CTX)
+    plain = await make(name="inv", parameters=[Param("vendor_name", "string", required=True),
+                                               Param("total", "number", required=True),
+                                               Param("currency", "string")]).execute('{"vendorName": "Acme"}', CTX)
+    assert modelled.status == plain.status == "rejected"
+    assert modelled.content == plain.content
+    assert modelled.content.splitlines()[:3] == [
+        "Tool 'inv': required arguments are missing.",
+        "Required parameters: vendor_name, total",
+        "Missing: vendor_name, total",
+    ]
 
 
 async def test_args_model_hands_the_body_validated_values_with_defaults() -> None:

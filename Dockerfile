@@ -1,0 +1,21 @@
+# toolspan gateway. Without TOOLSPAN_UPSTREAM it serves the built-in scripted model and example tools.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+# Only what the package needs: the build context also holds .venv, tests and the stack's configs.
+COPY pyproject.toml ./
+COPY gateway ./gateway
+COPY telemetry ./telemetry
+RUN pip install --no-cache-dir . \
+    && rm -rf /src \
+    && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin toolspan
+
+WORKDIR /
+USER 10001:10001
+EXPOSE 8080
+
+CMD ["toolspan", "serve", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,237 @@
+"""Throughput and latency of toolspan against the direct upstream and a bare pass-through floor.
+
+In one run, on loopback, against the built-in fast upstream (FastPolicy), each in its own process:
+  direct  - the upstream itself;
+  floor   - a bare aiohttp pass-through written here (reads the body, forwards it, streams back);
+  toolspan- the gateway with telemetry on (spans through a BatchSpanProcessor, metrics on).
+For a plain chat request, a streamed one (time to first byte) and a request with one gateway tool
+round, at concurrency 1, 10 and 50: requests per second and p50/p99 latency. Load comes from this
+process with raw aiohttp (the openai client would cost more than what is measured).
+
+    python bench/proxy.py [--requests 400] [--seconds 15]
+
+Targets (plain request): toolspan >= 0.6 x the floor's throughput at concurrency 10, and at most
+1.5 ms added at p50 over direct at concurrency 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN = {"model": "bench", "messages": [{"role": "user", "content": "hello"}]}
+STREAMED = {**PLAIN, "stream": True}
+TOOL_ROUND = {"model": "bench", "messages": [{"role": "user", "content": "please use a tool"}]}
+SCENARIOS = {"plain": PLAIN, "stream (TTFB)": STREAMED, "one tool round": TOOL_ROUND}
+CONCURRENCY = (1, 10, 50)
+
+
+# --- the servers, each run as `python bench/proxy.py --serve KIND --port P [--upstream URL]` -------------
+
+async def _serve_upstream(port: int) -> None:
+    from gateway.cli import serving
+    from gateway.demo.agent import FastPolicy
+    from gateway.demo.model import ScriptedModel
+
+    async with serving(ScriptedModel(FastPolicy()).app(), "127.0.0.1", port):
+        await asyncio.Event().wait()
+
+
+async def _serve_floor(port: int, upstream: str) -> None:
+    """The least a proxy can do: forward the body, stream the answer back."""
+    session = aiohttp.ClientSession(auto_decompress=False)
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        async with session.post(upstream + "/chat/completions", data=body,
+                                headers={"Content-Type": "application/json"}) as answer:
+            response = web.StreamResponse(status=answer.status,
+                                          headers={"Content-Type": answer.headers["Content-Type"]})
+            await response.prepare(request)
+            async for data in answer.content.iter_any():
+                await response.write(data)
+            await response.write_eof()
+            return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", forward)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+async def _serve_toolspan(port: int, upstream: str) -> None:
+    from collections.abc import Sequence as Seq
+
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    from gateway.cli import gateway
+    from gateway.demo.tools import demo_registry
+    from gateway.settings import Settings
+
+    class Drop(SpanExporter):
+        def export(self, spans: Seq[Any]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    settings = Settings(port=port, upstream=upstream)
+    async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(Drop())]):
+        await asyncio.Event().wait()
+
+
+# --- the load --------------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+async def _one(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> float:
+    """Seconds to the answer (to the first body byte when streamed)."""
+    start = time.perf_counter()
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+        if response.status != 200:
+            raise RuntimeError(f"status {response.status}")
+        if stream:
+            await response.content.readany()
+            elapsed = time.perf_counter() - start
+            await response.read()
+            return elapsed
+        await response.read()
+        return time.perf_counter() - start
+
+
+async def load(url: str, request: dict[str, Any], concurrency: int, count: int, seconds: float) -> Result:
+    body = json.dumps(request).encode()
+    stream = bool(request.get("stream"))
+    latencies: list[float] = []
+    errors = 0
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        for _ in range(min(50, count)):  # warm-up: connections, caches
+            await _one(session, url, body, stream)
+        deadline = time.perf_counter() + seconds
+        remaining = count
+
+        async def worker() -> None:
+            nonlocal remaining, errors
+            while remaining > 0 and time.perf_counter() < deadline:
+                remaining -= 1
+                try:
+                    latencies.append(await _one(session, url, body, stream))
+                except (aiohttp.ClientError, RuntimeError):
+                    errors += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    latencies.sort()
+    p = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
+    return Result(len(latencies) / elapsed, p[49] * 1000, p[98] * 1000, errors)
+
+
+# --- orchestration ----------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _wait_ready(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.post(url, json=PLAIN) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up")
+            await asyncio.sleep(0.1)  # polling a starting process: there is no event to await
+
+
+def _start(kind: str, port: int, upstream: str | None = None) -> subprocess.Popen[bytes]:
+    args = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
+    if upstream:
+        args += ["--upstream", upstream]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
+
+
+async def run(count: int, seconds: float) -> None:
+    upstream_port, floor_port, toolspan_port = _free_port(), _free_port(), _free_port()
+    upstream = f"http://127.0.0.1:{upstream_port}/v1"
+    processes = [_start("upstream", upstream_port)]
+    processes += [_start("floor", floor_port, upstream), _start("toolspan", toolspan_port, upstream)]
+    targets = {"direct": upstream, "floor": f"http://127.0.0.1:{floor_port}/v1",
+               "toolspan": f"http://127.0.0.1:{toolspan_port}/v1"}
+    try:
+        for base in targets.values():
+            await _wait_ready(base + "/chat/completions")
+        results: dict[tuple[str, str, int], Result] = {}
+        print(f"{'scenario':16} {'conc':>4} {'target':9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
+        for scenario, request in SCENARIOS.items():
+            for concurrency in CONCURRENCY:
+                for name, base in targets.items():
+                    result = await load(base + "/chat/completions", request, concurrency,
+                                        count * max(1, concurrency // 5), seconds)
+                    results[(scenario, name, concurrency)] = result
+                    print(f"{scenario:16} {concurrency:>4} {name:9} {result.rps:8.0f} {result.p50_ms:8.2f} "
+                          f"{result.p99_ms:8.2f} {result.errors:>6}", flush=True)
+        _verdict(results)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=10)
+
+
+def _verdict(results: dict[tuple[str, str, int], Result]) -> None:
+    ratio = results[("plain", "toolspan", 10)].rps / results[("plain", "floor", 10)].rps
+    added = results[("plain", "toolspan", 1)].p50_ms - results[("plain", "direct", 1)].p50_ms
+    print(f"\nplain, concurrency 10: toolspan/floor throughput = {ratio:.2f} (target >= 0.6)")
+    print(f"plain, concurrency 1: toolspan p50 - direct p50 = {added:.2f} ms (target <= 1.5 ms)")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=400, help="requests per run (x concurrency/5)")
+    parser.add_argument("--seconds", type=float, default=15.0, help="time cap per run")
+    parser.add_argument("--serve", choices=("upstream", "floor", "toolspan"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.serve == "upstream":
+        asyncio.run(_serve_upstream(options.port))
+    elif options.serve == "floor":
+        asyncio.run(_serve_floor(options.port, options.upstream))
+    elif options.serve == "toolspan":
+        asyncio.run(_serve_toolspan(options.port, options.upstream))
+    else:
+        asyncio.run(run(options.requests, options.seconds))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,633 @@
+"""The deployment files: the compose stack, its configs, the Dockerfile and the Grafana dashboards.
+
+Docker is not needed: the compose file is checked against the compose specification, every file it
+mounts must exist, the configs must point at each other (ports, hosts, data source uids), and every
+PromQL expression of every dashboard may use only the metric names and labels of telemetry/names.py.
+The metrics exposition itself goes through `promtool check metrics` (Debian package `prometheus`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from ruamel.yaml import YAML
+
+from gateway.instrumentation import RequestInfo
+from gateway.settings import Settings
+from gateway.tools import Interrupt, Param, Tool, ToolCall, ToolError, ToolExecutor, ToolRegistry, Turn
+from telemetry import names
+from telemetry.instrument import Instrumentation
+from telemetry.metrics import Metrics
+from telemetry.tracing import build_provider, exporters_for, tracer_of
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DASHBOARD_DIR = ROOT / "dashboards"
+DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
+PROVISIONING = DASHBOARD_DIR / "provisioning"
+DEPLOY = ROOT / "deploy"
+
+PROM_UID = "prometheus"
+TEMPO_UID = "tempo"
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def load_yaml(path: Path) -> Any:
+    return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+
+
+def executable(name: str, install_hint: str) -> str:
+    """A tool next to the interpreter (the venv's bin/), else on PATH; a missing tool fails the test,
+    since CI installs every one of them."""
+    sibling = Path(sys.executable).parent / name
+    if sibling.is_file():
+        return str(sibling)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: {install_hint}")
+    return found
+
+
+def promtool() -> str:
+    return executable("promtool", "apt-get install -y --no-install-recommends prometheus")
+
+
+def metric_constants() -> dict[str, str]:
+    return {k: v for k, v in vars(names).items() if k.startswith("METRIC_")}
+
+
+def label_constants() -> set[str]:
+    return {v for k, v in vars(names).items() if k.startswith("LABEL_")}
+
+
+def histogram_names() -> set[str]:
+    """The METRIC_* names the real Metrics object registers as histograms (their series carry suffixes)."""
+    families = Metrics(CollectorRegistry()).registry.collect()
+    return {f.name for f in families if f.type == "histogram"}
+
+
+def compose() -> dict[str, Any]:
+    data = load_yaml(COMPOSE)
+    assert isinstance(data, dict)
+    return data
+
+
+def services() -> dict[str, dict[str, Any]]:
+    return compose()["services"]
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def interpolate(value: str, host_env: dict[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR-default}, as `docker compose` expands them."""
+    def expand(match: re.Match[str]) -> str:
+        name, op, default = match.group(1), match.group(2), match.group(3) or ""
+        if name in host_env and (op != ":-" or host_env[name]):
+            return host_env[name]
+        return default if op else ""
+    return re.sub(r"\$\{(\w+)(:-|-)?([^}]*)\}", expand, value)
+
+
+def bind_mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(host source, container target) of every bind mount with a relative host path."""
+    mounts = []
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source, target = volume.split(":")[:2]
+        elif volume.get("type") == "bind":
+            source, target = volume["source"], volume["target"]
+        else:
+            continue
+        if source.startswith("."):
+            mounts.append((source, target))
+    return mounts
+
+
+def command_args(service: dict[str, Any]) -> list[str]:
+    command = service.get("command", [])
+    return shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+
+
+def port_of(endpoint: str) -> int:
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ")
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            pairs.append((keyword.upper(), rest.strip()))
+    return pairs
+
+
+def dockerfile_cmd() -> list[str]:
+    [cmd] = [rest for keyword, rest in dockerfile_instructions() if keyword == "CMD"]
+    parsed = json.loads(cmd)  # exec form, so the server gets the signals
+    assert isinstance(parsed, list)
+    return parsed
+
+
+# --- the compose file ----------------------------------------------------------------------------
+
+def test_compose_file_validates_against_the_compose_specification() -> None:
+    checker = executable("check-jsonschema", "pip install check-jsonschema (it is in the test extras)")
+    run = subprocess.run([checker, "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_stack_has_every_service() -> None:
+    assert set(services()) >= {"toolspan", "otel-collector", "tempo", "prometheus", "grafana"}
+
+
+def test_every_bind_mount_and_the_build_context_exist() -> None:
+    mounted = [(name, source) for name, service in services().items() for source, _ in bind_mounts(service)]
+    assert mounted, "the stack mounts its configs from the repository"
+    missing = [f"{name}: {source}" for name, source in mounted if not (ROOT / source).exists()]
+    assert not missing, f"mounted but absent: {missing}"
+
+    build = services()["toolspan"]["build"]
+    context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
+    dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+    assert context.is_dir()
+    assert (context / dockerfile).is_file()
+
+
+def test_every_config_a_command_names_is_mounted() -> None:
+    for name, service in services().items():
+        targets = {target for _, target in bind_mounts(service)}
+        for arg in command_args(service):
+            flag, sep, value = arg.partition("=")
+            if sep and "config" in flag and value.startswith("/"):
+                assert value in targets, f"{name}: {arg} names a file that no volume mounts"
+
+
+def test_ports_are_published_on_localhost_only() -> None:
+    published = []
+    for name, service in services().items():
+        for port in service.get("ports", []):
+            if isinstance(port, dict):
+                assert port.get("host_ip") == "127.0.0.1", f"{name}: {port}"
+            else:
+                assert str(port).startswith("127.0.0.1:"), f"{name}: {port} is reachable from other machines"
+            published.append(name)
+    assert {"toolspan", "grafana", "prometheus"} <= set(published)
+
+
+def test_images_are_pinned() -> None:
+    for name, service in services().items():
+        if "build" in service:
+            continue
+        image = service["image"]
+        repository, _, tag = image.rpartition(":")
+        assert repository and "/" not in tag, f"{name}: {image} has no tag"
+        assert tag != "latest", f"{name}: {image} is not pinned"
+
+
+def test_prometheus_stores_exemplars() -> None:
+    features = [a.partition("=")[2] for a in command_args(services()["prometheus"])
+                if a.startswith("--enable-feature=")]
+    assert "exemplar-storage" in ",".join(features).split(",")
+
+
+def test_grafana_allows_anonymous_admin_for_local_use() -> None:
+    env = environment(services()["grafana"])
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
+    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Admin"
+
+
+# --- the gateway container ------------------------------------------------------------------------
+
+@pytest.fixture
+def compose_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """The settings the toolspan container starts with when the host sets neither variable."""
+    for var in [v for v in os.environ if v.startswith(("TOOLSPAN_", "OTEL_"))]:
+        monkeypatch.delenv(var)
+    for key, value in environment(services()["toolspan"]).items():
+        monkeypatch.setenv(key, interpolate(value, host_env={}))
+    yield Settings()
+
+
+def test_an_unset_upstream_means_the_built_in_model(compose_settings: Settings) -> None:
+    assert compose_settings.upstream is None
+    assert compose_settings.upstream_api_key is None
+
+
+def test_the_upstream_comes_from_the_host_environment() -> None:
+    env = environment(services()["toolspan"])
+    host = {"TOOLSPAN_UPSTREAM": "https://api.example.com/v1", "TOOLSPAN_UPSTREAM_API_KEY": "sk-test"}
+    assert interpolate(env["TOOLSPAN_UPSTREAM"], host) == "https://api.example.com/v1"
+    assert interpolate(env["TOOLSPAN_UPSTREAM_API_KEY"], host) == "sk-test"
+
+
+def test_the_gateway_exports_traces_to_the_collector(compose_settings: Settings) -> None:
+    assert compose_settings.otel_service_name == "toolspan"
+    endpoint = urlsplit(compose_settings.otel_exporter_otlp_endpoint or "")
+    assert endpoint.hostname in services()
+    collector = load_yaml(DEPLOY / "otel-collector.yaml")
+    assert endpoint.port == port_of(collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"])
+    [exporter] = exporters_for(compose_settings.otel_traces_exporter, compose_settings.otel_exporter_otlp_endpoint,
+                               compose_settings.otel_exporter_otlp_traces_endpoint,
+                               compose_settings.otel_exporter_otlp_protocol)
+    assert type(exporter).__name__ == "OTLPSpanExporter"
+
+
+def test_the_image_serves_on_the_port_prometheus_scrapes() -> None:
+    cmd = dockerfile_cmd()
+    assert cmd[:2] == ["toolspan", "serve"]
+    assert cmd[cmd.index("--host") + 1] == "0.0.0.0"  # inside the container; compose publishes on localhost
+    port = int(cmd[cmd.index("--port") + 1])
+    exposed = [int(p.split("/")[0]) for keyword, rest in dockerfile_instructions() if keyword == "EXPOSE"
+               for p in rest.split()]
+    assert port in exposed
+    published = [int(str(p).rsplit(":", 1)[1]) for p in services()["toolspan"]["ports"]]
+    assert port in published
+
+    prometheus = load_yaml(DEPLOY / "prometheus.yml")
+    [job] = [j for j in prometheus["scrape_configs"] if j["job_name"] == "toolspan"]
+    targets = [t for group in job["static_configs"] for t in group["targets"]]
+    assert targets == [f"toolspan:{port}"]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+
+
+def test_the_image_runs_as_a_non_root_user() -> None:
+    instructions = dockerfile_instructions()
+    [base] = [rest for keyword, rest in instructions if keyword == "FROM"]
+    assert base.startswith("python:3.11-slim")
+    users = [rest for keyword, rest in instructions if keyword == "USER"]
+    assert users
+    assert users[-1].split(":")[0] not in ("root", "0")
+
+
+def test_every_file_the_dockerfile_copies_exists() -> None:
+    for keyword, rest in dockerfile_instructions():
+        if keyword in ("COPY", "ADD"):
+            *sources, _ = [w for w in rest.split() if not w.startswith("--")]
+            for source in sources:
+                assert (ROOT / source).exists(), f"{keyword} {rest}: {source} is not in the build context"
+
+
+# --- the collector, Tempo, Prometheus ---------------------------------------------------------------
+
+def test_the_collector_sends_traces_to_tempo() -> None:
+    collector = load_yaml(DEPLOY / "otel-collector.yaml")
+    protocols = collector["receivers"]["otlp"]["protocols"]
+    assert port_of(protocols["grpc"]["endpoint"]) == 4317
+    assert port_of(protocols["http"]["endpoint"]) == 4318
+    pipeline = collector["service"]["pipelines"]["traces"]
+    for kind in ("receivers", "processors", "exporters"):
+        for component in pipeline[kind]:
+            assert component in collector[kind], f"pipeline uses {kind} {component}, which is not defined"
+    assert "batch" in pipeline["processors"]
+    [exporter] = pipeline["exporters"]
+    assert exporter.split("/")[0] == "otlp"
+    config = collector["exporters"][exporter]
+    host, port = config["endpoint"].rsplit(":", 1)
+    assert host == "tempo" and host in services()
+    assert config["tls"]["insecure"] is True
+    tempo = load_yaml(DEPLOY / "tempo.yaml")
+    assert int(port) == port_of(tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])
+    assert tempo["storage"]["trace"]["backend"] == "local"
+
+
+def test_prometheus_config_passes_promtool() -> None:
+    run = subprocess.run([promtool(), "check", "config", str(DEPLOY / "prometheus.yml")],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+# --- Grafana provisioning --------------------------------------------------------------------------
+
+def test_datasources_link_exemplars_to_tempo() -> None:
+    provisioned = load_yaml(PROVISIONING / "datasources" / "datasources.yaml")
+    by_uid = {d["uid"]: d for d in provisioned["datasources"]}
+    prometheus, tempo = by_uid[PROM_UID], by_uid[TEMPO_UID]
+    assert prometheus["type"] == "prometheus"
+    assert tempo["type"] == "tempo"
+    [destination] = prometheus["jsonData"]["exemplarTraceIdDestinations"]
+    assert destination["name"] == names.EXEMPLAR_TRACE_ID  # the exemplar label the histograms carry
+    assert destination["datasourceUid"] == TEMPO_UID
+    assert urlsplit(prometheus["url"]).hostname == "prometheus"
+    tempo_config = load_yaml(DEPLOY / "tempo.yaml")
+    assert urlsplit(tempo["url"]).hostname == "tempo"
+    assert urlsplit(tempo["url"]).port == tempo_config["server"]["http_listen_port"]
+    scrape = load_yaml(DEPLOY / "prometheus.yml")["global"]["scrape_interval"]
+    assert prometheus["jsonData"]["timeInterval"] == scrape  # $__rate_interval is derived from it
+
+
+def test_dashboard_provider_reads_the_mounted_dashboards() -> None:
+    provider = load_yaml(PROVISIONING / "dashboards" / "toolspan.yaml")
+    [entry] = provider["providers"]
+    assert entry["type"] == "file"
+    grafana = dict((target, source) for source, target in bind_mounts(services()["grafana"]))
+    source = grafana[entry["options"]["path"]]
+    assert (ROOT / source).resolve() == DASHBOARD_DIR
+    assert (ROOT / grafana["/etc/grafana/provisioning/dashboards"]).resolve() == PROVISIONING / "dashboards"
+    assert (ROOT / grafana["/etc/grafana/provisioning/datasources"]).resolve() == PROVISIONING / "datasources"
+
+
+# --- dashboards ------------------------------------------------------------------------------------
+
+def load_dashboard(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def all_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    panels = []
+    for panel in dashboard.get("panels", []):
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))  # collapsed rows hold their panels
+    return panels
+
+
+def query_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in all_panels(dashboard) if p.get("type") != "row"]
+
+
+def prom_expressions(dashboard: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in query_panels(dashboard) for t in p.get("targets", []) if "expr" in t]
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") == "query":
+            query = variable["query"]
+            exprs.append(query if isinstance(query, str) else query["query"])
+    return exprs
+
+
+_MATCHER = re.compile(r'([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+_LABEL_VALUES = re.compile(r"label_values\(\s*([^,)]+)\s*,\s*(\w+)\s*\)")
+_BOUNDED_VALUES = {
+    names.LABEL_OUTCOME: set(names.OUTCOMES),
+    names.LABEL_KIND: set(names.RETRY_KINDS),
+    names.LABEL_REASON: set(names.REJECTION_REASONS),
+    names.LABEL_TYPE: {names.TOKEN_INPUT, names.TOKEN_OUTPUT},
+}
+
+
+def metrics_of(expr: str) -> set[str]:
+    """Metric names after stripping the series suffix of histograms; a suffix-less histogram name
+    or a suffixed non-histogram is returned as is, so it fails the lookup."""
+    histograms = histogram_names()
+    found = set()
+    for series in re.findall(r"\btoolspan_[a-z_]+", expr):
+        for suffix in HISTOGRAM_SUFFIXES:
+            if series.endswith(suffix) and series[: -len(suffix)] in histograms:
+                series = series[: -len(suffix)]
+                break
+        else:
+            if series in histograms:
+                series += " (a histogram: query its _bucket, _sum or _count series)"
+        found.add(series)
+    return found
+
+
+def labels_of(expr: str) -> set[str]:
+    labels = {m.group(1) for block in re.findall(r"\{([^{}]*)\}", expr) for m in _MATCHER.finditer(block)}
+    labels |= {name.strip() for group in _GROUPING.findall(expr) for name in group.split(",") if name.strip()}
+    labels |= {m.group(2) for m in _LABEL_VALUES.finditer(expr)}
+    return labels
+
+
+def literal_values(expr: str) -> Iterator[tuple[str, str]]:
+    """(label, value) for every equality matcher, and every alternative of a plain regex matcher."""
+    for block in re.findall(r"\{([^{}]*)\}", expr):
+        for match in _MATCHER.finditer(block):
+            label, op, value = match.groups()
+            if value.startswith("$"):
+                continue  # a dashboard variable
+            if op in ("=", "!="):
+                yield label, value
+            elif re.fullmatch(r"[\w|]+", value):
+                for alternative in value.split("|"):
+                    yield label, alternative
+
+
+@pytest.fixture(params=DASHBOARDS, ids=lambda p: p.name)
+def dashboard(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return load_dashboard(request.param)
+
+
+def test_there_are_an_overview_and_a_tools_dashboard() -> None:
+    assert {p.name for p in DASHBOARDS} >= {"overview.json", "tools.json"}
+    uids = [load_dashboard(p)["uid"] for p in DASHBOARDS]
+    assert all(uids)
+    assert len(set(uids)) == len(uids)
+
+
+def test_dashboard_is_well_formed(dashboard: dict[str, Any]) -> None:
+    assert dashboard["title"]
+    assert dashboard["schemaVersion"] >= 36
+    ids = [p["id"] for p in all_panels(dashboard)]
+    assert len(ids) == len(set(ids)), f"duplicate panel ids in {dashboard['uid']}"
+    panels = query_panels(dashboard)
+    assert panels
+    for panel in panels:
+        assert panel["title"].strip(), panel
+        assert panel.get("description", "").strip(), f"{panel['title']}: say which question the panel answers"
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target.get("datasource", {}).get("uid") in (PROM_UID, TEMPO_UID), (panel["title"], target)
+            assert target.get("refId")
+            query_key = "expr" if target["datasource"]["uid"] == PROM_UID else "query"
+            assert target.get(query_key, "").strip(), (panel["title"], target)
+
+
+def test_duration_panels_show_exemplars(dashboard: dict[str, Any]) -> None:
+    duration_panels = 0
+    for panel in query_panels(dashboard):
+        by_title = re.search(r"duration|latency", panel["title"], re.IGNORECASE) is not None
+        for target in panel["targets"]:
+            by_series = re.search(r"_duration_seconds_bucket", target.get("expr", "")) is not None
+            if by_title or by_series:
+                duration_panels += 1
+                assert target.get("exemplar") is True, f"{panel['title']}: {target['refId']} hides exemplars"
+                assert panel["type"] == "timeseries", f"{panel['title']}: exemplars show on time series only"
+    assert duration_panels, f"{dashboard['uid']} has no duration panel"
+
+
+def test_dashboards_query_only_defined_metrics(dashboard: dict[str, Any]) -> None:
+    defined = set(metric_constants().values())
+    exprs = prom_expressions(dashboard)
+    assert exprs
+    for expr in exprs:
+        used = metrics_of(expr)
+        assert used, f"no toolspan metric in {expr!r}"
+        assert used <= defined, f"{expr!r} uses {sorted(used - defined)}, not in telemetry/names.py"
+
+
+def test_dashboards_use_only_defined_labels(dashboard: dict[str, Any]) -> None:
+    allowed = label_constants() | {"le"}
+    for expr in prom_expressions(dashboard):
+        unknown = labels_of(expr) - allowed
+        assert not unknown, f"{expr!r} uses labels {sorted(unknown)}, not in telemetry/names.py"
+        for label, value in literal_values(expr):
+            if label in _BOUNDED_VALUES:
+                assert value in _BOUNDED_VALUES[label], f"{expr!r}: {label}={value!r} never occurs"
+            if label == names.LABEL_TOOL:
+                assert value == names.UNKNOWN_TOOL, f"{expr!r}: a dashboard names no particular tool"
+
+
+def test_rate_windows_follow_the_scrape_interval(dashboard: dict[str, Any]) -> None:
+    for expr in prom_expressions(dashboard):
+        windows = re.findall(r"\[([^\]]*)\]", expr)
+        assert all(w == "$__rate_interval" for w in windows), f"{expr!r}: use [$__rate_interval]"
+        if re.search(r"\b(?:rate|increase|irate)\(", expr):
+            assert windows, expr
+
+
+def test_dashboard_variables_are_defined(dashboard: dict[str, Any]) -> None:
+    defined = {v["name"] for v in dashboard.get("templating", {}).get("list", [])}
+    builtin = {"__rate_interval", "__interval", "__range"}
+    for expr in prom_expressions(dashboard):
+        for used in re.findall(r"\$\{?(\w+)", expr):
+            assert used in defined | builtin, f"{expr!r} uses ${used}, which the dashboard does not define"
+
+
+def test_trace_panels_query_defined_spans_and_attributes(dashboard: dict[str, Any]) -> None:
+    span_names = {v for k, v in vars(names).items() if k.startswith("SPAN_")}
+    attributes = {v for k, v in vars(names).items() if k.startswith("ATTR_")}
+    for panel in query_panels(dashboard):
+        for target in panel["targets"]:
+            if target["datasource"]["uid"] != TEMPO_UID:
+                continue
+            query = target["query"]
+            for name in re.findall(r'\bname\s*=\s*"([^"]+)"', query):
+                assert name in span_names, f"{query!r}: no span is named {name!r}"
+            for attribute in re.findall(r"\bspan\.([\w.]+)", query):
+                assert attribute in attributes, f"{query!r}: no attribute {attribute!r} in telemetry/names.py"
+            for value in re.findall(r'span\.toolspan\.outcome\s*=~?\s*"([^"]+)"', query):
+                assert set(value.split("|")) <= set(names.OUTCOMES), query
+
+
+def test_the_tools_dashboard_answers_the_operators_questions() -> None:
+    tools = load_dashboard(DASHBOARD_DIR / "tools.json")
+    exprs = " ".join(prom_expressions(tools))
+    for metric in (names.METRIC_TOOL_CALLS, names.METRIC_TOOL_CALL_DURATION, names.METRIC_TOOL_REJECTIONS,
+                   names.METRIC_TOOL_RETRIES, names.METRIC_TOOL_RECOVERIES):
+        assert metric in exprs, f"the tools dashboard does not show {metric}"
+    assert 'outcome="timeout"' in exprs
+    assert f'tool="{names.UNKNOWN_TOOL}"' in exprs
+    overview = " ".join(prom_expressions(load_dashboard(DASHBOARD_DIR / "overview.json")))
+    for metric in (names.METRIC_REQUESTS, names.METRIC_REQUEST_DURATION, names.METRIC_UPSTREAM_DURATION,
+                   names.METRIC_UPSTREAM_REQUESTS, names.METRIC_TOKENS, names.METRIC_TOOL_ROUNDS,
+                   names.METRIC_REQUESTS_IN_FLIGHT):
+        assert metric in overview, f"the overview dashboard does not show {metric}"
+
+
+def test_every_metric_appears_on_some_dashboard() -> None:
+    shown = set().union(*(metrics_of(e) for p in DASHBOARDS for e in prom_expressions(load_dashboard(p))))
+    assert set(metric_constants().values()) <= shown
+
+
+# --- the exposition -----------------------------------------------------------------------------------
+
+async def _refuse(args: dict[str, Any]) -> str:
+    raise ToolError("the file is locked")
+
+
+async def _hang(args: dict[str, Any]) -> str:
+    await asyncio.Event().wait()
+    return "never"
+
+
+async def _review(args: dict[str, Any]) -> str:
+    raise Interrupt("needs a human", data={"ticket": "T-1"})
+
+
+def _reject_relative(args: dict[str, Any]) -> None:
+    if not str(args.get("path", "")).startswith("/"):
+        raise ToolError("path must be absolute")
+
+
+async def _drive(registry: CollectorRegistry) -> None:
+    """Every outcome, every rejection reason, both retry kinds and a recovery, inside one request
+    with one provider call, so every metric family has samples."""
+    instrumentation = Instrumentation(tracer_of(build_provider()), Metrics(registry))
+    path = [Param("path", "string", required=True)]
+    tools = ToolRegistry([
+        Tool(name="read_file", parameters=path, function=lambda a: f"read {a['path']}"),
+        Tool(name="strict", parameters=path, parse_args=_reject_relative, function=lambda a: "ok"),
+        Tool(name="locked", function=_refuse),
+        Tool(name="slow", function=_hang, timeout=0.01),
+        Tool(name="review", function=_review),
+        Tool(name="admin", function=lambda a: "secret"),
+    ])
+    executor = ToolExecutor(tools, instrumentation)
+    turn = Turn(trajectory_id="traj-deploy", request_id="req-1")
+    calls = [
+        ("read_file", '{"file_path": "a"}', None),  # missing_arguments
+        ("read_file", '{"path": "a"}', None),  # corrected retry, recovered
+        ("read_file", '{"path": ', None),  # invalid_json
+        ("strict", '{"path": "a"}', None),  # parser
+        ("locked", "{}", None),  # error
+        ("locked", "{}", None),  # verbatim retry
+        ("slow", "{}", None),  # timeout
+        ("review", "{}", None),  # interrupted
+        ("no_such_tool", "{}", None),  # unknown_tool
+        ("admin", "{}", ["read_file"]),  # not_allowed
+    ]
+    info = RequestInfo("POST", "/v1/chat/completions", "/v1/chat/completions", {}, "traj-deploy")
+    with instrumentation.request(info) as request:
+        with instrumentation.chat("gpt-test", stream=False) as chat:
+            chat.response({"id": "chatcmpl-1", "model": "gpt-test", "choices": [{"finish_reason": "tool_calls"}],
+                           "usage": {"prompt_tokens": 12, "completion_tokens": 5}})
+        for index, (name, arguments, allowed) in enumerate(calls):
+            await executor.run_turn([ToolCall(f"call_{index}", name, arguments)], turn, allowed)
+        request.rounds(2, limit_reached=False)
+        request.finish(200)
+
+
+def classic_exposition() -> tuple[CollectorRegistry, bytes]:
+    registry = CollectorRegistry()
+    asyncio.run(_drive(registry))
+    return registry, generate_latest(registry)
+
+
+def test_every_metric_family_has_samples_after_a_session() -> None:
+    registry, _ = classic_exposition()
+    samples = {s.name: s for family in registry.collect() for s in family.samples}
+    histograms = histogram_names()
+    for metric in metric_constants().values():
+        series = metric + "_count" if metric in histograms else metric
+        assert series in samples, f"{metric} has no sample"
+    for label, values in ((names.LABEL_OUTCOME, set(names.OUTCOMES) - {"cancelled"}),
+                          (names.LABEL_REASON, set(names.REJECTION_REASONS)),
+                          (names.LABEL_KIND, set(names.RETRY_KINDS))):
+        seen = {s.labels.get(label) for family in registry.collect() for s in family.samples}
+        assert values <= seen, f"{label}: {sorted(values - seen)} never produced"
+
+
+def test_classic_exposition_passes_promtool_check_metrics() -> None:
+    _, exposition = classic_exposition()
+    assert b"toolspan_tool_call_duration_seconds_bucket" in exposition
+    run = subprocess.run([promtool(), "check", "metrics"], input=exposition, capture_output=True, timeout=60,
+                         check=False)
+    report = (run.stdout + run.stderr).decode()
+    assert run.returncode == 0, report
+    assert not report.strip(), report

@@ -1,0 +1,148 @@
+"""PendingTurns: mixed turns held for the client's follow-up, bounded and expiring, on a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.errors import Conflict
+from gateway.turns import PendingTurns
+
+TTL = 10.0
+USER = {"role": "user", "content": "read notes.txt and ask me which file next"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def call(call_id: str, name: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def mixed_turn(n: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The model's assistant message (one gateway call, one client call) and the gateway's result."""
+    assistant = {"role": "assistant", "content": f"turn {n}",
+                 "tool_calls": [call(f"call_gw{n}", "read_file"), call(f"call_client{n}", "ask_human")]}
+    return assistant, [{"role": "tool", "tool_call_id": f"call_gw{n}", "content": f"contents {n}"}]
+
+
+def hold(pending: PendingTurns, n: int = 0) -> list[dict[str, Any]]:
+    """Holds turn `n`; returns the conversation as the client sends it back: its own call under
+    the rewritten id, and its answer to that call."""
+    assistant, results = mixed_turn(n)
+    token = pending.hold(assistant, results)
+    client_id = PendingTurns.client_id(token, f"call_client{n}")
+    shown = {"role": "assistant", "content": None, "tool_calls": [call(client_id, "ask_human")]}
+    return [USER, shown, {"role": "tool", "tool_call_id": client_id, "content": f"answer {n}"}]
+
+
+def restored(n: int = 0) -> list[dict[str, Any]]:
+    assistant, results = mixed_turn(n)
+    return [USER, assistant, *results, {"role": "tool", "tool_call_id": f"call_client{n}", "content": f"answer {n}"}]
+
+
+def assert_not_held(pending: PendingTurns, conversation: list[dict[str, Any]]) -> None:
+    with pytest.raises(Conflict) as caught:
+        pending.restore(conversation)
+    assert caught.value.status == 409
+    assert caught.value.body()["error"]["code"] == "turn_not_held"
+    assert caught.value.param == "messages"
+
+
+def test_hold_and_restore(clock: Clock) -> None:
+    pending = PendingTurns(10, TTL, clock)
+    conversation = hold(pending)
+    assert len(pending) == 1
+    client_ids = [c["id"] for c in conversation[1]["tool_calls"]]
+    assert all(i.startswith("tspan_") and i.endswith("_call_client0") for i in client_ids)
+    assert pending.restore(conversation) == restored()
+    assert len(pending) == 1  # still held: the client may resend the same conversation
+    assert pending.restore(conversation) == restored()
+
+
+def test_several_held_turns_in_one_conversation(clock: Clock) -> None:
+    pending = PendingTurns(10, TTL, clock)
+    first, second = hold(pending, 1), hold(pending, 2)
+    assert pending.restore(first + second[1:]) == restored(1) + restored(2)[1:]
+
+
+def test_capacity_evicts_the_oldest(clock: Clock) -> None:
+    pending = PendingTurns(2, TTL, clock)
+    conversations = [hold(pending, n) for n in range(3)]
+    assert len(pending) == 2
+    assert_not_held(pending, conversations[0])
+    assert pending.restore(conversations[1]) == restored(1)
+    assert pending.restore(conversations[2]) == restored(2)
+
+
+def test_a_restored_turn_counts_as_recent(clock: Clock) -> None:
+    pending = PendingTurns(2, TTL, clock)
+    first, second = hold(pending, 1), hold(pending, 2)
+    pending.restore(first)  # now the most recently used
+    hold(pending, 3)
+    assert pending.restore(first) == restored(1)
+    assert_not_held(pending, second)
+
+
+@pytest.mark.parametrize(("elapsed", "held"), [(TTL - 0.001, True), (TTL, False), (TTL * 5, False)],
+                         ids=["just-before", "at-expiry", "long-after"])
+def test_ttl_expiry(clock: Clock, elapsed: float, held: bool) -> None:
+    pending = PendingTurns(10, TTL, clock)
+    conversation = hold(pending)
+    clock.now += elapsed
+    if held:
+        assert pending.restore(conversation) == restored()
+    else:
+        assert_not_held(pending, conversation)
+        assert len(pending) == 0  # the stale turn is gone, not just refused
+
+
+def test_use_slides_the_expiry(clock: Clock) -> None:
+    pending = PendingTurns(10, TTL, clock)
+    conversation = hold(pending)
+    for _ in range(5):  # 5 x 0.8 TTL: well past one TTL after holding, but never idle for one
+        clock.now += TTL * 0.8
+        assert pending.restore(conversation) == restored()
+    clock.now += TTL
+    assert_not_held(pending, conversation)
+
+
+def test_holding_drops_expired_turns(clock: Clock) -> None:
+    pending = PendingTurns(10, TTL, clock)
+    hold(pending, 1)
+    hold(pending, 2)
+    clock.now += TTL
+    hold(pending, 3)
+    assert len(pending) == 1
+
+
+@pytest.mark.parametrize("messages", [
+    [USER],
+    [USER, {"role": "assistant", "content": None, "tool_calls": [call("call_1", "ask_human")]},
+     {"role": "tool", "tool_call_id": "call_1", "content": "yes"}],
+    [USER, {"role": "assistant", "content": "no calls"}, {"role": "assistant", "tool_calls": None}],
+    # ids that start like ours but are not ours: no token, or nothing after it
+    [{"role": "assistant", "tool_calls": [call("tspan_", "x"), call("tspan__orig", "x"), call("tspan_abc", "x")]},
+     {"role": "tool", "tool_call_id": "tspan_abc", "content": "?"},
+     {"role": "tool", "tool_call_id": "tspan__orig", "content": "?"}],
+    # a rewritten-looking id on a message that is not an assistant turn or a tool result
+    [{"role": "user", "content": "hi", "tool_calls": [call("tspan_abc_call_1", "x")]}],
+    ["not a dict", 42, None, {"role": "tool", "tool_call_id": 7, "content": "odd"}],
+], ids=["user-only", "client-only-calls", "no-calls", "lookalike-ids", "user-with-calls", "odd-items"])
+def test_messages_without_rewritten_ids_pass_through(clock: Clock, messages: list[Any]) -> None:
+    pending = PendingTurns(10, TTL, clock)
+    hold(pending)  # something is held, and none of these messages names it
+    out = pending.restore(messages)
+    assert out == messages
+    assert all(a is b for a, b in zip(out, messages, strict=True))  # not even copied
