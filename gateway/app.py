@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 from collections.abc import AsyncIterator
 
@@ -23,6 +22,7 @@ from gateway.keys import (
     SETTINGS,
     UPSTREAM,
     RequestScope,
+    is_trajectory_id,
 )
 from gateway.loop import ToolLoop
 from gateway.routes import chat, health, passthrough, tools
@@ -35,9 +35,6 @@ log = logging.getLogger("toolspan")
 
 TRAJECTORY_HEADER = "X-Trajectory-Id"
 TRACE_HEADER = "X-Trace-Id"
-_TRAJECTORY_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-
 def _route_of(request: web.Request) -> str:
     """The matched route pattern: a bounded label, unlike the path."""
     route = request.match_info.route
@@ -45,19 +42,20 @@ def _route_of(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def _trajectory_of(request: web.Request) -> str:
-    sent = request.headers.get(TRAJECTORY_HEADER, "")
-    return sent if _TRAJECTORY_ID.match(sent) else secrets.token_hex(16)
+def _trajectory_of(request: web.Request) -> str | None:
+    sent = request.headers.get(TRAJECTORY_HEADER)
+    return sent if is_trajectory_id(sent) else None
 
 
 @web.middleware
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The request span around everything, and the one place errors become responses."""
     instrumentation = request.app[INSTRUMENTATION]
-    trajectory = _trajectory_of(request)
+    sent = _trajectory_of(request)
+    trajectory = sent or secrets.token_hex(16)
     info = RequestInfo(request.method, _route_of(request), request.path, request.headers, trajectory)
     with instrumentation.request(info) as trace:
-        found = RequestScope(trajectory, secrets.token_hex(8), trace)
+        found = RequestScope(trajectory, secrets.token_hex(8), trace, trajectory_sent=sent is not None)
         request[SCOPE] = found
         error: GatewayError | None = None
         try:

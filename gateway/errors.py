@@ -78,6 +78,8 @@ class UpstreamTimeout(GatewayError):
 class UpstreamRefused(GatewayError):
     """The provider answered 4xx (including 429): its answer goes to the caller unchanged."""
 
+    type = "upstream_refused"
+
     def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
         super().__init__(f"upstream answered {status}", status=status)
         self.raw_body = body

@@ -32,6 +32,8 @@ class RequestTrace(Protocol):
 
     def inject(self, headers: dict[str, str]) -> None: ...
 
+    def trajectory(self, trajectory_id: str) -> None: ...
+
     def finish(self, status: int, error_type: str | None = None) -> None: ...
 
 
@@ -60,6 +62,9 @@ class _NoRequestTrace:
 
     def inject(self, headers: dict[str, str]) -> None:
         return None  # the caller's own traceparent, if any, travels on unchanged
+
+    def trajectory(self, trajectory_id: str) -> None:
+        return None
 
     def finish(self, status: int, error_type: str | None = None) -> None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -13,6 +14,13 @@ from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.turns import PendingTurns
 from gateway.upstream import Upstream
 
+_TRAJECTORY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def is_trajectory_id(value: object) -> bool:
+    """Ids we accept from callers: short, and safe in headers, labels and logs."""
+    return isinstance(value, str) and _TRAJECTORY_ID.fullmatch(value) is not None
+
 
 @dataclass
 class RequestScope:
@@ -21,7 +29,16 @@ class RequestScope:
     trajectory_id: str
     request_id: str
     trace: RequestTrace
+    trajectory_sent: bool  # the caller named the trajectory in the X-Trajectory-Id header
     error_type: str | None = None  # set by a handler whose error could not change the status
+
+    def adopt_trajectory(self, metadata: object) -> None:
+        """A trajectory named in the request's `metadata` counts when the header named none."""
+        named = metadata.get("trajectory_id") if isinstance(metadata, dict) else None
+        if not self.trajectory_sent and is_trajectory_id(named):
+            assert isinstance(named, str)
+            self.trajectory_id = named
+            self.trace.trajectory(named)
 
 
 SETTINGS = web.AppKey("settings", Settings)

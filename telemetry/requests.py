@@ -68,6 +68,9 @@ class RequestScope:
         """traceparent/tracestate naming this request's span, for a request passed on as it is."""
         inject(headers, context=trace.set_span_in_context(self._span))
 
+    def trajectory(self, trajectory_id: str) -> None:
+        self._span.set_attribute(names.ATTR_CONVERSATION_ID, trajectory_id)
+
     def finish(self, status: int, error_type: str | None = None) -> None:
         self._status = status
         self._error_type = error_type
@@ -81,6 +84,9 @@ class RequestScope:
         span.set_attribute(names.ATTR_HTTP_STATUS, status)
         if error_type is not None or status >= 500:
             span.set_attribute(names.ATTR_ERROR_TYPE, error_type or str(status))
+        # HTTP conventions: a refused request (4xx) is the caller's error, not the server's; work
+        # cut short (499) and a stream that failed after its 200 are.
+        if status >= 500 or status == 499 or (status < 400 and error_type is not None):
             span.set_status(Status(StatusCode.ERROR, error_type or f"HTTP {status}"))
         span.end()
         otel_context.detach(self._token)

@@ -89,7 +89,8 @@ def compose() -> dict[str, Any]:
 
 
 def services() -> dict[str, dict[str, Any]]:
-    return compose()["services"]
+    found: dict[str, dict[str, Any]] = compose()["services"]
+    return found
 
 
 def environment(service: dict[str, Any]) -> dict[str, str]:
@@ -204,7 +205,8 @@ def test_images_are_pinned() -> None:
             continue
         image = service["image"]
         repository, _, tag = image.rpartition(":")
-        assert repository and "/" not in tag, f"{name}: {image} has no tag"
+        assert repository, f"{name}: {image} has no tag"
+        assert "/" not in tag, f"{name}: {image} has no tag"
         assert tag != "latest", f"{name}: {image} is not pinned"
 
 
@@ -223,13 +225,13 @@ def test_grafana_allows_anonymous_admin_for_local_use() -> None:
 # --- the gateway container ------------------------------------------------------------------------
 
 @pytest.fixture
-def compose_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+def compose_settings(monkeypatch: pytest.MonkeyPatch) -> Settings:
     """The settings the toolspan container starts with when the host sets neither variable."""
     for var in [v for v in os.environ if v.startswith(("TOOLSPAN_", "OTEL_"))]:
         monkeypatch.delenv(var)
     for key, value in environment(services()["toolspan"]).items():
         monkeypatch.setenv(key, interpolate(value, host_env={}))
-    yield Settings()
+    return Settings()
 
 
 def test_an_unset_upstream_means_the_built_in_model(compose_settings: Settings) -> None:
@@ -307,7 +309,8 @@ def test_the_collector_sends_traces_to_tempo() -> None:
     assert exporter.split("/")[0] == "otlp"
     config = collector["exporters"][exporter]
     host, port = config["endpoint"].rsplit(":", 1)
-    assert host == "tempo" and host in services()
+    assert host == "tempo"
+    assert host in services()
     assert config["tls"]["insecure"] is True
     tempo = load_yaml(DEPLOY / "tempo.yaml")
     assert int(port) == port_of(tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])

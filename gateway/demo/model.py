@@ -56,7 +56,7 @@ class ScriptedModel:
         self.request_headers: list[dict[str, str]] = []
         self._ids = itertools.count(1)
         self.paused = asyncio.Event()  # a stream reached its `pause_after` point
-        self.dropped = asyncio.Event()  # a paused stream's connection was closed by the client
+        self.dropped = asyncio.Event()  # a paused stream's connection was then closed by its client
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)

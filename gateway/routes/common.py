@@ -31,6 +31,7 @@ async def read_object(request: web.Request) -> dict[str, Any]:
 
 def caller_of(request: web.Request, metadata: Any = None) -> Caller:
     found = scope(request)
+    found.adopt_trajectory(metadata)
     return Caller(
         trajectory_id=found.trajectory_id,
         request_id=found.request_id,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 
-from gateway.cli import gateway
+from gateway.cli import Observability, gateway
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.settings import Settings
 from gateway.tools import Param, Tool, ToolRegistry
@@ -76,7 +76,7 @@ class Stack:
     script: Script
     exporter: InMemorySpanExporter
     metrics: CollectorRegistry
-    extra: dict[str, Any] = field(default_factory=dict)
+    observability: Observability
 
     @property
     def upstream_requests(self) -> list[dict[str, Any]]:
@@ -167,7 +167,8 @@ async def make_stack() -> AsyncIterator[StackFactory]:
             client = AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0, timeout=20)
             exits.push_async_callback(client.close)
             metrics = getattr(observability.instrumentation, "metrics", None)
-            return Stack(url, client, model, script, exporter, metrics.registry if metrics else CollectorRegistry())
+            return Stack(url, client, model, script, exporter, metrics.registry if metrics else CollectorRegistry(),
+                         observability)
 
         yield build
 

@@ -116,8 +116,12 @@ async def ended(exporter: InMemorySpanExporter, trace_id: str, chats: int) -> di
 
 def assert_error_spans(found: dict[str, Any], status: int | None = None, error_type: str | None = None) -> None:
     root: ReadableSpan = found["root"]
-    assert root.status.status_code is StatusCode.ERROR
+    # HTTP conventions: a SERVER span is an error for 5xx, for work cut short (499) and for a
+    # stream that failed after its 200; a refused request (4xx) keeps UNSET and names error.type.
+    refused = status is not None and 400 <= status < 499
+    assert root.status.status_code is (StatusCode.UNSET if refused else StatusCode.ERROR)
     assert root.attributes is not None
+    assert root.attributes[names.ATTR_ERROR_TYPE]
     if status is not None:
         assert root.attributes[names.ATTR_HTTP_STATUS] == status
     if error_type is not None:

@@ -1,0 +1,142 @@
+"""Trajectories end to end: retries across rounds and requests, exported over real OTLP/HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
+
+from gateway.cli import serving
+from gateway.demo.model import Reply
+from telemetry import names
+from tests.e2e.conftest import Stack, StackFactory
+
+USER = [{"role": "user", "content": "go"}]
+
+
+@dataclass
+class Receiver:
+    """A real OTLP/HTTP endpoint: decodes the protobuf exports the gateway sends."""
+
+    spans: list[ProtoSpan] = field(default_factory=list)
+    received: asyncio.Event = field(default_factory=asyncio.Event)
+    content_types: list[str] = field(default_factory=list)
+
+    async def traces(self, request: web.Request) -> web.Response:
+        export = ExportTraceServiceRequest()
+        export.ParseFromString(await request.read())
+        self.content_types.append(request.content_type)
+        for resource_spans in export.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                self.spans.extend(scope_spans.spans)
+        self.received.set()
+        return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
+                            content_type="application/x-protobuf")
+
+    def named(self, name: str) -> list[ProtoSpan]:
+        return sorted((s for s in self.spans if s.name == name), key=lambda s: s.start_time_unix_nano)
+
+
+def attrs(span: ProtoSpan) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in span.attributes:
+        value = kv.value
+        kind = value.WhichOneof("value")
+        out[kv.key] = list(v.string_value for v in value.array_value.values) if kind == "array_value" \
+            else getattr(value, kind)
+    return out
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
+    found = Receiver()
+    app = web.Application()
+    app.router.add_post("/v1/traces", found.traces)
+    async with serving(app, "127.0.0.1", 0) as url:
+        yield found, url
+
+
+async def chat(stack: Stack, trajectory: str) -> str:
+    raw = await stack.client.chat.completions.with_raw_response.create(
+        model="m", messages=USER, extra_headers={"X-Trajectory-Id": trajectory})
+    assert raw.headers["x-trajectory-id"] == trajectory
+    return raw.headers["x-trace-id"]
+
+
+async def test_retries_are_linked_and_exported_over_otlp(make_stack: StackFactory,
+                                                         receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    stack = await make_stack(otel_exporter_otlp_endpoint=url, otel_service_name="toolspan-test")
+    stack.script.then(
+        Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # 1 rejected
+        Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # 2 verbatim retry of 1, rejected
+        Reply(tool_calls=[("read_file", {"path": "a"})]),  # 3 corrected retry of 2, ok
+        Reply(content="read it"),
+        Reply(tool_calls=[("add", {"a": 1})]),  # 4 rejected (second request, same trajectory)
+        Reply(content="hm"),
+        Reply(tool_calls=[("add", {"a": 1, "b": 2})]),  # 5 corrected retry of 4, across requests
+        Reply(content="3"),
+        Reply(tool_calls=[("add", {"a": 1, "b": 2})]),  # 6 other trajectory: not a retry
+        Reply(content="3"),
+    )
+    traces = [await chat(stack, "agent-1"), await chat(stack, "agent-1"), await chat(stack, "agent-1"),
+              await chat(stack, "agent-2")]
+    provider = stack.observability.provider
+    assert provider is not None
+    provider.force_flush()
+    await asyncio.wait_for(found.received.wait(), 10)
+
+    assert found.content_types[0] == "application/x-protobuf"
+    calls = found.named(names.SPAN_TOOL_CALL)
+    assert [(attrs(s)[names.ATTR_TOOL_NAME], attrs(s)[names.ATTR_OUTCOME]) for s in calls] == [
+        ("read_file", "rejected"), ("read_file", "rejected"), ("read_file", "ok"), ("add", "rejected"),
+        ("add", "ok"), ("add", "ok")]
+    assert attrs(calls[0])[names.ATTR_REJECTION_REASON] == "missing_arguments"
+    assert attrs(calls[0])[names.ATTR_ARGS_SUGGESTIONS] == ["file_path->path"]
+    assert [attrs(s).get(names.ATTR_RETRY_KIND) for s in calls] == [
+        None, "verbatim", "corrected", None, "corrected", None]
+    linked = [[(link.span_id, attrs(link).get(names.ATTR_RETRY_KIND)) for link in s.links] for s in calls]  # type: ignore[arg-type]
+    assert linked == [[], [(calls[0].span_id, "verbatim")], [(calls[1].span_id, "corrected")], [],
+                      [(calls[3].span_id, "corrected")], []]
+    assert calls[4].trace_id != calls[3].trace_id  # the link crosses requests
+
+    servers = {s.trace_id: s for s in found.named("POST /v1/chat/completions")}
+    assert {s.trace_id.hex() for s in servers.values()} == set(traces)
+    for call in calls:  # each tool.call hangs under its request's SERVER span
+        assert call.parent_span_id == servers[call.trace_id].span_id
+        assert attrs(call)[names.ATTR_CONVERSATION_ID] == attrs(servers[call.trace_id])[names.ATTR_CONVERSATION_ID]
+    assert attrs(calls[5])[names.ATTR_CONVERSATION_ID] == "agent-2"
+
+    assert stack.metric(names.METRIC_TOOL_RETRIES, tool="read_file", kind="verbatim") == 1
+    assert stack.metric(names.METRIC_TOOL_RETRIES, tool="read_file", kind="corrected") == 1
+    assert stack.metric(names.METRIC_TOOL_RETRIES, tool="add", kind="corrected") == 1
+    assert stack.metric(names.METRIC_TOOL_RECOVERIES, tool="read_file", kind="corrected") == 1
+    assert stack.metric(names.METRIC_TOOL_RECOVERIES, tool="add", kind="corrected") == 1
+
+
+async def test_trajectory_can_be_named_in_metadata(stack: Stack) -> None:
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1})]), Reply(content="?"),
+                      Reply(tool_calls=[("add", {"a": 1, "b": 1})]), Reply(content="2"))
+    for _ in range(2):
+        raw = await stack.client.chat.completions.with_raw_response.create(
+            model="m", messages=USER, metadata={"trajectory_id": "from-metadata"})
+        assert raw.headers["x-trajectory-id"] == "from-metadata"
+    assert stack.metric(names.METRIC_TOOL_RETRIES, tool="add", kind="corrected") == 1
+
+
+async def test_requests_without_a_trajectory_do_not_retry_each_other(stack: Stack) -> None:
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1})]), Reply(content="?"),
+                      Reply(tool_calls=[("add", {"a": 1})]), Reply(content="?"))
+    first = await stack.client.chat.completions.with_raw_response.create(model="m", messages=USER)
+    second = await stack.client.chat.completions.with_raw_response.create(model="m", messages=USER)
+    assert first.headers["x-trajectory-id"] != second.headers["x-trajectory-id"]
+    assert stack.metric(names.METRIC_TOOL_RETRIES, tool="add", kind="verbatim") == 0
