@@ -157,8 +157,8 @@ def _free_port() -> int:
         return port
 
 
-async def _wait_ready(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
+async def _wait_ready(url: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
     async with aiohttp.ClientSession() as session:
         while True:
             try:

@@ -26,6 +26,7 @@ from gateway.keys import (
 )
 from gateway.loop import ToolLoop
 from gateway.routes import chat, health, passthrough, tools
+from gateway.routes.common import authenticate
 from gateway.settings import Settings
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.turns import PendingTurns
@@ -59,6 +60,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[SCOPE] = found
         error: GatewayError | None = None
         try:
+            if request.path.startswith("/v1/"):
+                found.credentials = authenticate(request)  # before any body is read
             response = await handler(request)
         except GatewayError as exc:
             error = exc

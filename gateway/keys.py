@@ -22,6 +22,15 @@ def is_trajectory_id(value: object) -> bool:
     return isinstance(value, str) and _TRAJECTORY_ID.fullmatch(value) is not None
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """Who the caller is, as far as gateway keys tell."""
+
+    principal: str | None  # the gateway key's name
+    allowed: frozenset[str] | None  # tools that key may use; None: all
+    upstream_authorization: str | None  # what may travel on to the provider
+
+
 @dataclass
 class RequestScope:
     """Per-request facts the middleware sets up and the handlers read."""
@@ -31,6 +40,7 @@ class RequestScope:
     trace: RequestTrace
     trajectory_sent: bool  # the caller named the trajectory in the X-Trajectory-Id header
     error_type: str | None = None  # set by a handler whose error could not change the status
+    credentials: Credentials | None = None  # set for /v1 routes before the handler runs
 
     def adopt_trajectory(self, metadata: object) -> None:
         """A trajectory named in the request's `metadata` counts when the header named none."""

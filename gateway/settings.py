@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -17,6 +17,13 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+
+class GatewayKey(BaseModel):
+    """A key callers present as `Authorization: Bearer <key>`, and the tools it may use."""
+
+    key: SecretStr = Field(min_length=8)
+    tools: list[str] | None = Field(None, description="Tool names this key may use; unset: all")
 
 
 class Settings(BaseSettings):
@@ -31,6 +38,9 @@ class Settings(BaseSettings):
     upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
     upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
     tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
+    keys: dict[str, GatewayKey] = Field(
+        default_factory=dict, description="Gateway keys by caller name (JSON in TOOLSPAN_KEYS); when set, "
+                                          "every /v1 request needs one, and it never reaches the provider")
     max_rounds: int = Field(10, ge=1, description="Model turns with gateway tools before a tool-less final call")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")

@@ -25,6 +25,12 @@ _NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounde
 _DESCRIPTION_MAX = 1024
 
 
+def utf8(text: str) -> str:
+    """`text` with lone surrogates (valid in JSON escapes, not in UTF-8) replaced, so that a
+    model's odd input cannot make the span export fail."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
 @dataclass(frozen=True)
 class ArgumentCapture:
     """Which raw arguments reach spans: rejections always, every call only when opted in."""
@@ -79,8 +85,8 @@ class _ToolCallScope:
         call, turn = self._call, self._turn
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
-            names.ATTR_TOOL_NAME: call.name[:_NAME_MAX],
-            names.ATTR_TOOL_CALL_ID: call.id[:_NAME_MAX],
+            names.ATTR_TOOL_NAME: utf8(call.name[:_NAME_MAX]),
+            names.ATTR_TOOL_CALL_ID: utf8(call.id[:_NAME_MAX]),
             names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
             names.ATTR_ROUND: turn.round,
         }
@@ -152,16 +158,16 @@ class _ToolCallScope:
             if check.missing:
                 attributes[names.ATTR_ARGS_MISSING] = list(check.missing)
             if check.unrecognized:
-                attributes[names.ATTR_ARGS_UNRECOGNIZED] = [n[:_NAME_MAX] for n in check.unrecognized]
+                attributes[names.ATTR_ARGS_UNRECOGNIZED] = [utf8(n) for n in check.unrecognized]
             if check.suggestions:
-                attributes[names.ATTR_ARGS_SUGGESTIONS] = [f"{a[:_NAME_MAX]}->{b}" for a, b in check.suggestions]
+                attributes[names.ATTR_ARGS_SUGGESTIONS] = [f"{utf8(a)}->{b}" for a, b in check.suggestions]
         capture = self._inst.capture
         if outcome.rejection is not None or capture.record_all:
-            attributes[names.ATTR_TOOL_CALL_ARGUMENTS] = render_arguments(
-                self._call.arguments, capture.max_chars, capture.redact_keys)
+            attributes[names.ATTR_TOOL_CALL_ARGUMENTS] = utf8(render_arguments(
+                self._call.arguments, capture.max_chars, capture.redact_keys))
         span.set_attributes(attributes)
         if outcome.failed:
-            span.set_status(Status(StatusCode.ERROR, outcome.content_text()[:_DESCRIPTION_MAX]))
+            span.set_status(Status(StatusCode.ERROR, utf8(outcome.content_text()[:_DESCRIPTION_MAX])))
         return outcome.status
 
 

@@ -454,8 +454,10 @@ def test_dashboard_is_well_formed(dashboard: dict[str, Any]) -> None:
         assert panel["title"].strip(), panel
         assert panel.get("description", "").strip(), f"{panel['title']}: say which question the panel answers"
         assert panel["targets"], panel["title"]
+        panel_uid = panel.get("datasource", {}).get("uid")
         for target in panel["targets"]:
             assert target.get("datasource", {}).get("uid") in (PROM_UID, TEMPO_UID), (panel["title"], target)
+            assert panel_uid in (None, target["datasource"]["uid"]), f"{panel['title']}: panel and query disagree"
             assert target.get("refId")
             query_key = "expr" if target["datasource"]["uid"] == PROM_UID else "query"
             assert target.get(query_key, "").strip(), (panel["title"], target)

@@ -339,6 +339,7 @@ def check_turn(case: TurnCase) -> list[ToolOutcome]:
     for call, outcome in zip(case.calls, outcomes, strict=True):
         assert outcome.status in STATUSES
         assert isinstance(outcome.content, str | list)
+        assert isinstance(outcome.content, str) or all(isinstance(part, dict) for part in outcome.content)
         if call.name not in tool_registry:
             assert outcome.rejection is not None
             assert outcome.rejection.reason == "unknown_tool"

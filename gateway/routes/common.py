@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any
 
 from aiohttp import web
 
-from gateway.errors import BadRequest
-from gateway.keys import SCOPE, RequestScope
+from gateway.errors import BadRequest, Unauthorized
+from gateway.keys import SCOPE, SETTINGS, Credentials, RequestScope
 from gateway.loop import Caller
 
 
@@ -29,12 +30,31 @@ async def read_object(request: web.Request) -> dict[str, Any]:
     return body
 
 
+def authenticate(request: web.Request) -> Credentials:
+    """Without gateway keys, the caller's Authorization is the provider's business. With them,
+    it must name one of them, and it stops here."""
+    sent = request.headers.get("Authorization")
+    keys = request.app[SETTINGS].keys
+    if not keys:
+        return Credentials(None, None, sent)
+    scheme, _, token = (sent or "").partition(" ")
+    token = token.strip() if scheme.lower() == "bearer" else ""
+    for name, spec in keys.items():
+        if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
+            return Credentials(name, None if spec.tools is None else frozenset(spec.tools), None)
+    raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>",
+                       code="invalid_api_key")
+
+
 def caller_of(request: web.Request, metadata: Any = None) -> Caller:
     found = scope(request)
+    credentials = found.credentials or authenticate(request)
     found.adopt_trajectory(metadata)
     return Caller(
         trajectory_id=found.trajectory_id,
         request_id=found.request_id,
-        authorization=request.headers.get("Authorization"),
+        authorization=credentials.upstream_authorization,
+        principal=credentials.principal,
         metadata=metadata if isinstance(metadata, dict) else {},
+        allowed=credentials.allowed,
     )

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from gateway.errors import HOP_BY_HOP
 from gateway.keys import UPSTREAM
-from gateway.routes.common import scope
+from gateway.routes.common import authenticate, scope
 
 _TRACE_CONTEXT = ("traceparent", "tracestate")
 _SERVER_DECODES = frozenset({"gzip", "deflate", "br", "zstd"})  # aiohttp's request parser, same test
@@ -24,7 +24,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         # bytes, so the header describing the encoding must go too.
         dropped |= {"content-encoding"}
     headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
-    headers.update(upstream.auth_headers(request.headers.get("Authorization")))
+    credentials = scope(request).credentials or authenticate(request)
+    headers.update(upstream.auth_headers(credentials.upstream_authorization))
     trace_context = {k: request.headers[k] for k in _TRACE_CONTEXT if k in request.headers}
     scope(request).trace.inject(trace_context)  # the provider's spans join this request's trace
     headers.update(trace_context)

@@ -167,17 +167,24 @@ class NameCheck:
     missing: tuple[str, ...]
     unrecognized: tuple[str, ...]
     suggestions: tuple[tuple[str, str], ...]  # (sent, meant)
+    unrecognized_unshown: int = 0  # past MAX_NAMES_SHOWN
+
+
+MAX_NAMES_SHOWN = 20  # a model can send thousands of keys; the diagnostic names the first few
+MAX_NAME_CHARS = 64
 
 
 def check_names(sent: Iterable[str], required: Sequence[str], accepted: Sequence[str]) -> NameCheck:
     sent = list(sent)
     sent_set = set(sent)
     missing = tuple(name for name in required if name not in sent_set)
-    unrecognized = tuple(name for name in sent if accepted and name not in accepted)
+    strangers = [name for name in sent if accepted and name not in accepted]
+    unrecognized = tuple(name[:MAX_NAME_CHARS] for name in strangers[:MAX_NAMES_SHOWN])
     suggestions = tuple(
         (name, hint) for name in unrecognized if (hint := suggest(name, accepted)) is not None
     )
-    return NameCheck(tuple(required), tuple(accepted), missing, unrecognized, suggestions)
+    return NameCheck(tuple(required), tuple(accepted), missing, unrecognized, suggestions,
+                     len(strangers) - len(unrecognized))
 
 
 def _listing(names: Sequence[str]) -> str:
@@ -192,7 +199,8 @@ def name_lines(check: NameCheck, *, show_missing: bool = True) -> list[str]:
         lines.append(f"Missing: {_listing(check.missing)}")
     if check.unrecognized and check.accepted:
         shown = [f"{n} (did you mean '{hints[n]}'?)" if n in hints else n for n in check.unrecognized]
-        lines.append(f"Unrecognized: {', '.join(shown)}")
+        more = f" and {check.unrecognized_unshown} more" if check.unrecognized_unshown else ""
+        lines.append(f"Unrecognized: {', '.join(shown)}{more}")
     if check.accepted:
         lines.append(f"Accepted parameters: {_listing(check.accepted)}")
     return lines

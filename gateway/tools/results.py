@@ -139,7 +139,7 @@ def rejected(call_id: str, tool_name: str, rejection: Rejection) -> ToolOutcome:
 def encode(value: Any) -> str:
     """JSON text for a tool's native result; raises ValueError when it cannot be encoded."""
     try:
-        return pydantic_core.to_json(value).decode()
+        return pydantic_core.to_json(value, inf_nan_mode="null").decode()  # NaN is not JSON
     except pydantic_core.PydanticSerializationError as exc:
         raise ValueError(str(exc)) from exc
 

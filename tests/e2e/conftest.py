@@ -164,7 +164,7 @@ async def make_stack() -> AsyncIterator[StackFactory]:
                 gateway(settings, registry if registry is not None else sample_registry(),
                         processors=[SimpleSpanProcessor(exporter)], policy=script))
             assert model is not None
-            client = AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0, timeout=20)
+            client = AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test-key", max_retries=0, timeout=20)
             exits.push_async_callback(client.close)
             metrics = getattr(observability.instrumentation, "metrics", None)
             return Stack(url, client, model, script, exporter, metrics.registry if metrics else CollectorRegistry(),

@@ -344,7 +344,7 @@ async def test_health(stack: Stack, http: aiohttp.ClientSession, path: str, expe
 
 # --- the provider key ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("key", "seen"), [(None, "Bearer sk-test"), ("sk-provider", "Bearer sk-provider")],
+@pytest.mark.parametrize(("key", "seen"), [(None, "Bearer sk-test-key"), ("sk-provider", "Bearer sk-provider")],
                          ids=["caller-key", "provider-key"])
 async def test_which_key_reaches_the_provider(make_stack: StackFactory, key: str | None, seen: str) -> None:
     stack = await make_stack(upstream_api_key=key)

@@ -266,3 +266,12 @@ def test_every_name_constant_is_unique() -> None:
     assert len(set(spans)) == len(spans)
     assert len(set(metrics)) == len(metrics)
     assert all(str(m).startswith("toolspan_") for m in metrics)
+
+
+async def test_lone_surrogates_never_reach_span_attributes() -> None:
+    rig = make_rig()
+    await rig.call("read_file", '{"\\ud800key": 1}')
+    [span] = rig.spans(names.SPAN_TOOL_CALL)
+    attrs = span.attributes or {}
+    for value in [*attrs[names.ATTR_ARGS_UNRECOGNIZED], span.status.description or ""]:  # type: ignore[misc]
+        str(value).encode("utf-8")  # raises on a lone surrogate

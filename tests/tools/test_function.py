@@ -782,3 +782,21 @@ async def test_the_outcome_carries_the_calls_identity_and_arguments() -> None:
     outcome = await make(parameters=READ_PARAMS).execute('{"path": "a.txt"}', CTX)
     assert outcome == ToolOutcome(call_id="call-1", tool_name="read", status="ok", content="done",
                                   arguments={"path": "a.txt"})
+
+
+async def test_a_flood_of_unrecognized_names_gives_a_bounded_message() -> None:
+    tool = Tool(name="read_file", function=lambda a: "x",
+                parameters=[Param("path", "string", required=True)])
+    flood = json.dumps({f"key_{i}_" + "x" * 200: i for i in range(5000)})
+    outcome = await tool.execute(flood, ToolContext(tool_call_id="c"))
+    assert outcome.status == "rejected"
+    assert "and 4980 more" in outcome.content_text()
+    assert len(outcome.content_text()) < 3000
+    assert outcome.names is not None
+    assert len(outcome.names.unrecognized) == 20
+
+
+async def test_nan_results_are_json_null() -> None:
+    tool = Tool(name="nan", function=lambda a: {"value": float("nan")})
+    outcome = await tool.execute("{}", ToolContext(tool_call_id="c"))
+    assert (outcome.status, outcome.content) == ("ok", '{"value":null}')

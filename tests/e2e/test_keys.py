@@ -1,0 +1,79 @@
+"""Gateway keys: who may call, which tools each key may use, and that keys stay here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from gateway.demo.model import Reply
+from telemetry import names
+from tests.e2e.conftest import Stack, StackFactory, tool_messages
+
+KEYS = {"reader": {"key": "sk-test-key", "tools": ["read_file"]}, "admin": {"key": "tsk-admin-0000"}}
+USER = [{"role": "user", "content": "go"}]
+
+
+@pytest.fixture
+async def keyed(make_stack: StackFactory) -> Stack:
+    return await make_stack(keys=KEYS)
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key-123", "sk-test-key", "Bearer "])
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/chat/completions"), ("GET", "/v1/tools"),
+                                              ("GET", "/v1/models"), ("POST", "/v1/tools/add/invoke")])
+async def test_requests_without_a_valid_key_are_refused(keyed: Stack, authorization: str | None, method: str,
+                                                        path: str) -> None:
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    async with aiohttp.ClientSession() as http, http.request(method, keyed.url + path, headers=headers,
+                                                             json={"model": "m", "messages": USER}) as response:
+        assert response.status == 401
+        body: dict[str, Any] = await response.json()
+    assert body["error"]["type"] == "authentication_error"
+    assert body["error"]["code"] == "invalid_api_key"
+    assert keyed.upstream_requests == []
+
+
+async def test_health_and_metrics_need_no_key(keyed: Stack) -> None:
+    async with aiohttp.ClientSession() as http:
+        for path in ("/healthz", "/readyz", "/metrics"):
+            async with http.get(keyed.url + path) as response:
+                assert response.status == 200
+
+
+async def test_a_key_sees_and_offers_only_its_tools(keyed: Stack) -> None:
+    listed = await keyed.client.get("/tools", cast_to=dict)  # type: ignore[type-var]
+    assert [t["function"]["name"] for t in listed["data"]] == ["read_file"]
+    keyed.script.then(Reply(content="hi"))
+    await keyed.ask(False, messages=USER)
+    [sent] = keyed.upstream_requests
+    assert [t["function"]["name"] for t in sent["tools"]] == ["read_file"]
+    assert "Authorization" not in keyed.model.request_headers[0]  # the gateway key stops here
+
+
+async def test_a_call_outside_the_keys_tools_is_not_allowed(keyed: Stack) -> None:
+    keyed.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="cannot"))
+    answer = await keyed.ask(False, messages=USER)
+    assert answer.content == "cannot"
+    [result] = tool_messages(keyed.upstream_requests[1])
+    assert "not available to this caller" in result["content"]
+    assert "Available tools: read_file." in result["content"]
+    assert keyed.metric(names.METRIC_TOOL_REJECTIONS, tool="add", reason="not_allowed") == 1
+
+
+async def test_a_key_without_a_tool_list_may_use_every_tool(keyed: Stack) -> None:
+    admin = openai.AsyncOpenAI(base_url=keyed.url + "/v1", api_key="tsk-admin-0000", max_retries=0)
+    listed = await admin.get("/tools", cast_to=dict)  # type: ignore[type-var]
+    assert {t["function"]["name"] for t in listed["data"]} == {"read_file", "add"}
+    await admin.close()
+
+
+async def test_invoke_outside_the_keys_tools_is_a_403(keyed: Stack) -> None:
+    async with aiohttp.ClientSession() as http, http.post(
+            keyed.url + "/v1/tools/add/invoke", json={"arguments": {"a": 1, "b": 2}},
+            headers={"Authorization": "Bearer sk-test-key"}) as response:
+        assert response.status == 403
+        body = await response.json()
+    assert body["error"]["code"] == "not_allowed"

@@ -1,0 +1,217 @@
+"""The dashboards against a real Prometheus scraping a real gateway.
+
+A Prometheus (Debian package `prometheus`, installed by .ci/run) scrapes the gateway every second
+with exemplar storage on. A scripted session produces every tool outcome and both retry kinds;
+then every PromQL expression of every dashboard panel must parse and return data, and the
+exemplars Prometheus stored must point at traces this test captured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.demo.model import Reply
+from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
+from telemetry import names
+from tests.e2e.conftest import Stack, StackFactory, sample_registry
+
+DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
+GRAFANA_VARIABLES = {"__rate_interval": "20s", "__interval": "5s", "__range": "5m", "__range_s": "300",
+                     "__interval_ms": "5000"}
+USER = [{"role": "user", "content": "go"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for panel in items:
+        yield panel
+        yield from _panels(panel.get("panels", []))  # panels inside collapsed rows
+
+
+def dashboard_queries() -> list[tuple[str, str, str]]:
+    """(dashboard, panel title, PromQL) for every Prometheus target of every panel."""
+    found = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        for panel in _panels(dashboard.get("panels", [])):
+            for target in panel.get("targets", []):
+                if target.get("expr"):
+                    found.append((path.name, panel.get("title", ""), target["expr"]))
+    return found
+
+
+def substitute(expr: str) -> str:
+    """Grafana's variables as Grafana would fill them in; dashboard variables match everything."""
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return GRAFANA_VARIABLES.get(name, ".*")
+    return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", fill, expr)
+
+
+async def hang(args: dict[str, Any]) -> str:
+    await asyncio.Event().wait()
+    return "never"
+
+
+def crash(args: dict[str, Any]) -> str:
+    raise ValueError("disk on fire")
+
+
+def locked(args: dict[str, Any]) -> str:
+    raise ToolError("the file is locked")
+
+
+def review(args: dict[str, Any]) -> str:
+    raise Interrupt("needs a human", data={"ticket": 1})
+
+
+def every_outcome_registry() -> ToolRegistry:
+    registry = sample_registry()
+    for tool in (Tool(name="crash", function=crash), Tool(name="locked", function=locked),
+                 Tool(name="slow", function=hang, timeout=0.05), Tool(name="review", function=review),
+                 Tool(name="strict", function=lambda a: "x", parameters=[Param("n", "integer", required=True)],
+                      parse_args=lambda a: None if isinstance(a.get("n"), int) else locked(a)),
+                 Tool(name="admin", function=lambda a: "root")):
+        registry.register(tool)
+    return registry
+
+
+SESSION = [
+    Reply(tool_calls=[("read_file", {"file_path": "a"}), ("crash", {}), ("locked", {}), ("slow", {}),
+                      ("review", {}), ("strict", {"n": "x"}), ("add", "{oops"), ("nope", {}), ("admin", {})],
+          usage=(40, 12)),
+    Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # verbatim retry: rejected again
+    Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"n": 1})]),  # corrected retries: recovered
+    Reply(content="done", usage=(60, 20)),
+]
+
+
+@pytest.fixture
+async def prometheus(tmp_path: Path, stack_with_tools: Stack) -> AsyncIterator[str]:
+    binary = shutil.which("prometheus")
+    assert binary, "the prometheus binary is missing: .ci/run installs the Debian package 'prometheus'"
+    target = stack_with_tools.url.removeprefix("http://")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: toolspan\n    static_configs:\n      - targets: ['{target}']\n")
+    port = _free_port()
+    process = await asyncio.create_subprocess_exec(
+        binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await _until(lambda body: True, url + "/-/ready", process, raw=True)
+        yield url
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 20)
+
+
+@pytest.fixture
+async def stack_with_tools(make_stack: StackFactory) -> Stack:
+    registry = every_outcome_registry()
+    allowed = [name for name in registry.names() if name != "admin"]  # so that not_allowed happens too
+    return await make_stack(registry=registry, keys={"tester": {"key": "sk-test-key", "tools": allowed}})
+
+
+async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,
+                 params: dict[str, str] | None = None, seconds: float = 60.0) -> Any:
+    """GET `url` until `check(json)` holds: Prometheus scrapes on its own clock, so there is
+    nothing to await but the data itself. Bounded by `seconds`."""
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as http:
+        while True:
+            if process is not None and process.returncode is not None:
+                stderr = (await process.stderr.read()).decode() if process.stderr else ""
+                raise AssertionError(f"prometheus exited: {stderr[-2000:]}")
+            try:
+                async with http.get(url, params=params) as response:
+                    if response.status == 200:
+                        body = await (response.text() if raw else response.json())
+                        if check(body):
+                            return body
+            except aiohttp.ClientError:
+                pass
+            assert time.monotonic() < deadline, f"gave up waiting on {url} {params}"
+            await asyncio.sleep(0.25)
+
+
+async def query(prometheus: str, expr: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http, http.get(prometheus + "/api/v1/query",
+                                                           params={"query": expr}) as response:
+        body: dict[str, Any] = await response.json()
+        return body
+
+
+def total(body: dict[str, Any]) -> float:
+    return sum(float(sample["value"][1]) for sample in body["data"]["result"])
+
+
+async def run_session(stack: Stack, prometheus: str) -> set[str]:
+    """Runs the scripted session twice (so counters increase between scrapes); returns trace ids."""
+    traces = set()
+    for rounds in range(2):
+        stack.script.then(*SESSION, Reply(status=500, error="provider down"))
+        raw = await stack.client.chat.completions.with_raw_response.create(
+            model="m", messages=USER, extra_headers={"X-Trajectory-Id": f"run-{rounds}"})
+        traces.add(raw.headers["x-trace-id"])
+        async with aiohttp.ClientSession() as http:
+            for body in (b"{not json", json.dumps({"model": "m", "messages": USER}).encode()):  # a 400, a 502
+                async with http.post(stack.url + "/v1/chat/completions", data=body,
+                                     headers={"Authorization": "Bearer sk-test-key"}) as response:
+                    assert response.status in (400, 502)
+        expected = 12 * (rounds + 1)
+        await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
+                     params={"query": f"sum({names.METRIC_TOOL_CALLS})"})
+    return traces
+
+
+async def test_every_dashboard_query_returns_data(stack_with_tools: Stack, prometheus: str) -> None:
+    stack = stack_with_tools
+    traces = await run_session(stack, prometheus)
+    outcomes = await query(prometheus, f"sum by (outcome) ({names.METRIC_TOOL_CALLS})")
+    assert {s["metric"]["outcome"] for s in outcomes["data"]["result"]} == {
+        "ok", "error", "rejected", "timeout", "interrupted"}
+    reasons = await query(prometheus, f"sum by (reason) ({names.METRIC_TOOL_REJECTIONS})")
+    assert {s["metric"]["reason"] for s in reasons["data"]["result"]} == set(names.REJECTION_REASONS)
+    kinds = await query(prometheus, f"sum by (kind) ({names.METRIC_TOOL_RETRIES})")
+    assert {s["metric"]["kind"] for s in kinds["data"]["result"]} == {"verbatim", "corrected"}
+
+    queries = dashboard_queries()
+    assert len(queries) >= 15, "the dashboards should hold a panel per operator question"
+    empty = []
+    for dashboard, title, expr in queries:
+        body = await query(prometheus, substitute(expr))
+        assert body["status"] == "success", f"{dashboard} / {title}: {expr}: {body.get('error')}"
+        if not body["data"]["result"]:
+            empty.append(f"{dashboard} / {title}: {substitute(expr)}")
+    assert empty == [], "\n".join(empty)
+
+    spans = {format(s.context.trace_id, "032x") for s in stack.spans()}
+    assert traces <= spans
+    now = time.time()
+    exemplars = await _until(
+        lambda body: bool(body["data"]), prometheus + "/api/v1/query_exemplars",
+        params={"query": names.METRIC_TOOL_CALL_DURATION + "_bucket", "start": str(now - 600), "end": str(now + 60)})
+    seen = {e["labels"][names.EXEMPLAR_TRACE_ID] for series in exemplars["data"] for e in series["exemplars"]}
+    assert seen
+    assert seen <= spans  # every exemplar opens a trace this gateway really recorded
