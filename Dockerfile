@@ -12,7 +12,8 @@ COPY gateway ./gateway
 COPY telemetry ./telemetry
 RUN pip install --no-cache-dir . \
     && rm -rf /src \
-    && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin toolspan
+    && groupadd --system --gid 10001 toolspan \
+    && useradd --system --uid 10001 --gid toolspan --no-create-home --shell /usr/sbin/nologin toolspan
 
 WORKDIR /
 USER 10001:10001

@@ -108,4 +108,4 @@ def load_settings(flags: dict[str, Any] | None = None, config: Path | None = Non
                                        ) -> tuple[PydanticBaseSettingsSource, ...]:
             return init_settings, env_settings, _file_source(settings_cls, path)
 
-    return Settings.model_validate(dict(FromFile(**given)))
+    return Settings.model_validate(FromFile(**given).model_dump())

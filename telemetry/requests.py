@@ -159,4 +159,6 @@ class ChatScope:
             self.failed(None, kind, str(exc) or kind)
         self._span.end()
         self._metrics.upstream_requests.labels(self._label, self._status or "error").inc()
-        self._metrics.upstream_duration.labels(self._label).observe(perf_counter() - self._start)
+        trace_id = self._span.get_span_context().trace_id
+        self._metrics.upstream_duration.labels(self._label).observe(
+            perf_counter() - self._start, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
