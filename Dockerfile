@@ -7,7 +7,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /src
 # Only what the package needs: the build context also holds .venv, tests and the stack's configs.
-COPY pyproject.toml ./
+COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY telemetry ./telemetry
 RUN pip install --no-cache-dir . \

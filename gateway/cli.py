@@ -48,7 +48,8 @@ def _many(value: Any) -> bool:
 
 
 def load_tools(specs: Iterable[str]) -> ToolRegistry:
-    """A registry from `module:attr` specs naming a ToolRegistry, a Tool, or an iterable of tools."""
+    """A registry from `module:attr` specs naming a ToolRegistry, a Tool, an iterable of tools, or a
+    function taking no arguments that returns one of those (a factory keeps the module stateless)."""
     registry = ToolRegistry()
     for spec in specs:
         module_name, sep, attr = spec.partition(":")
@@ -62,6 +63,11 @@ def load_tools(specs: Iterable[str]) -> ToolRegistry:
             value: Any = getattr(module, attr)
         except AttributeError as exc:
             raise StartupError(f"--tools {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
+        if callable(value) and not isinstance(value, Tool | ToolRegistry | type):
+            try:
+                value = value()
+            except Exception as exc:
+                raise StartupError(f"--tools {spec!r}: calling {attr} failed ({exc})") from exc
         found = [value] if isinstance(value, Tool) else list(value) if _many(value) else None
         if found is None or not all(isinstance(t, Tool) for t in found):
             raise StartupError(f"--tools {spec!r}: expected a ToolRegistry, a Tool or an iterable of tools, "

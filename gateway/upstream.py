@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import orjson
 from pydantic import SecretStr
 
 from gateway.errors import GatewayError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
@@ -39,8 +39,8 @@ class Upstream:
     async def chat(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
         """One non-streamed chat completion."""
         try:
-            async with self.session.post(self.url("chat/completions"), json=body, headers=_json_headers(headers),
-                                         timeout=self._whole) as response:
+            async with self.session.post(self.url("chat/completions"), data=orjson.dumps(body),
+                                         headers=_json_headers(headers), timeout=self._whole) as response:
                 await _raise_for_status(response)
                 raw = await response.read()
         except GatewayError:
@@ -50,7 +50,7 @@ class Upstream:
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
         try:
-            decoded = json.loads(raw)
+            decoded = orjson.loads(raw)
         except ValueError as exc:
             raise UpstreamUnavailable("the provider sent a response that is not JSON") from exc
         if not isinstance(decoded, dict) or not isinstance(decoded.get("choices"), list) or not decoded["choices"]:
@@ -63,7 +63,7 @@ class Upstream:
         """A streamed chat completion: yields an iterator of decoded chunks; leaving the block
         closes the connection, which is how a client disconnect cancels the provider's work."""
         try:
-            response = await self.session.post(self.url("chat/completions"), json=body,
+            response = await self.session.post(self.url("chat/completions"), data=orjson.dumps(body),
                                                headers=_json_headers(headers), timeout=self._streaming)
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout("the provider did not start its stream in time") from exc
@@ -90,7 +90,7 @@ class Upstream:
 
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
     # We parse these responses ourselves, so ask for them uncompressed.
-    return {**headers, "Accept-Encoding": "identity"}
+    return {**headers, "Accept-Encoding": "identity", "Content-Type": "application/json"}
 
 
 def _describe(exc: BaseException) -> str:
@@ -131,7 +131,7 @@ async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, A
 
 def _decode_chunk(payload: str) -> dict[str, Any]:
     try:
-        chunk = json.loads(payload)
+        chunk = orjson.loads(payload)
     except ValueError as exc:
         raise UpstreamUnavailable("the provider's stream holds an event that is not JSON") from exc
     if not isinstance(chunk, dict):

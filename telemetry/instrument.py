@@ -11,6 +11,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client.exposition import choose_encoder
 
 from gateway.instrumentation import RequestInfo
@@ -53,15 +54,17 @@ class Instrumentation:
         self.provider_name = provider_name
         self.trajectories = trajectories if trajectories is not None else Trajectories()
         self._model_label = ModelLabels(max_models)
+        self._propagator = TraceContextTextMapPropagator()  # W3C traceparent/tracestate, in and out
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> _ToolCallScope:
         return _ToolCallScope(self, call, tool, turn)
 
     def request(self, info: RequestInfo) -> RequestScope:
-        return RequestScope(self.tracer, self.metrics, info)
+        return RequestScope(self.tracer, self.metrics, info, self._propagator)
 
     def chat(self, model: str, stream: bool) -> ChatScope:
-        return ChatScope(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name)
+        return ChatScope(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name,
+                         self._propagator)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""
@@ -72,7 +75,7 @@ class Instrumentation:
 class _ToolCallScope:
     """One `tool.call` span, current while the call runs; ends and counts exactly once."""
 
-    __slots__ = ("_call", "_context", "_inst", "_label", "_outcome", "_retry", "_span", "_start", "_token", "_turn")
+    __slots__ = ("_call", "_context", "_inst", "_label", "_outcome", "_retry", "_span", "_start", "_turn")
 
     def __init__(self, inst: Instrumentation, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
         self._inst = inst
@@ -92,8 +95,6 @@ class _ToolCallScope:
         }
         if turn.trajectory_id is not None:
             attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
-        if turn.request_id is not None:
-            attributes[names.ATTR_REQUEST_ID] = turn.request_id
         self._retry = retry = self._inst.trajectories.classify(turn.trajectory_id, call.name, call.arguments)
         links: tuple[Link, ...] = ()
         if retry is not None:
@@ -101,8 +102,9 @@ class _ToolCallScope:
             links = (Link(retry.retries, {names.ATTR_RETRY_KIND: retry.kind}),)
         self._span = self._inst.tracer.start_span(
             names.SPAN_TOOL_CALL, kind=SpanKind.INTERNAL, attributes=attributes, links=links)
+        # Not made current itself: the steps name it as their parent, and the execute step is
+        # what the tool body runs under.
         self._context = trace.set_span_in_context(self._span)
-        self._token = otel_context.attach(self._context)
         self._start = perf_counter()
         return self
 
@@ -123,14 +125,14 @@ class _ToolCallScope:
             outcome_label = self._record(span)
         finally:
             span.end()
-            otel_context.detach(self._token)
-        calls, duration = self._inst.metrics.tool_call_series(self._label, outcome_label)
-        calls.inc()
+        metrics = self._inst.metrics
+        metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
         trace_id = span.get_span_context().trace_id
-        duration.observe(elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
+        metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(
+            elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
-            self._inst.metrics.tool_rejections.labels(self._label, outcome.rejection.reason).inc()
+            metrics.child(metrics.tool_rejections, self._label, outcome.rejection.reason).inc()
         if outcome is not None:
             self._follow_trajectory(outcome, span, self._retry)
 
@@ -139,9 +141,9 @@ class _ToolCallScope:
         self._inst.trajectories.record(self._turn.trajectory_id, call.name, call.arguments, span.get_span_context(),
                                        outcome.failed, retry)
         if retry is not None:
-            metrics.tool_retries.labels(self._label, retry.kind).inc()
+            metrics.child(metrics.tool_retries, self._label, retry.kind).inc()
             if outcome.status == "ok":
-                metrics.tool_recoveries.labels(self._label, retry.kind).inc()
+                metrics.child(metrics.tool_recoveries, self._label, retry.kind).inc()
 
     def _record(self, span: Span) -> str:
         outcome = self._outcome

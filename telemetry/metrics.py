@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from telemetry import names
 
@@ -53,13 +54,14 @@ class Metrics:
         self.tool_rounds = Histogram(
             names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.",
             buckets=ROUND_BUCKETS, registry=registry)
-        # Label children by (tool, outcome): both labels are bounded, and the lookup runs per call.
-        self._tool_series: dict[tuple[str, str], tuple[Any, Any]] = {}
+        # Label children, looked up per call: every label here is bounded (see names.py), so
+        # this cache is too, and it saves prometheus_client's lock and validation each time.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
-    def tool_call_series(self, tool: str, outcome: str) -> tuple[Any, Any]:
-        """(calls counter, duration histogram) children for one tool and outcome."""
-        series = self._tool_series.get((tool, outcome))
-        if series is None:
-            series = (self.tool_calls.labels(tool, outcome), self.tool_call_duration.labels(tool, outcome))
-            self._tool_series[(tool, outcome)] = series
-        return series
+    def child(self, metric: MetricWrapperBase, *values: str) -> Any:
+        """`metric.labels(*values)`, cached."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found

@@ -24,7 +24,6 @@ ATTR_ARGS_MISSING: Final = "toolspan.args.missing"
 ATTR_ARGS_UNRECOGNIZED: Final = "toolspan.args.unrecognized"
 ATTR_ARGS_SUGGESTIONS: Final = "toolspan.args.suggestions"
 ATTR_ROUND: Final = "toolspan.round"
-ATTR_REQUEST_ID: Final = "toolspan.request.id"
 ATTR_RETRY_KIND: Final = "toolspan.retry.kind"
 
 ATTR_PROVIDER_NAME: Final = "gen_ai.provider.name"

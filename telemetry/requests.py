@@ -9,8 +9,8 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.propagate import extract, inject
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.instrumentation import RequestInfo
 from telemetry import names
@@ -37,8 +37,10 @@ class ModelLabels:
 class RequestScope:
     """The SERVER span of one request, current while the handler runs."""
 
-    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo) -> None:
+    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo,
+                 propagator: TraceContextTextMapPropagator) -> None:
         self._tracer = tracer
+        self._propagator = propagator
         self._metrics = metrics
         self._info = info
         self._status: int | None = None
@@ -46,7 +48,7 @@ class RequestScope:
 
     def __enter__(self) -> RequestScope:
         info = self._info
-        parent = extract(dict(info.headers))
+        parent = self._propagator.extract(info.headers) if "traceparent" in info.headers else None
         self._span: Span = self._tracer.start_span(
             f"{info.method} {info.route}", context=parent, kind=SpanKind.SERVER,
             attributes={names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
@@ -66,7 +68,7 @@ class RequestScope:
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this request's span, for a request passed on as it is."""
-        inject(headers, context=trace.set_span_in_context(self._span))
+        self._propagator.inject(headers, context=trace.set_span_in_context(self._span))
 
     def trajectory(self, trajectory_id: str) -> None:
         self._span.set_attribute(names.ATTR_CONVERSATION_ID, trajectory_id)
@@ -92,9 +94,9 @@ class RequestScope:
         otel_context.detach(self._token)
         metrics = self._metrics
         metrics.in_flight.dec()
-        metrics.requests.labels(self._info.route, str(status)).inc()
+        metrics.child(metrics.requests, self._info.route, str(status)).inc()
         trace_id = span.get_span_context().trace_id
-        metrics.request_duration.labels(self._info.route).observe(
+        metrics.child(metrics.request_duration, self._info.route).observe(
             perf_counter() - self._start, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
 
 
@@ -102,8 +104,9 @@ class ChatScope:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model_label: str, model: str, stream: bool,
-                 provider: str) -> None:
+                 provider: str, propagator: TraceContextTextMapPropagator) -> None:
         self._tracer = tracer
+        self._propagator = propagator
         self._metrics = metrics
         self._label = model_label
         self._model = model
@@ -121,7 +124,7 @@ class ChatScope:
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this span, for the provider."""
-        inject(headers, context=trace.set_span_in_context(self._span))
+        self._propagator.inject(headers, context=trace.set_span_in_context(self._span))
 
     def response(self, body: Mapping[str, Any]) -> None:
         attributes: dict[str, Any] = {}
@@ -141,7 +144,7 @@ class ChatScope:
             count = usage.get(key)
             if isinstance(count, int) and not isinstance(count, bool):
                 attributes[attribute] = count
-                self._metrics.tokens.labels(self._label, kind).inc(count)
+                self._metrics.child(self._metrics.tokens, self._label, kind).inc(count)
         self._span.set_attributes(attributes)
         self._status = "200"
 
@@ -158,7 +161,7 @@ class ChatScope:
             kind = type(exc).__name__ if isinstance(exc, Exception) else "cancelled"
             self.failed(None, kind, str(exc) or kind)
         self._span.end()
-        self._metrics.upstream_requests.labels(self._label, self._status or "error").inc()
+        self._metrics.child(self._metrics.upstream_requests, self._label, self._status or "error").inc()
         trace_id = self._span.get_span_context().trace_id
-        self._metrics.upstream_duration.labels(self._label).observe(
+        self._metrics.child(self._metrics.upstream_duration, self._label).observe(
             perf_counter() - self._start, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -76,7 +76,7 @@ class SseSink:
             raise ClientGone from exc
 
     async def send(self, chunk: dict[str, Any]) -> None:
-        await self._write(b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n")
+        await self._write(b"data: " + orjson.dumps(chunk) + b"\n\n")
 
     async def comment(self, text: str) -> None:
         await self._write(f": {text}\n\n".encode())
@@ -103,7 +103,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if not chat.stream:
         response, result = await loop.complete(plan, caller)
         trace.rounds(result.rounds, result.limit_reached)
-        return web.json_response(response, headers=_round_headers(result))
+        return web.Response(body=orjson.dumps(response), content_type="application/json",
+                            headers=_round_headers(result))
 
     sink = SseSink(request)
     try:

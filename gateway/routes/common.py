@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.errors import BadRequest, Unauthorized
@@ -22,8 +22,8 @@ async def read_object(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object, or a 400 saying what is wrong with it."""
     raw = await request.read()  # aiohttp enforces client_max_size here (413)
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+        body = orjson.loads(raw)  # the hot path: orjson is several times faster than json here
+    except ValueError as exc:
         raise BadRequest(f"the request body is not valid JSON ({exc})", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", code="invalid_json")

@@ -14,6 +14,8 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        # Specs by allowlist, built once: every chat request sends them. Registering clears it.
+        self._specs: dict[tuple[str, frozenset[str] | None], list[dict[str, Any]]] = {}
         for item in tools:
             self.register(item)
 
@@ -24,6 +26,7 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ToolDeclarationError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        self._specs.clear()
         return tool
 
     def get(self, name: str) -> Tool | None:
@@ -47,10 +50,18 @@ class ToolRegistry:
     def _select(self, allowed: Collection[str] | None) -> list[Tool]:
         return [t for t in self._tools.values() if allowed is None or t.name in allowed]
 
+    def _specs_of(self, shape: str, allowed: Collection[str] | None) -> list[dict[str, Any]]:
+        key = (shape, None if allowed is None else frozenset(allowed))
+        specs = self._specs.get(key)
+        if specs is None:
+            tools = self._select(allowed)
+            specs = self._specs[key] = [t.openai_spec() if shape == "chat" else t.responses_spec() for t in tools]
+        return list(specs)  # a fresh list; the spec dicts inside are shared and must not be changed
+
     def openai_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
         """Chat Completions `tools` entries (optionally only the `allowed` names)."""
-        return [t.openai_spec() for t in self._select(allowed)]
+        return self._specs_of("chat", allowed)
 
     def responses_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
         """Responses API `tools` entries (flat shape)."""
-        return [t.responses_spec() for t in self._select(allowed)]
+        return self._specs_of("responses", allowed)

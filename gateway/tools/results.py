@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import traceback as tb
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -169,7 +170,8 @@ def _from_tool_result(value: ToolResult, template: ToolOutcome) -> ToolOutcome:
     content = value.content
     if not isinstance(content, str):
         try:
-            encode(content)
+            # Plain JSON values from here on (a datetime becomes its ISO text, and so on).
+            content = json.loads(encode(content))
             ok = isinstance(content, list) and all(isinstance(p, dict) for p in content)
         except ValueError:
             ok = False
