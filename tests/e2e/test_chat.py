@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
 import pytest
 
 from gateway.demo.model import Reply
+from gateway.tools import Tool, ToolRegistry
 from telemetry import names
 from tests.e2e.conftest import Stack, StackFactory, call_args, tool_messages, tree
 
@@ -221,3 +227,33 @@ async def test_one_trace_with_the_request_as_root(stack: Stack) -> None:
     assert traceparent.split("-")[2] == format(found["chat"][0].context.span_id, "016x")
     assert {s.name for s in spans} == {"POST /v1/chat/completions", "chat test-model", "tool.call", "tool.parse",
                                        "tool.execute"}
+
+
+async def test_keepalive_comments_flow_while_tools_run(make_stack: StackFactory) -> None:
+    release = asyncio.Event()
+
+    async def slow(args: dict[str, Any]) -> str:
+        await release.wait()  # set once the client has seen a keepalive: nothing else ends it
+        return "finished"
+
+    stack = await make_stack(registry=ToolRegistry([Tool(name="slow", function=slow)]), keepalive_seconds=0.05)
+    stack.script.then(Reply(content="Checking. ", tool_calls=[("slow", {})]), Reply(content="All done."))
+    lines: list[str] = []
+
+    async def read() -> None:
+        body = {"model": "m", "messages": USER, "stream": True}
+        async with aiohttp.ClientSession() as http, http.post(
+                stack.url + "/v1/chat/completions", json=body,
+                headers={"Authorization": "Bearer sk-test-key"}) as response:
+            async for raw in response.content:
+                line = raw.decode().strip()
+                lines.append(line)
+                if line == ": toolspan: running tools":
+                    release.set()
+
+    await asyncio.wait_for(read(), 10)
+    assert ": toolspan: running tools" in lines
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: {")]
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert content == "Checking. All done."  # both rounds on the same response
+    assert [line for line in lines if line][-1] == "data: [DONE]"

@@ -3,33 +3,42 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import concurrent.futures
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from aiohttp import web
+from openai import AsyncOpenAI
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from gateway.cli import serving
+from gateway.cli import gateway, serving
 from gateway.demo.model import Reply
+from gateway.settings import Settings
 from telemetry import names
-from tests.e2e.conftest import Stack, StackFactory
+from tests.e2e.conftest import Script, Stack, StackFactory, sample_registry
 
 USER = [{"role": "user", "content": "go"}]
 
 
 @dataclass
 class Receiver:
-    """A real OTLP/HTTP endpoint: decodes the protobuf exports the gateway sends."""
+    """A real OTLP/HTTP endpoint: decodes the protobuf exports the gateway sends. It runs on its
+    own thread and loop, as a collector would: the SDK exports synchronously (on flush and on
+    shutdown), which must not wait on the loop the gateway runs on."""
 
     spans: list[ProtoSpan] = field(default_factory=list)
-    received: asyncio.Event = field(default_factory=asyncio.Event)
+    received: threading.Event = field(default_factory=threading.Event)
     content_types: list[str] = field(default_factory=list)
+
+    async def wait(self) -> None:
+        assert await asyncio.to_thread(self.received.wait, 10), "no spans arrived over OTLP"
 
     async def traces(self, request: web.Request) -> web.Response:
         export = ExportTraceServiceRequest()
@@ -57,12 +66,25 @@ def attrs(span: ProtoSpan) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
+def receiver() -> Iterator[tuple[Receiver, str]]:
     found = Receiver()
     app = web.Application()
     app.router.add_post("/v1/traces", found.traces)
-    async with serving(app, "127.0.0.1", 0) as url:
-        yield found, url
+    loop = asyncio.new_event_loop()
+    ready: concurrent.futures.Future[str] = concurrent.futures.Future()
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        async with serving(app, "127.0.0.1", 0) as url:
+            ready.set_result(url)
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    yield found, ready.result(timeout=10)
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(timeout=10)
+    loop.close()
 
 
 async def chat(stack: Stack, trajectory: str) -> str:
@@ -92,8 +114,8 @@ async def test_retries_are_linked_and_exported_over_otlp(make_stack: StackFactor
               await chat(stack, "agent-2")]
     provider = stack.observability.provider
     assert provider is not None
-    provider.force_flush()
-    await asyncio.wait_for(found.received.wait(), 10)
+    assert provider.force_flush()
+    await found.wait()
 
     assert found.content_types[0] == "application/x-protobuf"
     calls = found.named(names.SPAN_TOOL_CALL)
@@ -140,3 +162,18 @@ async def test_requests_without_a_trajectory_do_not_retry_each_other(stack: Stac
     second = await stack.client.chat.completions.with_raw_response.create(model="m", messages=USER)
     assert first.headers["x-trajectory-id"] != second.headers["x-trajectory-id"]
     assert stack.metric(names.METRIC_TOOL_RETRIES, tool="add", kind="verbatim") == 0
+
+
+async def test_the_last_spans_are_flushed_on_shutdown(receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    script = Script().then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    settings = Settings(port=0, otel_exporter_otlp_endpoint=url)
+    async with gateway(settings, sample_registry(), policy=script) as (gateway_url, _, _):
+        client = AsyncOpenAI(base_url=f"{gateway_url}/v1", api_key="sk-test-key", max_retries=0)
+        raw = await client.chat.completions.with_raw_response.create(model="m", messages=USER)
+        await client.close()
+        assert not found.received.is_set()  # still in the batch: nothing forced it out yet
+    await found.wait()  # leaving the gateway shut the provider down, which exported the batch
+    trace_id = bytes.fromhex(raw.headers["x-trace-id"])
+    assert {s.name for s in found.spans if s.trace_id == trace_id} == {
+        "POST /v1/chat/completions", "chat m", "tool.call", "tool.parse", "tool.execute"}
