@@ -121,7 +121,7 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
     async with contextlib.AsyncExitStack() as stack:
         if settings.upstream is None:
             model = ScriptedModel(policy or DemoPolicy())
-            model_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
+            model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
             settings = settings.model_copy(update={"upstream": f"{model_url}/v1"})
             registry = registry if registry is not None else demo_registry()
         telemetry = build_telemetry(settings, processors)

@@ -14,6 +14,17 @@ HOP_BY_HOP = frozenset({
 })
 
 
+# Provider answers that would tell callers which account is behind the gateway, or set cookies
+# on the gateway's origin.
+_PRIVATE = frozenset({"openai-organization", "openai-project", "set-cookie", "content-encoding"})
+
+
+def provider_headers(headers: Mapping[str, str], keep_encoding: bool = True) -> dict[str, str]:
+    """The headers of a provider answer that may reach the caller."""
+    dropped = HOP_BY_HOP | (_PRIVATE - {"content-encoding"} if keep_encoding else _PRIVATE)
+    return {k: v for k, v in headers.items() if k.lower() not in dropped}
+
+
 class GatewayError(Exception):
     """An error that becomes an OpenAI error response. The message is meant for the caller."""
 
@@ -83,8 +94,7 @@ class UpstreamRefused(GatewayError):
     def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
         super().__init__(f"upstream answered {status}", status=status)
         self.raw_body = body
-        self.headers = {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP
-                        and k.lower() != "content-encoding"}
+        self.headers = provider_headers(headers)  # the body is forwarded as it came, encoding and all
 
     def body(self) -> dict[str, Any]:
         try:

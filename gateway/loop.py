@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import orjson
+
 from gateway.errors import BadRequest, GatewayError, UpstreamUnavailable
 from gateway.instrumentation import Instrumentation
 from gateway.streaming import Round, call_chunks, chunk
@@ -86,6 +88,15 @@ def _assistant(message: Mapping[str, Any], calls: list[dict[str, Any]]) -> dict[
     return out
 
 
+def _arguments(call: Mapping[str, Any]) -> str:
+    """The call's arguments as JSON text (some compatible providers send an object instead)."""
+    function = call.get("function")
+    arguments = function.get("arguments") if isinstance(function, Mapping) else None
+    if arguments is None or isinstance(arguments, str):
+        return arguments or ""
+    return orjson.dumps(arguments).decode()
+
+
 def _name(call: Mapping[str, Any]) -> str:
     function = call.get("function")
     return str(function.get("name", "")) if isinstance(function, Mapping) else ""
@@ -107,20 +118,20 @@ class ToolLoop:
 
     def plan(self, body: dict[str, Any], caller: Caller) -> Plan:
         caller_tools = body.get("tools") or []
-        client_names = frozenset(_name(t) for t in caller_tools if isinstance(t, Mapping))
+        client_names = frozenset(n for t in caller_tools if isinstance(t, Mapping) and (n := _name(t)))
         exposed = self.registry.openai_tools(caller.allowed)
         gateway_names = frozenset(t["function"]["name"] for t in exposed)
         if clash := sorted(client_names & gateway_names):
             raise BadRequest(f"tool '{clash[0]}' is provided by the gateway; rename or remove your own "
                              "tool of that name", param="tools", code="tool_name_conflict")
-        if gateway_names and int(body.get("n") or 1) != 1:
+        if gateway_names and (body.get("n") or 1) != 1:
             raise BadRequest("n must be 1 when the gateway offers tools", param="n")
         upstream_body = {k: v for k, v in body.items() if k not in ("messages", "stream", "stream_options")}
         if caller_tools or exposed:
             upstream_body["tools"] = [*caller_tools, *exposed]
         options = body.get("stream_options")
         include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-        messages = self.pending.restore(body["messages"])
+        messages = self.pending.restore(body["messages"], caller.principal)
         return Plan(upstream_body, messages, client_names, gateway_names, include_usage)
 
     def _round_body(self, plan: Plan, final: bool, stream: bool) -> dict[str, Any]:
@@ -147,17 +158,16 @@ class ToolLoop:
         if choice == "required" or (forced and forced in ran):
             plan.body["tool_choice"] = "auto"  # forcing again would loop for ever
 
-    def _hold(self, assistant: dict[str, Any], outcomes: list[ToolOutcome],
-              client_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _hold(self, assistant: dict[str, Any], outcomes: list[ToolOutcome], client_calls: list[dict[str, Any]],
+              caller: Caller) -> list[dict[str, Any]]:
         """Keep the gateway's half of a mixed turn; the client's calls get ids that name it."""
-        token = self.pending.hold(assistant, [_tool_message(o) for o in outcomes])
+        token = self.pending.hold(assistant, [_tool_message(o) for o in outcomes], caller.principal)
         return [{**c, "id": PendingTurns.client_id(token, str(c.get("id", "")))} for c in client_calls]
 
     async def _run_tools(self, calls: list[dict[str, Any]], caller: Caller, round_: int) -> list[ToolOutcome]:
         turn = Turn(trajectory_id=caller.trajectory_id, request_id=caller.request_id, principal=caller.principal,
                     metadata=caller.metadata, round=round_)
-        batch = [ToolCall(str(c.get("id", "")), _name(c), str((c.get("function") or {}).get("arguments") or ""))
-                 for c in calls]
+        batch = [ToolCall(str(c.get("id", "")), _name(c), _arguments(c)) for c in calls]
         return await self.executor.run_turn(batch, turn, caller.allowed)
 
     def _headers(self, caller: Caller) -> dict[str, str]:
@@ -182,7 +192,7 @@ class ToolLoop:
             outcomes = await self._run_tools(mine, caller, rounds)
             assistant = _assistant(message, [*mine, *theirs])
             if theirs:
-                message["tool_calls"] = self._hold(assistant, outcomes, theirs)
+                message["tool_calls"] = self._hold(assistant, outcomes, theirs, caller)
                 break
             self._after_tools(plan, assistant, outcomes)
             tool_rounds += 1
@@ -230,7 +240,7 @@ class ToolLoop:
                     self._after_tools(plan, assistant, outcomes)
                     tool_rounds += 1
                     continue
-                theirs = self._hold(assistant, outcomes, theirs)
+                theirs = self._hold(assistant, outcomes, theirs, caller)
             for part in call_chunks(identity, theirs):
                 await sink.send(part)
             finish = round_.finish_reason or "stop"

@@ -46,7 +46,8 @@ class Round:
         delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
         if choice.get("finish_reason"):
             self.finish_reason = str(choice["finish_reason"])
-        for part in delta.get("tool_calls") or []:
+        parts = delta.get("tool_calls")
+        for part in parts if isinstance(parts, list) else []:
             self._absorb_call(part)
         visible = {k: v for k, v in delta.items() if k in ("role", "content", "refusal") and v is not None}
         if isinstance(visible.get("content"), str):
@@ -60,8 +61,13 @@ class Round:
     def _absorb_call(self, part: Any) -> None:
         if not isinstance(part, dict):
             return
-        index = part.get("index", len(self.calls))
-        call = self.calls.setdefault(index if isinstance(index, int) else len(self.calls), _Call())
+        index = part.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            # No index (some compatible providers): a fragment with an id starts a call, one
+            # without continues the last.
+            starts = bool(part.get("id")) or not self.calls
+            index = len(self.calls) if starts else max(self.calls)
+        call = self.calls.setdefault(index, _Call())
         call.id = call.id or str(part.get("id") or "")
         raw_function = part.get("function")
         function: dict[str, Any] = raw_function if isinstance(raw_function, dict) else {}

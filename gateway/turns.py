@@ -25,6 +25,7 @@ class HeldTurn:
     assistant: dict[str, Any]  # the assistant message as the model sent it
     results: tuple[dict[str, Any], ...]  # the gateway's tool messages for it
     expires: float
+    principal: str | None = None  # only the caller (gateway key) that got the turn may continue it
 
 
 def _split(call_id: str) -> tuple[str, str] | None:
@@ -45,21 +46,21 @@ class PendingTurns:
     def __len__(self) -> int:
         return len(self._turns)
 
-    def hold(self, assistant: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
+    def hold(self, assistant: dict[str, Any], results: Sequence[dict[str, Any]], principal: str | None = None) -> str:
         """Keep a mixed turn; returns the token to build client call ids with (`client_id`)."""
         now = self._clock()
         self._expire(now)
         while len(self._turns) >= self._capacity:
             self._turns.popitem(last=False)
         token = secrets.token_hex(6)
-        self._turns[token] = HeldTurn(assistant, tuple(results), now + self._ttl)
+        self._turns[token] = HeldTurn(assistant, tuple(results), now + self._ttl, principal)
         return token
 
     @staticmethod
     def client_id(token: str, original: str) -> str:
         return f"{PREFIX}{token}_{original}"
 
-    def restore(self, messages: Sequence[Any]) -> list[Any]:
+    def restore(self, messages: Sequence[Any], principal: str | None = None) -> list[Any]:
         """The conversation with every held turn put back: the full assistant message, the
         gateway's results after it, and the client's results under their original ids.
         Raises Conflict when the conversation names a turn that is no longer held."""
@@ -78,13 +79,14 @@ class PendingTurns:
                 out.append(message)
                 continue
             held = self._turns.get(token)
-            if held is None or held.expires <= now:
-                self._turns.pop(token, None)
+            if held is None or held.expires <= now or held.principal != principal:
+                if held is not None and held.expires <= now:
+                    self._turns.pop(token, None)
                 raise Conflict(
                     "this conversation continues an assistant turn in which the gateway ran its own tools, "
                     "and the gateway no longer holds that turn (it expired or the gateway restarted); "
                     "resend the conversation from before that turn", code="turn_not_held", param="messages")
-            self._turns[token] = HeldTurn(held.assistant, held.results, now + self._ttl)  # still in use
+            self._turns[token] = HeldTurn(held.assistant, held.results, now + self._ttl, principal)  # in use
             self._turns.move_to_end(token)
             out.append(held.assistant)
             out.extend(held.results)

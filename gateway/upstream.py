@@ -53,9 +53,10 @@ class Upstream:
             decoded = orjson.loads(raw)
         except ValueError as exc:
             raise UpstreamUnavailable("the provider sent a response that is not JSON") from exc
-        if not isinstance(decoded, dict) or not isinstance(decoded.get("choices"), list) or not decoded["choices"]:
-            raise UpstreamUnavailable("the provider sent a response without choices")
-        return decoded
+        if not _well_formed(decoded):
+            raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape")
+        answer: dict[str, Any] = decoded
+        return answer
 
     @asynccontextmanager
     async def chat_stream(self, body: Mapping[str, Any],
@@ -88,6 +89,22 @@ class Upstream:
             raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
 
 
+def _well_formed(answer: Any) -> bool:
+    """A chat completion the loop can read: a first choice with a message, and tool calls (if
+    any) that are objects naming a function."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list) or not answer["choices"]:
+        return False
+    choice = answer["choices"][0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        return False
+    calls = choice["message"].get("tool_calls")
+    if calls is None:
+        return True
+    return isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+        for c in calls)
+
+
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
     # We parse these responses ourselves, so ask for them uncompressed.
     return {**headers, "Accept-Encoding": "identity", "Content-Type": "application/json"}
@@ -100,19 +117,40 @@ def _describe(exc: BaseException) -> str:
 async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
     if response.status < 400:
         return
-    body = await response.read()
+    try:
+        body = await response.read()
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise UpstreamUnavailable(f"the provider answered {response.status} and then broke off") from exc
     if response.status < 500:
         raise UpstreamRefused(response.status, body, response.headers)
     raise UpstreamUnavailable(f"the provider answered {response.status}", code=f"upstream_{response.status}")
 
 
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event; a provider may send a whole tool call in one
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The stream's lines, however long (aiohttp's own line reader stops at 128 KiB)."""
+    pending = b""
+    async for data in response.content.iter_any():
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line
+        if len(pending) > MAX_EVENT_BYTES:
+            raise UpstreamUnavailable("the provider's stream holds an event larger than 16 MiB")
+    if pending:
+        yield pending
+
+
 async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """Decoded `data:` payloads of an SSE stream, up to `[DONE]`. A stream that breaks, holds
-    something other than JSON objects, or carries an error event raises UpstreamUnavailable."""
+    """Decoded `data:` payloads of an SSE stream, up to `[DONE]` or the end of the stream (the
+    loop checks that a finish reason came). A stream that breaks, holds something other than
+    JSON objects, or carries an error event raises UpstreamUnavailable."""
     data: list[str] = []
     try:
-        async for raw_line in response.content:
-            line = raw_line.decode("utf-8").rstrip("\r\n")
+        async for raw_line in _lines(response):
+            line = raw_line.decode("utf-8").rstrip("\r")
             if line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))
                 continue
@@ -126,7 +164,8 @@ async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, A
         raise UpstreamTimeout("the provider's stream stalled") from exc
     except (aiohttp.ClientError, UnicodeDecodeError, asyncio.IncompleteReadError) as exc:
         raise UpstreamUnavailable(f"the provider's stream broke: {_describe(exc)}") from exc
-    raise UpstreamUnavailable("the provider's stream ended before [DONE]")
+    if data and "\n".join(data) != "[DONE]":
+        yield _decode_chunk("\n".join(data))  # a last event without its blank line
 
 
 def _decode_chunk(payload: str) -> dict[str, Any]:

@@ -142,7 +142,7 @@ class ChatScope:
         for attribute, key, kind in ((names.ATTR_INPUT_TOKENS, "prompt_tokens", names.TOKEN_INPUT),
                                      (names.ATTR_OUTPUT_TOKENS, "completion_tokens", names.TOKEN_OUTPUT)):
             count = usage.get(key)
-            if isinstance(count, int) and not isinstance(count, bool):
+            if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
                 attributes[attribute] = count
                 self._metrics.child(self._metrics.tokens, self._label, kind).inc(count)
         self._span.set_attributes(attributes)

@@ -7,6 +7,7 @@ records per trajectory, and dropped when unused for `ttl_seconds`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -23,17 +24,19 @@ RetryKind = Literal["verbatim", "corrected"]
 
 
 def canonical(raw: str) -> str:
-    """The arguments as comparable JSON (key order and spacing ignored); raw text if not JSON."""
+    """A digest of the arguments as comparable JSON (key order and spacing ignored; raw text if
+    not JSON). A digest, so that what the state holds per failure stays small."""
     try:
-        return json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
+        text = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
     except (ValueError, RecursionError):
-        return raw.strip()
+        text = raw.strip()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True)
 class Failure:
     span: SpanContext
-    arguments: str  # canonical
+    arguments: str  # canonical() digest
     verbatim_retries: int  # verbatim retries of this failure so far
 
 

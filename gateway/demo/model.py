@@ -54,6 +54,7 @@ class ScriptedModel:
         self.model_name = model_name
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        self.base_url: str | None = None  # set by whoever serves it
         self._ids = itertools.count(1)
         self.paused = asyncio.Event()  # a stream reached its `pause_after` point
         self.dropped = asyncio.Event()  # a paused stream's connection was then closed by its client
@@ -72,7 +73,8 @@ class ScriptedModel:
     async def _echo(self, request: web.Request) -> web.Response:
         """Answers with the request body, for pass-through tests."""
         return web.Response(body=await request.read(), content_type=request.content_type,
-                            headers={"X-Echo-Method": request.method})
+                            headers={"X-Echo-Method": request.method,
+                                     "openai-organization": "org-scripted"})  # as OpenAI's answers carry
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

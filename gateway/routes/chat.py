@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import aiohttp
@@ -9,10 +10,12 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.errors import BadRequest, GatewayError
+from gateway.errors import BadRequest, GatewayError, internal_error
 from gateway.keys import LOOP
 from gateway.loop import LoopResult
 from gateway.routes.common import caller_of, read_object, scope
+
+log = logging.getLogger("toolspan")
 
 ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
 ROUNDS_HEADER = "X-Toolspan-Rounds"
@@ -26,7 +29,7 @@ class _Function(BaseModel):
 class _ToolSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str
-    function: _Function
+    function: _Function | None = None  # tools of other types (custom, ...) are the provider's business
 
 
 class ChatRequest(BaseModel):
@@ -36,8 +39,9 @@ class ChatRequest(BaseModel):
     model: str = Field(min_length=1)
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[_ToolSpec] | None = None
-    stream: bool = False
+    stream: bool | None = False
     stream_options: dict[str, Any] | None = None
+    n: int | None = Field(None, ge=1)
     metadata: dict[str, Any] | None = None
 
 
@@ -83,7 +87,13 @@ class SseSink:
 
     async def close(self) -> None:
         await self._write(b"data: [DONE]\n\n")
-        await self.response.write_eof()
+        await self.end()
+
+    async def end(self) -> None:
+        try:
+            await self.response.write_eof()
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
+            raise ClientGone from exc
 
 
 def _round_headers(result: LoopResult) -> dict[str, str]:
@@ -113,19 +123,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         if result.limit_reached:
             await sink.comment(f"toolspan: round limit reached after {result.rounds} model turns")
         await sink.close()
-    except GatewayError as exc:
-        if not sink.started:
-            raise  # nothing sent yet: an ordinary error response
-        scope(request).error_type = exc.type
-        await _send_error(sink, exc)
     except ClientGone:
         scope(request).error_type = "client_disconnected"
+    except Exception as exc:
+        if not sink.started:
+            raise  # nothing sent yet: an ordinary error response
+        # The 200 and part of the answer are out: the failure can only be an event in the stream.
+        error = exc if isinstance(exc, GatewayError) else internal_error()
+        if not isinstance(exc, GatewayError):
+            log.exception("stream failed after it began")
+        scope(request).error_type = error.type
+        await _send_error(sink, error)
     return sink.response
 
 
-async def _send_error(sink: SseSink, exc: GatewayError) -> None:
+async def _send_error(sink: SseSink, error: GatewayError) -> None:
     try:
-        await sink.send(exc.body())
-        await sink.response.write_eof()
+        await sink.send(error.body())
+        await sink.end()
     except ClientGone:
         pass  # the client left as well; the spans already say what went wrong

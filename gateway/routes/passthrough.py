@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.errors import HOP_BY_HOP
+from gateway.errors import HOP_BY_HOP, NotFound, provider_headers
 from gateway.keys import UPSTREAM
 from gateway.routes.common import authenticate, scope
 
@@ -17,6 +17,9 @@ def _decoded_by_server(encoding: str) -> bool:
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
+    if any(part in (".", "..") for part in request.match_info.get("tail", "").split("/")):
+        # The provider URL would be normalised past /v1: never send the key there.
+        raise NotFound("no such route", code="invalid_path")
     upstream = request.app[UPSTREAM]
     dropped = HOP_BY_HOP | {"authorization", *_TRACE_CONTEXT}
     if _decoded_by_server(request.headers.get("Content-Encoding", "")):
@@ -32,7 +35,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     body = request.content.iter_any() if request.body_exists else None
     answer = await upstream.forward(request.method, request.path_qs.removeprefix("/v1"), headers, body)
     try:
-        kept = {k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP}
+        kept = provider_headers(answer.headers)
         response = web.StreamResponse(status=answer.status, reason=answer.reason, headers=kept)
         await response.prepare(request)
         async for data in answer.content.iter_any():

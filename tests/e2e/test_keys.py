@@ -77,3 +77,18 @@ async def test_invoke_outside_the_keys_tools_is_a_403(keyed: Stack) -> None:
         assert response.status == 403
         body = await response.json()
     assert body["error"]["code"] == "not_allowed"
+
+
+async def test_a_held_turn_continues_only_for_the_key_that_got_it(keyed: Stack) -> None:
+    client_tool = {"type": "function", "function": {"name": "ask_human", "parameters": {"type": "object"}}}
+    keyed.script.then(Reply(tool_calls=[("read_file", {"path": "a"}), ("ask_human", {})]))
+    first = await keyed.ask(False, messages=USER, tools=[client_tool])
+    [call] = first.tool_calls
+    follow_up = [*USER, {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
+                 {"role": "tool", "tool_call_id": call["id"], "content": "yes"}]
+    admin = openai.AsyncOpenAI(base_url=keyed.url + "/v1", api_key="tsk-admin-0000", max_retries=0)
+    with pytest.raises(openai.ConflictError):
+        await admin.chat.completions.create(model="m", messages=follow_up, tools=[client_tool])  # type: ignore[arg-type]
+    await admin.close()
+    keyed.script.then(Reply(content="done"))
+    assert (await keyed.ask(False, messages=follow_up, tools=[client_tool])).content == "done"  # still held

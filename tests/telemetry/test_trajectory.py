@@ -31,9 +31,11 @@ def fail(t: Trajectories, trajectory: str, tool: str, args: str, n: int) -> None
     t.record(trajectory, tool, args, span(n), failed=True, retry=t.classify(trajectory, tool, args))
 
 
-def test_canonical_ignores_key_order_and_spacing() -> None:
+def test_canonical_ignores_key_order_and_spacing_and_stays_small() -> None:
     assert canonical('{"b": 1, "a": [1, 2]}') == canonical('{"a":[1,2],"b":1}')
-    assert canonical("{not json ") == "{not json"
+    assert canonical("{not json ") == canonical(" {not json")
+    assert canonical('{"a": 1}') != canonical('{"a": 2}')
+    assert len(canonical('{"a": "' + "x" * 1_000_000 + '"}')) == 64  # a digest, whatever was sent
 
 
 def test_same_arguments_after_a_failure_is_a_verbatim_retry(clock: Clock) -> None:
