@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from time import perf_counter
+import asyncio
+from collections.abc import Callable, Mapping
+from time import perf_counter, time_ns
 from types import TracebackType
 from typing import Any
 
@@ -15,6 +16,16 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from gateway.instrumentation import RequestInfo
 from telemetry import names
 from telemetry.metrics import Metrics
+
+
+def after_response(record: Callable[..., None], *args: Any) -> None:
+    """Run `record` once the current step of the event loop is over. Ending spans and moving
+    metrics is the last work of a request; deferred this way, the answer goes out first (the
+    span keeps its true end time). Outside a loop it runs at once."""
+    try:
+        asyncio.get_running_loop().call_soon(record, *args)
+    except RuntimeError:
+        record(*args)
 
 
 class ModelLabels:
@@ -45,6 +56,7 @@ class RequestScope:
         self._info = info
         self._status: int | None = None
         self._error_type: str | None = None
+        self._rounds: tuple[int, bool] | None = None
 
     def __enter__(self) -> RequestScope:
         info = self._info
@@ -63,8 +75,7 @@ class RequestScope:
         return format(self._span.get_span_context().trace_id, "032x")
 
     def rounds(self, count: int, limit_reached: bool) -> None:
-        self._span.set_attributes({names.ATTR_ROUNDS: count, names.ATTR_ROUND_LIMIT_REACHED: limit_reached})
-        self._metrics.tool_rounds.observe(count)
+        self._rounds = (count, limit_reached)
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this request's span, for a request passed on as it is."""
@@ -82,22 +93,29 @@ class RequestScope:
         status, error_type = self._status, self._error_type
         if status is None:  # the handler never finished: cancelled, or the client went away
             status, error_type = 499, error_type or "cancelled"
+        otel_context.detach(self._token)
+        self._metrics.in_flight.dec()
+        after_response(self._record, status, error_type, time_ns(), perf_counter() - self._start)
+
+    def _record(self, status: int, error_type: str | None, end_ns: int, elapsed: float) -> None:
         span = self._span
-        span.set_attribute(names.ATTR_HTTP_STATUS, status)
+        attributes: dict[str, Any] = {names.ATTR_HTTP_STATUS: status}
         if error_type is not None or status >= 500:
-            span.set_attribute(names.ATTR_ERROR_TYPE, error_type or str(status))
+            attributes[names.ATTR_ERROR_TYPE] = error_type or str(status)
+        if self._rounds is not None:
+            attributes[names.ATTR_ROUNDS], attributes[names.ATTR_ROUND_LIMIT_REACHED] = self._rounds
+            self._metrics.tool_rounds.observe(self._rounds[0])
+        span.set_attributes(attributes)
         # HTTP conventions: a refused request (4xx) is the caller's error, not the server's; work
         # cut short (499) and a stream that failed after its 200 are.
         if status >= 500 or status == 499 or (status < 400 and error_type is not None):
             span.set_status(Status(StatusCode.ERROR, error_type or f"HTTP {status}"))
-        span.end()
-        otel_context.detach(self._token)
+        span.end(end_time=end_ns)
         metrics = self._metrics
-        metrics.in_flight.dec()
         metrics.child(metrics.requests, self._info.route, str(status)).inc()
         trace_id = span.get_span_context().trace_id
         metrics.child(metrics.request_duration, self._info.route).observe(
-            perf_counter() - self._start, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
+            elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
 
 
 class ChatScope:
@@ -113,6 +131,7 @@ class ChatScope:
         self._stream = stream
         self._provider = provider
         self._status: str | None = None
+        self._answer: dict[str, Any] = {}  # span attributes from the provider's answer
 
     def __enter__(self) -> ChatScope:
         self._span = self._tracer.start_span(
@@ -139,13 +158,12 @@ class ChatScope:
             attributes[names.ATTR_FINISH_REASONS] = reasons
         raw_usage = body.get("usage")
         usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
-        for attribute, key, kind in ((names.ATTR_INPUT_TOKENS, "prompt_tokens", names.TOKEN_INPUT),
-                                     (names.ATTR_OUTPUT_TOKENS, "completion_tokens", names.TOKEN_OUTPUT)):
+        for attribute, key in ((names.ATTR_INPUT_TOKENS, "prompt_tokens"),
+                               (names.ATTR_OUTPUT_TOKENS, "completion_tokens")):
             count = usage.get(key)
             if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
                 attributes[attribute] = count
-                self._metrics.child(self._metrics.tokens, self._label, kind).inc(count)
-        self._span.set_attributes(attributes)
+        self._answer = attributes  # recorded once the answer has gone on (see __exit__)
         self._status = "200"
 
     def failed(self, status: int | None, error_type: str, message: str) -> None:
@@ -160,8 +178,18 @@ class ChatScope:
         if exc is not None and self._status is None:  # cancelled or broken before an answer
             kind = type(exc).__name__ if isinstance(exc, Exception) else "cancelled"
             self.failed(None, kind, str(exc) or kind)
-        self._span.end()
-        self._metrics.child(self._metrics.upstream_requests, self._label, self._status or "error").inc()
-        trace_id = self._span.get_span_context().trace_id
-        self._metrics.child(self._metrics.upstream_duration, self._label).observe(
-            perf_counter() - self._start, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
+        after_response(self._record, time_ns(), perf_counter() - self._start)
+
+    def _record(self, end_ns: int, elapsed: float) -> None:
+        span, metrics, answer = self._span, self._metrics, self._answer
+        if answer:
+            span.set_attributes(answer)
+            for attribute, kind in ((names.ATTR_INPUT_TOKENS, names.TOKEN_INPUT),
+                                    (names.ATTR_OUTPUT_TOKENS, names.TOKEN_OUTPUT)):
+                if attribute in answer:
+                    metrics.child(metrics.tokens, self._label, kind).inc(answer[attribute])
+        span.end(end_time=end_ns)
+        metrics.child(metrics.upstream_requests, self._label, self._status or "error").inc()
+        trace_id = span.get_span_context().trace_id
+        metrics.child(metrics.upstream_duration, self._label).observe(
+            elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
