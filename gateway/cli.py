@@ -86,14 +86,14 @@ class Observability:
     provider: TracerProvider | None
 
 
-def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()) -> Observability:
+def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (),
+                    provider_name: str = "openai") -> Observability:
     if not settings.telemetry:
         return Observability(NoInstrumentation(), None)
     exporters = exporters_for(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
                               settings.otel_exporter_otlp_traces_endpoint, settings.otel_exporter_otlp_protocol)
     provider = build_provider(settings.otel_service_name, exporters, processors)
     capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
-    provider_name = "openai" if settings.upstream else "toolspan.scripted"
     instrumentation = Telemetry(tracer_of(provider), Metrics(CollectorRegistry()), capture, provider_name,
                                 settings.metrics_max_models)
     return Observability(instrumentation, provider)
@@ -124,7 +124,7 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
             model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
             settings = settings.model_copy(update={"upstream": f"{model_url}/v1"})
             registry = registry if registry is not None else demo_registry()
-        telemetry = build_telemetry(settings, processors)
+        telemetry = build_telemetry(settings, processors, "openai" if model is None else "toolspan.scripted")
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
         app = create_app(settings, registry or ToolRegistry(), telemetry.instrumentation)

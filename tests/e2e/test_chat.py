@@ -219,6 +219,7 @@ async def test_one_trace_with_the_request_as_root(stack: Stack) -> None:
     assert [s.name for s in found["chat"]] == ["chat test-model", "chat test-model"]
     chat = found["chat"][0].attributes or {}
     assert chat[names.ATTR_REQUEST_MODEL] == "test-model"
+    assert chat[names.ATTR_PROVIDER_NAME] == "toolspan.scripted"  # the built-in model answered
     assert chat[names.ATTR_FINISH_REASONS] == ("tool_calls",)
     assert chat[names.ATTR_INPUT_TOKENS] == 10
     assert str(chat[names.ATTR_RESPONSE_ID]).startswith("chatcmpl-scripted-")
