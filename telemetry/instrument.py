@@ -54,7 +54,7 @@ class Instrumentation:
         self.provider_name = provider_name
         self.trajectories = trajectories if trajectories is not None else Trajectories()
         self._model_label = ModelLabels(max_models)
-        self._propagator = TraceContextTextMapPropagator()  # W3C traceparent/tracestate, in and out
+        self._propagator = TraceContextTextMapPropagator()  # reads an incoming W3C traceparent/tracestate
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> _ToolCallScope:
         return _ToolCallScope(self, call, tool, turn)
@@ -63,8 +63,7 @@ class Instrumentation:
         return RequestScope(self.tracer, self.metrics, info, self._propagator)
 
     def chat(self, model: str, stream: bool) -> ChatScope:
-        return ChatScope(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name,
-                         self._propagator)
+        return ChatScope(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""

@@ -18,6 +18,15 @@ from telemetry import names
 from telemetry.metrics import Metrics
 
 
+def trace_context(span: Span, headers: dict[str, str]) -> None:
+    """W3C traceparent (and tracestate) naming `span`: what the SDK's propagator writes, without
+    its context plumbing, since this runs before every provider call."""
+    context = span.get_span_context()
+    headers["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    if context.trace_state:
+        headers["tracestate"] = context.trace_state.to_header()
+
+
 def after_response(record: Callable[..., None], *args: Any) -> None:
     """Run `record` once the current step of the event loop is over. Ending spans and moving
     metrics is the last work of a request; deferred this way, the answer goes out first (the
@@ -61,10 +70,10 @@ class RequestScope:
     def __enter__(self) -> RequestScope:
         info = self._info
         parent = self._propagator.extract(info.headers) if "traceparent" in info.headers else None
-        self._span: Span = self._tracer.start_span(
-            f"{info.method} {info.route}", context=parent, kind=SpanKind.SERVER,
-            attributes={names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
-                        names.ATTR_URL_PATH: info.path[:512], names.ATTR_CONVERSATION_ID: info.trajectory_id})
+        # Attributes are set when the span ends (in _record), off the request's critical path.
+        self._span: Span = self._tracer.start_span(f"{info.method} {info.route}", context=parent,
+                                                   kind=SpanKind.SERVER)
+        self._trajectory = info.trajectory_id
         self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
         self._start = perf_counter()
         self._metrics.in_flight.inc()
@@ -79,10 +88,10 @@ class RequestScope:
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this request's span, for a request passed on as it is."""
-        self._propagator.inject(headers, context=trace.set_span_in_context(self._span))
+        trace_context(self._span, headers)
 
     def trajectory(self, trajectory_id: str) -> None:
-        self._span.set_attribute(names.ATTR_CONVERSATION_ID, trajectory_id)
+        self._trajectory = trajectory_id
 
     def finish(self, status: int, error_type: str | None = None) -> None:
         self._status = status
@@ -98,8 +107,11 @@ class RequestScope:
         after_response(self._record, status, error_type, time_ns(), perf_counter() - self._start)
 
     def _record(self, status: int, error_type: str | None, end_ns: int, elapsed: float) -> None:
-        span = self._span
-        attributes: dict[str, Any] = {names.ATTR_HTTP_STATUS: status}
+        span, info = self._span, self._info
+        attributes: dict[str, Any] = {
+            names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
+            names.ATTR_URL_PATH: info.path[:512], names.ATTR_CONVERSATION_ID: self._trajectory,
+            names.ATTR_HTTP_STATUS: status}
         if error_type is not None or status >= 500:
             attributes[names.ATTR_ERROR_TYPE] = error_type or str(status)
         if self._rounds is not None:
@@ -122,9 +134,8 @@ class ChatScope:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model_label: str, model: str, stream: bool,
-                 provider: str, propagator: TraceContextTextMapPropagator) -> None:
+                 provider: str) -> None:
         self._tracer = tracer
-        self._propagator = propagator
         self._metrics = metrics
         self._label = model_label
         self._model = model
@@ -134,16 +145,13 @@ class ChatScope:
         self._answer: dict[str, Any] = {}  # span attributes from the provider's answer
 
     def __enter__(self) -> ChatScope:
-        self._span = self._tracer.start_span(
-            f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200], kind=SpanKind.CLIENT,
-            attributes={names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
-                        names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream})
+        self._span = self._tracer.start_span(f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200], kind=SpanKind.CLIENT)
         self._start = perf_counter()
         return self
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this span, for the provider."""
-        self._propagator.inject(headers, context=trace.set_span_in_context(self._span))
+        trace_context(self._span, headers)
 
     def response(self, body: Mapping[str, Any]) -> None:
         attributes: dict[str, Any] = {}
@@ -182,8 +190,10 @@ class ChatScope:
 
     def _record(self, end_ns: int, elapsed: float) -> None:
         span, metrics, answer = self._span, self._metrics, self._answer
+        span.set_attributes({names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
+                             names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream,
+                             **answer})
         if answer:
-            span.set_attributes(answer)
             for attribute, kind in ((names.ATTR_INPUT_TOKENS, names.TOKEN_INPUT),
                                     (names.ATTR_OUTPUT_TOKENS, names.TOKEN_OUTPUT)):
                 if attribute in answer:
