@@ -16,13 +16,12 @@ HOP_BY_HOP = frozenset({
 
 # Provider answers that would tell callers which account is behind the gateway, or set cookies
 # on the gateway's origin.
-_PRIVATE = frozenset({"openai-organization", "openai-project", "set-cookie", "content-encoding"})
+_PRIVATE = frozenset({"openai-organization", "openai-project", "set-cookie"})
 
 
-def provider_headers(headers: Mapping[str, str], keep_encoding: bool = True) -> dict[str, str]:
+def provider_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The headers of a provider answer that may reach the caller."""
-    dropped = HOP_BY_HOP | (_PRIVATE - {"content-encoding"} if keep_encoding else _PRIVATE)
-    return {k: v for k, v in headers.items() if k.lower() not in dropped}
+    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in _PRIVATE}
 
 
 class GatewayError(Exception):

@@ -31,6 +31,10 @@ class Caller:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     allowed: frozenset[str] | None = None  # None: every registered tool
 
+    def turn(self, round_: int) -> Turn:
+        return Turn(trajectory_id=self.trajectory_id, request_id=self.request_id, principal=self.principal,
+                    metadata=self.metadata, round=round_)
+
 
 @dataclass
 class Plan:
@@ -165,10 +169,8 @@ class ToolLoop:
         return [{**c, "id": PendingTurns.client_id(token, str(c.get("id", "")))} for c in client_calls]
 
     async def _run_tools(self, calls: list[dict[str, Any]], caller: Caller, round_: int) -> list[ToolOutcome]:
-        turn = Turn(trajectory_id=caller.trajectory_id, request_id=caller.request_id, principal=caller.principal,
-                    metadata=caller.metadata, round=round_)
         batch = [ToolCall(str(c.get("id", "")), _name(c), _arguments(c)) for c in calls]
-        return await self.executor.run_turn(batch, turn, caller.allowed)
+        return await self.executor.run_turn(batch, caller.turn(round_), caller.allowed)
 
     def _headers(self, caller: Caller) -> dict[str, str]:
         return self.upstream.auth_headers(caller.authorization)

@@ -13,7 +13,7 @@ from gateway.errors import BadRequest, Forbidden, NotFound
 from gateway.keys import EXECUTOR, REGISTRY
 from gateway.loop import Caller
 from gateway.routes.common import caller_of, read_object
-from gateway.tools import Rejection, Tool, ToolCall, ToolContext, ToolOutcome, Turn
+from gateway.tools import Rejection, Tool, ToolCall, ToolOutcome
 
 
 def _jsonable(value: Any) -> Any:
@@ -66,9 +66,7 @@ async def invoke(request: web.Request) -> web.Response:
     caller = caller_of(request, body.get("metadata"))
     tool = _tool(request, caller)
     call = ToolCall(f"call_{secrets.token_hex(12)}", tool.name, _arguments(body))
-    turn = Turn(trajectory_id=caller.trajectory_id, request_id=caller.request_id, principal=caller.principal,
-                metadata=caller.metadata, round=0)
-    outcome = await request.app[EXECUTOR].run_call(call, turn, caller.allowed)
+    outcome = await request.app[EXECUTOR].run_call(call, caller.turn(0), caller.allowed)
     return web.json_response(outcome_json(outcome))
 
 
@@ -77,9 +75,7 @@ async def parse(request: web.Request) -> web.Response:
     body = await read_object(request)
     caller = caller_of(request, body.get("metadata"))
     tool = _tool(request, caller)
-    context = ToolContext(tool_call_id="dry_run", trajectory_id=caller.trajectory_id, request_id=caller.request_id,
-                          principal=caller.principal, metadata=caller.metadata)
-    parsed = await tool.parse_arguments(_arguments(body), context)
+    parsed = await tool.parse_arguments(_arguments(body), caller.turn(0).context("dry_run"))
     if isinstance(parsed, Rejection):
         return web.json_response({"valid": False, "reason": parsed.reason, "message": parsed.message})
     return web.json_response({"valid": True, "arguments": _jsonable(parsed.arguments)})

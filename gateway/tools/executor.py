@@ -9,7 +9,7 @@ from gateway.tools.function import Tool
 from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import suggest
 from gateway.tools.registry import ToolRegistry
-from gateway.tools.results import Rejection, ToolContext, ToolOutcome, rejected
+from gateway.tools.results import Rejection, ToolOutcome, rejected
 
 _NAME_SHOWN = 80  # a model can send any string as a tool name; quote only this much of it
 
@@ -59,8 +59,7 @@ class ToolExecutor:
                       allowed: Collection[str] | None, trace: ToolCallTrace) -> ToolOutcome:
         if tool is None or (allowed is not None and tool.name not in allowed):
             return rejected(call.id, call.name, self._refusal(call.name, tool, allowed))
-        context = ToolContext(tool_call_id=call.id, trajectory_id=turn.trajectory_id,
-                              request_id=turn.request_id, principal=turn.principal, metadata=turn.metadata)
+        context = turn.context(call.id)
         with trace.step("parse"):
             parsed = await tool.parse_arguments(call.arguments, context)
         if isinstance(parsed, Rejection):

@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from gateway.tools.results import ToolOutcome
+from gateway.tools.results import ToolContext, ToolOutcome
 
 if TYPE_CHECKING:
     from gateway.tools.function import Tool
@@ -33,6 +33,11 @@ class Turn:
     principal: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     round: int = 1
+
+    def context(self, tool_call_id: str) -> ToolContext:
+        """What a tool (and its parser) is told about one call of this turn."""
+        return ToolContext(tool_call_id=tool_call_id, trajectory_id=self.trajectory_id, request_id=self.request_id,
+                           principal=self.principal, metadata=self.metadata)
 
 
 class ToolCallTrace(Protocol):
