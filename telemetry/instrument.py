@@ -20,6 +20,7 @@ from telemetry import names
 from telemetry.arguments import render_arguments
 from telemetry.metrics import Metrics
 from telemetry.requests import ChatScope, ModelLabels, RequestScope
+from telemetry.tracing import SpanIds
 from telemetry.trajectory import Retry, Trajectories
 
 _NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounded
@@ -49,6 +50,7 @@ class Instrumentation:
                  provider_name: str = "openai", max_models: int = 50,
                  trajectories: Trajectories | None = None) -> None:
         self.tracer = tracer
+        self.ids = SpanIds.of(tracer)
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
         self.provider_name = provider_name
@@ -60,10 +62,11 @@ class Instrumentation:
         return _ToolCallScope(self, call, tool, turn)
 
     def request(self, info: RequestInfo) -> RequestScope:
-        return RequestScope(self.tracer, self.metrics, info, self._propagator)
+        return RequestScope(self.tracer, self.ids, self.metrics, info, self._propagator)
 
     def chat(self, model: str, stream: bool) -> ChatScope:
-        return ChatScope(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name)
+        return ChatScope(self.tracer, self.ids, self.metrics, self._model_label(model), model, stream,
+                         self.provider_name)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""

@@ -10,18 +10,18 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.instrumentation import RequestInfo
 from telemetry import names
 from telemetry.metrics import Metrics
+from telemetry.tracing import SpanIds
 
 
-def trace_context(span: Span, headers: dict[str, str]) -> None:
-    """W3C traceparent (and tracestate) naming `span`: what the SDK's propagator writes, without
-    its context plumbing, since this runs before every provider call."""
-    context = span.get_span_context()
+def trace_context(context: SpanContext, headers: dict[str, str]) -> None:
+    """W3C traceparent (and tracestate) naming the span of `context`: what the SDK's propagator
+    writes, without its context plumbing, since this runs before every provider call."""
     headers["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     if context.trace_state:
         headers["tracestate"] = context.trace_state.to_header()
@@ -55,11 +55,14 @@ class ModelLabels:
 
 
 class RequestScope:
-    """The SERVER span of one request, current while the handler runs."""
+    """The SERVER span of one request. Its ids are drawn when the request arrives and are current
+    while the handler runs; the SDK span is started and ended after the answer has gone out
+    (see SpanIds)."""
 
-    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo,
+    def __init__(self, tracer: Tracer, ids: SpanIds, metrics: Metrics, info: RequestInfo,
                  propagator: TraceContextTextMapPropagator) -> None:
         self._tracer = tracer
+        self._ids = ids
         self._propagator = propagator
         self._metrics = metrics
         self._info = info
@@ -69,26 +72,26 @@ class RequestScope:
 
     def __enter__(self) -> RequestScope:
         info = self._info
-        parent = self._propagator.extract(info.headers) if "traceparent" in info.headers else None
-        # Attributes are set when the span ends (in _record), off the request's critical path.
-        self._span: Span = self._tracer.start_span(f"{info.method} {info.route}", context=parent,
-                                                   kind=SpanKind.SERVER)
+        self._parent = self._propagator.extract(info.headers) if "traceparent" in info.headers else None
+        self._name = f"{info.method} {info.route}"
+        self._context = self._ids.draw(self._tracer, self._name, SpanKind.SERVER, self._parent)
         self._trajectory = info.trajectory_id
-        self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
+        self._token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(self._context), self._parent))
+        self._start_ns = time_ns()
         self._start = perf_counter()
         self._metrics.in_flight.inc()
         return self
 
     @property
     def trace_id(self) -> str:
-        return format(self._span.get_span_context().trace_id, "032x")
+        return format(self._context.trace_id, "032x")
 
     def rounds(self, count: int, limit_reached: bool) -> None:
         self._rounds = (count, limit_reached)
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this request's span, for a request passed on as it is."""
-        trace_context(self._span, headers)
+        trace_context(self._context, headers)
 
     def trajectory(self, trajectory_id: str) -> None:
         self._trajectory = trajectory_id
@@ -107,7 +110,8 @@ class RequestScope:
         after_response(self._record, status, error_type, time_ns(), perf_counter() - self._start)
 
     def _record(self, status: int, error_type: str | None, end_ns: int, elapsed: float) -> None:
-        span, info = self._span, self._info
+        info = self._info
+        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.SERVER, self._parent, self._start_ns)
         attributes: dict[str, Any] = {
             names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
             names.ATTR_URL_PATH: info.path[:512], names.ATTR_CONVERSATION_ID: self._trajectory,
@@ -125,17 +129,19 @@ class RequestScope:
         span.end(end_time=end_ns)
         metrics = self._metrics
         metrics.child(metrics.requests, self._info.route, str(status)).inc()
-        trace_id = span.get_span_context().trace_id
+        trace_id = self._context.trace_id
         metrics.child(metrics.request_duration, self._info.route).observe(
             elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
 
 
 class ChatScope:
-    """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
+    """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed).
+    Like the request's span, its ids are drawn at the start and the SDK span is made at the end."""
 
-    def __init__(self, tracer: Tracer, metrics: Metrics, model_label: str, model: str, stream: bool,
+    def __init__(self, tracer: Tracer, ids: SpanIds, metrics: Metrics, model_label: str, model: str, stream: bool,
                  provider: str) -> None:
         self._tracer = tracer
+        self._ids = ids
         self._metrics = metrics
         self._label = model_label
         self._model = model
@@ -143,15 +149,19 @@ class ChatScope:
         self._provider = provider
         self._status: str | None = None
         self._answer: dict[str, Any] = {}  # span attributes from the provider's answer
+        self._failure: tuple[dict[str, Any], str] | None = None  # error attributes, status message
 
     def __enter__(self) -> ChatScope:
-        self._span = self._tracer.start_span(f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200], kind=SpanKind.CLIENT)
+        self._name = f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200]
+        self._parent = otel_context.get_current()
+        self._context = self._ids.draw(self._tracer, self._name, SpanKind.CLIENT, self._parent)
+        self._start_ns = time_ns()
         self._start = perf_counter()
         return self
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this span, for the provider."""
-        trace_context(self._span, headers)
+        trace_context(self._context, headers)
 
     def response(self, body: Mapping[str, Any]) -> None:
         attributes: dict[str, Any] = {}
@@ -176,10 +186,10 @@ class ChatScope:
 
     def failed(self, status: int | None, error_type: str, message: str) -> None:
         self._status = str(status) if status is not None else "error"
-        self._span.set_attribute(names.ATTR_ERROR_TYPE, error_type)
+        attributes: dict[str, Any] = {names.ATTR_ERROR_TYPE: error_type}
         if status is not None:
-            self._span.set_attribute(names.ATTR_HTTP_STATUS, status)
-        self._span.set_status(Status(StatusCode.ERROR, message[:1024]))
+            attributes[names.ATTR_HTTP_STATUS] = status
+        self._failure = attributes, message[:1024]
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -189,10 +199,13 @@ class ChatScope:
         after_response(self._record, time_ns(), perf_counter() - self._start)
 
     def _record(self, end_ns: int, elapsed: float) -> None:
-        span, metrics, answer = self._span, self._metrics, self._answer
+        metrics, answer, failure = self._metrics, self._answer, self._failure
+        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.CLIENT, self._parent, self._start_ns)
         span.set_attributes({names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
                              names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream,
-                             **answer})
+                             **answer, **(failure[0] if failure else {})})
+        if failure is not None:
+            span.set_status(Status(StatusCode.ERROR, failure[1]))
         if answer:
             for attribute, kind in ((names.ATTR_INPUT_TOKENS, names.TOKEN_INPUT),
                                     (names.ATTR_OUTPUT_TOKENS, names.TOKEN_OUTPUT)):
@@ -200,6 +213,6 @@ class ChatScope:
                     metrics.child(metrics.tokens, self._label, kind).inc(answer[attribute])
         span.end(end_time=end_ns)
         metrics.child(metrics.upstream_requests, self._label, self._status or "error").inc()
-        trace_id = span.get_span_context().trace_id
+        trace_id = self._context.trace_id
         metrics.child(metrics.upstream_duration, self._label).observe(
             elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)

@@ -47,11 +47,13 @@ def _arguments_text(arguments: Any) -> str:
 
 
 class ScriptedModel:
-    """An in-process upstream. `requests` keeps every chat body it received, in order."""
+    """An in-process upstream. `requests` and `request_headers` keep the last `keep` chat bodies
+    and headers it received, in order (bounded: `toolspan serve` may run it for days)."""
 
-    def __init__(self, policy: Policy, model_name: str = "toolspan-scripted") -> None:
+    def __init__(self, policy: Policy, model_name: str = "toolspan-scripted", keep: int = 1000) -> None:
         self.policy = policy
         self.model_name = model_name
+        self.keep = keep
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self.base_url: str | None = None  # set by whoever serves it
@@ -80,6 +82,8 @@ class ScriptedModel:
         body = await request.json()
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
+        if len(self.requests) > self.keep:
+            del self.requests[0], self.request_headers[0]
         reply = self.policy(body)
         if inspect.isawaitable(reply):
             reply = await reply

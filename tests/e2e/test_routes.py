@@ -12,10 +12,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from gateway.demo.model import Reply
+from gateway.demo.agent import FastPolicy
+from gateway.demo.model import Reply, ScriptedModel
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
 from tests.e2e.conftest import Stack, StackFactory, tree
@@ -385,3 +387,15 @@ async def test_provider_key_never_leaks(make_stack: StackFactory, http: aiohttp.
     for span in spans:
         for value in (span.attributes or {}).values():
             assert secret not in str(value), span.name
+
+
+async def test_the_builtin_model_remembers_only_its_last_requests() -> None:
+    """`toolspan serve` can run the built-in model for days: what it keeps must not grow."""
+    model = ScriptedModel(FastPolicy(), keep=2)
+    async with TestServer(model.app()) as server, aiohttp.ClientSession() as session:
+        for n in range(3):
+            body = {"model": "m", "messages": [{"role": "user", "content": f"question {n}"}]}
+            async with session.post(server.make_url("/v1/chat/completions"), json=body) as response:
+                assert response.status == 200
+    assert [r["messages"][0]["content"] for r in model.requests] == ["question 1", "question 2"]
+    assert len(model.request_headers) == 2
