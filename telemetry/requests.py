@@ -111,7 +111,6 @@ class RequestScope:
 
     def _record(self, status: int, error_type: str | None, end_ns: int, elapsed: float) -> None:
         info = self._info
-        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.SERVER, self._parent, self._start_ns)
         attributes: dict[str, Any] = {
             names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
             names.ATTR_URL_PATH: info.path[:512], names.ATTR_CONVERSATION_ID: self._trajectory,
@@ -121,7 +120,8 @@ class RequestScope:
         if self._rounds is not None:
             attributes[names.ATTR_ROUNDS], attributes[names.ATTR_ROUND_LIMIT_REACHED] = self._rounds
             self._metrics.tool_rounds.observe(self._rounds[0])
-        span.set_attributes(attributes)
+        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.SERVER, self._parent, self._start_ns,
+                               attributes)
         # HTTP conventions: a refused request (4xx) is the caller's error, not the server's; work
         # cut short (499) and a stream that failed after its 200 are.
         if status >= 500 or status == 499 or (status < 400 and error_type is not None):
@@ -200,10 +200,10 @@ class ChatScope:
 
     def _record(self, end_ns: int, elapsed: float) -> None:
         metrics, answer, failure = self._metrics, self._answer, self._failure
-        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.CLIENT, self._parent, self._start_ns)
-        span.set_attributes({names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
-                             names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream,
-                             **answer, **(failure[0] if failure else {})})
+        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.CLIENT, self._parent, self._start_ns, {
+            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
+            names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream,
+            **answer, **(failure[0] if failure else {})})
         if failure is not None:
             span.set_status(Status(StatusCode.ERROR, failure[1]))
         if answer:

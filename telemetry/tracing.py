@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.trace import Span, SpanContext, SpanKind, TraceFlags, Tracer
+from opentelemetry.util.types import Attributes
 
 INSTRUMENTATION_SCOPE = "toolspan"
 EXPORTERS = ("otlp", "console", "none")
@@ -73,7 +74,7 @@ class SpanIds(RandomIdGenerator):
     when a request or provider call begins (`draw`) and starts the span itself (`start`) once
     the answer is on its way, with its true start time. The sampler decides in both places, from
     the same parent, trace id, name and kind; the SDK's samplers decide from those alone, so the
-    two decisions agree."""
+    two decisions agree (and a span under a local parent is decided as its parent was)."""
 
     def __init__(self) -> None:
         self._reserved: ContextVar[SpanContext | None] = ContextVar("toolspan_reserved_ids", default=None)
@@ -97,6 +98,10 @@ class SpanIds(RandomIdGenerator):
         """The context the SDK will give this span when `start` starts it."""
         assert isinstance(tracer, SdkTracer)
         above = trace.get_current_span(parent).get_span_context()
+        if above.is_valid and not above.is_remote:
+            # Under a span of this process, the SDK's samplers decide as they decided for that span.
+            return SpanContext(above.trace_id, super().generate_span_id(), is_remote=False,
+                               trace_flags=above.trace_flags, trace_state=above.trace_state)
         if above.is_valid:
             trace_id, random_bit = above.trace_id, above.trace_flags & _RANDOM_TRACE_ID
         else:
@@ -107,10 +112,11 @@ class SpanIds(RandomIdGenerator):
                            trace_flags=TraceFlags(sampled | random_bit), trace_state=decision.trace_state)
 
     def start(self, tracer: Tracer, drawn: SpanContext, name: str, kind: SpanKind, parent: Context | None,
-              start_ns: int) -> Span:
-        """The span `draw` promised: same ids, same sampling decision, started at `start_ns`."""
+              start_ns: int, attributes: Attributes = None) -> Span:
+        """The span `draw` promised: same ids, same sampling decision (the SDK's samplers do not
+        look at attributes), started at `start_ns`."""
         with self._reserved_for(drawn):
-            return tracer.start_span(name, context=parent, kind=kind, start_time=start_ns)
+            return tracer.start_span(name, context=parent, kind=kind, attributes=attributes, start_time=start_ns)
 
     @contextmanager
     def _reserved_for(self, drawn: SpanContext) -> Iterator[None]:

@@ -214,8 +214,16 @@ async def test_json_that_is_not_an_object_is_a_400(stack: Stack) -> None:
      "tools", "tools.0.function.name"),
     ({"model": "m", "messages": USER, "tools": [{"type": "function", "function": {"name": ""}}]},
      "tools", "tools.0.function.name"),
+    ({"model": "m", "messages": ["hello"]}, "messages", "messages.0"),
+    ({"model": "", "messages": USER}, "model", "model"),
+    ({"model": "m", "messages": USER, "tools": {"type": "function"}}, "tools", "tools"),
+    ({"model": "m", "messages": USER, "tools": ["lookup"]}, "tools", "tools.0"),
+    ({"model": "m", "messages": USER, "stream": "yes"}, "stream", "stream"),
+    ({"model": "m", "messages": USER, "stream_options": True}, "stream_options", "stream_options"),
+    ({"model": "m", "messages": USER, "metadata": ["x"]}, "metadata", "metadata"),
 ], ids=["no-messages", "messages-not-a-list", "messages-empty", "no-model", "tool-without-name",
-        "tool-empty-name"])
+        "tool-empty-name", "message-not-an-object", "model-empty", "tools-not-a-list", "tool-not-an-object",
+        "stream-not-a-boolean", "stream-options-not-an-object", "metadata-not-an-object"])
 async def test_json_that_is_not_a_chat_request_names_the_field(stack: Stack, body: dict[str, Any], param: str,
                                                                path: str) -> None:
     found = await post(stack.url, body)
