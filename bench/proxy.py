@@ -8,9 +8,11 @@ For a plain chat request, a streamed one (time to first byte) and a request with
 round, at concurrency 1, 10 and 50: requests per second and p50/p99 latency. Load comes from this
 process with raw aiohttp (the openai client would cost more than what is measured). The upstream
 gets the same request in all three cases: toolspan adds its tools (the demo registry) to what the
-client sends, so direct and floor are sent those tool specs by the client itself.
+client sends, so direct and floor are sent those tool specs by the client itself. Each cell runs
+--repeats rounds; within a round the three targets take --blocks short turns in rotation, so that
+a slow spell of the machine falls on all three alike. Figures are medians over rounds.
 
-    python bench/proxy.py [--requests 150] [--seconds 5] [--repeats 5]
+    python bench/proxy.py [--requests 150] [--seconds 5] [--repeats 5] [--blocks 6] [--scenarios plain,stream,one]
 
 Targets (plain request): toolspan >= 0.6 x the floor's throughput at concurrency 10, and at most
 1.5 ms added at p50 over direct at concurrency 1.
@@ -39,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PLAIN = {"model": "bench", "messages": [{"role": "user", "content": "hello"}]}
 STREAMED = {**PLAIN, "stream": True}
 TOOL_ROUND = {"model": "bench", "messages": [{"role": "user", "content": "please use a tool"}]}
-SCENARIOS = {"plain": PLAIN, "stream (TTFB)": STREAMED, "one tool round": TOOL_ROUND}
+SCENARIOS: dict[str, dict[str, Any]] = {"plain": PLAIN, "stream (TTFB)": STREAMED, "one tool round": TOOL_ROUND}
 CONCURRENCY = (1, 10, 50)
 
 
@@ -121,33 +123,59 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, stream: bo
         return time.perf_counter() - start
 
 
-async def load(url: str, request: dict[str, Any], concurrency: int, count: int, seconds: float) -> Result:
-    body = json.dumps(request).encode()
-    stream = bool(request.get("stream"))
+async def _batch(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool, concurrency: int,
+                 count: int, seconds: float) -> tuple[list[float], float, int]:
+    """`count` requests from `concurrency` workers (or fewer, at the time cap): latencies, wall
+    time, errors."""
     latencies: list[float] = []
     errors = 0
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        for _ in range(min(50, count)):  # warm-up: connections, caches
-            await _one(session, url, body, stream)
-        deadline = time.perf_counter() + seconds
-        remaining = count
+    deadline = time.perf_counter() + seconds
+    remaining = count
 
-        async def worker() -> None:
-            nonlocal remaining, errors
-            while remaining > 0 and time.perf_counter() < deadline:
-                remaining -= 1
-                try:
-                    latencies.append(await _one(session, url, body, stream))
-                except (aiohttp.ClientError, RuntimeError):
-                    errors += 1
+    async def worker() -> None:
+        nonlocal remaining, errors
+        while remaining > 0 and time.perf_counter() < deadline:
+            remaining -= 1
+            try:
+                latencies.append(await _one(session, url, body, stream))
+            except (aiohttp.ClientError, RuntimeError):
+                errors += 1
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - start
-    latencies.sort()
-    p = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
-    return Result(len(latencies) / elapsed, p[49] * 1000, p[98] * 1000, errors)
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - start, errors
+
+
+async def measure(urls: dict[str, str], request: dict[str, Any], concurrency: int, count: int, blocks: int,
+                  seconds: float) -> dict[str, Result]:
+    """One round: every target gets `count` requests, in `blocks` short turns taken in rotation,
+    so that whatever the machine does meanwhile falls on all targets alike."""
+    sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) for name in urls}
+    bodies = {name: json.dumps(_request_for(name, request)).encode() for name in urls}
+    stream = bool(request.get("stream"))
+    latencies: dict[str, list[float]] = {name: [] for name in urls}
+    elapsed = dict.fromkeys(urls, 0.0)
+    errors = dict.fromkeys(urls, 0)
+    try:
+        for name, url in urls.items():  # warm-up: connections, caches
+            for _ in range(min(50, count)):
+                await _one(sessions[name], url, bodies[name], stream)
+        for _ in range(blocks):
+            for name, url in urls.items():
+                found, took, failed = await _batch(sessions[name], url, bodies[name], stream, concurrency,
+                                                   max(1, count // blocks), seconds / blocks)
+                latencies[name] += found
+                elapsed[name] += took
+                errors[name] += failed
+    finally:
+        for session in sessions.values():
+            await session.close()
+    results = {}
+    for name, found in latencies.items():
+        found.sort()
+        p = statistics.quantiles(found, n=100) if len(found) > 1 else found * 99
+        results[name] = Result(len(found) / elapsed[name], p[49] * 1000, p[98] * 1000, errors[name])
+    return results
 
 
 # --- orchestration ----------------------------------------------------------------------------------
@@ -190,7 +218,7 @@ def _start(kind: str, port: int, upstream: str | None = None) -> subprocess.Pope
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
 
 
-async def run(count: int, seconds: float, repeats: int, scenarios: Sequence[str]) -> None:
+async def run(count: int, seconds: float, repeats: int, blocks: int, scenarios: Sequence[str]) -> None:
     upstream_port, floor_port, toolspan_port = _free_port(), _free_port(), _free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
     processes = [_start("upstream", upstream_port)]
@@ -200,7 +228,8 @@ async def run(count: int, seconds: float, repeats: int, scenarios: Sequence[str]
     try:
         for base in targets.values():
             await _wait_ready(base + "/chat/completions")
-        print(f"{repeats} rounds per cell, the targets taking turns within each round; medians over rounds\n")
+        print(f"{repeats} rounds per cell; within a round the targets take turns, {blocks} times each; "
+              "medians over rounds\n")
         print(f"{'scenario':16} {'conc':>4} {'target':9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
         verdict: dict[str, list[float]] = {"ratio": [], "added": []}
         for scenario, request in SCENARIOS.items():
@@ -208,10 +237,12 @@ async def run(count: int, seconds: float, repeats: int, scenarios: Sequence[str]
                 continue
             for concurrency in CONCURRENCY:
                 rounds: dict[str, list[Result]] = {name: [] for name in targets}
-                for _ in range(repeats):  # turns, so that the machine's drift hits every target alike
-                    for name, base in targets.items():
-                        rounds[name].append(await load(base + "/chat/completions", _request_for(name, request),
-                                                       concurrency, count * max(1, concurrency // 5), seconds))
+                urls = {name: base + "/chat/completions" for name, base in targets.items()}
+                for _ in range(repeats):
+                    found = await measure(urls, request, concurrency, count * max(1, concurrency // 5), blocks,
+                                          seconds)
+                    for name, result in found.items():
+                        rounds[name].append(result)
                 for name, results in rounds.items():
                     print(f"{scenario:16} {concurrency:>4} {name:9} {_median(results, 'rps'):8.0f} "
                           f"{_median(results, 'p50_ms'):8.2f} {_median(results, 'p99_ms'):8.2f} "
@@ -235,14 +266,15 @@ async def run(count: int, seconds: float, repeats: int, scenarios: Sequence[str]
 
 
 def _median(results: list[Result], field: str) -> float:
-    return statistics.median(getattr(r, field) for r in results)
+    return float(statistics.median(getattr(r, field) for r in results))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=150, help="requests per run (x concurrency/5)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="time cap per run")
+    parser.add_argument("--requests", type=int, default=150, help="requests per target per round (x concurrency/5)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="time cap per target per round")
     parser.add_argument("--repeats", type=int, default=5, help="rounds per cell")
+    parser.add_argument("--blocks", type=int, default=6, help="turns each target takes within a round")
     parser.add_argument("--scenarios", default="plain,stream,one", help="which scenarios (default: all)")
     parser.add_argument("--serve", choices=("upstream", "floor", "toolspan"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -255,7 +287,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif options.serve == "toolspan":
         asyncio.run(_serve_toolspan(options.port, options.upstream))
     else:
-        asyncio.run(run(options.requests, options.seconds, options.repeats, options.scenarios.split(",")))
+        asyncio.run(run(options.requests, options.seconds, options.repeats, options.blocks,
+                        options.scenarios.split(",")))
 
 
 if __name__ == "__main__":
