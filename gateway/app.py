@@ -53,10 +53,11 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The request span around everything, and the one place errors become responses."""
     instrumentation = request.app[INSTRUMENTATION]
     sent = _trajectory_of(request)
-    trajectory = sent or secrets.token_hex(16)
+    fresh = secrets.token_hex(24)  # a trajectory id, should the caller name none, and a request id
+    trajectory = sent or fresh[:32]
     info = RequestInfo(request.method, _route_of(request), request.path, request.headers, trajectory)
     with instrumentation.request(info) as trace:
-        found = RequestScope(trajectory, secrets.token_hex(8), trace, trajectory_sent=sent is not None)
+        found = RequestScope(trajectory, fresh[32:], trace, trajectory_sent=sent is not None)
         request[SCOPE] = found
         error: GatewayError | None = None
         try:

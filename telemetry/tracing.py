@@ -99,7 +99,8 @@ class SpanIds(RandomIdGenerator):
         assert isinstance(tracer, SdkTracer)
         above = trace.get_current_span(parent).get_span_context()
         if above.is_valid and not above.is_remote:
-            # Under a span of this process, the SDK's samplers decide as they decided for that span.
+            # Under a span this provider drew, the SDK's samplers decide as they did for that span
+            # (parent-based ones follow it; the others judge the same trace id the same way).
             return SpanContext(above.trace_id, super().generate_span_id(), is_remote=False,
                                trace_flags=above.trace_flags, trace_state=above.trace_state)
         if above.is_valid:
