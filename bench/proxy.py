@@ -12,7 +12,7 @@ client sends, so direct and floor are sent those tool specs by the client itself
 --repeats rounds; within a round the three targets take --blocks short turns in rotation, so that
 a slow spell of the machine falls on all three alike. Figures are medians over rounds.
 
-    python bench/proxy.py [--requests 150] [--seconds 5] [--repeats 5] [--blocks 6] [--scenarios plain,stream,one]
+    python bench/proxy.py [--requests 300] [--seconds 5] [--repeats 5] [--blocks 3] [--scenarios plain,stream,one]
 
 Targets (plain request): toolspan >= 0.6 x the floor's throughput at concurrency 10, and at most
 1.5 ms added at p50 over direct at concurrency 1.
@@ -271,10 +271,10 @@ def _median(results: list[Result], field: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=150, help="requests per target per round (x concurrency/5)")
+    parser.add_argument("--requests", type=int, default=300, help="requests per target per round (x concurrency/5)")
     parser.add_argument("--seconds", type=float, default=5.0, help="time cap per target per round")
     parser.add_argument("--repeats", type=int, default=5, help="rounds per cell")
-    parser.add_argument("--blocks", type=int, default=6, help="turns each target takes within a round")
+    parser.add_argument("--blocks", type=int, default=3, help="turns each target takes within a round")
     parser.add_argument("--scenarios", default="plain,stream,one", help="which scenarios (default: all)")
     parser.add_argument("--serve", choices=("upstream", "floor", "toolspan"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
