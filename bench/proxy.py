@@ -160,9 +160,11 @@ async def measure(urls: dict[str, str], request: dict[str, Any], concurrency: in
         for name, url in urls.items():  # warm-up: connections, caches
             for _ in range(min(50, count)):
                 await _one(sessions[name], url, bodies[name], stream)
-        for _ in range(blocks):
-            for name, url in urls.items():
-                found, took, failed = await _batch(sessions[name], url, bodies[name], stream, concurrency,
+        names = list(urls)
+        for block in range(blocks):
+            shift = block % len(names)  # each target goes first in turn, and follows each other one
+            for name in names[shift:] + names[:shift]:
+                found, took, failed = await _batch(sessions[name], urls[name], bodies[name], stream, concurrency,
                                                    max(1, count // blocks), seconds / blocks)
                 latencies[name] += found
                 elapsed[name] += took

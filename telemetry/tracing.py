@@ -81,10 +81,11 @@ class SpanIds(RandomIdGenerator):
 
     @staticmethod
     def of(tracer: Tracer) -> SpanIds:
-        ids = getattr(tracer, "id_generator", None)
-        if not isinstance(tracer, SdkTracer) or not isinstance(ids, SpanIds):
+        if not isinstance(tracer, SdkTracer):  # tracing is off (OTEL_SDK_DISABLED=true gives a no-op tracer)
+            return SpanIds()
+        if not isinstance(tracer.id_generator, SpanIds):
             raise TypeError("the tracer must come from a provider made by telemetry.tracing.build_provider")
-        return ids
+        return tracer.id_generator
 
     def generate_trace_id(self) -> int:
         reserved = self._reserved.get()
@@ -96,7 +97,8 @@ class SpanIds(RandomIdGenerator):
 
     def draw(self, tracer: Tracer, name: str, kind: SpanKind, parent: Context | None) -> SpanContext:
         """The context the SDK will give this span when `start` starts it."""
-        assert isinstance(tracer, SdkTracer)
+        if not isinstance(tracer, SdkTracer):  # a no-op tracer hands on its parent's context
+            return tracer.start_span(name, context=parent, kind=kind).get_span_context()
         above = trace.get_current_span(parent).get_span_context()
         if above.is_valid and not above.is_remote:
             # Under a span this provider drew, the SDK's samplers decide as they did for that span

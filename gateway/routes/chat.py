@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.errors import BadRequest, GatewayError, internal_error
 from gateway.keys import LOOP
@@ -21,48 +21,39 @@ ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
 ROUNDS_HEADER = "X-Toolspan-Rounds"
 
 
-@dataclass(frozen=True)
-class ChatRequest:
-    """What the gateway reads from a chat request; the body itself goes on to the provider."""
-
-    stream: bool
-    metadata: Any
+class _Function(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str = Field(min_length=1)
 
 
-def _invalid(where: str, expected: str) -> BadRequest:
-    return BadRequest(f"not a chat completion request: {where}: expected {expected}", param=where.split(".")[0])
+class _ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+    function: _Function | None = None  # tools of other types (custom, ...) are the provider's business
+
+
+class ChatRequest(BaseModel):
+    """The fields the gateway relies on; everything else goes to the provider untouched. Strict
+    types, as OpenAI's API has them: `"stream": "true"` or `"n": 1.0` is refused, not coerced."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[_ToolSpec] | None = None
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    n: int | None = Field(None, ge=1)
+    metadata: dict[str, Any] | None = None
 
 
 def validate(body: dict[str, Any]) -> ChatRequest:
-    """Check the fields the gateway relies on; everything else is the provider's to judge. Plain
-    checks rather than a schema library: this runs on every request, on its critical path."""
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _invalid("model", "a non-empty string")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _invalid("messages", "a non-empty array of messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise _invalid(f"messages.{i}", "a message object")
-    tools = body.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise _invalid("tools", "an array of tools")
-    for i, spec in enumerate(tools or ()):
-        if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
-            raise _invalid(f"tools.{i}", "a tool object with a type")
-        function = spec.get("function")  # tools of other types (custom, ...) are the provider's business
-        if function is not None and not (isinstance(function, dict) and isinstance(function.get("name"), str)
-                                         and function["name"]):
-            raise _invalid(f"tools.{i}.function.name", "a non-empty string")
-    for field, kind, expected in (("stream", bool, "a boolean"), ("stream_options", dict, "an object"),
-                                  ("metadata", dict, "an object")):
-        if body.get(field) is not None and not isinstance(body[field], kind):
-            raise _invalid(field, expected)
-    n = body.get("n")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise _invalid("n", "an integer of at least 1")
-    return ChatRequest(stream=bool(body.get("stream")), metadata=body.get("metadata"))
+    try:
+        return ChatRequest.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadRequest(f"not a chat completion request: {where}: {first['msg']}",
+                         param=str(first["loc"][0]) if first["loc"] else None) from exc
 
 
 class ClientGone(Exception):

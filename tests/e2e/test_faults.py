@@ -218,7 +218,7 @@ async def test_json_that_is_not_an_object_is_a_400(stack: Stack) -> None:
     ({"model": "", "messages": USER}, "model", "model"),
     ({"model": "m", "messages": USER, "tools": {"type": "function"}}, "tools", "tools"),
     ({"model": "m", "messages": USER, "tools": ["lookup"]}, "tools", "tools.0"),
-    ({"model": "m", "messages": USER, "stream": "yes"}, "stream", "stream"),
+    ({"model": "m", "messages": USER, "stream": "true"}, "stream", "stream"),
     ({"model": "m", "messages": USER, "stream_options": True}, "stream_options", "stream_options"),
     ({"model": "m", "messages": USER, "metadata": ["x"]}, "metadata", "metadata"),
 ], ids=["no-messages", "messages-not-a-list", "messages-empty", "no-model", "tool-without-name",

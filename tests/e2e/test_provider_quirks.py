@@ -85,7 +85,7 @@ async def test_a_failure_after_the_stream_began_is_an_error_event(stack: Stack,
     assert "a gateway bug" not in body
 
 
-@pytest.mark.parametrize("n", [{"a": 1}, "abc", [2], 0])
+@pytest.mark.parametrize("n", [{"a": 1}, "abc", [2], 0, "2", 2.0, True])
 async def test_n_must_be_a_positive_integer(stack: Stack, n: Any) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         await stack.client.chat.completions.create(model="m", messages=USER, n=n)  # type: ignore[arg-type]

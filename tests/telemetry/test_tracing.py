@@ -13,8 +13,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, DEFAULT_ON, Sampler, TraceIdRatioBased
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from prometheus_client import CollectorRegistry
 
+from gateway.instrumentation import RequestInfo
 from gateway.settings import Settings
+from telemetry import names
+from telemetry.instrument import Instrumentation
+from telemetry.metrics import Metrics
 from telemetry.tracing import SpanIds, build_provider, exporters_for, tracer_of
 
 
@@ -204,3 +209,23 @@ def test_span_ids_come_only_from_a_provider_built_here() -> None:
     assert isinstance(ids, SpanIds)
     assert ids is provider.id_generator
     provider.shutdown()
+
+
+def test_tracing_switched_off_by_the_sdk_variable_still_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_SDK_DISABLED=true gives a no-op tracer: requests are still counted, nothing is traced,
+    and an incoming trace context is handed on as it came."""
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    registry = CollectorRegistry()
+    instrumentation = Instrumentation(tracer_of(build_provider()), Metrics(registry))
+    incoming = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    info = RequestInfo("POST", "/v1/chat/completions", "/v1/chat/completions", {"traceparent": incoming}, "t-1")
+    with instrumentation.request(info) as request:
+        with instrumentation.chat("m", stream=False) as chat:
+            headers: dict[str, str] = {}
+            chat.inject(headers)
+            chat.response({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3}})
+        request.finish(200)
+    assert headers["traceparent"] == incoming
+    assert request.trace_id == "ab" * 16
+    assert registry.get_sample_value(names.METRIC_REQUESTS,
+                                     {names.LABEL_ROUTE: "/v1/chat/completions", names.LABEL_STATUS: "200"}) == 1
