@@ -233,7 +233,7 @@ async def run(count: int, seconds: float, repeats: int, blocks: int, scenarios: 
         print(f"{repeats} rounds per cell; within a round the targets take turns, {blocks} times each; "
               "medians over rounds\n")
         print(f"{'scenario':16} {'conc':>4} {'target':9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
-        verdict: dict[str, list[float]] = {"ratio": [], "added": []}
+        verdict: dict[str, list[float]] = {"ratio": [], "added": [], "hop": []}
         for scenario, request in SCENARIOS.items():
             if scenario.split()[0] not in scenarios:
                 continue
@@ -254,12 +254,17 @@ async def run(count: int, seconds: float, repeats: int, blocks: int, scenarios: 
                 if scenario == "plain" and concurrency == 1:
                     verdict["added"] = [t.p50_ms - d.p50_ms
                                         for t, d in zip(rounds["toolspan"], rounds["direct"], strict=True)]
+                    verdict["hop"] = [f.p50_ms - d.p50_ms
+                                      for f, d in zip(rounds["floor"], rounds["direct"], strict=True)]
         if not verdict["ratio"]:
             return
         print(f"\nplain, concurrency 10: toolspan/floor throughput = {statistics.median(verdict['ratio']):.2f} "
               f"(per round: {', '.join(f'{r:.2f}' for r in verdict['ratio'])}; target >= 0.6)")
         print(f"plain, concurrency 1: toolspan p50 - direct p50 = {statistics.median(verdict['added']):.2f} ms "
               f"(per round: {', '.join(f'{a:.2f}' for a in verdict['added'])}; target <= 1.5 ms)")
+        print(f"plain, concurrency 1: the hop alone, floor p50 - direct p50 = "
+              f"{statistics.median(verdict['hop']):.2f} ms "
+              f"(per round: {', '.join(f'{a:.2f}' for a in verdict['hop'])})")
     finally:
         for process in processes:
             process.terminate()
