@@ -10,7 +10,8 @@ process with raw aiohttp (the openai client would cost more than what is measure
 gets the same request in all three cases: toolspan adds its tools (the demo registry) to what the
 client sends, so direct and floor are sent those tool specs by the client itself. Each cell runs
 --repeats rounds; within a round the three targets take --blocks short turns in rotation, so that
-a slow spell of the machine falls on all three alike. Figures are medians over rounds.
+a slow spell of the machine falls on all three alike. Figures are medians over rounds. The three
+servers run on the event loop `toolspan serve` uses (uvloop, where installed).
 
     python bench/proxy.py [--requests 300] [--seconds 5] [--repeats 5] [--blocks 3] [--scenarios plain,stream,one]
 
@@ -287,12 +288,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    from gateway.cli import run as serve  # every server on the event loop `toolspan serve` uses
+
     if options.serve == "upstream":
-        asyncio.run(_serve_upstream(options.port))
+        serve(_serve_upstream(options.port))
     elif options.serve == "floor":
-        asyncio.run(_serve_floor(options.port, options.upstream))
+        serve(_serve_floor(options.port, options.upstream))
     elif options.serve == "toolspan":
-        asyncio.run(_serve_toolspan(options.port, options.upstream))
+        serve(_serve_toolspan(options.port, options.upstream))
     else:
         asyncio.run(run(options.requests, options.seconds, options.repeats, options.blocks,
                         options.scenarios.split(",")))

@@ -13,10 +13,10 @@ import importlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -35,6 +35,7 @@ from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, exporters_for, tracer_of
 
 log = logging.getLogger("toolspan")
+T = TypeVar("T")
 
 
 class StartupError(Exception):
@@ -132,6 +133,18 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
         yield url, telemetry, model
 
 
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` to completion on uvloop's event loop where it is installed (a dependency
+    everywhere but Windows): the gateway spends a good part of each request in the event loop and
+    its transports, which uvloop implements in C. Elsewhere, on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
 async def _serve(settings: Settings) -> None:
     registry = load_tools(settings.tools) if settings.tools else None
     async with gateway(settings, registry) as (url, _, model):
@@ -165,11 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         if options.command == "demo":
             from gateway.demo.session import run_demo  # the demo pulls in the openai client
 
-            asyncio.run(run_demo())
+            run(run_demo())
             return 0
         flags = {"host": options.host, "port": options.port, "upstream": options.upstream, "tools": options.tools}
         settings = load_settings(flags, options.config)
-        asyncio.run(_serve(settings))
+        run(_serve(settings))
     except (StartupError, FileNotFoundError, ValueError) as exc:
         print(f"toolspan: {exc}", file=sys.stderr)
         return 2

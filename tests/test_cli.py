@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from gateway.cli import StartupError, load_tools, main
+from gateway.cli import StartupError, load_tools, main, run
 from gateway.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,3 +272,11 @@ def test_demo_prints_the_trajectory() -> None:
     assert re.search(r"^assistant: In \w+ it is .+$", out, re.MULTILINE)
     assert re.search(r"trace id: [0-9a-f]{32}$", out, re.MULTILINE)
     assert out.index("rejected (missing_arguments)") < out.index("assistant:")
+
+
+def test_the_gateway_runs_on_uvloop_where_it_is_installed() -> None:
+    """uvloop is a dependency on this platform, so `toolspan serve` and `demo` run on its loop."""
+    async def loop_module() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    assert run(loop_module()).startswith("uvloop")
