@@ -13,7 +13,7 @@ client sends, so direct and floor are sent those tool specs by the client itself
 a slow spell of the machine falls on all three alike. Figures are medians over rounds. The three
 servers run on the event loop `toolspan serve` uses (uvloop, where installed).
 
-    python bench/proxy.py [--requests 300] [--seconds 5] [--repeats 5] [--blocks 3] [--scenarios plain,stream,one]
+    python bench/proxy.py [--requests 600] [--seconds 5] [--repeats 5] [--blocks 3] [--scenarios plain,stream,one]
 
 Targets (plain request): toolspan >= 0.6 x the floor's throughput at concurrency 10, and at most
 1.5 ms added at p50 over direct at concurrency 1.
@@ -279,7 +279,7 @@ def _median(results: list[Result], field: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=300, help="requests per target per round (x concurrency/5)")
+    parser.add_argument("--requests", type=int, default=600, help="requests per target per round (x concurrency/5)")
     parser.add_argument("--seconds", type=float, default=5.0, help="time cap per target per round")
     parser.add_argument("--repeats", type=int, default=5, help="rounds per cell")
     parser.add_argument("--blocks", type=int, default=3, help="turns each target takes within a round")
