@@ -72,26 +72,24 @@ class RequestScope:
 
     def __enter__(self) -> RequestScope:
         info = self._info
-        self._parent = self._propagator.extract(info.headers) if "traceparent" in info.headers else None
-        self._name = f"{info.method} {info.route}"
-        self._context = self._ids.draw(self._tracer, self._name, SpanKind.SERVER, self._parent)
+        parent = self._propagator.extract(info.headers) if "traceparent" in info.headers else None
+        self._span = self._ids.begin(self._tracer, f"{info.method} {info.route}", SpanKind.SERVER, parent)
         self._trajectory = info.trajectory_id
-        self._token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(self._context), self._parent))
-        self._start_ns = time_ns()
+        self._token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(self._span.context), parent))
         self._start = perf_counter()
         self._metrics.in_flight.inc()
         return self
 
     @property
     def trace_id(self) -> str:
-        return format(self._context.trace_id, "032x")
+        return format(self._span.context.trace_id, "032x")
 
     def rounds(self, count: int, limit_reached: bool) -> None:
         self._rounds = (count, limit_reached)
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this request's span, for a request passed on as it is."""
-        trace_context(self._context, headers)
+        trace_context(self._span.context, headers)
 
     def trajectory(self, trajectory_id: str) -> None:
         self._trajectory = trajectory_id
@@ -120,8 +118,7 @@ class RequestScope:
         if self._rounds is not None:
             attributes[names.ATTR_ROUNDS], attributes[names.ATTR_ROUND_LIMIT_REACHED] = self._rounds
             self._metrics.tool_rounds.observe(self._rounds[0])
-        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.SERVER, self._parent, self._start_ns,
-                               attributes)
+        span = self._span.record(attributes)
         # HTTP conventions: a refused request (4xx) is the caller's error, not the server's; work
         # cut short (499) and a stream that failed after its 200 are.
         if status >= 500 or status == 499 or (status < 400 and error_type is not None):
@@ -129,7 +126,7 @@ class RequestScope:
         span.end(end_time=end_ns)
         metrics = self._metrics
         metrics.child(metrics.requests, self._info.route, str(status)).inc()
-        trace_id = self._context.trace_id
+        trace_id = self._span.context.trace_id
         metrics.child(metrics.request_duration, self._info.route).observe(
             elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
 
@@ -152,16 +149,14 @@ class ChatScope:
         self._failure: tuple[dict[str, Any], str] | None = None  # error attributes, status message
 
     def __enter__(self) -> ChatScope:
-        self._name = f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200]
-        self._parent = otel_context.get_current()
-        self._context = self._ids.draw(self._tracer, self._name, SpanKind.CLIENT, self._parent)
-        self._start_ns = time_ns()
+        self._span = self._ids.begin(self._tracer, f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200], SpanKind.CLIENT,
+                                     otel_context.get_current())
         self._start = perf_counter()
         return self
 
     def inject(self, headers: dict[str, str]) -> None:
         """traceparent/tracestate naming this span, for the provider."""
-        trace_context(self._context, headers)
+        trace_context(self._span.context, headers)
 
     def response(self, body: Mapping[str, Any]) -> None:
         attributes: dict[str, Any] = {}
@@ -200,7 +195,7 @@ class ChatScope:
 
     def _record(self, end_ns: int, elapsed: float) -> None:
         metrics, answer, failure = self._metrics, self._answer, self._failure
-        span = self._ids.start(self._tracer, self._context, self._name, SpanKind.CLIENT, self._parent, self._start_ns, {
+        span = self._span.record({
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
             names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream,
             **answer, **(failure[0] if failure else {})})
@@ -213,6 +208,6 @@ class ChatScope:
                     metrics.child(metrics.tokens, self._label, kind).inc(answer[attribute])
         span.end(end_time=end_ns)
         metrics.child(metrics.upstream_requests, self._label, self._status or "error").inc()
-        trace_id = self._context.trace_id
+        trace_id = self._span.context.trace_id
         metrics.child(metrics.upstream_duration, self._label).observe(
             elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)

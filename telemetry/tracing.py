@@ -3,9 +3,10 @@ exporter for local runs, batch processing. The caller shuts the provider down, w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from contextvars import ContextVar
+from dataclasses import dataclass
+from time import time_ns
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -118,13 +119,28 @@ class SpanIds(RandomIdGenerator):
               start_ns: int, attributes: Attributes = None) -> Span:
         """The span `draw` promised: same ids, same sampling decision (the SDK's samplers do not
         look at attributes), started at `start_ns`."""
-        with self._reserved_for(drawn):
-            return tracer.start_span(name, context=parent, kind=kind, attributes=attributes, start_time=start_ns)
-
-    @contextmanager
-    def _reserved_for(self, drawn: SpanContext) -> Iterator[None]:
         token = self._reserved.set(drawn)
         try:
-            yield
+            return tracer.start_span(name, context=parent, kind=kind, attributes=attributes, start_time=start_ns)
         finally:
             self._reserved.reset(token)
+
+    def begin(self, tracer: Tracer, name: str, kind: SpanKind, parent: Context | None) -> DrawnSpan:
+        """`draw`, and keep what `start` will need: the scopes' one entry point."""
+        return DrawnSpan(self, tracer, name, kind, parent, self.draw(tracer, name, kind, parent), time_ns())
+
+
+@dataclass(frozen=True)
+class DrawnSpan:
+    """A span whose ids are drawn and whose start time is taken; `record` makes the SDK span."""
+
+    ids: SpanIds
+    tracer: Tracer
+    name: str
+    kind: SpanKind
+    parent: Context | None
+    context: SpanContext
+    start_ns: int
+
+    def record(self, attributes: Attributes = None) -> Span:
+        return self.ids.start(self.tracer, self.context, self.name, self.kind, self.parent, self.start_ns, attributes)
