@@ -49,9 +49,9 @@ CONCURRENCY = (1, 10, 50)
 # --- the servers, each run as `python bench/proxy.py --serve KIND --port P [--upstream URL]` -------------
 
 async def _serve_upstream(port: int) -> None:
-    from gateway.cli import serving
     from gateway.demo.agent import FastPolicy
     from gateway.demo.model import ScriptedModel
+    from gateway.runtime import serving
 
     async with serving(ScriptedModel(FastPolicy()).app(), "127.0.0.1", port):
         await asyncio.Event().wait()
@@ -86,8 +86,8 @@ async def _serve_toolspan(port: int, upstream: str) -> None:
 
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    from gateway.cli import gateway
     from gateway.demo.tools import demo_registry
+    from gateway.runtime import gateway
     from gateway.settings import Settings
 
     class Drop(SpanExporter):
@@ -288,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
-    from gateway.cli import run as serve  # every server on the event loop `toolspan serve` uses
+    from gateway.runtime import run as serve  # every server on the event loop `toolspan serve` uses
 
     if options.serve == "upstream":
         serve(_serve_upstream(options.port))

@@ -30,7 +30,7 @@ from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 
 from gateway.tools import Param, Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry, Turn
-from telemetry.instrument import Instrumentation
+from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
 
@@ -104,7 +104,7 @@ async def main(calls: int, repeats: int) -> None:
     tracer = tracer_of(provider)
     executors = {
         "off": ToolExecutor(registry()),
-        "full": ToolExecutor(registry(), Instrumentation(tracer, Metrics(CollectorRegistry()))),
+        "full": ToolExecutor(registry(), Telemetry(tracer, Metrics(CollectorRegistry()))),
         "bare": ToolExecutor(registry(), BareSpanHooks(tracer)),
     }
     turn = Turn(trajectory_id="bench", round=1)

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.tools import Param, Tool, ToolCall, ToolExecutor, ToolRegistry, Turn, tool
-from telemetry.instrument import Instrumentation
+from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
 
@@ -51,7 +51,7 @@ async def main() -> None:
     exporter = InMemorySpanExporter()
     provider = build_provider(processors=[SimpleSpanProcessor(exporter)])
     metrics = CollectorRegistry()
-    executor = ToolExecutor(registry, Instrumentation(tracer_of(provider), Metrics(metrics)))
+    executor = ToolExecutor(registry, Telemetry(tracer_of(provider), Metrics(metrics)))
     for call in CALLS:
         [outcome] = await executor.run_turn([call], Turn(trajectory_id="quickstart"))
         print(f"--- {call.name}({call.arguments}) -> {outcome.status}")

@@ -1,41 +1,26 @@
 """The composition root: read settings, load tools, set up telemetry, run the app.
 
     toolspan serve [--host H] [--port P] [--upstream URL] [--tools module:attr ...] [--config FILE]
-    toolspan demo
+    toolspan demo [--api chat|responses]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from aiohttp import web
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from prometheus_client import CollectorRegistry
-
-from gateway.app import create_app
-from gateway.demo.agent import DemoPolicy
-from gateway.demo.model import Policy, ScriptedModel
-from gateway.demo.tools import demo_registry
-from gateway.instrumentation import Instrumentation, NoInstrumentation
+from gateway.runtime import gateway, run
 from gateway.settings import Settings, load_settings
 from gateway.tools import Tool, ToolRegistry
-from telemetry.instrument import ArgumentCapture
-from telemetry.instrument import Instrumentation as Telemetry
-from telemetry.metrics import Metrics
-from telemetry.tracing import build_provider, exporters_for, tracer_of
 
 log = logging.getLogger("toolspan")
-T = TypeVar("T")
 
 
 class StartupError(Exception):
@@ -81,70 +66,6 @@ def load_tools(specs: Iterable[str]) -> ToolRegistry:
     return registry
 
 
-@dataclass
-class Observability:
-    instrumentation: Instrumentation
-    provider: TracerProvider | None
-
-
-def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (),
-                    provider_name: str = "openai") -> Observability:
-    if not settings.telemetry:
-        return Observability(NoInstrumentation(), None)
-    exporters = exporters_for(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
-                              settings.otel_exporter_otlp_traces_endpoint, settings.otel_exporter_otlp_protocol)
-    provider = build_provider(settings.otel_service_name, exporters, processors)
-    capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
-    instrumentation = Telemetry(tracer_of(provider), Metrics(CollectorRegistry()), capture, provider_name,
-                                settings.metrics_max_models)
-    return Observability(instrumentation, provider)
-
-
-@contextlib.asynccontextmanager
-async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[str]:
-    """Run `app` on host:port until the block ends; yields its base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
-    try:
-        yield f"http://{host}:{bound}"
-    finally:
-        await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def gateway(settings: Settings, registry: ToolRegistry | None = None, processors: Iterable[SpanProcessor] = (),
-                  policy: Policy | None = None) -> AsyncIterator[tuple[str, Observability, ScriptedModel | None]]:
-    """The whole gateway, with the built-in model as its upstream when none is configured."""
-    model: ScriptedModel | None = None
-    async with contextlib.AsyncExitStack() as stack:
-        if settings.upstream is None:
-            model = ScriptedModel(policy or DemoPolicy())
-            model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
-            settings = settings.model_copy(update={"upstream": f"{model_url}/v1"})
-            registry = registry if registry is not None else demo_registry()
-        telemetry = build_telemetry(settings, processors, "openai" if model is None else "toolspan.scripted")
-        if telemetry.provider is not None:
-            stack.callback(telemetry.provider.shutdown)  # flushes the last spans
-        app = create_app(settings, registry or ToolRegistry(), telemetry.instrumentation)
-        url = await stack.enter_async_context(serving(app, settings.host, settings.port))
-        yield url, telemetry, model
-
-
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run `main` to completion on uvloop's event loop where it is installed (a dependency
-    everywhere but Windows): the gateway spends a good part of each request in the event loop and
-    its transports, which uvloop implements in C. Elsewhere, on asyncio's own loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(main)
-
-
 async def _serve(settings: Settings) -> None:
     registry = load_tools(settings.tools) if settings.tools else None
     async with gateway(settings, registry) as (url, _, model):
@@ -166,7 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", help="provider base URL; default: the built-in scripted model")
     serve.add_argument("--tools", nargs="+", metavar="MODULE:ATTR", help="tools to offer")
     serve.add_argument("--config", type=Path, help="TOML or JSON settings file")
-    commands.add_parser("demo", help="run a scripted agent session end to end and print its trajectory")
+    demo = commands.add_parser("demo", help="run a scripted agent session end to end and print its trajectory")
+    demo.add_argument("--api", choices=("chat", "responses"), default="chat",
+                      help="the API the session uses: Chat Completions (default) or Responses")
     return parser
 
 
@@ -178,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         if options.command == "demo":
             from gateway.demo.session import run_demo  # the demo pulls in the openai client
 
-            run(run_demo())
+            run(run_demo(api=options.api))
             return 0
         flags = {"host": options.host, "port": options.port, "upstream": options.upstream, "tools": options.tools}
         settings = load_settings(flags, options.config)

@@ -1,5 +1,5 @@
-"""What the gateway tells its observer at each step. `telemetry.Instrumentation` implements it
-with spans and metrics; `NoInstrumentation` is what runs when telemetry is off."""
+"""What the gateway tells its observer at each step. `telemetry.instrument.Telemetry` implements
+it with spans and metrics; `NoInstrumentation` is what runs when telemetry is off."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from gateway.tools import NoHooks, ToolHooks
 
@@ -17,6 +17,8 @@ _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}
 
 @dataclass(frozen=True)
 class RequestInfo:
+    """A request as it arrives."""
+
     method: str
     route: str  # the matched route pattern, never the raw path (bounded labels)
     path: str
@@ -24,28 +26,64 @@ class RequestInfo:
     trajectory_id: str
 
 
+@dataclass(frozen=True)
+class RequestRecord:
+    """What a handler returns for telemetry to record about the request it answered."""
+
+    trajectory_id: str | None = None  # the trajectory the request belonged to, if not the header's
+    rounds: int | None = None  # provider calls made, for requests that ran the tool loop
+    limit_reached: bool = False  # the round limit ended the loop
+    error_type: str | None = None  # what went wrong after the status was sent (a stream's failure)
+
+
+class ModelAnswer(Protocol):
+    """What a provider call's span records of its answer (engine.turn.ModelTurn is one)."""
+
+    @property
+    def response_id(self) -> str | None: ...
+
+    @property
+    def model(self) -> str | None: ...
+
+    @property
+    def finish_reason(self) -> str | None: ...
+
+    @property
+    def input_tokens(self) -> int | None: ...
+
+    @property
+    def output_tokens(self) -> int | None: ...
+
+
 class RequestTrace(Protocol):
+    """The span of one request, current while its handler runs."""
+
     @property
     def trace_id(self) -> str: ...
 
-    def rounds(self, count: int, limit_reached: bool) -> None: ...
+    def inject(self, headers: dict[str, str]) -> None:
+        """Write this request's trace context into headers of a request passed on as it is."""
 
-    def inject(self, headers: dict[str, str]) -> None: ...
-
-    def trajectory(self, trajectory_id: str) -> None: ...
-
-    def finish(self, status: int, error_type: str | None = None) -> None: ...
+    def finish(self, status: int, record: RequestRecord) -> None:
+        """The status sent and what the handler returned; recorded when the scope ends."""
 
 
 class ChatTrace(Protocol):
-    def inject(self, headers: dict[str, str]) -> None: ...
+    """The span of one provider call."""
 
-    def response(self, body: Mapping[str, Any]) -> None: ...
+    def inject(self, headers: dict[str, str]) -> None:
+        """Write this call's trace context into the provider request's headers."""
 
-    def failed(self, status: int | None, error_type: str, message: str) -> None: ...
+    def answered(self, answer: ModelAnswer) -> None:
+        """The provider answered (a whole stream, when streamed)."""
+
+    def failed(self, status: int | None, error_type: str, message: str) -> None:
+        """The call failed: the provider's status if it sent one."""
 
 
 class Instrumentation(ToolHooks, Protocol):
+    """The observer create_app is handed: requests, provider calls and (as ToolHooks) tool calls."""
+
     def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]: ...
 
     def chat(self, model: str, stream: bool) -> AbstractContextManager[ChatTrace]: ...
@@ -57,16 +95,10 @@ class _NoRequestTrace:
     def __init__(self, trace_id: str) -> None:
         self.trace_id = trace_id
 
-    def rounds(self, count: int, limit_reached: bool) -> None:
-        return None
-
     def inject(self, headers: dict[str, str]) -> None:
         return None  # the caller's own traceparent, if any, travels on unchanged
 
-    def trajectory(self, trajectory_id: str) -> None:
-        return None
-
-    def finish(self, status: int, error_type: str | None = None) -> None:
+    def finish(self, status: int, record: RequestRecord) -> None:
         return None
 
 
@@ -74,7 +106,7 @@ class _NoChatTrace:
     def inject(self, headers: dict[str, str]) -> None:
         return None
 
-    def response(self, body: Mapping[str, Any]) -> None:
+    def answered(self, answer: ModelAnswer) -> None:
         return None
 
     def failed(self, status: int | None, error_type: str, message: str) -> None:

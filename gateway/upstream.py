@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import aiohttp
@@ -36,73 +36,52 @@ class Upstream:
             return {"Authorization": f"Bearer {self._api_key.get_secret_value()}"}
         return {"Authorization": caller_authorization} if caller_authorization else {}
 
-    async def chat(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
-        """One non-streamed chat completion."""
-        try:
-            async with self.session.post(self.url("chat/completions"), data=orjson.dumps(body),
-                                         headers=_json_headers(headers), timeout=self._whole) as response:
+    async def post(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+        """One JSON request; the decoded JSON answer (the engine checks its shape)."""
+        with _provider_errors(f"the provider did not answer within {self._whole.total:g} s"):
+            async with self.session.post(self.url(path), data=orjson.dumps(body), headers=_json_headers(headers),
+                                         timeout=self._whole) as response:
                 await _raise_for_status(response)
                 raw = await response.read()
-        except GatewayError:
-            raise
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamTimeout(f"the provider did not answer within {self._whole.total:g} s") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
         try:
-            decoded = orjson.loads(raw)
+            return orjson.loads(raw)
         except ValueError as exc:
             raise UpstreamUnavailable("the provider sent a response that is not JSON") from exc
-        if not _well_formed(decoded):
-            raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape")
-        answer: dict[str, Any] = decoded
-        return answer
 
     @asynccontextmanager
-    async def chat_stream(self, body: Mapping[str, Any],
+    async def post_stream(self, path: str, body: Mapping[str, Any],
                           headers: Mapping[str, str]) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        """A streamed chat completion: yields an iterator of decoded chunks; leaving the block
+        """A streamed answer: yields an iterator of its decoded SSE events; leaving the block
         closes the connection, which is how a client disconnect cancels the provider's work."""
-        try:
-            response = await self.session.post(self.url("chat/completions"), data=orjson.dumps(body),
+        with _provider_errors("the provider did not start its stream in time"):
+            response = await self.session.post(self.url(path), data=orjson.dumps(body),
                                                headers=_json_headers(headers), timeout=self._streaming)
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamTimeout("the provider did not start its stream in time") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
         try:
             await _raise_for_status(response)
-            yield _chunks(response)
+            yield _events(response)
         finally:
             response.close()
 
     async def forward(self, method: str, path_qs: str, headers: Mapping[str, str],
                       body: AsyncIterator[bytes] | bytes | None) -> aiohttp.ClientResponse:
         """Send a request unchanged; the caller streams the response back and releases it."""
-        try:
+        with _provider_errors("the provider did not answer in time"):
             return await self.session.request(method, self.url(path_qs), headers=dict(headers), data=body,
                                               timeout=self._streaming, allow_redirects=False,
                                               auto_decompress=False)
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamTimeout("the provider did not answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"could not reach the provider: {_describe(exc)}") from exc
 
 
-def _well_formed(answer: Any) -> bool:
-    """A chat completion the loop can read: a first choice with a message, and tool calls (if
-    any) that are objects naming a function."""
-    if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list) or not answer["choices"]:
-        return False
-    choice = answer["choices"][0]
-    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
-        return False
-    calls = choice["message"].get("tool_calls")
-    if calls is None:
-        return True
-    return isinstance(calls, list) and all(
-        isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
-        for c in calls)
+@contextmanager
+def _provider_errors(timeout_message: str, broken: str = "could not reach the provider") -> Iterator[None]:
+    """The one mapping of what goes wrong talking to the provider to gateway errors."""
+    try:
+        yield
+    except GatewayError:
+        raise
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        raise UpstreamTimeout(timeout_message) from exc
+    except (aiohttp.ClientError, UnicodeDecodeError, asyncio.IncompleteReadError) as exc:
+        raise UpstreamUnavailable(f"{broken}: {_describe(exc)}") from exc
 
 
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -143,39 +122,36 @@ async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         yield pending
 
 
-async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
     """Decoded `data:` payloads of an SSE stream, up to `[DONE]` or the end of the stream (the
-    loop checks that a finish reason came). A stream that breaks, holds something other than
-    JSON objects, or carries an error event raises UpstreamUnavailable."""
+    engine checks that the answer was complete). A stream that breaks, holds something other
+    than JSON objects, or carries an error object raises UpstreamUnavailable."""
     data: list[str] = []
-    try:
+    with _provider_errors("the provider's stream stalled", "the provider's stream broke"):
         async for raw_line in _lines(response):
             line = raw_line.decode("utf-8").rstrip("\r")
             if line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))
                 continue
             if line or not data:
-                continue  # comments, other fields, or blank lines between events
+                continue  # comments, other fields (event:), or blank lines between events
             payload, data = "\n".join(data), []
             if payload == "[DONE]":
                 return
-            yield _decode_chunk(payload)
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-        raise UpstreamTimeout("the provider's stream stalled") from exc
-    except (aiohttp.ClientError, UnicodeDecodeError, asyncio.IncompleteReadError) as exc:
-        raise UpstreamUnavailable(f"the provider's stream broke: {_describe(exc)}") from exc
+            yield _decode_event(payload)
     if data and "\n".join(data) != "[DONE]":
-        yield _decode_chunk("\n".join(data))  # a last event without its blank line
+        yield _decode_event("\n".join(data))  # a last event without its blank line
 
 
-def _decode_chunk(payload: str) -> dict[str, Any]:
+def _decode_event(payload: str) -> dict[str, Any]:
     try:
-        chunk = orjson.loads(payload)
+        event = orjson.loads(payload)
     except ValueError as exc:
         raise UpstreamUnavailable("the provider's stream holds an event that is not JSON") from exc
-    if not isinstance(chunk, dict):
+    if not isinstance(event, dict):
         raise UpstreamUnavailable("the provider's stream holds an event that is not a JSON object")
-    if isinstance(chunk.get("error"), dict):
-        message = str(chunk["error"].get("message", "unknown error"))
+    if isinstance(event.get("error"), dict):
+        message = str(event["error"].get("message", "unknown error"))
         raise UpstreamUnavailable(f"the provider reported an error mid-stream: {message}")
-    return chunk
+    answer: dict[str, Any] = event
+    return answer

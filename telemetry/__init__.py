@@ -1,1 +1,2 @@
-"""Tracing and metrics for toolspan; the gateway reaches it only through `Instrumentation`."""
+"""Tracing and metrics for toolspan. The gateway reaches them only through the `Instrumentation`
+it is handed (telemetry.instrument.Telemetry)."""

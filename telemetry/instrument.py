@@ -19,8 +19,7 @@ from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
 from telemetry import names
 from telemetry.arguments import render_arguments
 from telemetry.metrics import Metrics
-from telemetry.requests import ChatScope, ModelLabels, RequestScope
-from telemetry.tracing import SpanIds
+from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar
 from telemetry.trajectory import Retry, Trajectories
 
 _NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounded
@@ -43,14 +42,14 @@ class ArgumentCapture:
                                   "credential", "private_key")
 
 
-class Instrumentation:
-    """Spans and metrics for every step the gateway reports: requests, provider calls, tool calls."""
+class Telemetry:
+    """Spans and metrics for every step the gateway reports: requests, provider calls, tool calls
+    (the gateway's `Instrumentation`)."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None,
                  provider_name: str = "openai", max_models: int = 50,
                  trajectories: Trajectories | None = None) -> None:
         self.tracer = tracer
-        self.ids = SpanIds.of(tracer)
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
         self.provider_name = provider_name
@@ -58,15 +57,14 @@ class Instrumentation:
         self._model_label = ModelLabels(max_models)
         self._propagator = TraceContextTextMapPropagator()  # reads an incoming W3C traceparent/tracestate
 
-    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> _ToolCallScope:
-        return _ToolCallScope(self, call, tool, turn)
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> ToolCallSpan:
+        return ToolCallSpan(self, call, tool, turn)
 
-    def request(self, info: RequestInfo) -> RequestScope:
-        return RequestScope(self.tracer, self.ids, self.metrics, info, self._propagator)
+    def request(self, info: RequestInfo) -> RequestSpan:
+        return RequestSpan(self.tracer, self.metrics, info, self._propagator)
 
-    def chat(self, model: str, stream: bool) -> ChatScope:
-        return ChatScope(self.tracer, self.ids, self.metrics, self._model_label(model), model, stream,
-                         self.provider_name)
+    def chat(self, model: str, stream: bool) -> ChatSpan:
+        return ChatSpan(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""
@@ -74,19 +72,19 @@ class Instrumentation:
         return encoder(self.metrics.registry), content_type
 
 
-class _ToolCallScope:
+class ToolCallSpan:
     """One `tool.call` span, current while the call runs; ends and counts exactly once."""
 
     __slots__ = ("_call", "_context", "_inst", "_label", "_outcome", "_retry", "_span", "_start", "_turn")
 
-    def __init__(self, inst: Instrumentation, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
+    def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
         self._inst = inst
         self._call = call
         self._label = tool.name if tool is not None else names.UNKNOWN_TOOL
         self._turn = turn
         self._outcome: ToolOutcome | None = None
 
-    def __enter__(self) -> _ToolCallScope:
+    def __enter__(self) -> ToolCallSpan:
         call, turn = self._call, self._turn
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
@@ -110,11 +108,11 @@ class _ToolCallScope:
         self._start = perf_counter()
         return self
 
-    def step(self, name: Step) -> _StepScope:
+    def step(self, name: Step) -> StepSpan:
         # Only the execute step becomes current: spans the tool body opens belong under it.
         if name == "parse":
-            return _StepScope(self._inst.tracer, names.SPAN_TOOL_PARSE, self._context, current=False)
-        return _StepScope(self._inst.tracer, names.SPAN_TOOL_EXECUTE, self._context, current=True)
+            return StepSpan(self._inst.tracer, names.SPAN_TOOL_PARSE, self._context, current=False)
+        return StepSpan(self._inst.tracer, names.SPAN_TOOL_EXECUTE, self._context, current=True)
 
     def finish(self, outcome: ToolOutcome) -> None:
         self._outcome = outcome
@@ -129,9 +127,7 @@ class _ToolCallScope:
             span.end()
         metrics = self._inst.metrics
         metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
-        trace_id = span.get_span_context().trace_id
-        metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(
-            elapsed, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")} if trace_id else None)
+        metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(elapsed, exemplar(span))
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             metrics.child(metrics.tool_rejections, self._label, outcome.rejection.reason).inc()
@@ -175,7 +171,7 @@ class _ToolCallScope:
         return outcome.status
 
 
-class _StepScope:
+class StepSpan:
     """A child span for one step; cheaper than the SDK's generator-based helper, and this runs
     twice on every call."""
 

@@ -25,11 +25,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from ruamel.yaml import YAML
 
-from gateway.instrumentation import RequestInfo
+from gateway.engine.turn import read_chat
+from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings import Settings
 from gateway.tools import Interrupt, Param, Tool, ToolCall, ToolError, ToolExecutor, ToolRegistry, Turn
 from telemetry import names
-from telemetry.instrument import Instrumentation
+from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, exporters_for, tracer_of
 
@@ -573,7 +574,7 @@ def _reject_relative(args: dict[str, Any]) -> None:
 async def _drive(registry: CollectorRegistry) -> None:
     """Every outcome, every rejection reason, both retry kinds and a recovery, inside one request
     with one provider call, so every metric family has samples."""
-    instrumentation = Instrumentation(tracer_of(build_provider()), Metrics(registry))
+    instrumentation = Telemetry(tracer_of(build_provider()), Metrics(registry))
     path = [Param("path", "string", required=True)]
     tools = ToolRegistry([
         Tool(name="read_file", parameters=path, function=lambda a: f"read {a['path']}"),
@@ -600,12 +601,12 @@ async def _drive(registry: CollectorRegistry) -> None:
     info = RequestInfo("POST", "/v1/chat/completions", "/v1/chat/completions", {}, "traj-deploy")
     with instrumentation.request(info) as request:
         with instrumentation.chat("gpt-test", stream=False) as chat:
-            chat.response({"id": "chatcmpl-1", "model": "gpt-test", "choices": [{"finish_reason": "tool_calls"}],
-                           "usage": {"prompt_tokens": 12, "completion_tokens": 5}})
+            chat.answered(read_chat({"id": "chatcmpl-1", "model": "gpt-test",
+                                     "choices": [{"message": {}, "finish_reason": "tool_calls"}],
+                                     "usage": {"prompt_tokens": 12, "completion_tokens": 5}}))
         for index, (name, arguments, allowed) in enumerate(calls):
             await executor.run_turn([ToolCall(f"call_{index}", name, arguments)], turn, allowed)
-        request.rounds(2, limit_reached=False)
-        request.finish(200)
+        request.finish(200, RequestRecord(rounds=2))
 
 
 def classic_exposition() -> tuple[CollectorRegistry, bytes]:

@@ -37,7 +37,7 @@ from gateway.tools import (
     Turn,
 )
 from telemetry import names
-from telemetry.instrument import Instrumentation
+from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
 
@@ -326,7 +326,7 @@ def check_turn(case: TurnCase) -> list[ToolOutcome]:
     provider = build_provider(processors=[SimpleSpanProcessor(exporter)])
     metrics_registry = CollectorRegistry()
     tool_registry = ToolRegistry(case.tools)
-    executor = ToolExecutor(tool_registry, hooks=Instrumentation(tracer_of(provider), Metrics(metrics_registry)),
+    executor = ToolExecutor(tool_registry, hooks=Telemetry(tracer_of(provider), Metrics(metrics_registry)),
                             default_timeout=BOUND)
     try:
         outcomes = asyncio.run(asyncio.wait_for(executor.run_turn(case.calls, case.turn, case.allowed), 2 * BOUND))

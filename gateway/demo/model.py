@@ -1,8 +1,9 @@
 """The built-in scripted model: an OpenAI-compatible upstream that answers by rules.
 
-`ScriptedModel(policy)` serves /v1/chat/completions (JSON or SSE) and a few plain routes. The
-policy sees each request body and returns a `Reply`; `DemoPolicy` plays an agent that renames an
-argument, reads the gateway's diagnostic, corrects itself and answers. Tests script their own.
+`ScriptedModel(policy)` serves /v1/chat/completions and /v1/responses (JSON or SSE) and a few plain
+routes. The policy sees each chat request body (and a Chat-shaped view of each Responses request)
+and returns a `Reply`; `DemoPolicy` plays an agent that renames an argument, reads the gateway's
+diagnostic, corrects itself and answers. Tests script their own.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from gateway.demo.responses import (
+    Conversations,
+    ResponsesError,
+    arguments_text,
+    build_response,
+    chat_request,
+    input_messages,
+    pieces,
+    response_events,
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,7 @@ class Reply:
     break_stream_after: int | None = None  # close a stream abruptly after this many events
     hang: bool = False  # never answer (until the client gives up)
     pause_after: int | None = None  # stall a stream after this many events, until the client leaves
+    reasoning: str | None = None  # Responses only: a reasoning summary, output before the rest
 
     def finish(self) -> str:
         return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
@@ -42,13 +55,10 @@ class Reply:
 Policy = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
 
 
-def _arguments_text(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)
-
-
 class ScriptedModel:
-    """An in-process upstream. `requests` and `request_headers` keep the last `keep` chat bodies
-    and headers it received, in order (bounded: `toolspan serve` may run it for days)."""
+    """An in-process upstream. `requests` and `request_headers` keep the last `keep` chat and
+    Responses bodies and headers it received, in order (bounded: `toolspan serve` may run it for
+    days); so do the conversations kept for `previous_response_id`."""
 
     def __init__(self, policy: Policy, model_name: str = "toolspan-scripted", keep: int = 1000) -> None:
         self.policy = policy
@@ -58,12 +68,14 @@ class ScriptedModel:
         self.request_headers: list[dict[str, str]] = []
         self.base_url: str | None = None  # set by whoever serves it
         self._ids = itertools.count(1)
+        self.conversations = Conversations(keep)
         self.paused = asyncio.Event()  # a stream reached its `pause_after` point
         self.dropped = asyncio.Event()  # a paused stream's connection was then closed by its client
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/echo", self._echo)
         return app
@@ -78,28 +90,39 @@ class ScriptedModel:
                             headers={"X-Echo-Method": request.method,
                                      "openai-organization": "org-scripted"})  # as OpenAI's answers carry
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
+    async def _received(self, request: web.Request) -> dict[str, Any]:
+        body: dict[str, Any] = await request.json()
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
         if len(self.requests) > self.keep:
             del self.requests[0], self.request_headers[0]
-        reply = self.policy(body)
+        return body
+
+    async def _ask(self, view: dict[str, Any]) -> tuple[Reply, web.Response | None]:
+        """The policy's reply, and the whole answer when the reply leaves nothing to build."""
+        reply = self.policy(view)
         if inspect.isawaitable(reply):
             reply = await reply
         if reply.hang:
             await asyncio.Event().wait()
         if reply.status != 200:
             error = {"error": {"message": reply.error, "type": "scripted_error", "param": None, "code": None}}
-            return web.json_response(error, status=reply.status, headers=reply.headers)
-        if reply.raw is not None and not body.get("stream"):
-            return web.Response(body=reply.raw, content_type="application/json", headers=reply.headers)
+            return reply, web.json_response(error, status=reply.status, headers=reply.headers)
+        if reply.raw is not None and not view.get("stream"):
+            return reply, web.Response(body=reply.raw, content_type="application/json", headers=reply.headers)
+        return reply, None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._received(request)
+        reply, answered = await self._ask(body)
+        if answered is not None:
+            return answered
         completion_id = f"chatcmpl-scripted-{next(self._ids)}"
         calls = [{"id": f"call_{completion_id[-6:]}_{i}", "type": "function",
-                  "function": {"name": name, "arguments": _arguments_text(arguments)}}
+                  "function": {"name": name, "arguments": arguments_text(arguments)}}
                  for i, (name, arguments) in enumerate(reply.tool_calls)]
         if body.get("stream"):
-            return await self._stream(request, body, reply, completion_id, calls)
+            return await self._stream(request, reply, _events(body, reply, completion_id, calls, self.model_name))
         message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
         if calls:
             message["tool_calls"] = calls
@@ -111,11 +134,29 @@ class ScriptedModel:
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }, headers=reply.headers)
 
-    async def _stream(self, request: web.Request, body: dict[str, Any], reply: Reply, completion_id: str,
-                      calls: list[dict[str, Any]]) -> web.StreamResponse:
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """The Responses API: the policy answers a Chat-shaped view of the request."""
+        body = await self._received(request)
+        try:
+            view, conversation = chat_request(body, self.conversations.before(body.get("previous_response_id")),
+                                              self.model_name)
+        except ResponsesError as refused:
+            return web.json_response(refused.body(), status=400)
+        reply, answered = await self._ask(view)
+        if answered is not None:
+            return answered
+        response = build_response(body, reply, next(self._ids), self.model_name)
+        if response["store"]:
+            self.conversations.add(response["id"], [*conversation, *input_messages(response["output"])])
+        if body.get("stream"):
+            return await self._stream(request, reply, response_events(response))
+        return web.json_response(response, headers=reply.headers)
+
+    async def _stream(self, request: web.Request, reply: Reply, events: list[bytes]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
         await response.prepare(request)
-        events = _events(body, reply, completion_id, calls, self.model_name)
+        if reply.raw is not None:
+            events = [b"data: " + reply.raw + b"\n\n"]
         for count, event in enumerate(events):
             if reply.break_stream_after is not None and count >= reply.break_stream_after:
                 assert request.transport is not None
@@ -136,10 +177,6 @@ class ScriptedModel:
             raise
 
 
-def _pieces(text: str, size: int = 6) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
-
-
 def _events(body: dict[str, Any], reply: Reply, completion_id: str, calls: list[dict[str, Any]],
             model_name: str) -> list[bytes]:
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": int(time.time()),
@@ -149,19 +186,17 @@ def _events(body: dict[str, Any], reply: Reply, completion_id: str, calls: list[
         return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": piece}) for piece in _pieces(reply.content or "") if reply.content]
+    chunks += [chunk({"content": piece}) for piece in pieces(reply.content or "") if reply.content]
     for index, call in enumerate(calls):
         head = {"index": index, "id": call["id"], "type": "function",
                 "function": {"name": call["function"]["name"], "arguments": ""}}
         chunks.append(chunk({"tool_calls": [head]}))
         chunks += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-                   for piece in _pieces(call["function"]["arguments"])]
+                   for piece in pieces(call["function"]["arguments"])]
     chunks.append(chunk({}, reply.finish()))
     options = body.get("stream_options") or {}
     if options.get("include_usage"):
         prompt, completion = reply.usage
         chunks.append({**base, "choices": [], "usage": {
             "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
-    if reply.raw is not None:
-        return [b"data: " + reply.raw + b"\n\n"]
     return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]

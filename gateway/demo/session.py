@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.cli import gateway
+from gateway.runtime import gateway
 from gateway.settings import Settings
 from telemetry import names
 
@@ -47,24 +47,35 @@ def print_trajectory(spans: list[ReadableSpan], trace_id: str, out: Callable[[st
             out(_describe(span))
 
 
-async def run_demo(out: Callable[[str], None] = print) -> str:
-    """Runs the session; returns the final answer."""
+async def _ask(client: AsyncOpenAI, api: str) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """The question through the openai client: the answer, the usage, the response headers."""
+    if api == "responses":
+        raw_response = await client.responses.with_raw_response.create(model="toolspan-demo", input=QUESTION)
+        response = raw_response.parse()
+        usage = response.usage.model_dump() if response.usage else {}
+        return response.output_text, usage, dict(raw_response.headers)
+    raw = await client.chat.completions.with_raw_response.create(
+        model="toolspan-demo", messages=[{"role": "user", "content": QUESTION}])
+    completion = raw.parse()
+    usage = completion.usage.model_dump() if completion.usage else {}
+    return completion.choices[0].message.content or "", usage, dict(raw.headers)
+
+
+async def run_demo(out: Callable[[str], None] = print, api: str = "chat") -> str:
+    """Runs the session over the Chat Completions API or the Responses API; returns the final answer."""
     exporter = InMemorySpanExporter()
     settings = Settings(port=0)
     async with gateway(settings, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
         client = AsyncOpenAI(base_url=f"{url}/v1", api_key="demo-key-not-needed")
-        out(f"toolspan demo: gateway at {url}/v1, upstream: the built-in scripted model")
+        shown = "Responses API" if api == "responses" else "Chat Completions API"
+        out(f"toolspan demo: gateway at {url}/v1 ({shown}), upstream: the built-in scripted model")
         out(f"user: {QUESTION}\n")
-        raw = await client.chat.completions.with_raw_response.create(
-            model="toolspan-demo", messages=[{"role": "user", "content": QUESTION}])
-        completion = raw.parse()
-        trace_id = raw.headers.get("x-trace-id", "")
+        answer, usage, headers = await _ask(client, api)
+        trace_id = headers.get("x-trace-id", "")
         print_trajectory(list(exporter.get_finished_spans()), trace_id, out)
-        answer = completion.choices[0].message.content or ""
         out(f"\nassistant: {answer}")
-        usage = completion.usage
-        out(f"usage (all rounds): {json.dumps(usage.model_dump() if usage else {}, separators=(',', ':'))}")
-        out(f"rounds: {raw.headers.get('x-toolspan-rounds')}  trajectory: {raw.headers.get('x-trajectory-id')}"
+        out(f"usage (all rounds): {json.dumps(usage, separators=(',', ':'))}")
+        out(f"rounds: {headers.get('x-toolspan-rounds')}  trajectory: {headers.get('x-trajectory-id')}"
             f"  trace id: {trace_id}")
         await client.close()
         return answer

@@ -1,24 +1,21 @@
-"""POST /v1/chat/completions: the tool loop behind the OpenAI Chat Completions API."""
+"""POST /v1/chat/completions: the Chat Completions API over the engine, and its rendering."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.errors import BadRequest, GatewayError, internal_error
-from gateway.keys import LOOP
-from gateway.loop import LoopResult
-from gateway.routes.common import caller_of, read_object, scope
-
-log = logging.getLogger("toolspan")
-
-ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
-ROUNDS_HEADER = "X-Toolspan-Rounds"
+from gateway.app_keys import ENGINE, HELD, REGISTRY
+from gateway.engine import Finished, Plan, Visible, plan_chat
+from gateway.engine.turn import summed_usage
+from gateway.errors import GatewayError
+from gateway.routes import sse
+from gateway.routes.common import answer_headers, caller_of, finished_of, read_object, reported, validate
 
 
 class _Function(BaseModel):
@@ -46,101 +43,84 @@ class ChatRequest(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-def validate(body: dict[str, Any]) -> ChatRequest:
-    try:
-        return ChatRequest.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise BadRequest(f"not a chat completion request: {where}: {first['msg']}",
-                         param=str(first["loc"][0]) if first["loc"] else None) from exc
-
-
-class ClientGone(Exception):
-    """The client closed the connection while we were streaming to it."""
-
-
-class SseSink:
-    """The client's SSE response, started on the first write."""
-
-    def __init__(self, request: web.Request) -> None:
-        self.request = request
-        self.response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                                    "X-Accel-Buffering": "no"})
-
-    @property
-    def started(self) -> bool:
-        return self.response.prepared
-
-    async def _write(self, data: bytes) -> None:
-        try:
-            if not self.response.prepared:
-                await self.response.prepare(self.request)
-            await self.response.write(data)
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
-            raise ClientGone from exc
-
-    async def send(self, chunk: dict[str, Any]) -> None:
-        await self._write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-
-    async def comment(self, text: str) -> None:
-        await self._write(f": {text}\n\n".encode())
-
-    async def close(self) -> None:
-        await self._write(b"data: [DONE]\n\n")
-        await self.end()
-
-    async def end(self) -> None:
-        try:
-            await self.response.write_eof()
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
-            raise ClientGone from exc
-
-
-def _round_headers(result: LoopResult) -> dict[str, str]:
-    headers = {ROUNDS_HEADER: str(result.rounds)}
-    if result.limit_reached:
-        headers[ROUND_LIMIT_HEADER] = "reached"
-    return headers
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await read_object(request)
-    chat = validate(body)
+    chat = validate(ChatRequest, body, "a chat completion request")
     caller = caller_of(request, chat.metadata)
-    loop = request.app[LOOP]
-    plan = loop.plan(body, caller)
-    trace = scope(request).trace
-    if not chat.stream:
-        response, result = await loop.complete(plan, caller)
-        trace.rounds(result.rounds, result.limit_reached)
-        return web.Response(body=orjson.dumps(response), content_type="application/json",
-                            headers=_round_headers(result))
-
-    sink = SseSink(request)
-    try:
-        result = await loop.stream(plan, caller, sink)
-        trace.rounds(result.rounds, result.limit_reached)
-        if result.limit_reached:
-            await sink.comment(f"toolspan: round limit reached after {result.rounds} model turns")
-        await sink.close()
-    except ClientGone:
-        scope(request).error_type = "client_disconnected"
-    except Exception as exc:
-        if not sink.started:
-            raise  # nothing sent yet: an ordinary error response
-        # The 200 and part of the answer are out: the failure can only be an event in the stream.
-        error = exc if isinstance(exc, GatewayError) else internal_error()
-        if not isinstance(exc, GatewayError):
-            log.exception("stream failed after it began")
-        scope(request).error_type = error.type
-        await _send_error(sink, error)
-    return sink.response
+    plan = plan_chat(body, caller, request.app[REGISTRY], request.app[HELD])
+    events = request.app[ENGINE].run(plan, caller)
+    if plan.stream:
+        return await sse.stream(request, caller, events, ChatChunks(plan))
+    finished = await finished_of(events)
+    response = web.Response(body=orjson.dumps(completion(finished)), content_type="application/json",
+                            headers=answer_headers(caller, finished))
+    return reported(response, caller, finished)
 
 
-async def _send_error(sink: SseSink, error: GatewayError) -> None:
-    try:
-        await sink.send(error.body())
-        await sink.end()
-    except ClientGone:
-        pass  # the client left as well; the spans already say what went wrong
+def _joined(turns: Iterable[Any], key: str) -> str | None:
+    parts = [text for turn in turns if isinstance(text := turn.output[0].get(key), str)]
+    return "".join(parts) or None
+
+
+def completion(finished: Finished) -> dict[str, Any]:
+    """The chat completion the client gets: the provider's last one as it came, unless the
+    gateway ran tools; then with every round's content, the client's calls, the finish reason the
+    loop ended with, and the usage of every round."""
+    turns = finished.turns
+    last = turns[-1]
+    if len(turns) == 1 and tuple(c.item for c in last.calls) == finished.client_calls:
+        return dict(last.body)
+    choice = dict(last.body["choices"][0])
+    message = {**choice["message"], "content": _joined(turns, "content")}
+    if (refusal := _joined(turns, "refusal")) is not None:
+        message["refusal"] = refusal
+    message.pop("tool_calls", None)
+    if finished.client_calls:
+        message["tool_calls"] = list(finished.client_calls)
+    choice.update(message=message, finish_reason=finished.finish_reason)
+    answer = {**last.body, "choices": [choice]}
+    if (usage := summed_usage(turns)) is not None:
+        answer["usage"] = usage
+    return answer
+
+
+@dataclass
+class ChatChunks:
+    """Engine events as chat.completion.chunk events: one assistant message over every round, in
+    the identity (id, created, model) of the first chunk the client saw."""
+
+    plan: Plan
+    identity: dict[str, Any] = field(default_factory=dict)
+    closing: bytes = b"data: [DONE]\n\n"
+
+    def _chunk(self, delta: Mapping[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {**self.identity, "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+
+    def visible(self, event: Visible) -> Iterable[sse.Frame]:
+        chunk = dict(event.piece)
+        if not self.identity:
+            self.identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
+        chunk.update(self.identity)
+        if event.round > 0:  # one assistant message, however many rounds: its role was said once
+            choice = chunk["choices"][0]
+            delta = {k: v for k, v in choice["delta"].items() if k != "role"}
+            if not delta or delta == {"content": ""}:
+                return []
+            chunk["choices"] = [{**choice, "delta": delta}]
+        return [(None, chunk)]
+
+    def finished(self, event: Finished) -> Iterable[sse.Frame]:
+        if not self.identity:
+            first = event.turns[0].body
+            self.identity = {k: first[k] for k in ("id", "created", "model") if k in first}
+        frames: list[sse.Frame] = [(None, self._chunk({"tool_calls": [{"index": i, **call}]}))
+                                   for i, call in enumerate(event.client_calls)]
+        frames.append((None, self._chunk({}, event.finish_reason)))
+        if self.plan.include_usage:
+            usage = summed_usage(event.turns) or {}
+            frames.append((None, {**self.identity, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
+        return frames
+
+    def error(self, error: GatewayError) -> sse.Frame:
+        return None, error.body()

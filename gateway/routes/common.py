@@ -1,21 +1,23 @@
-"""Helpers every route uses: reading JSON bodies and knowing the caller."""
+"""Helpers every route uses: reading JSON bodies, knowing the caller, reporting back."""
 
 from __future__ import annotations
 
-import hmac
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
+from pydantic import BaseModel, ValidationError
 
-from gateway.errors import BadRequest, Unauthorized
-from gateway.keys import SCOPE, SETTINGS, Credentials, RequestScope
-from gateway.loop import Caller
+from gateway.app_keys import CALLER, RECORD
+from gateway.caller import TRAJECTORY_HEADER, Caller
+from gateway.engine import Event, Finished
+from gateway.errors import BadRequest
+from gateway.instrumentation import RequestRecord
 
-
-def scope(request: web.Request) -> RequestScope:
-    found: RequestScope = request[SCOPE]
-    return found
+ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
+ROUNDS_HEADER = "X-Toolspan-Rounds"
+M = TypeVar("M", bound=BaseModel)
 
 
 async def read_object(request: web.Request) -> dict[str, Any]:
@@ -30,31 +32,44 @@ async def read_object(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def authenticate(request: web.Request) -> Credentials:
-    """Without gateway keys, the caller's Authorization is the provider's business. With them,
-    it must name one of them, and it stops here."""
-    sent = request.headers.get("Authorization")
-    keys = request.app[SETTINGS].keys
-    if not keys:
-        return Credentials(None, None, sent)
-    scheme, _, token = (sent or "").partition(" ")
-    token = token.strip() if scheme.lower() == "bearer" else ""
-    for name, spec in keys.items():
-        if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
-            return Credentials(name, None if spec.tools is None else frozenset(spec.tools), None)
-    raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>",
-                       code="invalid_api_key")
+def validate(model: type[M], body: dict[str, Any], what: str) -> M:
+    """`body` checked against the pydantic `model` of a request, or a 400 naming the field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadRequest(f"not {what}: {where}: {first['msg']}",
+                         param=str(first["loc"][0]) if first["loc"] else None) from exc
 
 
-def caller_of(request: web.Request, metadata: Any = None) -> Caller:
-    found = scope(request)
-    credentials = found.credentials or authenticate(request)
-    found.adopt_trajectory(metadata)
-    return Caller(
-        trajectory_id=found.trajectory_id,
-        request_id=found.request_id,
-        authorization=credentials.upstream_authorization,
-        principal=credentials.principal,
-        metadata=metadata if isinstance(metadata, dict) else {},
-        allowed=credentials.allowed,
-    )
+def caller_of(request: web.Request, metadata: object = None) -> Caller:
+    """The request's caller, as the middleware resolved it and the request's metadata refines it."""
+    return request[CALLER].with_metadata(metadata)
+
+
+def reported(response: web.StreamResponse, caller: Caller, finished: Finished | None = None,
+             error_type: str | None = None) -> web.StreamResponse:
+    """`response`, carrying what telemetry records of this request."""
+    rounds = finished.rounds if finished is not None else None
+    limit = finished.limit_reached if finished is not None else False
+    response[RECORD] = RequestRecord(caller.trajectory_id, rounds, limit, error_type)
+    return response
+
+
+def answer_headers(caller: Caller, finished: Finished | None = None) -> dict[str, str]:
+    """Headers of a tool-loop answer: its trajectory (the metadata may have named it) and rounds."""
+    headers = {TRAJECTORY_HEADER: caller.trajectory_id}
+    if finished is not None:
+        headers[ROUNDS_HEADER] = str(finished.rounds)
+        if finished.limit_reached:
+            headers[ROUND_LIMIT_HEADER] = "reached"
+    return headers
+
+
+async def finished_of(events: AsyncIterator[Event]) -> Finished:
+    """The last event of a non-streamed run (it has no other)."""
+    async for event in events:
+        if isinstance(event, Finished):
+            return event
+    raise RuntimeError("the engine ended without a Finished event")

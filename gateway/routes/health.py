@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.keys import INSTRUMENTATION, LOOP
+from gateway.app_keys import ENGINE, INSTRUMENTATION
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -12,7 +12,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    ready = LOOP in request.app
+    ready = ENGINE in request.app
     return web.json_response({"status": "ready" if ready else "starting"}, status=200 if ready else 503)
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.app_keys import CALLER, TRACE, UPSTREAM
 from gateway.errors import HOP_BY_HOP, NotFound, provider_headers
-from gateway.keys import UPSTREAM
-from gateway.routes.common import authenticate, scope
 
 _TRACE_CONTEXT = ("traceparent", "tracestate")
 _SERVER_DECODES = frozenset({"gzip", "deflate", "br", "zstd"})  # aiohttp's request parser, same test
@@ -27,10 +26,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         # bytes, so the header describing the encoding must go too.
         dropped |= {"content-encoding"}
     headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
-    credentials = scope(request).credentials or authenticate(request)
-    headers.update(upstream.auth_headers(credentials.upstream_authorization))
+    headers.update(upstream.auth_headers(request[CALLER].upstream_authorization))
     trace_context = {k: request.headers[k] for k in _TRACE_CONTEXT if k in request.headers}
-    scope(request).trace.inject(trace_context)  # the provider's spans join this request's trace
+    request[TRACE].inject(trace_context)  # the provider's spans join this request's trace
     headers.update(trace_context)
     body = request.content.iter_any() if request.body_exists else None
     answer = await upstream.forward(request.method, request.path_qs.removeprefix("/v1"), headers, body)

@@ -9,10 +9,10 @@ from typing import Any
 import pydantic_core
 from aiohttp import web
 
+from gateway.app_keys import EXECUTOR, REGISTRY
+from gateway.caller import Caller
 from gateway.errors import BadRequest, Forbidden, NotFound
-from gateway.keys import EXECUTOR, REGISTRY
-from gateway.loop import Caller
-from gateway.routes.common import caller_of, read_object
+from gateway.routes.common import answer_headers, caller_of, read_object, reported
 from gateway.tools import Rejection, Tool, ToolCall, ToolOutcome
 
 
@@ -61,21 +61,23 @@ async def list_tools(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": request.app[REGISTRY].openai_tools(caller.allowed)})
 
 
-async def invoke(request: web.Request) -> web.Response:
+async def invoke(request: web.Request) -> web.StreamResponse:
     body = await read_object(request)
     caller = caller_of(request, body.get("metadata"))
     tool = _tool(request, caller)
     call = ToolCall(f"call_{secrets.token_hex(12)}", tool.name, _arguments(body))
     outcome = await request.app[EXECUTOR].run_call(call, caller.turn(0), caller.allowed)
-    return web.json_response(outcome_json(outcome))
+    return reported(web.json_response(outcome_json(outcome), headers=answer_headers(caller)), caller)
 
 
-async def parse(request: web.Request) -> web.Response:
+async def parse(request: web.Request) -> web.StreamResponse:
     """A dry run of the parse step: what the body would receive, or why it would not run."""
     body = await read_object(request)
     caller = caller_of(request, body.get("metadata"))
     tool = _tool(request, caller)
     parsed = await tool.parse_arguments(_arguments(body), caller.turn(0).context("dry_run"))
     if isinstance(parsed, Rejection):
-        return web.json_response({"valid": False, "reason": parsed.reason, "message": parsed.message})
-    return web.json_response({"valid": True, "arguments": _jsonable(parsed.arguments)})
+        answer = {"valid": False, "reason": parsed.reason, "message": parsed.message}
+    else:
+        answer = {"valid": True, "arguments": _jsonable(parsed.arguments)}
+    return reported(web.json_response(answer, headers=answer_headers(caller)), caller)

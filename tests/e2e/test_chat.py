@@ -12,7 +12,7 @@ import pytest
 from gateway.demo.model import Reply
 from gateway.tools import Tool, ToolRegistry
 from telemetry import names
-from tests.e2e.conftest import Stack, StackFactory, call_args, tool_messages, tree
+from tests.conftest import Stack, StackFactory, call_args, tool_messages, tree
 
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 USER = [{"role": "user", "content": "hello"}]

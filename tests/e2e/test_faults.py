@@ -22,12 +22,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from gateway.cli import gateway
 from gateway.demo.model import Reply
-from gateway.loop import ToolLoop
+from gateway.routes import chat as chat_route
+from gateway.runtime import gateway
 from gateway.settings import Settings
 from telemetry import names
-from tests.e2e.conftest import Stack, StackFactory, sample_registry, tool_messages
+from tests.conftest import Stack, StackFactory, sample_registry, tool_messages
 
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 USER = [{"role": "user", "content": "hello"}]
@@ -92,19 +92,12 @@ def finished(exporter: InMemorySpanExporter, trace_id: str) -> list[ReadableSpan
     return [s for s in exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id]
 
 
-async def ended(exporter: InMemorySpanExporter, trace_id: str, chats: int) -> dict[str, Any]:
-    """The trace once its SERVER span and `chats` chat spans have ended. A streamed response can reach
-    the client a moment before the middleware ends the SERVER span, so this polls, bounded."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while True:
-        spans = finished(exporter, trace_id)
-        roots = [s for s in spans if s.parent is None]
-        chat = [s for s in spans if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")]
-        if roots and len(chat) >= chats:
-            break
-        assert loop.time() < deadline, f"spans of {trace_id} never ended: {[s.name for s in spans]}"
-        await asyncio.sleep(0.01)
+def ended(exporter: InMemorySpanExporter, trace_id: str, chats: int) -> dict[str, Any]:
+    """The trace of a request the client has seen end: its SERVER span and `chats` chat spans
+    have ended by then (the middleware records them before the last byte goes out)."""
+    spans = finished(exporter, trace_id)
+    roots = [s for s in spans if s.parent is None]
+    chat = [s for s in spans if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")]
     [root] = roots
     assert root.kind is SpanKind.SERVER
     assert len(chat) == chats
@@ -193,7 +186,7 @@ async def test_malformed_json_is_a_400(stack: Stack, raw: bytes) -> None:
     assert found.status == 400
     error = assert_openai_error(found.body, type_="invalid_request_error", code="invalid_json")
     assert "not valid JSON" in error["message"]
-    assert_error_spans(await ended(stack.exporter, found.trace_id, chats=0), 400, "invalid_request_error")
+    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 400, "invalid_request_error")
     assert stack.upstream_requests == []
 
 
@@ -202,7 +195,7 @@ async def test_json_that_is_not_an_object_is_a_400(stack: Stack) -> None:
     assert found.status == 400
     error = assert_openai_error(found.body, type_="invalid_request_error", code="invalid_json")
     assert "JSON object" in error["message"]
-    assert_error_spans(await ended(stack.exporter, found.trace_id, chats=0), 400)
+    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 400)
 
 
 @pytest.mark.parametrize(("body", "param", "path"), [
@@ -230,7 +223,7 @@ async def test_json_that_is_not_a_chat_request_names_the_field(stack: Stack, bod
     assert found.status == 400
     error = assert_openai_error(found.body, type_="invalid_request_error", param=param)
     assert path in error["message"]
-    assert_error_spans(await ended(stack.exporter, found.trace_id, chats=0), 400)
+    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 400)
     assert stack.upstream_requests == []
 
 
@@ -243,7 +236,7 @@ async def test_oversized_body_is_a_413(make_stack: StackFactory) -> None:
     error = assert_openai_error(found.body, type_="invalid_request_error", code="body_too_large")
     assert "2048" in error["message"]
     assert "larger than the Maximum" not in error["message"]  # aiohttp's sentence is not spliced into ours
-    assert_error_spans(await ended(stack.exporter, found.trace_id, chats=0), 413)
+    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 413)
     assert stack.upstream_requests == []
 
 
@@ -257,7 +250,7 @@ async def test_caller_tool_named_like_a_gateway_tool_is_a_400(stack: Stack, stre
     error = assert_openai_error(exc.response.json(), type_="invalid_request_error", param="tools",
                                 code="tool_name_conflict")
     assert "'read_file'" in error["message"]
-    assert_error_spans(await ended(stack.exporter, trace_of(exc), chats=0), 400)
+    assert_error_spans(ended(stack.exporter, trace_of(exc), chats=0), 400)
     assert stack.upstream_requests == []
 
 
@@ -272,7 +265,7 @@ async def test_unreachable_upstream_is_a_502(stream: bool) -> None:
         assert exc.status_code == 502
         error = assert_openai_error(exc.response.json(), type_="upstream_error")
         assert "could not reach the provider" in error["message"]
-        assert_error_spans(await ended(exporter, trace_of(exc), chats=1), 502, "upstream_error")
+        assert_error_spans(ended(exporter, trace_of(exc), chats=1), 502, "upstream_error")
 
 
 @STREAM
@@ -283,7 +276,7 @@ async def test_upstream_that_never_answers_is_a_504(make_stack: StackFactory, st
     assert isinstance(exc, openai.InternalServerError)
     assert exc.status_code == 504
     assert_openai_error(exc.response.json(), type_="upstream_timeout")
-    assert_error_spans(await ended(stack.exporter, trace_of(exc), chats=1), 504, "upstream_timeout")
+    assert_error_spans(ended(stack.exporter, trace_of(exc), chats=1), 504, "upstream_timeout")
     assert len(stack.upstream_requests) == 1
 
 
@@ -296,7 +289,7 @@ async def test_upstream_server_error_is_a_502(stack: Stack, stream: bool, status
     assert exc.status_code == 502
     error = assert_openai_error(exc.response.json(), type_="upstream_error", code=f"upstream_{status}")
     assert str(status) in error["message"]
-    found = await ended(stack.exporter, trace_of(exc), chats=1)
+    found = ended(stack.exporter, trace_of(exc), chats=1)
     assert_error_spans(found, 502, "upstream_error")
     [chat] = found["chat"]
     assert chat.attributes is not None
@@ -310,7 +303,7 @@ async def test_upstream_answer_that_is_not_json_is_a_502(stack: Stack, stream: b
     assert exc.status_code == 502
     error = assert_openai_error(exc.response.json(), type_="upstream_error")
     assert "not JSON" in error["message"]
-    assert_error_spans(await ended(stack.exporter, trace_of(exc), chats=1), 502, "upstream_error")
+    assert_error_spans(ended(stack.exporter, trace_of(exc), chats=1), 502, "upstream_error")
 
 
 @STREAM
@@ -325,7 +318,7 @@ async def test_upstream_refusal_passes_through(stack: Stack, stream: bool, statu
     assert exc.response.headers["retry-after"] == "7"
     body = exc.response.json()
     assert body == {"error": {"message": "slow down", "type": "scripted_error", "param": None, "code": None}}
-    found = await ended(stack.exporter, trace_of(exc), chats=1)
+    found = ended(stack.exporter, trace_of(exc), chats=1)
     assert_error_spans(found, status)
     [chat] = found["chat"]
     assert chat.attributes is not None
@@ -345,7 +338,7 @@ async def test_broken_stream_ends_with_an_error_event(stack: Stack) -> None:
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "hello world,"
     assert_openai_error(last, type_="upstream_error")
     assert "[DONE]" not in found.events  # a broken answer is never presented as a complete one
-    assert_error_spans(await ended(stack.exporter, found.trace_id, chats=1), 200, "upstream_error")
+    assert_error_spans(ended(stack.exporter, found.trace_id, chats=1), 200, "upstream_error")
 
 
 async def test_broken_stream_raises_in_the_openai_client(stack: Stack) -> None:
@@ -358,7 +351,7 @@ async def test_broken_stream_raises_in_the_openai_client(stack: Stack) -> None:
     assert not isinstance(caught.value, openai.APIStatusError)
     assert "stream" in caught.value.message
     assert "".join(received) == "hello world,"
-    assert_error_spans(await ended(stack.exporter, raw.headers["x-trace-id"], chats=1))
+    assert_error_spans(ended(stack.exporter, raw.headers["x-trace-id"], chats=1))
 
 
 async def test_stream_stalling_mid_way_ends_with_a_timeout_event(make_stack: StackFactory) -> None:
@@ -368,7 +361,7 @@ async def test_stream_stalling_mid_way_ends_with_a_timeout_event(make_stack: Sta
     assert found.status == 200
     assert found.events is not None
     assert_openai_error(found.events[-1], type_="upstream_timeout")
-    assert_error_spans(await ended(stack.exporter, found.trace_id, chats=1), 200, "upstream_timeout")
+    assert_error_spans(ended(stack.exporter, found.trace_id, chats=1), 200, "upstream_timeout")
     await asyncio.wait_for(stack.model.dropped.wait(), DEADLINE)  # and the stalled provider was hung up on
 
 
@@ -384,7 +377,7 @@ async def test_client_leaving_mid_stream_cancels_the_upstream_call(stack: Stack)
         await asyncio.wait_for(stack.model.paused.wait(), DEADLINE)
         response.close()  # the client hangs up while the provider is mid-answer
         await asyncio.wait_for(stack.model.dropped.wait(), DEADLINE)
-    found = await ended(stack.exporter, trace_id, chats=1)
+    found = ended(stack.exporter, trace_id, chats=1)
     assert_error_spans(found, 499, "cancelled")
     assert len(stack.upstream_requests) == 1
 
@@ -404,7 +397,7 @@ async def test_garbled_tool_arguments_go_back_to_the_model(stack: Stack, stream:
     assert rejection["tool_call_id"] == second["messages"][1]["tool_calls"][0]["id"]
     assert "not valid JSON" in rejection["content"]
     assert "read_file" in rejection["content"]
-    found = await ended(stack.exporter, answer.headers["x-trace-id"], chats=2)
+    found = ended(stack.exporter, answer.headers["x-trace-id"], chats=2)
     root: ReadableSpan = found["root"]
     assert root.status.status_code is not StatusCode.ERROR
     assert all(c.status.status_code is not StatusCode.ERROR for c in found["chat"])
@@ -420,10 +413,10 @@ async def test_garbled_tool_arguments_go_back_to_the_model(stack: Stack, stream:
 @STREAM
 async def test_gateway_bug_is_a_500_without_traceback(stack: Stack, stream: bool,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: ToolLoop, body: dict[str, Any], caller: Any) -> Any:
+    def broken(*args: Any) -> Any:
         raise RuntimeError("secret internal detail")
 
-    monkeypatch.setattr(ToolLoop, "plan", broken)
+    monkeypatch.setattr(chat_route, "plan_chat", broken)
     found = await post(stack.url, {"model": "test-model", "messages": USER, "stream": stream})
     assert found.status == 500
     error = assert_openai_error(found.body, type_="server_error", code="internal_error")
@@ -431,6 +424,6 @@ async def test_gateway_bug_is_a_500_without_traceback(stack: Stack, stream: bool
     assert "Traceback" not in text
     assert "secret internal detail" not in text
     assert "RuntimeError" not in text
-    assert_error_spans(await ended(stack.exporter, found.trace_id, chats=0), 500, "server_error")
+    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 500, "server_error")
     assert error["message"]
     assert stack.upstream_requests == []

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.e2e.conftest import Stack, StackFactory, tool_messages
+from tests.conftest import Stack, StackFactory, tool_messages
 
 KEYS = {"reader": {"key": "sk-test-key", "tools": ["read_file"]}, "admin": {"key": "tsk-admin-0000"}}
 USER = [{"role": "user", "content": "go"}]

@@ -24,7 +24,7 @@ import pytest
 from gateway.demo.model import Reply
 from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
-from tests.e2e.conftest import Stack, StackFactory, sample_registry
+from tests.conftest import Stack, StackFactory, sample_registry
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 GRAFANA_VARIABLES = {"__rate_interval": "20s", "__interval": "5s", "__range": "5m", "__range_s": "300",

@@ -11,8 +11,8 @@ import pytest
 from yarl import URL
 
 from gateway.demo.model import Reply
-from gateway.streaming import Round
-from tests.e2e.conftest import Stack, StackFactory, tool_messages
+from gateway.engine.turn import ChatStreamReader
+from tests.conftest import Stack, StackFactory, tool_messages
 
 USER = [{"role": "user", "content": "go"}]
 AUTH = {"Authorization": "Bearer sk-test-key"}
@@ -65,14 +65,14 @@ async def test_a_huge_event_without_done_still_streams(stack: Stack) -> None:
 
 async def test_a_failure_after_the_stream_began_is_an_error_event(stack: Stack,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    original = Round.absorb
+    original = ChatStreamReader.absorb
 
-    def absorb(self: Round, chunk: dict[str, Any]) -> dict[str, Any] | None:
-        if self.content:  # the second content delta: something nobody planned for
+    def absorb(self: ChatStreamReader, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        if "".join(self._content):  # the second content delta: something nobody planned for
             raise RuntimeError("a gateway bug")
         return original(self, chunk)
 
-    monkeypatch.setattr(Round, "absorb", absorb)
+    monkeypatch.setattr(ChatStreamReader, "absorb", absorb)
     stack.script.then(Reply(content="a long enough answer"))
     async with aiohttp.ClientSession() as http, http.post(
             stack.url + "/v1/chat/completions", json={"model": "m", "messages": USER, "stream": True},
@@ -112,12 +112,13 @@ async def test_the_pass_through_never_leaves_v1(make_stack: StackFactory, path: 
 
 
 def test_tool_call_fragments_without_an_index_continue_the_last_call() -> None:
-    round_ = Round()
+    reader = ChatStreamReader()
     for part in ({"id": "c1", "function": {"name": "read_file", "arguments": ""}},
                  {"function": {"arguments": '{"path":'}}, {"function": {"arguments": ' "a"}'}},
                  {"id": "c2", "function": {"name": "add", "arguments": "{}"}}):
-        round_.absorb({"choices": [{"delta": {"tool_calls": [part]}}]})
-    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in round_.tool_calls()] == [
+        reader.absorb({"choices": [{"delta": {"tool_calls": [part]}}]})
+    reader.absorb({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})
+    assert [(c.id, c.name, c.arguments) for c in reader.turn().calls] == [
         ("c1", "read_file", '{"path": "a"}'), ("c2", "add", "{}")]
 
 

@@ -20,7 +20,7 @@ from gateway.demo.agent import FastPolicy
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
-from tests.e2e.conftest import Stack, StackFactory, tree
+from tests.conftest import Stack, StackFactory, tree
 
 REMOTE_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMOTE_SPAN = "00f067aa0ba902b7"

@@ -18,11 +18,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from gateway.cli import gateway, serving
 from gateway.demo.model import Reply
+from gateway.runtime import gateway, serving
 from gateway.settings import Settings
 from telemetry import names
-from tests.e2e.conftest import Script, Stack, StackFactory, sample_registry
+from tests.conftest import Script, Stack, StackFactory, sample_registry
 
 USER = [{"role": "user", "content": "go"}]
 

@@ -27,7 +27,7 @@ from gateway.tools import (
     Turn,
 )
 from telemetry import names
-from telemetry.instrument import ArgumentCapture, Instrumentation
+from telemetry.instrument import ArgumentCapture, Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
 
@@ -93,7 +93,7 @@ def make_rig(capture: ArgumentCapture | None = None, tools: list[Tool] | None = 
     exporter = InMemorySpanExporter()
     provider = build_provider(processors=[SimpleSpanProcessor(exporter)])
     registry = CollectorRegistry()
-    instrumentation = Instrumentation(tracer_of(provider), Metrics(registry), capture)
+    instrumentation = Telemetry(tracer_of(provider), Metrics(registry), capture)
     return Rig(exporter, registry, ToolExecutor(ToolRegistry(tools or _tools()), instrumentation))
 
 

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from time import time_ns
-
 import pytest
-from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, DEFAULT_ON, Sampler, TraceIdRatioBased
-from opentelemetry.trace import NonRecordingSpan, SpanKind, Tracer
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 
-from gateway.instrumentation import RequestInfo
+from gateway.engine.turn import read_chat
+from gateway.instrumentation import RequestInfo, RequestRecord
+from gateway.runtime import build_telemetry
 from gateway.settings import Settings
 from telemetry import names
-from telemetry.instrument import Instrumentation
+from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
-from telemetry.tracing import SpanIds, build_provider, exporters_for, tracer_of
+from telemetry.tracing import build_provider, exporters_for, tracer_of
 
 
 def test_no_exporter_unless_asked_or_an_endpoint_is_set() -> None:
@@ -77,138 +75,78 @@ REMOTE_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMOTE_SPAN_ID = "00f067aa0ba902b7"
 
 
-def _recorded(sampler: Sampler = DEFAULT_ON) -> tuple[Tracer, SpanIds, InMemorySpanExporter]:
-    """A tracer whose provider draws ids with SpanIds and keeps every ended span in memory."""
-    ids = SpanIds()
-    provider = TracerProvider(id_generator=ids, sampler=sampler)
+def _recorded(sampler: Sampler = DEFAULT_ON) -> tuple[Telemetry, InMemorySpanExporter, CollectorRegistry]:
+    """Telemetry on a provider that keeps every ended span in memory."""
+    provider = TracerProvider(sampler=sampler)
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider.get_tracer("test"), ids, exporter
+    registry = CollectorRegistry()
+    return Telemetry(tracer_of(provider), Metrics(registry)), exporter, registry
 
 
-def _only(exporter: InMemorySpanExporter) -> ReadableSpan:
-    [span] = exporter.get_finished_spans()
-    return span
+def _info(headers: dict[str, str] | None = None) -> RequestInfo:
+    return RequestInfo("POST", "/v1/chat/completions", "/v1/chat/completions", headers or {}, "t-1")
 
 
-def test_a_drawn_root_span_starts_with_the_drawn_ids() -> None:
-    tracer, ids, exporter = _recorded()
-    drawn = ids.draw(tracer, "POST /v1/chat", SpanKind.SERVER, None)
-    assert drawn.is_valid
-    assert not drawn.is_remote
-    assert drawn.trace_flags.sampled
-    start_ns = time_ns() - 5_000_000
-    span = ids.start(tracer, drawn, "POST /v1/chat", SpanKind.SERVER, None, start_ns, {"http.route": "/v1/chat"})
-    started = span.get_span_context()
-    assert (started.trace_id, started.span_id) == (drawn.trace_id, drawn.span_id)
-    assert started.trace_flags == drawn.trace_flags
-    assert span.is_recording()
-    span.end()
-    exported = _only(exporter)
-    assert exported.context is not None
-    assert (exported.context.trace_id, exported.context.span_id) == (drawn.trace_id, drawn.span_id)
-    assert exported.parent is None
-    assert exported.start_time == start_ns
-    assert exported.kind is SpanKind.SERVER
-    assert exported.attributes is not None
-    assert exported.attributes["http.route"] == "/v1/chat"
-
-
-def test_a_child_drawn_under_a_drawn_parent_joins_its_trace() -> None:
-    tracer, ids, exporter = _recorded()
-    parent = ids.draw(tracer, "POST /v1/chat", SpanKind.SERVER, None)
-    under_parent = trace.set_span_in_context(NonRecordingSpan(parent))
-    child = ids.draw(tracer, "chat gpt-4o", SpanKind.CLIENT, under_parent)
-    assert child.trace_id == parent.trace_id
-    assert child.span_id != parent.span_id
-    assert child.trace_flags == parent.trace_flags
-    start_ns = time_ns()
-    child_span = ids.start(tracer, child, "chat gpt-4o", SpanKind.CLIENT, under_parent, start_ns + 1)
-    child_span.end()
-    parent_span = ids.start(tracer, parent, "POST /v1/chat", SpanKind.SERVER, None, start_ns)
-    parent_span.end()
+def test_request_and_chat_spans_are_recorded_when_their_scopes_end() -> None:
+    telemetry, exporter, registry = _recorded()
+    with telemetry.request(_info()) as request:
+        with telemetry.chat("gpt-4o", stream=False) as chat:
+            headers: dict[str, str] = {}
+            chat.inject(headers)
+            assert exporter.get_finished_spans() == ()  # started, not ended
+        [chat_span] = exporter.get_finished_spans()  # ended with its scope, not later
+        request.finish(200, RequestRecord(rounds=1))
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    exported_child, exported_parent = spans["chat gpt-4o"], spans["POST /v1/chat"]
-    assert exported_child.context is not None
-    assert exported_parent.context is not None
-    assert exported_child.parent is not None
-    assert exported_child.parent.span_id == parent.span_id
-    assert exported_child.parent.trace_id == parent.trace_id
-    assert (exported_child.context.trace_id, exported_child.context.span_id) == (child.trace_id, child.span_id)
-    assert (exported_parent.context.trace_id, exported_parent.context.span_id) == (parent.trace_id, parent.span_id)
+    server, client = spans["POST /v1/chat/completions"], spans["chat gpt-4o"]
+    assert server.kind is SpanKind.SERVER
+    assert client.kind is SpanKind.CLIENT
+    assert client.parent is not None
+    assert server.context is not None
+    assert client.context is not None
+    assert client.parent.span_id == server.context.span_id
+    assert headers["traceparent"].startswith(f"00-{client.context.trace_id:032x}-{client.context.span_id:016x}-")
+    assert request.trace_id == f"{server.context.trace_id:032x}"
+    assert chat_span.name == "chat gpt-4o"
+    assert registry.get_sample_value(names.METRIC_REQUESTS,
+                                     {names.LABEL_ROUTE: "/v1/chat/completions", names.LABEL_STATUS: "200"}) == 1
 
 
-def test_an_unsampled_remote_parent_is_followed() -> None:
-    tracer, ids, exporter = _recorded()
-    remote = TraceContextTextMapPropagator().extract({"traceparent": f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-00"})
-    drawn = ids.draw(tracer, "POST /v1/chat", SpanKind.SERVER, remote)
-    assert drawn.trace_id == int(REMOTE_TRACE_ID, 16)
-    assert not drawn.trace_flags.sampled
-    span = ids.start(tracer, drawn, "POST /v1/chat", SpanKind.SERVER, remote, time_ns())
-    assert not span.is_recording()
-    started = span.get_span_context()
-    assert (started.trace_id, started.span_id) == (drawn.trace_id, drawn.span_id)
-    assert not started.trace_flags.sampled
-    span.end()
-    assert exporter.get_finished_spans() == ()
+@pytest.mark.parametrize("flags", ["00", "01"])
+def test_a_remote_parent_is_followed_sampled_or_not(flags: str) -> None:
+    telemetry, exporter, _ = _recorded()
+    incoming = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-{flags}"
+    with telemetry.request(_info({"traceparent": incoming})) as request:
+        with telemetry.chat("m", stream=True) as chat:
+            headers: dict[str, str] = {}
+            chat.inject(headers)
+        request.finish(200, RequestRecord())
+    assert request.trace_id == REMOTE_TRACE_ID
+    assert headers["traceparent"].startswith(f"00-{REMOTE_TRACE_ID}-")
+    assert int(headers["traceparent"][-2:], 16) & 1 == int(flags, 16)
+    exported = exporter.get_finished_spans()
+    if flags == "00":
+        assert exported == ()
+        return
+    server = next(s for s in exported if s.kind is SpanKind.SERVER)
+    assert server.parent is not None
+    assert server.parent.is_remote
+    assert (server.parent.trace_id, server.parent.span_id) == (int(REMOTE_TRACE_ID, 16), int(REMOTE_SPAN_ID, 16))
 
 
-def test_a_sampled_remote_parent_is_followed() -> None:
-    tracer, ids, exporter = _recorded()
-    remote = TraceContextTextMapPropagator().extract({"traceparent": f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-01"})
-    drawn = ids.draw(tracer, "POST /v1/chat", SpanKind.SERVER, remote)
-    assert drawn.trace_id == int(REMOTE_TRACE_ID, 16)
-    assert drawn.span_id != int(REMOTE_SPAN_ID, 16)
-    assert drawn.trace_flags.sampled
-    span = ids.start(tracer, drawn, "POST /v1/chat", SpanKind.SERVER, remote, time_ns())
-    assert span.is_recording()
-    assert span.get_span_context().trace_flags == drawn.trace_flags
-    span.end()
-    exported = _only(exporter)
-    assert exported.context is not None
-    assert (exported.context.trace_id, exported.context.span_id) == (drawn.trace_id, drawn.span_id)
-    assert exported.parent is not None
-    assert exported.parent.is_remote
-    assert (exported.parent.trace_id, exported.parent.span_id) == (int(REMOTE_TRACE_ID, 16), int(REMOTE_SPAN_ID, 16))
-
-
-def test_the_drawn_sampling_decision_is_the_one_the_sdk_makes() -> None:
-    tracer, ids, exporter = _recorded(TraceIdRatioBased(0.5))
-    sampled: set[int] = set()
-    unsampled: set[int] = set()
-    for i in range(200):
-        drawn = ids.draw(tracer, f"call {i}", SpanKind.CLIENT, None)
-        span = ids.start(tracer, drawn, f"call {i}", SpanKind.CLIENT, None, time_ns())
-        assert drawn.trace_flags.sampled == span.is_recording()
-        assert span.get_span_context().span_id == drawn.span_id
-        (sampled if drawn.trace_flags.sampled else unsampled).add(drawn.span_id)
-        span.end()
-    assert sampled
-    assert unsampled
-    exported = {s.context.span_id for s in exporter.get_finished_spans() if s.context is not None}
-    assert exported == sampled
-
-
-def test_drawn_ids_are_used_once() -> None:
-    tracer, ids, _ = _recorded()
-    drawn = ids.draw(tracer, "POST /v1/chat", SpanKind.SERVER, None)
-    ids.start(tracer, drawn, "POST /v1/chat", SpanKind.SERVER, None, time_ns()).end()
-    other = tracer.start_span("other").get_span_context()
-    assert other.span_id != drawn.span_id
-    assert other.trace_id != drawn.trace_id
-    again = ids.draw(tracer, "POST /v1/chat", SpanKind.SERVER, None)
-    assert (again.trace_id, again.span_id) != (drawn.trace_id, drawn.span_id)
-
-
-def test_span_ids_come_only_from_a_provider_built_here() -> None:
-    with pytest.raises(TypeError, match="build_provider"):
-        SpanIds.of(TracerProvider().get_tracer("test"))
-    provider = build_provider("gateway-eu")
-    tracer = tracer_of(provider)
-    ids = SpanIds.of(tracer)
-    assert isinstance(ids, SpanIds)
-    assert ids is provider.id_generator
-    provider.shutdown()
+def test_a_host_application_hands_in_its_own_tracer_provider() -> None:
+    """The host's provider, sampler and processors are used as they are; it stays the host's."""
+    host = TracerProvider(sampler=TraceIdRatioBased(1.0))
+    exporter = InMemorySpanExporter()
+    host.add_span_processor(SimpleSpanProcessor(exporter))
+    built = build_telemetry(Settings(), tracer_provider=host)
+    assert built.provider is None  # toolspan does not shut the host's provider down
+    with built.instrumentation.request(_info()) as request:
+        request.finish(204, RequestRecord())
+    [span] = exporter.get_finished_spans()
+    assert span.name == "POST /v1/chat/completions"
+    assert span.instrumentation_scope is not None
+    assert span.instrumentation_scope.name == "toolspan"
 
 
 def test_tracing_switched_off_by_the_sdk_variable_still_serves(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,15 +154,15 @@ def test_tracing_switched_off_by_the_sdk_variable_still_serves(monkeypatch: pyte
     and an incoming trace context is handed on as it came."""
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     registry = CollectorRegistry()
-    instrumentation = Instrumentation(tracer_of(build_provider()), Metrics(registry))
+    instrumentation = Telemetry(tracer_of(build_provider()), Metrics(registry))
     incoming = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     info = RequestInfo("POST", "/v1/chat/completions", "/v1/chat/completions", {"traceparent": incoming}, "t-1")
     with instrumentation.request(info) as request:
         with instrumentation.chat("m", stream=False) as chat:
             headers: dict[str, str] = {}
             chat.inject(headers)
-            chat.response({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 3}})
-        request.finish(200)
+            chat.answered(read_chat({"id": "chatcmpl-1", "choices": [{"message": {}}], "usage": {"prompt_tokens": 3}}))
+        request.finish(200, RequestRecord())
     assert headers["traceparent"] == incoming
     assert request.trace_id == "ab" * 16
     assert registry.get_sample_value(names.METRIC_REQUESTS,

@@ -1,4 +1,5 @@
-"""PendingTurns: mixed turns held for the client's follow-up, bounded and expiring, on a fake clock."""
+"""HeldTurns: mixed turns held for the client's follow-up (bounded, expiring, bound to their gateway
+key) and put back into Chat messages and Responses input, on a fake clock."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from gateway.engine.history import restore_items, restore_messages
 from gateway.errors import Conflict
-from gateway.turns import PendingTurns
+from gateway.state import HeldTurn, HeldTurns, client_call_id
 
 TTL = 10.0
 USER = {"role": "user", "content": "read notes.txt and ask me which file next"}
@@ -19,6 +21,23 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class PendingTurns:
+    """HeldTurns with the Chat restore, as the engine uses them for one caller."""
+
+    def __init__(self, capacity: int, ttl: float, clock: Clock, principal: str | None = None) -> None:
+        self.held = HeldTurns(capacity, ttl, clock)
+        self.principal = principal
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def hold(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> str:
+        return self.held.hold(HeldTurn((assistant,), tuple(results)), self.principal)
+
+    def restore(self, messages: list[Any], principal: str | None = None) -> list[Any]:
+        return restore_messages(messages, lambda token: self.held.take(token, principal, "messages"))
 
 
 @pytest.fixture
@@ -42,7 +61,7 @@ def hold(pending: PendingTurns, n: int = 0) -> list[dict[str, Any]]:
     the rewritten id, and its answer to that call."""
     assistant, results = mixed_turn(n)
     token = pending.hold(assistant, results)
-    client_id = PendingTurns.client_id(token, f"call_client{n}")
+    client_id = client_call_id(token, f"call_client{n}")
     shown = {"role": "assistant", "content": None, "tool_calls": [call(client_id, "ask_human")]}
     return [USER, shown, {"role": "tool", "tool_call_id": client_id, "content": f"answer {n}"}]
 
@@ -146,3 +165,68 @@ def test_messages_without_rewritten_ids_pass_through(clock: Clock, messages: lis
     out = pending.restore(messages)
     assert out == messages
     assert all(a is b for a, b in zip(out, messages, strict=True))  # not even copied
+
+
+def test_a_turn_is_restored_only_for_the_key_that_made_it(clock: Clock) -> None:
+    pending = PendingTurns(10, TTL, clock, principal="alice")
+    conversation = hold(pending)
+    assert pending.restore(conversation, principal="alice") == restored()
+    for other in ("bob", None):
+        with pytest.raises(Conflict):
+            pending.restore(conversation, principal=other)
+
+
+def test_response_ids_resolve_for_their_key_until_they_expire(clock: Clock) -> None:
+    held = HeldTurns(10, TTL, clock)
+    held.alias("resp_first", "resp_last", "alice")
+    assert held.resolve("resp_first", "alice") == "resp_last"
+    assert held.resolve("resp_first", "bob") == "resp_first"  # another key's: passed on as sent
+    assert held.resolve("resp_other", "alice") == "resp_other"
+    clock.now += TTL
+    assert held.resolve("resp_first", "alice") == "resp_first"
+
+
+# --- Responses input ------------------------------------------------------------------------------
+
+def fc(call_id: str, name: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name, "arguments": "{}"}
+
+
+def fco(call_id: str, output: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
+
+
+def held_responses_turn(held: HeldTurns) -> str:
+    """A Responses turn [reasoning, gateway call, client call] with the gateway's half held."""
+    return held.hold(HeldTurn((fc("call_gw", "read_file"),), (fco("call_gw", "contents"),)), None)
+
+
+def test_replayed_responses_input_gets_the_gateway_calls_back_in_order(clock: Clock) -> None:
+    held = HeldTurns(10, TTL, clock)
+    token = held_responses_turn(held)
+    shown = client_call_id(token, "call_c")
+    sent = [USER, REASONING, fc(shown, "ask_human"), fco(shown, "yes")]
+    restored_input = restore_items(sent, lambda t: held.take(t, None, "input"))
+    client_call = {**fc(shown, "ask_human"), "call_id": "call_c"}
+    assert restored_input == [USER, REASONING, fc("call_gw", "read_file"), client_call,
+                              fco("call_gw", "contents"), fco("call_c", "yes")]
+
+
+def test_responses_input_continuing_a_stored_response_gets_only_the_results(clock: Clock) -> None:
+    held = HeldTurns(10, TTL, clock)
+    token = held_responses_turn(held)
+    sent = [fco(client_call_id(token, "call_c"), "yes")]
+    assert restore_items(sent, lambda t: held.take(t, None, "input")) == [fco("call_gw", "contents"),
+                                                                          fco("call_c", "yes")]
+
+
+def test_responses_input_naming_a_turn_no_longer_held_is_a_409(clock: Clock) -> None:
+    held = HeldTurns(10, TTL, clock)
+    token = held_responses_turn(held)
+    clock.now += TTL
+    with pytest.raises(Conflict) as caught:
+        restore_items([fco(client_call_id(token, "call_c"), "yes")], lambda t: held.take(t, None, "input"))
+    assert caught.value.param == "input"

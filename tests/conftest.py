@@ -1,22 +1,28 @@
-"""The whole gateway on loopback, an in-process scripted upstream, and the real openai client."""
+"""Shared test helpers: the whole gateway served by pytest-aiohttp's `aiohttp_server`, an
+in-process scripted upstream, the real openai client, and an aiohttp test client."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
 from openai import AsyncOpenAI
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
+from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.cli import Observability, gateway
+from gateway.app import create_app
 from gateway.demo.model import Reply, ScriptedModel
+from gateway.runtime import Observability, build_telemetry
 from gateway.settings import Settings
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
@@ -71,6 +77,7 @@ class Answer:
 @dataclass
 class Stack:
     url: str
+    http: TestClient[web.Request, web.Application]  # raw HTTP to the gateway (pytest-aiohttp)
     client: AsyncOpenAI
     model: ScriptedModel
     script: Script
@@ -151,24 +158,28 @@ StackFactory = Callable[..., Awaitable[Stack]]
 
 
 @pytest.fixture
-async def make_stack() -> AsyncIterator[StackFactory]:
+async def make_stack(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient) -> AsyncIterator[StackFactory]:
     """Builds a stack; keyword arguments are Settings overrides, `registry=` the tools."""
-    from contextlib import AsyncExitStack
-
     async with AsyncExitStack() as exits:
         async def build(registry: ToolRegistry | None = None, **overrides: Any) -> Stack:
             exporter = InMemorySpanExporter()
             script = Script()
-            settings = Settings(port=0, **overrides)
-            url, observability, model = await exits.enter_async_context(
-                gateway(settings, registry if registry is not None else sample_registry(),
-                        processors=[SimpleSpanProcessor(exporter)], policy=script))
-            assert model is not None
+            model = ScriptedModel(script)
+            upstream = await aiohttp_server(model.app())
+            model.base_url = str(upstream.make_url("")).rstrip("/")
+            settings = Settings(port=0, upstream=str(upstream.make_url("/v1")), **overrides)
+            observability = build_telemetry(settings, [SimpleSpanProcessor(exporter)], "toolspan.scripted")
+            if observability.provider is not None:
+                exits.callback(observability.provider.shutdown)
+            app = create_app(settings, registry if registry is not None else sample_registry(),
+                             observability.instrumentation)
+            server = await aiohttp_server(app)
+            url = str(server.make_url("")).rstrip("/")
             client = AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test-key", max_retries=0, timeout=20)
             exits.push_async_callback(client.close)
             metrics = getattr(observability.instrumentation, "metrics", None)
-            return Stack(url, client, model, script, exporter, metrics.registry if metrics else CollectorRegistry(),
-                         observability)
+            return Stack(url, await aiohttp_client(server), client, model, script, exporter,
+                         metrics.registry if metrics else CollectorRegistry(), observability)
 
         yield build
 

@@ -1,0 +1,28 @@
+"""Typed keys for what lives on the app, on each request and on each response (no module-level
+state). Data flows down: the app's parts are set up once, the request's by the middleware before
+the handler runs; a response carries what its handler reports back."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.caller import Caller
+from gateway.engine import Engine
+from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
+from gateway.settings import Settings
+from gateway.state import HeldTurns
+from gateway.tools import ToolExecutor, ToolRegistry
+from gateway.upstream import Upstream
+
+SETTINGS = web.AppKey("settings", Settings)
+REGISTRY = web.AppKey("registry", ToolRegistry)
+INSTRUMENTATION = web.AppKey("instrumentation", Instrumentation)
+EXECUTOR = web.AppKey("executor", ToolExecutor)
+HELD = web.AppKey("held", HeldTurns)
+UPSTREAM = web.AppKey("upstream", Upstream)
+ENGINE = web.AppKey("engine", Engine)
+
+CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes)
+TRACE = web.RequestKey("trace", RequestTrace)  # the request's span
+
+RECORD = web.ResponseKey("record", RequestRecord)  # what the handler reports for telemetry

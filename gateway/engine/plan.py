@@ -1,0 +1,99 @@
+"""Planning a request: which tools are offered, whose tools are whose, what goes upstream first,
+and what the client asked to get back. One function per API; both end in the same Plan."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from gateway.caller import Caller
+from gateway.engine.history import (
+    ChatConversation,
+    Conversation,
+    ResponsesConversation,
+    restore_items,
+    restore_messages,
+)
+from gateway.engine.turn import Api
+from gateway.errors import BadRequest
+from gateway.state import HeldTurns
+from gateway.tools import ToolRegistry
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A request as the engine works on it."""
+
+    api: Api
+    model: str
+    stream: bool
+    conversation: Conversation
+    client_names: frozenset[str]  # the client's own tools: their calls go back to the client
+    gateway_names: frozenset[str]  # the gateway's tools offered to the model
+    include_usage: bool = False  # Chat streams: the client asked for a usage chunk
+    previous_response_id: str | None = None  # Responses: the id the client continued from, as it sent it
+
+
+def _chat_tool_name(spec: Any) -> str | None:
+    if not isinstance(spec, Mapping):
+        return None
+    inner = spec.get("function") if spec.get("type", "function") == "function" else spec.get(str(spec.get("type")))
+    name = inner.get("name") if isinstance(inner, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _responses_tool_name(spec: Any) -> str | None:
+    """Function and custom tools have names; built-in tools (web search, file search ...) do not
+    take part in the loop: the provider runs them."""
+    if not isinstance(spec, Mapping) or spec.get("type") not in ("function", "custom"):
+        return None
+    name = spec.get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def _check_clash(client_names: Iterable[str], gateway_names: frozenset[str]) -> None:
+    if clash := sorted(set(client_names) & gateway_names):
+        raise BadRequest(f"tool '{clash[0]}' is provided by the gateway; rename or remove your own tool of that "
+                         "name", param="tools", code="tool_name_conflict")
+
+
+def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns) -> Plan:
+    """A Chat Completions request (checked by the route) as a plan."""
+    caller_tools = list(body.get("tools") or [])
+    client_names = frozenset(n for t in caller_tools if (n := _chat_tool_name(t)))
+    offered = registry.openai_tools(caller.allowed)
+    gateway_names = frozenset(t["function"]["name"] for t in offered)
+    _check_clash(client_names, gateway_names)
+    if gateway_names and (body.get("n") or 1) != 1:
+        raise BadRequest("n must be 1 when the gateway offers tools", param="n")
+    base = {k: v for k, v in body.items() if k not in ("messages", "stream", "stream_options")}
+    if caller_tools or offered:
+        base["tools"] = [*caller_tools, *offered]
+    take = partial(held.take, principal=caller.principal, param="messages")
+    conversation = ChatConversation(base, tuple(restore_messages(body["messages"], take)))
+    options = body.get("stream_options")
+    include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+    return Plan("chat", str(body["model"]), bool(body.get("stream")), conversation, client_names, gateway_names,
+                include_usage=include_usage)
+
+
+def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns) -> Plan:
+    """A Responses API request (checked by the route) as a plan."""
+    caller_tools = list(body.get("tools") or [])
+    client_names = frozenset(n for t in caller_tools if (n := _responses_tool_name(t)))
+    offered = registry.responses_tools(caller.allowed)
+    gateway_names = frozenset(t["name"] for t in offered)
+    _check_clash(client_names, gateway_names)
+    base = {k: v for k, v in body.items() if k not in ("input", "stream", "previous_response_id")}
+    if caller_tools or offered:
+        base["tools"] = [*caller_tools, *offered]
+    raw_input = body.get("input")
+    items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else list(raw_input or [])
+    take = partial(held.take, principal=caller.principal, param="input")
+    sent = body.get("previous_response_id")
+    previous = held.resolve(sent, caller.principal) if isinstance(sent, str) else None
+    conversation = ResponsesConversation(base, tuple(restore_items(items, take)), previous)
+    return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
+                gateway_names, previous_response_id=sent if isinstance(sent, str) else None)

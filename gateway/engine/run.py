@@ -1,0 +1,157 @@
+"""The tool loop, once for both APIs and both stream modes: an async generator of events.
+
+Each round calls the provider, reads its answer as a ModelTurn (passing on, when streamed, what
+the client may see at once), asks `decide` what next, and runs the gateway's calls. The routes
+render the events: Visible pieces as they come, Keepalive while tools run, then Finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.caller import Caller
+from gateway.engine.decide import Finish, HandBack, decide, is_final
+from gateway.engine.plan import Plan
+from gateway.engine.turn import ChatStreamReader, ModelCall, ModelTurn, ResponsesStreamReader, read_chat, read_response
+from gateway.errors import GatewayError
+from gateway.instrumentation import Instrumentation
+from gateway.state import HeldTurns
+from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
+from gateway.upstream import Upstream
+
+_PATHS = {"chat": "chat/completions", "responses": "responses"}
+
+
+@dataclass(frozen=True)
+class Visible:
+    """A piece of a streamed answer the client may see now, as the provider sent it."""
+
+    piece: Mapping[str, Any]
+    round: int  # 0 for the first provider call
+
+
+@dataclass(frozen=True)
+class Keepalive:
+    """Gateway tools are still running (streams only)."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The loop is over: every round's answer, and what the client gets beyond what it saw."""
+
+    turns: tuple[ModelTurn, ...]
+    client_calls: tuple[Mapping[str, Any], ...]  # the client's calls, as the client receives them
+    finish_reason: str | None
+    limit_reached: bool  # the last call was the one the round limit allows, with no tools
+
+    @property
+    def rounds(self) -> int:
+        return len(self.turns)
+
+
+Event = Visible | Keepalive | Finished
+
+
+class Engine:
+    """Runs plans: the provider client, the tool executor, the held-turn store and the observer."""
+
+    def __init__(self, upstream: Upstream, executor: ToolExecutor, held: HeldTurns, instrumentation: Instrumentation,
+                 max_rounds: int, keepalive_seconds: float) -> None:
+        self.upstream = upstream
+        self.executor = executor
+        self.held = held
+        self.instrumentation = instrumentation
+        self.max_rounds = max_rounds
+        self.keepalive_seconds = keepalive_seconds
+
+    async def run(self, plan: Plan, caller: Caller) -> AsyncGenerator[Event, None]:
+        """The rounds of one request, as events."""
+        conversation = plan.conversation
+        turns: list[ModelTurn] = []
+        while True:
+            final = is_final(len(turns), self.max_rounds)
+            async with aclosing(self._ask(plan, caller, conversation.request(final, plan.stream), len(turns))) as asked:
+                async for event in asked:
+                    if isinstance(event, ModelTurn):
+                        turns.append(event)
+                    else:
+                        yield event
+            turn = turns[-1]
+            decision = decide(turn, plan.client_names, final, conversation.tool_choice)
+            if isinstance(decision, Finish):
+                calls = tuple(conversation.for_client(c, None) for c in decision.client_calls)
+                yield self._finished(plan, caller, turns, calls, decision.finish_reason, final)
+                return
+            calls_of_mine = decision.gateway_calls if isinstance(decision, HandBack) else decision.calls
+            outcomes: list[ToolOutcome] = []
+            async with aclosing(self._run_tools(calls_of_mine, caller, len(turns), plan.stream)) as running:
+                async for ran in running:
+                    if isinstance(ran, Keepalive):
+                        yield ran
+                    else:
+                        outcomes = ran
+            if isinstance(decision, HandBack):
+                token = self.held.hold(conversation.held(turn, decision.gateway_calls, outcomes), caller.principal)
+                calls = tuple(conversation.for_client(c, token) for c in decision.client_calls)
+                yield self._finished(plan, caller, turns, calls, decision.finish_reason, final)
+                return
+            conversation = conversation.continued(turn, outcomes, decision.tool_choice)
+
+    def _finished(self, plan: Plan, caller: Caller, turns: list[ModelTurn], calls: tuple[Mapping[str, Any], ...],
+                  finish_reason: str | None, final: bool) -> Finished:
+        first, last = turns[0].response_id, turns[-1].response_id
+        if plan.api == "responses" and first and last and first != last:
+            # The client knows this answer by the first response's id; continuing from it means
+            # continuing from the last one, which holds every round.
+            self.held.alias(first, last, caller.principal)
+        return Finished(tuple(turns), calls, finish_reason, final)
+
+    async def _ask(self, plan: Plan, caller: Caller, body: dict[str, Any],
+                   round_: int) -> AsyncGenerator[Visible | ModelTurn, None]:
+        """One provider call: the visible pieces of its stream, then its answer as a turn."""
+        path = _PATHS[plan.api]
+        with self.instrumentation.chat(plan.model, plan.stream) as trace:
+            headers = self.upstream.auth_headers(caller.upstream_authorization)
+            trace.inject(headers)
+            try:
+                if not plan.stream:
+                    answer = await self.upstream.post(path, body, headers)
+                    turn = read_chat(answer) if plan.api == "chat" else read_response(answer)
+                else:
+                    reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
+                    async with self.upstream.post_stream(path, body, headers) as events:
+                        async for event in events:
+                            if (piece := reader.absorb(event)) is not None:
+                                yield Visible(piece, round_)
+                    turn = reader.turn()
+            except GatewayError as exc:
+                trace.failed(exc.status, exc.type, exc.message)
+                raise
+            trace.answered(turn)
+        yield turn
+
+    async def _run_tools(self, calls: Sequence[ModelCall], caller: Caller, round_: int,
+                         stream: bool) -> AsyncGenerator[Keepalive | list[ToolOutcome], None]:
+        """The outcomes of the gateway's calls; while a stream waits for them, a Keepalive every
+        few seconds so that proxies keep the line open."""
+        batch = [ToolCall(c.id, c.name, c.arguments) for c in calls]
+        work = self.executor.run_turn(batch, caller.turn(round_), caller.allowed)
+        if not stream:
+            yield await work
+            return
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.keepalive_seconds)
+                if done:
+                    yield task.result()
+                    return
+                yield Keepalive()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,274 @@
+"""A provider's answer, JSON or assembled from its stream, Chat or Responses, as one ModelTurn.
+
+The readers check the shape the engine relies on (a malformed answer is the provider's fault: a
+502) and leave everything else as the provider sent it. Stream readers also say which events
+the client may see at once: text, reasoning and other output pass; tool calls wait for the
+engine's decision, and so does the end of the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from gateway.errors import UpstreamUnavailable
+
+Api = Literal["chat", "responses"]
+CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})  # Responses output items that are tool calls
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """One tool call of a model turn. `custom` calls (free-form input) are always the client's."""
+
+    id: str  # Chat: the tool call's id; Responses: the item's call_id
+    name: str
+    arguments: str  # the JSON text (or a custom tool's input) as the model sent it
+    item: Mapping[str, Any]  # the call as the provider sent it
+    kind: Literal["function", "custom"] = "function"
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    """One provider answer, whichever API and mode it came in."""
+
+    api: Api
+    body: Mapping[str, Any]  # the whole answer (assembled, when streamed)
+    output: tuple[Mapping[str, Any], ...]  # Chat: the message; Responses: the output items
+    calls: tuple[ModelCall, ...] = ()
+    finish_reason: str | None = None  # Chat: the choice's; Responses: derived from the status
+    usage: Mapping[str, Any] | None = None
+    response_id: str | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def visible_output(self) -> list[Mapping[str, Any]]:
+        """Responses: the output items the client may see (every item but the tool calls)."""
+        return [item for item in self.output if item.get("type") not in CALL_ITEMS]
+
+
+def _count(usage: Mapping[str, Any] | None, key: str) -> int | None:
+    value = usage.get(key) if usage is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _text(value: Any) -> str:
+    """Arguments as JSON text (some compatible providers send an object instead)."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return orjson.dumps(value).decode()
+
+
+def _usage(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    usage = body.get("usage")
+    return usage if isinstance(usage, dict) else None
+
+
+def add_usage(total: dict[str, Any], usage: Mapping[str, Any] | None) -> None:
+    """Sum token counts into `total`, nested detail objects included."""
+    for key, value in (usage or {}).items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            total[key] = total.get(key, 0) + value
+        elif isinstance(value, dict):
+            add_usage(total.setdefault(key, {}), value)
+
+
+def summed_usage(turns: Sequence[ModelTurn]) -> dict[str, Any] | None:
+    """Usage over every round; None when no round reported any."""
+    total: dict[str, Any] = {}
+    for turn in turns:
+        add_usage(total, turn.usage)
+    return total if any(turn.usage is not None for turn in turns) else None
+
+
+# --- Chat Completions ---------------------------------------------------------------------------
+
+def _named(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) and isinstance(value.get("name"), str) else None
+
+
+def _chat_call(raw: Any) -> ModelCall:
+    if isinstance(raw, dict) and (function := _named(raw.get("function"))) is not None:
+        return ModelCall(str(raw.get("id") or ""), function["name"], _text(function.get("arguments")), raw)
+    if isinstance(raw, dict) and (custom := _named(raw.get("custom"))) is not None:
+        return ModelCall(str(raw.get("id") or ""), custom["name"], str(custom.get("input") or ""), raw, kind="custom")
+    raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape (a tool call without a name)")
+
+
+def read_chat(body: Any) -> ModelTurn:
+    """A chat completion as a turn: its first choice is the model's turn."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict) or not isinstance(choice, dict):
+        raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape")
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape (tool_calls)")
+    usage = _usage(body)
+    reason = choice.get("finish_reason")
+    return ModelTurn("chat", body, (message,), tuple(_chat_call(c) for c in calls),
+                     str(reason) if reason is not None else None, usage,
+                     body.get("id") if isinstance(body.get("id"), str) else None,
+                     body.get("model") if isinstance(body.get("model"), str) else None,
+                     _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+
+
+@dataclass
+class _ChatCallParts:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChatStreamReader:
+    """Assembles a streamed chat completion; content passes on at once, tool calls are held."""
+
+    def __init__(self) -> None:
+        self._head: dict[str, Any] = {}  # id, created, model ... of the first chunk
+        self._content: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: dict[int, _ChatCallParts] = {}
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    def absorb(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
+        """Take one chunk; returns what the client may see now (the chunk without its tool-call
+        fragments, finish reason and usage), or None."""
+        if not self._head:
+            self._head = {k: chunk[k] for k in ("id", "created", "model", "system_fingerprint") if k in chunk}
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return None
+        choice = choices[0]
+        raw_delta = choice.get("delta")
+        delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
+        if choice.get("finish_reason"):
+            self._finish = str(choice["finish_reason"])
+        parts = delta.get("tool_calls")
+        for part in parts if isinstance(parts, list) else []:
+            self._absorb_call(part)
+        visible = {k: v for k, v in delta.items() if k != "tool_calls" and v is not None}
+        if isinstance(visible.get("content"), str):
+            self._content.append(visible["content"])
+        if isinstance(visible.get("refusal"), str):
+            self._refusal.append(visible["refusal"])
+        if not visible or visible == {"content": ""}:
+            return None
+        shown = {k: v for k, v in chunk.items() if k != "usage"}
+        shown["choices"] = [{**choice, "delta": visible, "finish_reason": None}]
+        return shown
+
+    def _absorb_call(self, part: Any) -> None:
+        if not isinstance(part, dict):
+            return
+        index = part.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            # No index (some compatible providers): a fragment with an id starts a call, one
+            # without continues the last.
+            starts = bool(part.get("id")) or not self._calls
+            index = len(self._calls) if starts else max(self._calls)
+        call = self._calls.setdefault(index, _ChatCallParts())
+        call.id = call.id or str(part.get("id") or "")
+        raw_function = part.get("function")
+        function: dict[str, Any] = raw_function if isinstance(raw_function, dict) else {}
+        call.name = call.name or str(function.get("name") or "")
+        if isinstance(function.get("arguments"), str):
+            call.arguments.append(function["arguments"])
+
+    def turn(self) -> ModelTurn:
+        """The stream as one turn; a stream that ended without a finish reason was cut short."""
+        if self._finish is None:
+            raise UpstreamUnavailable("the provider's stream ended without a finish reason")
+        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "".join(c.arguments)}}
+                 for _, c in sorted(self._calls.items())]
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content) or None}
+        if self._refusal:
+            message["refusal"] = "".join(self._refusal)
+        if calls:
+            message["tool_calls"] = calls
+        body = {**self._head, "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "finish_reason": self._finish}]}
+        if self._usage is not None:
+            body["usage"] = self._usage
+        return read_chat(body)
+
+
+# --- Responses ----------------------------------------------------------------------------------
+
+def _response_call(item: Mapping[str, Any]) -> ModelCall | None:
+    kind = item.get("type")
+    if kind not in CALL_ITEMS:
+        return None
+    if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
+        raise UpstreamUnavailable("the provider sent a response of the wrong shape (a tool call without a name)")
+    if kind == "custom_tool_call":
+        return ModelCall(item["call_id"], item["name"], str(item.get("input") or ""), item, kind="custom")
+    return ModelCall(item["call_id"], item["name"], _text(item.get("arguments")), item)
+
+
+def _finish_reason(body: Mapping[str, Any], calls: tuple[ModelCall, ...]) -> str | None:
+    """A response's status in Chat's terms, so that telemetry reads alike for both APIs: a
+    completed response stopped or called tools; an incomplete one says why."""
+    status = body.get("status")
+    if status == "completed" or status is None:
+        return "tool_calls" if calls else ("stop" if status else None)
+    details = body.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    return str(reason or status)
+
+
+def read_response(body: Any) -> ModelTurn:
+    """A Responses API response as a turn."""
+    output = body.get("output") if isinstance(body, dict) else None
+    if not isinstance(output, list) or not all(isinstance(item, dict) for item in output):
+        raise UpstreamUnavailable("the provider sent a response of the wrong shape")
+    usage = _usage(body)
+    calls = tuple(call for item in output if (call := _response_call(item)) is not None)
+    return ModelTurn("responses", body, tuple(output), calls, _finish_reason(body, calls), usage,
+                     body.get("id") if isinstance(body.get("id"), str) else None,
+                     body.get("model") if isinstance(body.get("model"), str) else None,
+                     _count(usage, "input_tokens"), _count(usage, "output_tokens"))
+
+
+_LIFECYCLE_END = frozenset({"response.completed", "response.incomplete"})
+
+
+class ResponsesStreamReader:
+    """Follows a Responses event stream: output events pass on at once, except those of tool-call
+    items; the final response (from `response.completed`) becomes the turn."""
+
+    def __init__(self) -> None:
+        self._calls: set[Any] = set()  # output indexes of tool-call items
+        self._final: Any = None
+
+    def absorb(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        kind = event.get("type")
+        if kind in _LIFECYCLE_END:
+            self._final = event.get("response")
+            return None
+        if kind == "response.failed":
+            response = event.get("response")
+            error = response.get("error") if isinstance(response, dict) else None
+            reason = error.get("message") if isinstance(error, dict) else None
+            raise UpstreamUnavailable(f"the provider's response failed: {reason or 'no reason given'}")
+        if kind == "error":
+            raise UpstreamUnavailable(f"the provider reported an error mid-stream: {event.get('message', 'unknown')}")
+        index = event.get("output_index")
+        item = event.get("item")
+        if kind == "response.output_item.added" and isinstance(item, dict) and item.get("type") in CALL_ITEMS:
+            self._calls.add(index)
+        return None if index is not None and index in self._calls else event
+
+    def turn(self) -> ModelTurn:
+        if self._final is None:
+            raise UpstreamUnavailable("the provider's stream ended before its response was complete")
+        return read_response(self._final)

@@ -1,0 +1,147 @@
+"""POST /v1/responses: the Responses API over the engine, and its rendering. The other
+/v1/responses routes (GET, DELETE, input_items, cancel) pass through to the provider."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.app_keys import ENGINE, HELD, REGISTRY
+from gateway.engine import Finished, Plan, Visible, plan_responses
+from gateway.engine.turn import summed_usage
+from gateway.errors import GatewayError
+from gateway.routes import sse
+from gateway.routes.common import answer_headers, caller_of, finished_of, read_object, reported, validate
+
+
+class _ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+    name: str | None = Field(None, min_length=1)
+
+
+class ResponsesRequest(BaseModel):
+    """The fields the gateway relies on; everything else goes to the provider untouched."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str = Field(min_length=1)
+    input: str | list[dict[str, Any]] | None = None
+    tools: list[_ToolSpec] | None = None
+    stream: bool | None = False
+    previous_response_id: str | None = Field(None, min_length=1)
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
+
+
+async def create_response(request: web.Request) -> web.StreamResponse:
+    body = await read_object(request)
+    checked = validate(ResponsesRequest, body, "a Responses API request")
+    caller = caller_of(request, checked.metadata)
+    plan = plan_responses(body, caller, request.app[REGISTRY], request.app[HELD])
+    events = request.app[ENGINE].run(plan, caller)
+    if plan.stream:
+        return await sse.stream(request, caller, events, ResponseEvents(plan))
+    finished = await finished_of(events)
+    response = web.Response(body=orjson.dumps(final_response(plan, finished)), content_type="application/json",
+                            headers=answer_headers(caller, finished))
+    return reported(response, caller, finished)
+
+
+def _is_gateway_tool(plan: Plan, spec: Any) -> bool:
+    return isinstance(spec, dict) and spec.get("type") == "function" and spec.get("name") in plan.gateway_names
+
+
+def as_client_sees(plan: Plan, response: Mapping[str, Any], response_id: str | None) -> dict[str, Any]:
+    """A provider response object under the id the client knows, continuing what the client
+    continued, and listing the tools the client sent (not the gateway's)."""
+    shown = {**response, "previous_response_id": plan.previous_response_id}
+    if response_id is not None:
+        shown["id"] = response_id
+    if isinstance(response.get("tools"), list):
+        shown["tools"] = [t for t in response["tools"] if not _is_gateway_tool(plan, t)]
+    return shown
+
+
+def final_response(plan: Plan, finished: Finished) -> dict[str, Any]:
+    """One response for every round: the last one's fields, the first one's id, every round's
+    visible output followed by the client's calls, and the usage of every round."""
+    turns = finished.turns
+    shown = as_client_sees(plan, turns[-1].body, turns[0].response_id)
+    shown["output"] = [item for turn in turns for item in turn.visible_output()] + list(finished.client_calls)
+    if (usage := summed_usage(turns)) is not None:
+        shown["usage"] = usage
+    return shown
+
+
+def _call_events(call: Mapping[str, Any], index: int) -> list[tuple[str, dict[str, Any]]]:
+    """The events of one client call, whole (it was held back while its round streamed)."""
+    item_id = str(call.get("id", ""))
+    added = {**call, "status": "in_progress"}
+    if call.get("type") == "custom_tool_call":
+        added["input"] = ""
+        middle = [("response.custom_tool_call_input.delta", {"delta": call.get("input", "")}),
+                  ("response.custom_tool_call_input.done", {"input": call.get("input", "")})]
+    else:
+        added["arguments"] = ""
+        middle = [("response.function_call_arguments.delta", {"delta": call.get("arguments", "")}),
+                  ("response.function_call_arguments.done", {"arguments": call.get("arguments", "")})]
+    return [("response.output_item.added", {"item": added, "output_index": index}),
+            *((kind, {**payload, "item_id": item_id, "output_index": index}) for kind, payload in middle),
+            ("response.output_item.done", {"item": call, "output_index": index})]
+
+
+_OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
+
+
+@dataclass
+class ResponseEvents:
+    """Engine events as one Responses stream: one `response.created`, one `response.completed`,
+    one response id, and output indexes and sequence numbers counted across rounds."""
+
+    plan: Plan
+    sequence: int = 0
+    next_index: int = 0
+    indexes: dict[tuple[int, Any], int] = field(default_factory=dict)  # (round, provider index) -> client index
+    closing: bytes = b""
+
+    def _frame(self, kind: str, payload: Mapping[str, Any]) -> sse.Frame:
+        frame = {**payload, "type": kind, "sequence_number": self.sequence}
+        self.sequence += 1
+        return kind, frame
+
+    def _index(self, round_: int, index: Any) -> int:
+        key = (round_, index)
+        if key not in self.indexes:
+            self.indexes[key] = self.next_index
+            self.next_index += 1
+        return self.indexes[key]
+
+    def visible(self, event: Visible) -> Iterable[sse.Frame]:
+        piece = dict(event.piece)
+        kind = str(piece.get("type"))
+        if kind in _OPENING:
+            if event.round > 0:
+                return []  # the client's response was opened by the first round
+            if isinstance(piece.get("response"), dict):
+                piece["response"] = as_client_sees(self.plan, piece["response"], None)
+        elif "output_index" in piece:
+            piece["output_index"] = self._index(event.round, piece["output_index"])
+        return [self._frame(kind, piece)]
+
+    def finished(self, event: Finished) -> Iterable[sse.Frame]:
+        frames = [self._frame(kind, payload) for call in event.client_calls
+                  for kind, payload in _call_events(call, self._index(-1, id(call)))]
+        final = final_response(self.plan, event)
+        closing = "response.incomplete" if final.get("status") == "incomplete" else "response.completed"
+        frames.append(self._frame(closing, {"response": final}))
+        return frames
+
+    def error(self, error: GatewayError) -> sse.Frame:
+        detail = error.body()["error"]
+        return self._frame("error", {"code": detail.get("code"), "message": detail["message"],
+                                     "param": detail.get("param")})

@@ -1,0 +1,104 @@
+"""Streaming engine events to the client as server-sent events, for either API's renderer."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from contextlib import aclosing
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from gateway.caller import Caller
+from gateway.engine import Event, Finished, Keepalive, Visible
+from gateway.errors import GatewayError, internal_error
+from gateway.routes.common import answer_headers, reported
+
+log = logging.getLogger("toolspan")
+
+Frame = tuple[str | None, Mapping[str, Any]]  # (SSE event name, JSON payload)
+
+
+class StreamRenderer(Protocol):
+    """How one API shows engine events in a stream."""
+
+    def visible(self, event: Visible) -> Iterable[Frame]: ...
+
+    def finished(self, event: Finished) -> Iterable[Frame]: ...
+
+    def error(self, error: GatewayError) -> Frame: ...
+
+    @property
+    def closing(self) -> bytes:
+        """What ends the stream after the last event (Chat's `data: [DONE]`)."""
+
+
+class ClientGone(Exception):
+    """The client closed the connection while we were streaming to it."""
+
+
+class SseWriter:
+    """The client's SSE response, started on the first write."""
+
+    def __init__(self, request: web.Request, headers: Mapping[str, str]) -> None:
+        self.request = request
+        self.response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                                    "X-Accel-Buffering": "no", **headers})
+
+    @property
+    def started(self) -> bool:
+        return self.response.prepared
+
+    async def write(self, data: bytes) -> None:
+        try:
+            if not self.response.prepared:
+                await self.response.prepare(self.request)
+            await self.response.write(data)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
+            raise ClientGone from exc
+
+    async def frames(self, frames: Iterable[Frame]) -> None:
+        for name, payload in frames:
+            head = b"event: " + name.encode() + b"\n" if name else b""
+            await self.write(head + b"data: " + orjson.dumps(payload) + b"\n\n")
+
+    async def comment(self, text: str) -> None:
+        await self.write(f": {text}\n\n".encode())
+
+
+async def stream(request: web.Request, caller: Caller, events: AsyncGenerator[Event, None],
+                 renderer: StreamRenderer) -> web.StreamResponse:
+    """Render `events` as SSE. The stream's end (aiohttp's write_eof) follows once the handler has
+    returned, so the request's telemetry is recorded before the client sees the stream end."""
+    writer = SseWriter(request, answer_headers(caller))
+    finished: Finished | None = None
+    try:
+        async with aclosing(events) as running:
+            async for event in running:
+                if isinstance(event, Visible):
+                    await writer.frames(renderer.visible(event))
+                elif isinstance(event, Keepalive):
+                    await writer.comment("toolspan: running tools")
+                else:
+                    finished = event
+                    await writer.frames(renderer.finished(event))
+        if finished is not None and finished.limit_reached:
+            await writer.comment(f"toolspan: round limit reached after {finished.rounds} model turns")
+        if renderer.closing:
+            await writer.write(renderer.closing)
+    except ClientGone:
+        return reported(writer.response, caller, finished, "client_disconnected")
+    except Exception as exc:
+        if not writer.started:
+            raise  # nothing sent yet: an ordinary error response
+        # The 200 and part of the answer are out: the failure can only be an event in the stream.
+        error = exc if isinstance(exc, GatewayError) else internal_error()
+        if not isinstance(exc, GatewayError):
+            log.exception("stream failed after it began")
+        with contextlib.suppress(ClientGone):  # the client left as well; the spans say what went wrong
+            await writer.frames([renderer.error(error)])
+        return reported(writer.response, caller, finished, error.type)
+    return reported(writer.response, caller, finished)

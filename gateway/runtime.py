@@ -1,0 +1,103 @@
+"""Running the gateway: telemetry from settings, the app on a port, the built-in model when no
+provider is configured, and the event loop it all runs on. `toolspan serve`, `toolspan demo`,
+the tests and the bench all start the gateway through `gateway()`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.trace import TracerProvider as AnyTracerProvider
+from prometheus_client import CollectorRegistry
+
+from gateway.app import create_app
+from gateway.demo.agent import DemoPolicy
+from gateway.demo.model import Policy, ScriptedModel
+from gateway.demo.tools import demo_registry
+from gateway.instrumentation import Instrumentation, NoInstrumentation
+from gateway.settings import Settings
+from gateway.tools import ToolRegistry
+from telemetry.instrument import ArgumentCapture, Telemetry
+from telemetry.metrics import Metrics
+from telemetry.tracing import build_provider, exporters_for, tracer_of
+
+T = TypeVar("T")
+
+
+@dataclass
+class Observability:
+    """The instrumentation handed to the app, and the tracer provider this process made (None
+    when telemetry is off or the host application brought its own)."""
+
+    instrumentation: Instrumentation
+    provider: TracerProvider | None
+
+
+def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (), provider_name: str = "openai",
+                    tracer_provider: AnyTracerProvider | None = None) -> Observability:
+    """Spans and metrics as the settings ask. A host application may hand in its own tracer
+    provider: toolspan's spans then go wherever that provider sends them, and it stays the
+    host's to shut down."""
+    if not settings.telemetry:
+        return Observability(NoInstrumentation(), None)
+    owned: TracerProvider | None = None
+    if tracer_provider is None:
+        exporters = exporters_for(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
+                                  settings.otel_exporter_otlp_traces_endpoint, settings.otel_exporter_otlp_protocol)
+        tracer_provider = owned = build_provider(settings.otel_service_name, exporters, processors)
+    capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
+    telemetry = Telemetry(tracer_of(tracer_provider), Metrics(CollectorRegistry()), capture, provider_name,
+                          settings.metrics_max_models)
+    return Observability(telemetry, owned)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[str]:
+    """Run `app` on host:port until the block ends; yields its base URL."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def gateway(settings: Settings, registry: ToolRegistry | None = None, processors: Iterable[SpanProcessor] = (),
+                  policy: Policy | None = None, tracer_provider: AnyTracerProvider | None = None,
+                  ) -> AsyncIterator[tuple[str, Observability, ScriptedModel | None]]:
+    """The whole gateway, with the built-in model as its upstream when none is configured."""
+    model: ScriptedModel | None = None
+    async with contextlib.AsyncExitStack() as stack:
+        if settings.upstream is None:
+            model = ScriptedModel(policy or DemoPolicy())
+            model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
+            settings = settings.model_copy(update={"upstream": f"{model_url}/v1"})
+            registry = registry if registry is not None else demo_registry()
+        telemetry = build_telemetry(settings, processors, "openai" if model is None else "toolspan.scripted",
+                                    tracer_provider)
+        if telemetry.provider is not None:
+            stack.callback(telemetry.provider.shutdown)  # flushes the last spans
+        app = create_app(settings, registry or ToolRegistry(), telemetry.instrumentation)
+        url = await stack.enter_async_context(serving(app, settings.host, settings.port))
+        yield url, telemetry, model
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` to completion on uvloop's event loop where it is installed (a dependency
+    everywhere but Windows): the gateway spends a good part of each request in the event loop and
+    its transports, which uvloop implements in C. Elsewhere, on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
