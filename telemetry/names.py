@@ -1,7 +1,10 @@
 """Every span name, attribute key, metric name and label of toolspan. Constants only: dashboards
 and tests check their queries against this module."""
 
-from typing import Final
+from typing import Final, get_args
+
+from gateway.tools.results import RejectionReason, Status
+from telemetry.trajectory import RetryKind
 
 # --- spans ------------------------------------------------------------------------------------
 SPAN_TOOL_CALL: Final = "tool.call"
@@ -74,6 +77,8 @@ UNKNOWN_TOOL: Final = "__unknown__"  # every name outside the registry counts as
 OTHER_MODEL: Final = "__other__"  # model names past the configured number of distinct ones
 TOKEN_INPUT: Final = "input"
 TOKEN_OUTPUT: Final = "output"
-OUTCOMES: Final = ("ok", "error", "rejected", "timeout", "interrupted", "cancelled")
-RETRY_KINDS: Final = ("verbatim", "corrected")
-REJECTION_REASONS: Final = ("invalid_json", "missing_arguments", "parser", "unknown_tool", "not_allowed")
+# The label values of outcomes, rejection reasons and retry kinds are the types' own values, so the
+# lists cannot drift apart; "cancelled" is a call that never finished (the client left).
+OUTCOMES: Final = (*get_args(Status), "cancelled")
+RETRY_KINDS: Final = get_args(RetryKind)
+REJECTION_REASONS: Final = get_args(RejectionReason)

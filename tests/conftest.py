@@ -3,15 +3,17 @@ in-process scripted upstream, the real openai client, and an aiohttp test client
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from openai import AsyncOpenAI
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -24,8 +26,16 @@ from gateway.app import create_app
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.runtime import Observability, build_telemetry
 from gateway.settings import Settings
-from gateway.tools import Param, Tool, ToolRegistry
+from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
+
+USER = [{"role": "user", "content": "hello"}]  # the one user message a request needs
+STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+TEST_KEY = "sk-test-key"  # the key a stack's openai client sends
+AUTH = {"Authorization": f"Bearer {TEST_KEY}"}
+REMOTE_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"  # a caller's trace, as W3C's example has it
+REMOTE_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{REMOTE_TRACE}-{REMOTE_SPAN}-01"
 
 
 class Script:
@@ -62,6 +72,46 @@ def sample_registry() -> ToolRegistry:
     ])
 
 
+# --- tool bodies for every outcome ------------------------------------------------------------------
+
+async def hang(args: dict[str, Any]) -> str:
+    """Never finishes: only a timeout or a cancellation ends it."""
+    await asyncio.Event().wait()
+    return "never"
+
+
+async def crash(args: dict[str, Any]) -> str:
+    raise ValueError("disk on fire")
+
+
+async def locked(args: dict[str, Any]) -> str:
+    raise ToolError("the file is locked")
+
+
+async def review(args: dict[str, Any]) -> str:
+    raise Interrupt("needs a human", data={"ticket": "T-1"})
+
+
+def reject_relative(args: dict[str, Any]) -> None:
+    """A tool's own argument parser: refuses a relative `path`."""
+    if not str(args.get("path", "")).startswith("/"):
+        raise ToolError("path must be absolute")
+
+
+def every_outcome_registry() -> ToolRegistry:
+    """`sample_registry()` and a tool for each other outcome: `locked` and `crash` (error), `slow`
+    (timeout), `review` (interrupted), `strict` (its parser rejects a relative path) and `admin`
+    (for an allowlist to leave out: not_allowed)."""
+    registry = sample_registry()
+    for tool in (Tool(name="locked", function=locked), Tool(name="crash", function=crash),
+                 Tool(name="slow", function=hang, timeout=0.05), Tool(name="review", function=review),
+                 Tool(name="strict", parameters=[Param("path", "string", required=True)],
+                      parse_args=reject_relative, function=lambda a: "ok"),
+                 Tool(name="admin", function=lambda a: "secret")):
+        registry.register(tool)
+    return registry
+
+
 @dataclass
 class Answer:
     """What the client got, the same way for streamed and plain responses."""
@@ -75,6 +125,25 @@ class Answer:
 
 
 @dataclass
+class ResponseAnswer:
+    """What a Responses API client got, the same way for streamed and plain responses."""
+
+    id: str
+    output: list[dict[str, Any]]
+    text: str
+    usage: dict[str, Any] | None
+    status: str | None
+    previous_response_id: str | None
+    tools: list[dict[str, Any]]
+    headers: dict[str, str]
+    events: list[dict[str, Any]]  # the stream's events as the client parsed them ([] when not streamed)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return [item for item in self.output if item["type"] == "function_call"]
+
+
+@dataclass
 class Stack:
     url: str
     http: TestClient[web.Request, web.Application]  # raw HTTP to the gateway (pytest-aiohttp)
@@ -84,16 +153,14 @@ class Stack:
     exporter: InMemorySpanExporter
     metrics: CollectorRegistry
     observability: Observability
+    upstream_server: TestServer | None = None  # the scripted model's server, for `aiohttp_client`
 
     @property
     def upstream_requests(self) -> list[dict[str, Any]]:
         return self.model.requests
 
     def spans(self, trace_id: str | None = None) -> list[ReadableSpan]:
-        found = list(self.exporter.get_finished_spans())
-        if trace_id is not None:
-            found = [s for s in found if format(s.context.trace_id, "032x") == trace_id]
-        return sorted(found, key=lambda s: s.start_time or 0)
+        return spans_of(self.exporter, trace_id)
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.get_sample_value(name, labels) or 0.0
@@ -109,6 +176,23 @@ class Stack:
         calls = [c.model_dump() for c in choice.message.tool_calls or []]
         return Answer(choice.message.content, calls, choice.finish_reason,
                       completion.usage.model_dump() if completion.usage else None, dict(raw.headers))
+
+
+    async def respond(self, stream: bool, **request: Any) -> ResponseAnswer:
+        """One `client.responses.create` call through the gateway."""
+        request.setdefault("model", "test-model")
+        raw = await self.client.responses.with_raw_response.create(stream=stream, **request)
+        events: list[dict[str, Any]] = []
+        if stream:
+            async for event in raw.parse():
+                events.append(event.model_dump(exclude_unset=True))
+            response = events[-1]["response"]
+        else:
+            response = raw.parse().model_dump(exclude_unset=True)
+        return ResponseAnswer(response["id"], response["output"], "".join(
+            part.get("text", "") for item in response["output"] if item["type"] == "message"
+            for part in item["content"]), response.get("usage"), response.get("status"),
+            response.get("previous_response_id"), response.get("tools") or [], dict(raw.headers), events)
 
 
 async def _ask_streamed(client: AsyncOpenAI, request: dict[str, Any]) -> Answer:
@@ -154,7 +238,86 @@ def call_args(call: dict[str, Any]) -> Any:
     return json.loads(call["function"]["arguments"])
 
 
+# --- finding spans ----------------------------------------------------------------------------------
+
+class Traced(Protocol):
+    """What recorded spans: a `Stack` or a `Gateway`."""
+
+    def spans(self, trace_id: str | None = None) -> list[ReadableSpan]: ...
+
+
+def spans_of(exporter: InMemorySpanExporter, trace_id: str | None = None) -> list[ReadableSpan]:
+    """The ended spans (of one trace, given its hex id), in the order they started."""
+    found = list(exporter.get_finished_spans())
+    if trace_id is not None:
+        found = [s for s in found if format(s.context.trace_id, "032x") == trace_id]
+    return sorted(found, key=lambda s: s.start_time or 0)
+
+
+def server_span(traced: Traced, trace_id: str) -> ReadableSpan:
+    """The one SERVER span of a trace."""
+    [span] = [s for s in traced.spans(trace_id) if s.kind is SpanKind.SERVER]
+    return span
+
+
+def tool_call_spans(traced: Traced, trace_id: str) -> list[ReadableSpan]:
+    return [s for s in traced.spans(trace_id) if s.name == names.SPAN_TOOL_CALL]
+
+
+def tool_outcomes(traced: Traced, trace_id: str) -> list[tuple[str, str]]:
+    """(tool, outcome) of each tool.call span under the request's root span, in order."""
+    return [(str((s.attributes or {})[names.ATTR_TOOL_NAME]), str((s.attributes or {})[names.ATTR_OUTCOME]))
+            for s in tree(traced.spans(trace_id))["tool_calls"]]
+
+
+def free_port() -> int:
+    """A port nothing listens on (for a provider that is not there, or a process of our own)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+# --- the gateway under test -------------------------------------------------------------------------
+
+@dataclass
+class Gateway:
+    """The gateway alone, served by `aiohttp_server`: its provider is wherever the settings say."""
+
+    url: str
+    http: TestClient[web.Request, web.Application]  # raw HTTP to the gateway (pytest-aiohttp)
+    client: AsyncOpenAI
+    exporter: InMemorySpanExporter
+    metrics: CollectorRegistry
+    observability: Observability
+
+    def spans(self, trace_id: str | None = None) -> list[ReadableSpan]:
+        return spans_of(self.exporter, trace_id)
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.metrics.get_sample_value(name, labels) or 0.0
+
+
+async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient,
+                         settings: Settings, registry: ToolRegistry | None, provider_name: str) -> Gateway:
+    """`create_app` with the telemetry `build_telemetry` makes of the settings (its spans kept in
+    memory as well), on `aiohttp_server`; `exits` shuts the tracer provider and the openai client."""
+    exporter = InMemorySpanExporter()
+    observability = build_telemetry(settings, [SimpleSpanProcessor(exporter)], provider_name)
+    if observability.provider is not None:
+        exits.callback(observability.provider.shutdown)
+    app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation)
+    server = await aiohttp_server(app)
+    url = str(server.make_url("")).rstrip("/")
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key=TEST_KEY, max_retries=0, timeout=20)
+    exits.push_async_callback(client.close)
+    metrics = getattr(observability.instrumentation, "metrics", None)
+    return Gateway(url, await aiohttp_client(server), client, exporter,
+                   metrics.registry if metrics else CollectorRegistry(), observability)
+
+
 StackFactory = Callable[..., Awaitable[Stack]]
+GatewayFactory = Callable[..., Awaitable[Gateway]]
 
 
 @pytest.fixture
@@ -162,24 +325,27 @@ async def make_stack(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClien
     """Builds a stack; keyword arguments are Settings overrides, `registry=` the tools."""
     async with AsyncExitStack() as exits:
         async def build(registry: ToolRegistry | None = None, **overrides: Any) -> Stack:
-            exporter = InMemorySpanExporter()
             script = Script()
             model = ScriptedModel(script)
             upstream = await aiohttp_server(model.app())
             model.base_url = str(upstream.make_url("")).rstrip("/")
             settings = Settings(port=0, upstream=str(upstream.make_url("/v1")), **overrides)
-            observability = build_telemetry(settings, [SimpleSpanProcessor(exporter)], "toolspan.scripted")
-            if observability.provider is not None:
-                exits.callback(observability.provider.shutdown)
-            app = create_app(settings, registry if registry is not None else sample_registry(),
-                             observability.instrumentation)
-            server = await aiohttp_server(app)
-            url = str(server.make_url("")).rstrip("/")
-            client = AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test-key", max_retries=0, timeout=20)
-            exits.push_async_callback(client.close)
-            metrics = getattr(observability.instrumentation, "metrics", None)
-            return Stack(url, await aiohttp_client(server), client, model, script, exporter,
-                         metrics.registry if metrics else CollectorRegistry(), observability)
+            gateway = await _serve_gateway(exits, aiohttp_server, aiohttp_client, settings, registry,
+                                           "toolspan.scripted")
+            return Stack(gateway.url, gateway.http, gateway.client, model, script, gateway.exporter, gateway.metrics,
+                         gateway.observability, upstream)
+
+        yield build
+
+
+@pytest.fixture
+async def make_gateway(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient) -> AsyncIterator[GatewayFactory]:
+    """Builds the gateway alone on the given `Settings` (no scripted model), as `make_stack` does:
+    `await make_gateway(settings, registry=None, provider_name="openai")`."""
+    async with AsyncExitStack() as exits:
+        async def build(settings: Settings, registry: ToolRegistry | None = None,
+                        provider_name: str = "openai") -> Gateway:
+            return await _serve_gateway(exits, aiohttp_server, aiohttp_client, settings, registry, provider_name)
 
         yield build
 

@@ -263,10 +263,14 @@ def test_serve_with_unloadable_tools_exits_2() -> None:
     assert "listening" not in done.stdout
 
 
-def test_demo_prints_the_trajectory() -> None:
-    done = run_toolspan("demo")
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_demo_prints_the_trajectory(api: str) -> None:
+    done = run_toolspan("demo", "--api", api)
     assert done.returncode == 0, done.stderr
     out = done.stdout
+    assert ("Responses API" in out) is (api == "responses")
+    assert out.count("model turn  chat toolspan-demo") == 4
+    assert "tool call get_weather: ok" in out
     assert "rejected (missing_arguments)" in out
     assert "did you mean 'city'" in out
     assert re.search(r"^assistant: In \w+ it is .+$", out, re.MULTILINE)

@@ -28,11 +28,12 @@ from ruamel.yaml import YAML
 from gateway.engine.turn import read_chat
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings import Settings
-from gateway.tools import Interrupt, Param, Tool, ToolCall, ToolError, ToolExecutor, ToolRegistry, Turn
+from gateway.tools import ToolCall, ToolExecutor, Turn
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, exporters_for, tracer_of
+from tests.conftest import every_outcome_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -553,38 +554,11 @@ def test_every_metric_appears_on_some_dashboard() -> None:
 
 # --- the exposition -----------------------------------------------------------------------------------
 
-async def _refuse(args: dict[str, Any]) -> str:
-    raise ToolError("the file is locked")
-
-
-async def _hang(args: dict[str, Any]) -> str:
-    await asyncio.Event().wait()
-    return "never"
-
-
-async def _review(args: dict[str, Any]) -> str:
-    raise Interrupt("needs a human", data={"ticket": "T-1"})
-
-
-def _reject_relative(args: dict[str, Any]) -> None:
-    if not str(args.get("path", "")).startswith("/"):
-        raise ToolError("path must be absolute")
-
-
 async def _drive(registry: CollectorRegistry) -> None:
     """Every outcome, every rejection reason, both retry kinds and a recovery, inside one request
     with one provider call, so every metric family has samples."""
     instrumentation = Telemetry(tracer_of(build_provider()), Metrics(registry))
-    path = [Param("path", "string", required=True)]
-    tools = ToolRegistry([
-        Tool(name="read_file", parameters=path, function=lambda a: f"read {a['path']}"),
-        Tool(name="strict", parameters=path, parse_args=_reject_relative, function=lambda a: "ok"),
-        Tool(name="locked", function=_refuse),
-        Tool(name="slow", function=_hang, timeout=0.01),
-        Tool(name="review", function=_review),
-        Tool(name="admin", function=lambda a: "secret"),
-    ])
-    executor = ToolExecutor(tools, instrumentation)
+    executor = ToolExecutor(every_outcome_registry(), instrumentation)
     turn = Turn(trajectory_id="traj-deploy", request_id="req-1")
     calls = [
         ("read_file", '{"file_path": "a"}', None),  # missing_arguments

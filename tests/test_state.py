@@ -200,19 +200,32 @@ REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
 
 
 def held_responses_turn(held: HeldTurns) -> str:
-    """A Responses turn [reasoning, gateway call, client call] with the gateway's half held."""
-    return held.hold(HeldTurn((fc("call_gw", "read_file"),), (fco("call_gw", "contents"),)), None)
+    """A Responses turn [reasoning, gateway call, client call] held in full, with the gateway's result."""
+    turn = (REASONING, fc("call_gw", "read_file"), fc("call_c", "ask_human"))
+    return held.hold(HeldTurn(turn, (fco("call_gw", "contents"),)), None)
 
 
-def test_replayed_responses_input_gets_the_gateway_calls_back_in_order(clock: Clock) -> None:
+def test_replayed_responses_input_gets_the_whole_turn_back_in_order(clock: Clock) -> None:
     held = HeldTurns(10, TTL, clock)
     token = held_responses_turn(held)
     shown = client_call_id(token, "call_c")
-    sent = [USER, REASONING, fc(shown, "ask_human"), fco(shown, "yes")]
+    sent = [USER, REASONING, {**fc("call_c", "ask_human"), "call_id": shown}, fco(shown, "yes")]
     restored_input = restore_items(sent, lambda t: held.take(t, None, "input"))
-    client_call = {**fc(shown, "ask_human"), "call_id": "call_c"}
-    assert restored_input == [USER, REASONING, fc("call_gw", "read_file"), client_call,
+    assert restored_input == [USER, REASONING, fc("call_gw", "read_file"), fc("call_c", "ask_human"),
                               fco("call_gw", "contents"), fco("call_c", "yes")]
+
+
+def test_replayed_input_gets_earlier_gateway_rounds_back(clock: Clock) -> None:
+    """Round 1 ran a gateway tool after saying something; round 2 called the client's tool. The
+    client saw the message and its call; the gateway's round goes back between them."""
+    held = HeldTurns(10, TTL, clock)
+    message = {"type": "message", "id": "msg_1", "role": "assistant",
+               "content": [{"type": "output_text", "text": "hm"}]}
+    rounds = (message, fc("call_gw", "read_file"), fco("call_gw", "contents"), fc("call_c", "ask_human"))
+    token = held.hold(HeldTurn(rounds, ()), None)
+    shown = client_call_id(token, "call_c")
+    sent = [USER, message, {**fc("call_c", "ask_human"), "call_id": shown}, fco(shown, "yes")]
+    assert restore_items(sent, lambda t: held.take(t, None, "input")) == [USER, *rounds, fco("call_c", "yes")]
 
 
 def test_responses_input_continuing_a_stored_response_gets_only_the_results(clock: Clock) -> None:

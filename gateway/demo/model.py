@@ -78,6 +78,7 @@ class ScriptedModel:
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/echo", self._echo)
+        app.router.add_route("*", "/v1/responses/{tail:.+}", self._echo)  # stored responses: echoed
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -87,7 +88,7 @@ class ScriptedModel:
     async def _echo(self, request: web.Request) -> web.Response:
         """Answers with the request body, for pass-through tests."""
         return web.Response(body=await request.read(), content_type=request.content_type,
-                            headers={"X-Echo-Method": request.method,
+                            headers={"X-Echo-Method": request.method, "X-Echo-Path": request.path_qs,
                                      "openai-organization": "org-scripted"})  # as OpenAI's answers carry
 
     async def _received(self, request: web.Request) -> dict[str, Any]:

@@ -22,18 +22,18 @@ class RunTools:
 
 @dataclass(frozen=True)
 class HandBack:
-    """Run the gateway's calls and hold them; hand the client its own calls."""
+    """Run the gateway's calls (if any), then hand the client its own calls. When the gateway
+    added anything to the conversation in this request, that is held for the client's follow-up."""
 
     gateway_calls: tuple[ModelCall, ...]
     client_calls: tuple[ModelCall, ...]
-    finish_reason: str = "tool_calls"
+    hold: bool
 
 
 @dataclass(frozen=True)
 class Finish:
-    """The model answered, or called only the client's tools: the answer goes to the client."""
+    """The model answered: the answer goes to the client."""
 
-    client_calls: tuple[ModelCall, ...]
     finish_reason: str | None
 
 
@@ -52,20 +52,20 @@ def _is_clients(call: ModelCall, client_names: Collection[str]) -> bool:
     return call.kind == "custom" or call.name in client_names
 
 
-def decide(turn: ModelTurn, client_names: Collection[str], final: bool, tool_choice: Any) -> Decision:
-    """The next step after `turn`. `final`: this turn answered the last call the round limit allows."""
+def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max_rounds: int,
+           tool_choice: Any) -> Decision:
+    """The next step after `turn`, the answer to a request that has had `tool_rounds` rounds of
+    gateway tools so far."""
     theirs = tuple(c for c in turn.calls if _is_clients(c, client_names))
     mine = tuple(c for c in turn.calls if not _is_clients(c, client_names))
-    if final or not mine:
-        reason = turn.finish_reason
-        if theirs:
-            reason = "tool_calls"
-        elif reason == "tool_calls":
-            reason = "stop"  # its calls were the gateway's, dropped at the round limit
-        return Finish(theirs, reason)
+    if is_final(tool_rounds, max_rounds):
+        mine = ()  # the last call allowed no tools: a gateway call it made anyway is dropped
     if theirs:
-        return HandBack(mine, theirs)
-    return RunTools(mine, relaxed_tool_choice(tool_choice, {c.name for c in mine}))
+        return HandBack(mine, theirs, hold=bool(mine) or tool_rounds > 0)
+    if mine:
+        return RunTools(mine, relaxed_tool_choice(tool_choice, {c.name for c in mine}))
+    reason = turn.finish_reason
+    return Finish("stop" if reason == "tool_calls" else reason)  # its calls were dropped at the round limit
 
 
 def _forced_name(choice: Any) -> str | None:

@@ -28,8 +28,9 @@ class Conversation(Protocol):
     def continued(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome], tool_choice: Any) -> Conversation:
         """The conversation after the gateway ran `turn`'s calls with these outcomes."""
 
-    def held(self, turn: ModelTurn, calls: Sequence[ModelCall], outcomes: Sequence[ToolOutcome]) -> HeldTurn:
-        """What to keep of a mixed turn: the gateway's `calls` and their outcomes."""
+    def held(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome]) -> HeldTurn:
+        """What to keep when `turn` hands the client its calls: everything the gateway added to
+        the conversation in this request, `turn` in full, and the outcomes of its gateway calls."""
 
     def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
         """A client call as the client receives it (under an id naming the held turn, if any)."""
@@ -62,6 +63,7 @@ def _assistant(turn: ModelTurn) -> dict[str, Any]:
 class ChatConversation:
     base: Mapping[str, Any]  # the request without messages and stream fields
     messages: tuple[Any, ...]
+    added: tuple[Mapping[str, Any], ...] = ()  # the messages the gateway added in this request
 
     @property
     def tool_choice(self) -> Any:
@@ -76,10 +78,11 @@ class ChatConversation:
 
     def continued(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome], tool_choice: Any) -> ChatConversation:
         base = {**self.base, "tool_choice": tool_choice} if "tool_choice" in self.base else self.base
-        return ChatConversation(base, (*self.messages, _assistant(turn), *(_tool_message(o) for o in outcomes)))
+        new = (_assistant(turn), *(_tool_message(o) for o in outcomes))
+        return ChatConversation(base, (*self.messages, *new), (*self.added, *new))
 
-    def held(self, turn: ModelTurn, calls: Sequence[ModelCall], outcomes: Sequence[ToolOutcome]) -> HeldTurn:
-        return HeldTurn((_assistant(turn),), tuple(_tool_message(o) for o in outcomes))
+    def held(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome]) -> HeldTurn:
+        return HeldTurn((*self.added, _assistant(turn)), tuple(_tool_message(o) for o in outcomes))
 
     def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
         return call.item if token is None else {**call.item, "id": client_call_id(token, call.id)}
@@ -95,8 +98,9 @@ def _held_token(message: Mapping[str, Any]) -> str | None:
 
 
 def restore_messages(messages: Sequence[Any], take: Take) -> list[Any]:
-    """The conversation with every held turn put back: the whole assistant message, the gateway's
-    results after it, and the client's results under their original ids."""
+    """The conversation with every held turn put back: in place of the assistant message the
+    client saw, the messages of the gateway's rounds, the whole assistant message and the
+    gateway's results after it; the client's results under their original ids."""
     out: list[Any] = []
     for message in messages:
         if not isinstance(message, dict):
@@ -124,8 +128,9 @@ def _call_output(outcome: ToolOutcome) -> dict[str, Any]:
 @dataclass(frozen=True)
 class ResponsesConversation:
     base: Mapping[str, Any]  # the request without input, stream and previous_response_id
-    items: tuple[Any, ...]  # the input of the next call
+    items: str | tuple[Any, ...]  # the input of the next call (a string, as the client may send it)
     previous_response_id: str | None = None  # the provider response the next call continues
+    added: tuple[Mapping[str, Any], ...] = ()  # the items the gateway added in this request
 
     @property
     def tool_choice(self) -> Any:
@@ -137,7 +142,7 @@ class ResponsesConversation:
         return self.previous_response_id is not None or self.base.get("store") is True or "conversation" in self.base
 
     def request(self, final: bool, stream: bool) -> dict[str, Any]:
-        body = _final({**self.base, "input": list(self.items)}, final)
+        body = _final({**self.base, "input": self.items if isinstance(self.items, str) else list(self.items)}, final)
         if self.previous_response_id is not None:
             body["previous_response_id"] = self.previous_response_id
         if stream:
@@ -148,14 +153,16 @@ class ResponsesConversation:
                   tool_choice: Any) -> ResponsesConversation:
         base = {**self.base, "tool_choice": tool_choice} if "tool_choice" in self.base else self.base
         outputs = tuple(_call_output(o) for o in outcomes)
+        added = (*self.added, *turn.output, *outputs)
         if not self.chained:
-            return ResponsesConversation(base, (*self.items, *turn.output, *outputs))
+            sent = ({"role": "user", "content": self.items},) if isinstance(self.items, str) else self.items
+            return ResponsesConversation(base, (*sent, *turn.output, *outputs), added=added)
         # A conversation object keeps the items itself; otherwise the next call names this response.
         previous = None if "conversation" in base else turn.response_id
-        return ResponsesConversation(base, outputs, previous)
+        return ResponsesConversation(base, outputs, previous, added)
 
-    def held(self, turn: ModelTurn, calls: Sequence[ModelCall], outcomes: Sequence[ToolOutcome]) -> HeldTurn:
-        return HeldTurn(tuple(call.item for call in calls), tuple(_call_output(o) for o in outcomes))
+    def held(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome]) -> HeldTurn:
+        return HeldTurn((*self.added, *turn.output), tuple(_call_output(o) for o in outcomes))
 
     def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
         return call.item if token is None else {**call.item, "call_id": client_call_id(token, call.id)}
@@ -165,22 +172,27 @@ _OUTPUT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
 
 
 def restore_items(items: Sequence[Any], take: Take) -> list[Any]:
-    """The input with every held turn put back. Replayed input carries the client's calls: the
-    gateway's calls go in before the first of them, their results before the client's first
-    result. Input continuing a stored response carries only results: the provider has the calls."""
+    """The input with every held turn put back. Replayed input carries the client's copies of
+    what it was shown (visible items by their ids, its calls under ids naming the turn): the
+    turn in full goes in place of the first of them, and the gateway's results before the
+    client's first result. Input that continues a stored response carries only results: the
+    provider has the rest."""
+    tokens = {parts[0] for item in items if isinstance(item, dict) and (parts := split_call_id(item.get("call_id")))}
+    held = {token: take(token) for token in sorted(tokens)}
+    owner = {item["id"]: token for token, turn in held.items() for item in turn.calls
+             if isinstance(item.get("id"), str)}
     out: list[Any] = []
-    placed: set[tuple[str, str]] = set()
+    placed: set[tuple[str, bool]] = set()
     for item in items:
         parts = split_call_id(item.get("call_id")) if isinstance(item, dict) else None
-        if parts is None:
+        token = parts[0] if parts else owner.get(item.get("id")) if isinstance(item, dict) else None
+        if token is None:
             out.append(item)
             continue
-        token, original = parts
-        held = take(token)
-        part = "results" if item.get("type") in _OUTPUT_ITEMS else "calls"
-        if (token, part) not in placed:
-            placed.add((token, part))
-            out.extend(held.results if part == "results" else held.calls)
-        out.append({**item, "call_id": original})
+        result = item.get("type") in _OUTPUT_ITEMS
+        if (token, result) not in placed:
+            placed.add((token, result))
+            out.extend(held[token].results if result else held[token].calls)
+        if result:  # a copy of a shown item is dropped: the held turn has the original
+            out.append({**item, "call_id": parts[1]} if parts else item)
     return out
-

@@ -90,10 +90,10 @@ def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegist
     if caller_tools or offered:
         base["tools"] = [*caller_tools, *offered]
     raw_input = body.get("input")
-    items = [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else list(raw_input or [])
     take = partial(held.take, principal=caller.principal, param="input")
+    items = raw_input if isinstance(raw_input, str) else tuple(restore_items(raw_input or [], take))
     sent = body.get("previous_response_id")
     previous = held.resolve(sent, caller.principal) if isinstance(sent, str) else None
-    conversation = ResponsesConversation(base, tuple(restore_items(items, take)), previous)
+    conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent if isinstance(sent, str) else None)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.caller import Caller
-from gateway.engine.decide import Finish, HandBack, decide, is_final
+from gateway.engine.decide import Finish, RunTools, decide, is_final
 from gateway.engine.plan import Plan
 from gateway.engine.turn import ChatStreamReader, ModelCall, ModelTurn, ResponsesStreamReader, read_chat, read_response
 from gateway.errors import GatewayError
@@ -81,25 +81,28 @@ class Engine:
                     else:
                         yield event
             turn = turns[-1]
-            decision = decide(turn, plan.client_names, final, conversation.tool_choice)
+            decision = decide(turn, plan.client_names, len(turns) - 1, self.max_rounds, conversation.tool_choice)
             if isinstance(decision, Finish):
-                calls = tuple(conversation.for_client(c, None) for c in decision.client_calls)
-                yield self._finished(plan, caller, turns, calls, decision.finish_reason, final)
+                yield self._finished(plan, caller, turns, (), decision.finish_reason, final)
                 return
-            calls_of_mine = decision.gateway_calls if isinstance(decision, HandBack) else decision.calls
+            mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
             outcomes: list[ToolOutcome] = []
-            async with aclosing(self._run_tools(calls_of_mine, caller, len(turns), plan.stream)) as running:
-                async for ran in running:
-                    if isinstance(ran, Keepalive):
-                        yield ran
-                    else:
-                        outcomes = ran
-            if isinstance(decision, HandBack):
-                token = self.held.hold(conversation.held(turn, decision.gateway_calls, outcomes), caller.principal)
-                calls = tuple(conversation.for_client(c, token) for c in decision.client_calls)
-                yield self._finished(plan, caller, turns, calls, decision.finish_reason, final)
-                return
-            conversation = conversation.continued(turn, outcomes, decision.tool_choice)
+            if mine:
+                async with aclosing(self._run_tools(mine, caller, len(turns), plan.stream)) as running:
+                    async for ran in running:
+                        if isinstance(ran, Keepalive):
+                            yield ran
+                        else:
+                            outcomes = ran
+            if isinstance(decision, RunTools):
+                conversation = conversation.continued(turn, outcomes, decision.tool_choice)
+                continue
+            token = None
+            if decision.hold:
+                token = self.held.hold(conversation.held(turn, outcomes), caller.principal)
+            calls = tuple(conversation.for_client(c, token) for c in decision.client_calls)
+            yield self._finished(plan, caller, turns, calls, "tool_calls", final)
+            return
 
     def _finished(self, plan: Plan, caller: Caller, turns: list[ModelTurn], calls: tuple[Mapping[str, Any], ...],
                   finish_reason: str | None, final: bool) -> Finished:

@@ -252,6 +252,8 @@ class ResponsesStreamReader:
 
     def absorb(self, event: dict[str, Any]) -> dict[str, Any] | None:
         kind = event.get("type")
+        if not isinstance(kind, str):
+            return None  # not a Responses event: nothing a client could read
         if kind in _LIFECYCLE_END:
             self._final = event.get("response")
             return None

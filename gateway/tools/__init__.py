@@ -2,7 +2,7 @@
 
 from gateway.tools.declare import parse_docstring, tool
 from gateway.tools.executor import ToolExecutor
-from gateway.tools.function import Tool, accepted_param_names, decode_arguments, required_param_names
+from gateway.tools.function import Tool, accepted_param_names, read_arguments, required_param_names
 from gateway.tools.hooks import NoHooks, Step, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import NameCheck, Param, ToolDeclarationError, suggest
 from gateway.tools.registry import ToolRegistry
@@ -23,6 +23,6 @@ __all__ = [
     "Content", "Interrupt", "NameCheck", "NoHooks", "Param", "Parsed", "Rejection", "RejectionReason",
     "Status", "Step", "Tool", "ToolCall", "ToolCallTrace", "ToolContext", "ToolDeclarationError",
     "ToolError", "ToolExecutor", "ToolHooks", "ToolOutcome", "ToolRegistry", "ToolResult", "Turn",
-    "accepted_param_names", "decode_arguments", "parse_docstring", "required_param_names", "suggest",
+    "accepted_param_names", "read_arguments", "parse_docstring", "required_param_names", "suggest",
     "tool",
 ]

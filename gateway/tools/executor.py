@@ -65,7 +65,7 @@ class ToolExecutor:
         if isinstance(parsed, Rejection):
             return rejected(call.id, call.name, parsed)
         with trace.step("execute"):
-            return await tool.run(parsed, context, self.default_timeout)
+            return await tool.execute(parsed, context, self.default_timeout)
 
     def _refusal(self, name: str, tool: Tool | None, allowed: Collection[str] | None) -> Rejection:
         available = [n for n in self.registry.names() if allowed is None or n in allowed]

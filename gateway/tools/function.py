@@ -61,7 +61,7 @@ def _positional_arity(fn: Callable[..., Any], what: str, tool: str) -> int:
     return 1 if len(positional) == 1 else 2
 
 
-def decode_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | Rejection:
+def read_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | Rejection:
     """The arguments as a dict, or a rejection saying why they are not a JSON object."""
     if raw is None:
         return {}
@@ -191,8 +191,9 @@ class Tool:
     # --- parse --------------------------------------------------------------------------------
 
     async def parse_arguments(self, args: str | Mapping[str, Any] | None, context: ToolContext) -> Parsed | Rejection:
-        """Exactly the argument handling execution runs before the body, without the body."""
-        decoded = decode_arguments(self.name, args)
+        """The parse step: exactly the argument handling a call runs before the body (the tool's
+        own `parse_args`, if it has one), without the body."""
+        decoded = read_arguments(self.name, args)
         if isinstance(decoded, Rejection):
             return decoded
         if self.parse_args is not None:
@@ -234,8 +235,8 @@ class Tool:
 
     # --- execute ------------------------------------------------------------------------------
 
-    async def run(self, parsed: Parsed, context: ToolContext, default_timeout: float | None = None) -> ToolOutcome:
-        """Run the body on parsed arguments; never raises for anything the body does."""
+    async def execute(self, parsed: Parsed, context: ToolContext, default_timeout: float | None = None) -> ToolOutcome:
+        """The execute step: the body on parsed arguments; never raises for anything the body does."""
         limit = self.timeout if self.timeout is not None else default_timeout
         args = parsed.arguments
         template = ToolOutcome(call_id=context.tool_call_id, tool_name=self.name, status="ok", content="",
@@ -300,13 +301,13 @@ class Tool:
                 return describe_names(self.name, check, "required arguments are missing."), check
         return None
 
-    async def execute(self, args: str | Mapping[str, Any] | None, context: ToolContext,
-                      default_timeout: float | None = None) -> ToolOutcome:
-        """Parse, then run: the whole call without the executor's telemetry."""
+    async def call(self, args: str | Mapping[str, Any] | None, context: ToolContext,
+                   default_timeout: float | None = None) -> ToolOutcome:
+        """Parse, then execute: the whole call, without the executor's telemetry."""
         parsed = await self.parse_arguments(args, context)
         if isinstance(parsed, Rejection):
             return rejected(context.tool_call_id, self.name, parsed)
-        return await self.run(parsed, context, default_timeout)
+        return await self.execute(parsed, context, default_timeout)
 
     def openai_spec(self) -> dict[str, Any]:
         """Chat Completions tool shape."""

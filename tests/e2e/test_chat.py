@@ -6,25 +6,16 @@ import asyncio
 import json
 from typing import Any
 
-import aiohttp
 import pytest
 
 from gateway.demo.model import Reply
 from gateway.tools import Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import Stack, StackFactory, call_args, tool_messages, tree
+from tests.conftest import AUTH, STREAM, USER, Stack, StackFactory, call_args, tool_messages, tool_outcomes, tree
 
-STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-USER = [{"role": "user", "content": "hello"}]
 CLIENT_TOOL = {"type": "function", "function": {"name": "ask_human", "description": "Ask the user",
                                                  "parameters": {"type": "object", "properties": {
                                                      "question": {"type": "string"}}}}}
-
-
-def outcomes(stack: Stack, trace_id: str) -> list[tuple[str, str]]:
-    found = tree(stack.spans(trace_id))
-    return [(str(s.attributes[names.ATTR_TOOL_NAME]), str(s.attributes[names.ATTR_OUTCOME]))  # type: ignore[index]
-            for s in found["tool_calls"]]
 
 
 def chat_count(stack: Stack, trace_id: str) -> int:
@@ -44,7 +35,7 @@ async def test_plain_answer(stack: Stack, stream: bool) -> None:
     trace_id = answer.headers["x-trace-id"]
     assert answer.headers["x-trajectory-id"]
     assert chat_count(stack, trace_id) == 1
-    assert outcomes(stack, trace_id) == []
+    assert tool_outcomes(stack, trace_id) == []
     if stream:
         assert answer.chunks > 3  # content arrived in pieces, as the upstream sent it
 
@@ -65,7 +56,7 @@ async def test_one_gateway_tool_round(stack: Stack, stream: bool) -> None:
                       "content": "contents of notes.txt"}
     trace_id = answer.headers["x-trace-id"]
     assert chat_count(stack, trace_id) == 2
-    assert outcomes(stack, trace_id) == [("read_file", "ok")]
+    assert tool_outcomes(stack, trace_id) == [("read_file", "ok")]
     if not stream:
         assert answer.headers["x-toolspan-rounds"] == "2"
 
@@ -81,7 +72,7 @@ async def test_parallel_gateway_calls_in_one_turn(stack: Stack, stream: bool) ->
     assert [r["content"] for r in results] == ["3", "contents of x", "15"]
     call_ids = [c["id"] for c in stack.upstream_requests[1]["messages"][1]["tool_calls"]]
     assert [r["tool_call_id"] for r in results] == call_ids  # the model's order
-    assert outcomes(stack, answer.headers["x-trace-id"]) == [("add", "ok"), ("read_file", "ok"), ("add", "ok")]
+    assert tool_outcomes(stack, answer.headers["x-trace-id"]) == [("add", "ok"), ("read_file", "ok"), ("add", "ok")]
 
 
 @STREAM
@@ -97,7 +88,7 @@ async def test_renamed_argument_is_rejected_then_corrected(stack: Stack, stream:
     assert "Accepted parameters: path, offset" in diagnostic["content"]
     assert tool_messages(stack.upstream_requests[2])[-1]["content"] == "contents of a.txt"
     trace_id = answer.headers["x-trace-id"]
-    assert outcomes(stack, trace_id) == [("read_file", "rejected"), ("read_file", "ok")]
+    assert tool_outcomes(stack, trace_id) == [("read_file", "rejected"), ("read_file", "ok")]
     assert chat_count(stack, trace_id) == 3
     assert stack.metric(names.METRIC_TOOL_REJECTIONS, tool="read_file", reason="missing_arguments") == 1
 
@@ -111,7 +102,7 @@ async def test_unknown_tool_goes_back_to_the_model(stack: Stack, stream: bool) -
     [result] = tool_messages(stack.upstream_requests[1])
     assert "no tool named 'read_fiel'" in result["content"]
     assert "Did you mean 'read_file'?" in result["content"]
-    assert outcomes(stack, answer.headers["x-trace-id"]) == [("read_fiel", "rejected")]
+    assert tool_outcomes(stack, answer.headers["x-trace-id"]) == [("read_fiel", "rejected")]
     assert stack.metric(names.METRIC_TOOL_CALLS, tool=names.UNKNOWN_TOOL, outcome="rejected") == 1
 
 
@@ -125,7 +116,7 @@ async def test_client_tool_call_goes_to_the_client(stack: Stack, stream: bool) -
     assert call_args(call) == {"question": "which file?"}
     [sent] = stack.upstream_requests
     assert [t["function"]["name"] for t in sent["tools"]] == ["ask_human", "read_file", "add"]
-    assert outcomes(stack, answer.headers["x-trace-id"]) == []
+    assert tool_outcomes(stack, answer.headers["x-trace-id"]) == []
 
 
 @STREAM
@@ -243,9 +234,7 @@ async def test_keepalive_comments_flow_while_tools_run(make_stack: StackFactory)
 
     async def read() -> None:
         body = {"model": "m", "messages": USER, "stream": True}
-        async with aiohttp.ClientSession() as http, http.post(
-                stack.url + "/v1/chat/completions", json=body,
-                headers={"Authorization": "Bearer sk-test-key"}) as response:
+        async with stack.http.post("/v1/chat/completions", json=body, headers=AUTH) as response:
             async for raw in response.content:
                 line = raw.decode().strip()
                 lines.append(line)

@@ -6,32 +6,35 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import openai
 import pytest
+from aiohttp.test_utils import TestClient
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.demo.model import Reply
 from gateway.routes import chat as chat_route
-from gateway.runtime import gateway
 from gateway.settings import Settings
 from telemetry import names
-from tests.conftest import Stack, StackFactory, sample_registry, tool_messages
+from tests.conftest import (
+    STREAM,
+    USER,
+    Gateway,
+    GatewayFactory,
+    Stack,
+    StackFactory,
+    Traced,
+    free_port,
+    tool_messages,
+)
 
-STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-USER = [{"role": "user", "content": "hello"}]
-USER_PARAM: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
+USER_PARAM: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]  # USER, typed for openai
 DEADLINE = 5.0
 
 
@@ -40,7 +43,7 @@ DEADLINE = 5.0
 
 @dataclass
 class Raw:
-    """A response read with plain aiohttp: status, headers, and the JSON body or the SSE events."""
+    """A response read with the aiohttp test client: status, headers, and the JSON body or the SSE events."""
 
     status: int
     headers: dict[str, str]
@@ -52,12 +55,11 @@ class Raw:
         return self.headers["X-Trace-Id"]
 
 
-async def post(url: str, data: bytes | dict[str, Any], headers: dict[str, str] | None = None) -> Raw:
+async def post(http: TestClient[Any, Any], data: bytes | dict[str, Any], headers: dict[str, str] | None = None) -> Raw:
     """POST to the gateway's chat route without the openai client, which would refuse to send junk."""
     sent = {"Content-Type": "application/json", **(headers or {})}
     payload = data if isinstance(data, bytes) else json.dumps(data).encode()
-    async with aiohttp.ClientSession() as session, \
-            session.post(f"{url}/v1/chat/completions", data=payload, headers=sent) as response:
+    async with http.post("/v1/chat/completions", data=payload, headers=sent) as response:
         found = Raw(response.status, dict(response.headers))
         if response.content_type == "text/event-stream":
             found.events = [e if e == "[DONE]" else json.loads(e) for e in _data_lines(await response.read())]
@@ -88,14 +90,10 @@ def assert_openai_error(body: Any, *, type_: str | None = None, param: str | Non
     return dict(error)
 
 
-def finished(exporter: InMemorySpanExporter, trace_id: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id]
-
-
-def ended(exporter: InMemorySpanExporter, trace_id: str, chats: int) -> dict[str, Any]:
+def ended(traced: Traced, trace_id: str, chats: int) -> dict[str, Any]:
     """The trace of a request the client has seen end: its SERVER span and `chats` chat spans
     have ended by then (the middleware records them before the last byte goes out)."""
-    spans = finished(exporter, trace_id)
+    spans = traced.spans(trace_id)
     roots = [s for s in spans if s.parent is None]
     chat = [s for s in spans if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")]
     [root] = roots
@@ -154,26 +152,11 @@ def trace_of(exc: openai.APIStatusError) -> str:
     return exc.response.headers["x-trace-id"]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
-@asynccontextmanager
-async def unreachable() -> AsyncIterator[tuple[str, AsyncOpenAI, InMemorySpanExporter]]:
-    """A gateway whose provider URL has nothing listening behind it (the stack fixture always
-    starts the scripted model, so this one is built here)."""
-    exporter = InMemorySpanExporter()
-    settings = Settings(port=0, upstream=f"http://127.0.0.1:{free_port()}/v1", upstream_connect_timeout_seconds=2)
-    async with gateway(settings, sample_registry(), processors=[SimpleSpanProcessor(exporter)]) as (url, _, model):
-        assert model is None
-        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0, timeout=20)
-        try:
-            yield url, client, exporter
-        finally:
-            await client.close()
+@pytest.fixture
+async def unreachable(make_gateway: GatewayFactory) -> Gateway:
+    """A gateway whose provider URL has nothing listening behind it (no scripted model at all)."""
+    return await make_gateway(Settings(port=0, upstream=f"http://127.0.0.1:{free_port()}/v1",
+                                       upstream_connect_timeout_seconds=2))
 
 
 # --- requests the gateway refuses -----------------------------------------------------------------
@@ -182,20 +165,20 @@ async def unreachable() -> AsyncIterator[tuple[str, AsyncOpenAI, InMemorySpanExp
 @pytest.mark.parametrize("raw", [b"{not json", b"", b'{"model": "m", "messages": [', b"\xff\xfe"],
                          ids=["broken", "empty", "truncated", "binary"])
 async def test_malformed_json_is_a_400(stack: Stack, raw: bytes) -> None:
-    found = await post(stack.url, raw)
+    found = await post(stack.http, raw)
     assert found.status == 400
     error = assert_openai_error(found.body, type_="invalid_request_error", code="invalid_json")
     assert "not valid JSON" in error["message"]
-    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 400, "invalid_request_error")
+    assert_error_spans(ended(stack, found.trace_id, chats=0), 400, "invalid_request_error")
     assert stack.upstream_requests == []
 
 
 async def test_json_that_is_not_an_object_is_a_400(stack: Stack) -> None:
-    found = await post(stack.url, b'[{"role": "user", "content": "hi"}]')
+    found = await post(stack.http, b'[{"role": "user", "content": "hi"}]')
     assert found.status == 400
     error = assert_openai_error(found.body, type_="invalid_request_error", code="invalid_json")
     assert "JSON object" in error["message"]
-    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 400)
+    assert_error_spans(ended(stack, found.trace_id, chats=0), 400)
 
 
 @pytest.mark.parametrize(("body", "param", "path"), [
@@ -219,24 +202,24 @@ async def test_json_that_is_not_an_object_is_a_400(stack: Stack) -> None:
         "stream-not-a-boolean", "stream-options-not-an-object", "metadata-not-an-object"])
 async def test_json_that_is_not_a_chat_request_names_the_field(stack: Stack, body: dict[str, Any], param: str,
                                                                path: str) -> None:
-    found = await post(stack.url, body)
+    found = await post(stack.http, body)
     assert found.status == 400
     error = assert_openai_error(found.body, type_="invalid_request_error", param=param)
     assert path in error["message"]
-    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 400)
+    assert_error_spans(ended(stack, found.trace_id, chats=0), 400)
     assert stack.upstream_requests == []
 
 
 async def test_oversized_body_is_a_413(make_stack: StackFactory) -> None:
     stack = await make_stack(max_body_bytes=2048)
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 10_240}]}
-    found = await post(stack.url, body)
+    found = await post(stack.http, body)
     assert found.status == 413
     assert found.headers["Content-Type"].startswith("application/json")
     error = assert_openai_error(found.body, type_="invalid_request_error", code="body_too_large")
     assert "2048" in error["message"]
     assert "larger than the Maximum" not in error["message"]  # aiohttp's sentence is not spliced into ours
-    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 413)
+    assert_error_spans(ended(stack, found.trace_id, chats=0), 413)
     assert stack.upstream_requests == []
 
 
@@ -250,7 +233,7 @@ async def test_caller_tool_named_like_a_gateway_tool_is_a_400(stack: Stack, stre
     error = assert_openai_error(exc.response.json(), type_="invalid_request_error", param="tools",
                                 code="tool_name_conflict")
     assert "'read_file'" in error["message"]
-    assert_error_spans(ended(stack.exporter, trace_of(exc), chats=0), 400)
+    assert_error_spans(ended(stack, trace_of(exc), chats=0), 400)
     assert stack.upstream_requests == []
 
 
@@ -258,14 +241,13 @@ async def test_caller_tool_named_like_a_gateway_tool_is_a_400(stack: Stack, stre
 
 
 @STREAM
-async def test_unreachable_upstream_is_a_502(stream: bool) -> None:
-    async with unreachable() as (_, client, exporter):
-        exc = await status_error(client, stream)
-        assert isinstance(exc, openai.InternalServerError)
-        assert exc.status_code == 502
-        error = assert_openai_error(exc.response.json(), type_="upstream_error")
-        assert "could not reach the provider" in error["message"]
-        assert_error_spans(ended(exporter, trace_of(exc), chats=1), 502, "upstream_error")
+async def test_unreachable_upstream_is_a_502(unreachable: Gateway, stream: bool) -> None:
+    exc = await status_error(unreachable.client, stream)
+    assert isinstance(exc, openai.InternalServerError)
+    assert exc.status_code == 502
+    error = assert_openai_error(exc.response.json(), type_="upstream_error")
+    assert "could not reach the provider" in error["message"]
+    assert_error_spans(ended(unreachable, trace_of(exc), chats=1), 502, "upstream_error")
 
 
 @STREAM
@@ -276,7 +258,7 @@ async def test_upstream_that_never_answers_is_a_504(make_stack: StackFactory, st
     assert isinstance(exc, openai.InternalServerError)
     assert exc.status_code == 504
     assert_openai_error(exc.response.json(), type_="upstream_timeout")
-    assert_error_spans(ended(stack.exporter, trace_of(exc), chats=1), 504, "upstream_timeout")
+    assert_error_spans(ended(stack, trace_of(exc), chats=1), 504, "upstream_timeout")
     assert len(stack.upstream_requests) == 1
 
 
@@ -289,7 +271,7 @@ async def test_upstream_server_error_is_a_502(stack: Stack, stream: bool, status
     assert exc.status_code == 502
     error = assert_openai_error(exc.response.json(), type_="upstream_error", code=f"upstream_{status}")
     assert str(status) in error["message"]
-    found = ended(stack.exporter, trace_of(exc), chats=1)
+    found = ended(stack, trace_of(exc), chats=1)
     assert_error_spans(found, 502, "upstream_error")
     [chat] = found["chat"]
     assert chat.attributes is not None
@@ -303,7 +285,7 @@ async def test_upstream_answer_that_is_not_json_is_a_502(stack: Stack, stream: b
     assert exc.status_code == 502
     error = assert_openai_error(exc.response.json(), type_="upstream_error")
     assert "not JSON" in error["message"]
-    assert_error_spans(ended(stack.exporter, trace_of(exc), chats=1), 502, "upstream_error")
+    assert_error_spans(ended(stack, trace_of(exc), chats=1), 502, "upstream_error")
 
 
 @STREAM
@@ -318,7 +300,7 @@ async def test_upstream_refusal_passes_through(stack: Stack, stream: bool, statu
     assert exc.response.headers["retry-after"] == "7"
     body = exc.response.json()
     assert body == {"error": {"message": "slow down", "type": "scripted_error", "param": None, "code": None}}
-    found = ended(stack.exporter, trace_of(exc), chats=1)
+    found = ended(stack, trace_of(exc), chats=1)
     assert_error_spans(found, status)
     [chat] = found["chat"]
     assert chat.attributes is not None
@@ -330,7 +312,7 @@ async def test_upstream_refusal_passes_through(stack: Stack, stream: bool, statu
 
 async def test_broken_stream_ends_with_an_error_event(stack: Stack) -> None:
     stack.script.then(Reply(content="hello world, a long answer", break_stream_after=3))
-    found = await post(stack.url, {"model": "test-model", "messages": USER, "stream": True})
+    found = await post(stack.http, {"model": "test-model", "messages": USER, "stream": True})
     assert found.status == 200  # the stream had begun before it broke
     assert found.events is not None
     assert found.events[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -338,7 +320,7 @@ async def test_broken_stream_ends_with_an_error_event(stack: Stack) -> None:
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "hello world,"
     assert_openai_error(last, type_="upstream_error")
     assert "[DONE]" not in found.events  # a broken answer is never presented as a complete one
-    assert_error_spans(ended(stack.exporter, found.trace_id, chats=1), 200, "upstream_error")
+    assert_error_spans(ended(stack, found.trace_id, chats=1), 200, "upstream_error")
 
 
 async def test_broken_stream_raises_in_the_openai_client(stack: Stack) -> None:
@@ -351,33 +333,32 @@ async def test_broken_stream_raises_in_the_openai_client(stack: Stack) -> None:
     assert not isinstance(caught.value, openai.APIStatusError)
     assert "stream" in caught.value.message
     assert "".join(received) == "hello world,"
-    assert_error_spans(ended(stack.exporter, raw.headers["x-trace-id"], chats=1))
+    assert_error_spans(ended(stack, raw.headers["x-trace-id"], chats=1))
 
 
 async def test_stream_stalling_mid_way_ends_with_a_timeout_event(make_stack: StackFactory) -> None:
     stack = await make_stack(upstream_timeout_seconds=0.3)
     stack.script.then(Reply(content="hello world, a long answer", pause_after=2))
-    found = await post(stack.url, {"model": "test-model", "messages": USER, "stream": True})
+    found = await post(stack.http, {"model": "test-model", "messages": USER, "stream": True})
     assert found.status == 200
     assert found.events is not None
     assert_openai_error(found.events[-1], type_="upstream_timeout")
-    assert_error_spans(ended(stack.exporter, found.trace_id, chats=1), 200, "upstream_timeout")
+    assert_error_spans(ended(stack, found.trace_id, chats=1), 200, "upstream_timeout")
     await asyncio.wait_for(stack.model.dropped.wait(), DEADLINE)  # and the stalled provider was hung up on
 
 
 async def test_client_leaving_mid_stream_cancels_the_upstream_call(stack: Stack) -> None:
     stack.script.then(Reply(content="hello world, a long answer", pause_after=3))
     body = {"model": "test-model", "messages": USER, "stream": True}
-    async with aiohttp.ClientSession() as session:
-        response = await session.post(f"{stack.url}/v1/chat/completions", json=body)
-        assert response.status == 200
-        trace_id = response.headers["X-Trace-Id"]
-        first = await asyncio.wait_for(response.content.readline(), DEADLINE)
-        assert first.startswith(b"data: ")
-        await asyncio.wait_for(stack.model.paused.wait(), DEADLINE)
-        response.close()  # the client hangs up while the provider is mid-answer
-        await asyncio.wait_for(stack.model.dropped.wait(), DEADLINE)
-    found = ended(stack.exporter, trace_id, chats=1)
+    response = await stack.http.post("/v1/chat/completions", json=body)
+    assert response.status == 200
+    trace_id = response.headers["X-Trace-Id"]
+    first = await asyncio.wait_for(response.content.readline(), DEADLINE)
+    assert first.startswith(b"data: ")
+    await asyncio.wait_for(stack.model.paused.wait(), DEADLINE)
+    response.close()  # the client hangs up while the provider is mid-answer
+    await asyncio.wait_for(stack.model.dropped.wait(), DEADLINE)
+    found = ended(stack, trace_id, chats=1)
     assert_error_spans(found, 499, "cancelled")
     assert len(stack.upstream_requests) == 1
 
@@ -397,7 +378,7 @@ async def test_garbled_tool_arguments_go_back_to_the_model(stack: Stack, stream:
     assert rejection["tool_call_id"] == second["messages"][1]["tool_calls"][0]["id"]
     assert "not valid JSON" in rejection["content"]
     assert "read_file" in rejection["content"]
-    found = ended(stack.exporter, answer.headers["x-trace-id"], chats=2)
+    found = ended(stack, answer.headers["x-trace-id"], chats=2)
     root: ReadableSpan = found["root"]
     assert root.status.status_code is not StatusCode.ERROR
     assert all(c.status.status_code is not StatusCode.ERROR for c in found["chat"])
@@ -417,13 +398,13 @@ async def test_gateway_bug_is_a_500_without_traceback(stack: Stack, stream: bool
         raise RuntimeError("secret internal detail")
 
     monkeypatch.setattr(chat_route, "plan_chat", broken)
-    found = await post(stack.url, {"model": "test-model", "messages": USER, "stream": stream})
+    found = await post(stack.http, {"model": "test-model", "messages": USER, "stream": stream})
     assert found.status == 500
     error = assert_openai_error(found.body, type_="server_error", code="internal_error")
     text = json.dumps(found.body)
     assert "Traceback" not in text
     assert "secret internal detail" not in text
     assert "RuntimeError" not in text
-    assert_error_spans(ended(stack.exporter, found.trace_id, chats=0), 500, "server_error")
+    assert_error_spans(ended(stack, found.trace_id, chats=0), 500, "server_error")
     assert error["message"]
     assert stack.upstream_requests == []

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
 import openai
 import pytest
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import Stack, StackFactory, tool_messages
+from tests.conftest import AUTH, TEST_KEY, USER, Stack, StackFactory, tool_messages
 
-KEYS = {"reader": {"key": "sk-test-key", "tools": ["read_file"]}, "admin": {"key": "tsk-admin-0000"}}
-USER = [{"role": "user", "content": "go"}]
+KEYS = {"reader": {"key": TEST_KEY, "tools": ["read_file"]}, "admin": {"key": "tsk-admin-0000"}}
 
 
 @pytest.fixture
@@ -21,14 +19,13 @@ async def keyed(make_stack: StackFactory) -> Stack:
     return await make_stack(keys=KEYS)
 
 
-@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key-123", "sk-test-key", "Bearer "])
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key-123", TEST_KEY, "Bearer "])
 @pytest.mark.parametrize(("method", "path"), [("POST", "/v1/chat/completions"), ("GET", "/v1/tools"),
                                               ("GET", "/v1/models"), ("POST", "/v1/tools/add/invoke")])
 async def test_requests_without_a_valid_key_are_refused(keyed: Stack, authorization: str | None, method: str,
                                                         path: str) -> None:
     headers = {"Authorization": authorization} if authorization is not None else {}
-    async with aiohttp.ClientSession() as http, http.request(method, keyed.url + path, headers=headers,
-                                                             json={"model": "m", "messages": USER}) as response:
+    async with keyed.http.request(method, path, headers=headers, json={"model": "m", "messages": USER}) as response:
         assert response.status == 401
         body: dict[str, Any] = await response.json()
     assert body["error"]["type"] == "authentication_error"
@@ -37,10 +34,9 @@ async def test_requests_without_a_valid_key_are_refused(keyed: Stack, authorizat
 
 
 async def test_health_and_metrics_need_no_key(keyed: Stack) -> None:
-    async with aiohttp.ClientSession() as http:
-        for path in ("/healthz", "/readyz", "/metrics"):
-            async with http.get(keyed.url + path) as response:
-                assert response.status == 200
+    for path in ("/healthz", "/readyz", "/metrics"):
+        async with keyed.http.get(path) as response:
+            assert response.status == 200
 
 
 async def test_a_key_sees_and_offers_only_its_tools(keyed: Stack) -> None:
@@ -64,16 +60,13 @@ async def test_a_call_outside_the_keys_tools_is_not_allowed(keyed: Stack) -> Non
 
 
 async def test_a_key_without_a_tool_list_may_use_every_tool(keyed: Stack) -> None:
-    admin = openai.AsyncOpenAI(base_url=keyed.url + "/v1", api_key="tsk-admin-0000", max_retries=0)
-    listed = await admin.get("/tools", cast_to=dict)  # type: ignore[type-var]
+    async with openai.AsyncOpenAI(base_url=keyed.url + "/v1", api_key="tsk-admin-0000", max_retries=0) as admin:
+        listed = await admin.get("/tools", cast_to=dict)  # type: ignore[type-var]
     assert {t["function"]["name"] for t in listed["data"]} == {"read_file", "add"}
-    await admin.close()
 
 
 async def test_invoke_outside_the_keys_tools_is_a_403(keyed: Stack) -> None:
-    async with aiohttp.ClientSession() as http, http.post(
-            keyed.url + "/v1/tools/add/invoke", json={"arguments": {"a": 1, "b": 2}},
-            headers={"Authorization": "Bearer sk-test-key"}) as response:
+    async with keyed.http.post("/v1/tools/add/invoke", json={"arguments": {"a": 1, "b": 2}}, headers=AUTH) as response:
         assert response.status == 403
         body = await response.json()
     assert body["error"]["code"] == "not_allowed"
@@ -86,9 +79,8 @@ async def test_a_held_turn_continues_only_for_the_key_that_got_it(keyed: Stack) 
     [call] = first.tool_calls
     follow_up = [*USER, {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
                  {"role": "tool", "tool_call_id": call["id"], "content": "yes"}]
-    admin = openai.AsyncOpenAI(base_url=keyed.url + "/v1", api_key="tsk-admin-0000", max_retries=0)
-    with pytest.raises(openai.ConflictError):
-        await admin.chat.completions.create(model="m", messages=follow_up, tools=[client_tool])  # type: ignore[arg-type]
-    await admin.close()
+    async with openai.AsyncOpenAI(base_url=keyed.url + "/v1", api_key="tsk-admin-0000", max_retries=0) as admin:
+        with pytest.raises(openai.ConflictError):
+            await admin.chat.completions.create(model="m", messages=follow_up, tools=[client_tool])  # type: ignore[arg-type]
     keyed.script.then(Reply(content="done"))
     assert (await keyed.ask(False, messages=follow_up, tools=[client_tool])).content == "done"  # still held

@@ -12,7 +12,6 @@ import asyncio
 import json
 import re
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,21 +21,13 @@ import aiohttp
 import pytest
 
 from gateway.demo.model import Reply
-from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
-from tests.conftest import Stack, StackFactory, sample_registry
+from tests.conftest import AUTH, TEST_KEY, USER, Stack, StackFactory, every_outcome_registry, free_port
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 GRAFANA_VARIABLES = {"__rate_interval": "20s", "__interval": "5s", "__range": "5m", "__range_s": "300",
                      "__interval_ms": "5000"}
-USER = [{"role": "user", "content": "go"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+PROMETHEUS_TIMEOUT = aiohttp.ClientTimeout(total=10)  # one request to the Prometheus process
 
 
 def _panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -65,40 +56,12 @@ def substitute(expr: str) -> str:
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", fill, expr)
 
 
-async def hang(args: dict[str, Any]) -> str:
-    await asyncio.Event().wait()
-    return "never"
-
-
-def crash(args: dict[str, Any]) -> str:
-    raise ValueError("disk on fire")
-
-
-def locked(args: dict[str, Any]) -> str:
-    raise ToolError("the file is locked")
-
-
-def review(args: dict[str, Any]) -> str:
-    raise Interrupt("needs a human", data={"ticket": 1})
-
-
-def every_outcome_registry() -> ToolRegistry:
-    registry = sample_registry()
-    for tool in (Tool(name="crash", function=crash), Tool(name="locked", function=locked),
-                 Tool(name="slow", function=hang, timeout=0.05), Tool(name="review", function=review),
-                 Tool(name="strict", function=lambda a: "x", parameters=[Param("n", "integer", required=True)],
-                      parse_args=lambda a: None if isinstance(a.get("n"), int) else locked(a)),
-                 Tool(name="admin", function=lambda a: "root")):
-        registry.register(tool)
-    return registry
-
-
 SESSION = [
     Reply(tool_calls=[("read_file", {"file_path": "a"}), ("crash", {}), ("locked", {}), ("slow", {}),
-                      ("review", {}), ("strict", {"n": "x"}), ("add", "{oops"), ("nope", {}), ("admin", {})],
+                      ("review", {}), ("strict", {"path": "a"}), ("add", "{oops"), ("nope", {}), ("admin", {})],
           usage=(40, 12)),
     Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # verbatim retry: rejected again
-    Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"n": 1})]),  # corrected retries: recovered
+    Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"path": "/a"})]),  # corrected retries: recovered
     Reply(content="done", usage=(60, 20)),
 ]
 
@@ -112,7 +75,7 @@ async def prometheus(tmp_path: Path, stack_with_tools: Stack) -> AsyncIterator[s
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         f"scrape_configs:\n  - job_name: toolspan\n    static_configs:\n      - targets: ['{target}']\n")
-    port = _free_port()
+    port = free_port()
     process = await asyncio.create_subprocess_exec(
         binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage",
@@ -130,15 +93,17 @@ async def prometheus(tmp_path: Path, stack_with_tools: Stack) -> AsyncIterator[s
 async def stack_with_tools(make_stack: StackFactory) -> Stack:
     registry = every_outcome_registry()
     allowed = [name for name in registry.names() if name != "admin"]  # so that not_allowed happens too
-    return await make_stack(registry=registry, keys={"tester": {"key": "sk-test-key", "tools": allowed}})
+    return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed}})
 
 
 async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,
                  params: dict[str, str] | None = None, seconds: float = 60.0) -> Any:
-    """GET `url` until `check(json)` holds: Prometheus scrapes on its own clock, so there is
-    nothing to await but the data itself. Bounded by `seconds`."""
+    """GET `url` until `check(json)` holds. Prometheus is a separate process that scrapes on its own
+    clock, so there is nothing to await but the data itself: this polls, bounded by `seconds`, and
+    fails naming what it waited for. (Nothing here polls the gateway: its spans and metrics are
+    recorded by the time a response has been read.)"""
     deadline = time.monotonic() + seconds
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(timeout=PROMETHEUS_TIMEOUT) as http:
         while True:
             if process is not None and process.returncode is not None:
                 stderr = (await process.stderr.read()).decode() if process.stderr else ""
@@ -156,8 +121,9 @@ async def _until(check: Any, url: str, process: asyncio.subprocess.Process | Non
 
 
 async def query(prometheus: str, expr: str) -> dict[str, Any]:
-    async with aiohttp.ClientSession() as http, http.get(prometheus + "/api/v1/query",
-                                                           params={"query": expr}) as response:
+    # Prometheus is not an aiohttp app of this test: a plain session to its real port.
+    async with aiohttp.ClientSession(timeout=PROMETHEUS_TIMEOUT) as http, \
+            http.get(prometheus + "/api/v1/query", params={"query": expr}) as response:
         body: dict[str, Any] = await response.json()
         return body
 
@@ -174,11 +140,9 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
         raw = await stack.client.chat.completions.with_raw_response.create(
             model="m", messages=USER, extra_headers={"X-Trajectory-Id": f"run-{rounds}"})
         traces.add(raw.headers["x-trace-id"])
-        async with aiohttp.ClientSession() as http:
-            for body in (b"{not json", json.dumps({"model": "m", "messages": USER}).encode()):  # a 400, a 502
-                async with http.post(stack.url + "/v1/chat/completions", data=body,
-                                     headers={"Authorization": "Bearer sk-test-key"}) as response:
-                    assert response.status in (400, 502)
+        for body in (b"{not json", json.dumps({"model": "m", "messages": USER}).encode()):  # a 400, a 502
+            async with stack.http.post("/v1/chat/completions", data=body, headers=AUTH) as response:
+                assert response.status in (400, 502)
         expected = 12 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})

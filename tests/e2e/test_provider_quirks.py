@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import aiohttp
 import openai
 import pytest
+from pytest_aiohttp import AiohttpClient
 from yarl import URL
 
 from gateway.demo.model import Reply
 from gateway.engine.turn import ChatStreamReader
-from tests.conftest import Stack, StackFactory, tool_messages
-
-USER = [{"role": "user", "content": "go"}]
-AUTH = {"Authorization": "Bearer sk-test-key"}
+from tests.conftest import AUTH, USER, Stack, StackFactory, tool_messages
 
 
 def completion(message: dict[str, Any], usage: dict[str, Any] | None = None) -> bytes:
@@ -74,9 +71,8 @@ async def test_a_failure_after_the_stream_began_is_an_error_event(stack: Stack,
 
     monkeypatch.setattr(ChatStreamReader, "absorb", absorb)
     stack.script.then(Reply(content="a long enough answer"))
-    async with aiohttp.ClientSession() as http, http.post(
-            stack.url + "/v1/chat/completions", json={"model": "m", "messages": USER, "stream": True},
-            headers=AUTH) as response:
+    async with stack.http.post("/v1/chat/completions", json={"model": "m", "messages": USER, "stream": True},
+                               headers=AUTH) as response:
         assert response.status == 200
         body = (await response.read()).decode()  # a well-formed chunked body: no HTTP inside it
     events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {")]
@@ -95,9 +91,8 @@ async def test_n_must_be_a_positive_integer(stack: Stack, n: Any) -> None:
 async def test_stream_null_and_custom_tools_are_accepted(stack: Stack) -> None:
     stack.script.then(Reply(content="ok"))
     custom = {"type": "custom", "custom": {"name": "grammar"}}
-    async with aiohttp.ClientSession() as http, http.post(
-            stack.url + "/v1/chat/completions", headers=AUTH,
-            json={"model": "m", "messages": USER, "stream": None, "tools": [custom]}) as response:
+    async with stack.http.post("/v1/chat/completions", headers=AUTH,
+                               json={"model": "m", "messages": USER, "stream": None, "tools": [custom]}) as response:
         assert response.status == 200
     assert custom in stack.upstream_requests[0]["tools"]
 
@@ -105,7 +100,8 @@ async def test_stream_null_and_custom_tools_are_accepted(stack: Stack) -> None:
 @pytest.mark.parametrize("path", ["/v1/../secret", "/v1/%2e%2e/secret", "/v1/models/../../secret"])
 async def test_the_pass_through_never_leaves_v1(make_stack: StackFactory, path: str) -> None:
     stack = await make_stack(upstream_api_key="sk-provider-key")
-    async with aiohttp.ClientSession() as http, http.get(URL(stack.url + path, encoded=True)) as response:
+    # The test client's session with the whole URL: `stack.http.get(path)` would resolve the dot segments first.
+    async with stack.http.session.get(URL(stack.url + path, encoded=True)) as response:
         assert response.status in (400, 404)
         body = await response.text()
     assert "sk-provider-key" not in body
@@ -122,11 +118,11 @@ def test_tool_call_fragments_without_an_index_continue_the_last_call() -> None:
         ("c1", "read_file", '{"path": "a"}'), ("c2", "add", "{}")]
 
 
-async def test_provider_account_headers_stay_behind(stack: Stack) -> None:
-    upstream = str(stack.model.base_url)
-    async with aiohttp.ClientSession() as http:
-        async with http.post(upstream + "/v1/echo", data=b"x") as direct:
-            assert direct.headers["openai-organization"] == "org-scripted"  # the provider does send it
-        async with http.post(stack.url + "/v1/echo", data=b"x", headers=AUTH) as response:
-            assert response.status == 200
-            assert "openai-organization" not in {k.lower() for k in response.headers}
+async def test_provider_account_headers_stay_behind(stack: Stack, aiohttp_client: AiohttpClient) -> None:
+    assert stack.upstream_server is not None
+    upstream = await aiohttp_client(stack.upstream_server)  # straight to the provider, past the gateway
+    async with upstream.post("/v1/echo", data=b"x") as direct:
+        assert direct.headers["openai-organization"] == "org-scripted"  # the provider does send it
+    async with stack.http.post("/v1/echo", data=b"x", headers=AUTH) as response:
+        assert response.status == 200
+        assert "openai-organization" not in {k.lower() for k in response.headers}

@@ -7,42 +7,29 @@ import gzip
 import json
 import re
 import zlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from pytest_aiohttp import AiohttpClient
 
 from gateway.demo.agent import FastPolicy
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import Stack, StackFactory, tree
+from tests.conftest import (
+    REMOTE_SPAN,
+    REMOTE_TRACE,
+    TRACEPARENT,
+    USER,
+    Stack,
+    StackFactory,
+    server_span,
+    tool_call_spans,
+    tree,
+)
 
-REMOTE_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
-REMOTE_SPAN = "00f067aa0ba902b7"
-TRACEPARENT = f"00-{REMOTE_TRACE}-{REMOTE_SPAN}-01"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
-USER = [{"role": "user", "content": "hello"}]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    # auto_decompress off: the test sees exactly the bytes the gateway sent.
-    async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=20)) as session:
-        yield session
-
-
-def server_span(stack: Stack, trace_id: str) -> ReadableSpan:
-    [span] = [s for s in stack.spans(trace_id) if s.kind is SpanKind.SERVER]
-    return span
-
-
-def tool_call_spans(stack: Stack, trace_id: str) -> list[ReadableSpan]:
-    return [s for s in stack.spans(trace_id) if s.name == names.SPAN_TOOL_CALL]
 
 
 # --- pass-through ---------------------------------------------------------------------------------
@@ -67,9 +54,10 @@ GZIPPED = gzip.compress(b'{"input": "compressed on the way in"}' * 50)
     (zlib.compress(b"deflated " * 100), {"Content-Type": "text/plain", "Content-Encoding": "Deflate"},
      b"deflated " * 100),
 ], ids=["all-bytes", "not-utf8", "empty", "gzip", "deflate"])
-async def test_echo_comes_back_byte_for_byte(stack: Stack, http: aiohttp.ClientSession, body: bytes,
+async def test_echo_comes_back_byte_for_byte(stack: Stack, aiohttp_client: AiohttpClient, body: bytes,
                                              headers: dict[str, str], echoed: bytes) -> None:
-    async with http.post(f"{stack.url}/v1/echo", data=body, headers=headers) as response:
+    raw = await aiohttp_client(stack.http.server, auto_decompress=False)  # sees exactly the bytes the gateway sent
+    async with raw.post("/v1/echo", data=body, headers=headers) as response:
         received = await response.read()
         assert response.status == 200
         assert received == echoed
@@ -80,8 +68,8 @@ async def test_echo_comes_back_byte_for_byte(stack: Stack, http: aiohttp.ClientS
     assert server_span(stack, trace_id).attributes[names.ATTR_HTTP_STATUS] == 200  # type: ignore[index]
 
 
-async def test_upstream_404_passes_through(stack: Stack, http: aiohttp.ClientSession) -> None:
-    async with http.get(f"{stack.url}/v1/no/such/thing?x=1") as response:
+async def test_upstream_404_passes_through(stack: Stack) -> None:
+    async with stack.http.get("/v1/no/such/thing?x=1") as response:
         assert response.status == 404
         assert await response.read() == b"404: Not Found"  # the provider's own body, not a gateway error
         assert response.headers["X-Trace-Id"]
@@ -96,10 +84,9 @@ async def test_upstream_404_passes_through(stack: Stack, http: aiohttp.ClientSes
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/healthz"), ("GET", "/v1/tools"), ("GET", "/v1/models"),
                                               ("POST", "/v1/tools/add/invoke")])
-async def test_incoming_traceparent_is_honoured(stack: Stack, http: aiohttp.ClientSession, method: str,
-                                                path: str) -> None:
+async def test_incoming_traceparent_is_honoured(stack: Stack, method: str, path: str) -> None:
     body = {"arguments": {"a": 1, "b": 2}} if method == "POST" else None
-    async with http.request(method, f"{stack.url}{path}", json=body, headers={"traceparent": TRACEPARENT}) as response:
+    async with stack.http.request(method, path, json=body, headers={"traceparent": TRACEPARENT}) as response:
         assert response.status == 200
         assert response.headers["X-Trace-Id"] == REMOTE_TRACE
     span = server_span(stack, REMOTE_TRACE)
@@ -118,10 +105,10 @@ async def test_chat_propagates_the_trace_to_the_provider(stack: Stack) -> None:
     assert headers["traceparent"] == f"00-{REMOTE_TRACE}-{format(chat.context.span_id, '016x')}-01"
 
 
-async def test_incoming_trajectory_id_is_kept(stack: Stack, http: aiohttp.ClientSession) -> None:
+async def test_incoming_trajectory_id_is_kept(stack: Stack) -> None:
     sent = "agent-run_42.step:7"
-    async with http.post(f"{stack.url}/v1/tools/add/invoke", json={"arguments": {"a": 1, "b": 1}},
-                         headers={"X-Trajectory-Id": sent}) as response:
+    async with stack.http.post("/v1/tools/add/invoke", json={"arguments": {"a": 1, "b": 1}},
+                               headers={"X-Trajectory-Id": sent}) as response:
         assert response.status == 200
         assert response.headers["X-Trajectory-Id"] == sent
         trace_id = response.headers["X-Trace-Id"]
@@ -132,8 +119,8 @@ async def test_incoming_trajectory_id_is_kept(stack: Stack, http: aiohttp.Client
 
 @pytest.mark.parametrize("sent", ["has space", "x" * 129, "slash/inside", "semi;colon", ""],
                          ids=["space", "too-long", "slash", "semicolon", "empty"])
-async def test_malformed_trajectory_id_is_replaced(stack: Stack, http: aiohttp.ClientSession, sent: str) -> None:
-    async with http.get(f"{stack.url}/healthz", headers={"X-Trajectory-Id": sent}) as response:
+async def test_malformed_trajectory_id_is_replaced(stack: Stack, sent: str) -> None:
+    async with stack.http.get("/healthz", headers={"X-Trajectory-Id": sent}) as response:
         assert response.status == 200
         generated = response.headers["X-Trajectory-Id"]
         trace_id = response.headers["X-Trace-Id"]
@@ -142,11 +129,10 @@ async def test_malformed_trajectory_id_is_replaced(stack: Stack, http: aiohttp.C
     assert server_span(stack, trace_id).attributes[names.ATTR_CONVERSATION_ID] == generated  # type: ignore[index]
 
 
-async def test_each_request_gets_its_own_trajectory_when_none_is_sent(stack: Stack,
-                                                                      http: aiohttp.ClientSession) -> None:
+async def test_each_request_gets_its_own_trajectory_when_none_is_sent(stack: Stack) -> None:
     seen = set()
     for _ in range(3):
-        async with http.get(f"{stack.url}/healthz") as response:
+        async with stack.http.get("/healthz") as response:
             seen.add((response.headers["X-Trajectory-Id"], response.headers["X-Trace-Id"]))
     assert len({t for t, _ in seen}) == 3
     assert len({t for _, t in seen}) == 3
@@ -154,8 +140,8 @@ async def test_each_request_gets_its_own_trajectory_when_none_is_sent(stack: Sta
 
 # --- tool routes -----------------------------------------------------------------------------------
 
-async def test_list_tools_as_openai_specs(stack: Stack, http: aiohttp.ClientSession) -> None:
-    async with http.get(f"{stack.url}/v1/tools") as response:
+async def test_list_tools_as_openai_specs(stack: Stack) -> None:
+    async with stack.http.get("/v1/tools") as response:
         assert response.status == 200
         listing = await response.json()
     assert listing["object"] == "list"
@@ -170,16 +156,14 @@ async def test_list_tools_as_openai_specs(stack: Stack, http: aiohttp.ClientSess
     assert sorted(add["parameters"]["required"]) == ["a", "b"]
 
 
-async def invoke(http: aiohttp.ClientSession, stack: Stack, name: str, payload: Any,
-                 route: str = "invoke") -> tuple[int, Any, str]:
-    async with http.post(f"{stack.url}/v1/tools/{name}/{route}", json=payload) as response:
+async def invoke(stack: Stack, name: str, payload: Any, route: str = "invoke") -> tuple[int, Any, str]:
+    async with stack.http.post(f"/v1/tools/{name}/{route}", json=payload) as response:
         return response.status, await response.json(), response.headers["X-Trace-Id"]
 
 
 @pytest.mark.parametrize("arguments", [{"a": 2, "b": 40}, '{"a": 2, "b": 40}'], ids=["object", "json-text"])
-async def test_invoke_runs_the_tool_in_one_tool_call_span(stack: Stack, http: aiohttp.ClientSession,
-                                                          arguments: Any) -> None:
-    status, body, trace_id = await invoke(http, stack, "add", {"arguments": arguments})
+async def test_invoke_runs_the_tool_in_one_tool_call_span(stack: Stack, arguments: Any) -> None:
+    status, body, trace_id = await invoke(stack, "add", {"arguments": arguments})
     assert status == 200
     assert body["status"] == "ok"
     assert body["content"] == "42"
@@ -197,8 +181,8 @@ async def test_invoke_runs_the_tool_in_one_tool_call_span(stack: Stack, http: ai
     assert stack.metric(names.METRIC_TOOL_CALLS, tool="add", outcome="ok") == 1
 
 
-async def test_invoke_with_a_renamed_argument_is_rejected(stack: Stack, http: aiohttp.ClientSession) -> None:
-    status, body, trace_id = await invoke(http, stack, "read_file", {"arguments": {"file_path": "a.txt"}})
+async def test_invoke_with_a_renamed_argument_is_rejected(stack: Stack) -> None:
+    status, body, trace_id = await invoke(stack, "read_file", {"arguments": {"file_path": "a.txt"}})
     assert status == 200  # the call was handled; its outcome is the rejection
     assert body["status"] == "rejected"
     assert body["rejection"] == {"reason": "missing_arguments"}
@@ -214,8 +198,8 @@ async def test_invoke_with_a_renamed_argument_is_rejected(stack: Stack, http: ai
 
 
 @pytest.mark.parametrize("route", ["invoke", "parse"])
-async def test_unknown_tool_is_a_404(stack: Stack, http: aiohttp.ClientSession, route: str) -> None:
-    status, body, trace_id = await invoke(http, stack, "read_fiel", {"arguments": {"path": "a"}}, route)
+async def test_unknown_tool_is_a_404(stack: Stack, route: str) -> None:
+    status, body, trace_id = await invoke(stack, "read_fiel", {"arguments": {"path": "a"}}, route)
     assert status == 404
     assert body == {"error": {"message": "there is no tool named 'read_fiel'", "type": "not_found_error",
                               "param": "name", "code": "unknown_tool"}}
@@ -227,9 +211,8 @@ async def test_unknown_tool_is_a_404(stack: Stack, http: aiohttp.ClientSession, 
 
 @pytest.mark.parametrize("route", ["invoke", "parse"])
 @pytest.mark.parametrize("arguments", [[1, 2], 3, True, None], ids=["list", "number", "bool", "null"])
-async def test_arguments_that_are_not_an_object_are_a_400(stack: Stack, http: aiohttp.ClientSession,
-                                                          route: str, arguments: Any) -> None:
-    status, body, trace_id = await invoke(http, stack, "add", {"arguments": arguments}, route)
+async def test_arguments_that_are_not_an_object_are_a_400(stack: Stack, route: str, arguments: Any) -> None:
+    status, body, trace_id = await invoke(stack, "add", {"arguments": arguments}, route)
     assert status == 400
     assert body["error"]["type"] == "invalid_request_error"
     assert body["error"]["param"] == "arguments"
@@ -237,18 +220,16 @@ async def test_arguments_that_are_not_an_object_are_a_400(stack: Stack, http: ai
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]"], ids=["broken", "array"])
-async def test_invoke_body_that_is_not_a_json_object_is_a_400(stack: Stack, http: aiohttp.ClientSession,
-                                                              raw: bytes) -> None:
-    async with http.post(f"{stack.url}/v1/tools/add/invoke", data=raw,
-                         headers={"Content-Type": "application/json"}) as response:
+async def test_invoke_body_that_is_not_a_json_object_is_a_400(stack: Stack, raw: bytes) -> None:
+    async with stack.http.post("/v1/tools/add/invoke", data=raw,
+                               headers={"Content-Type": "application/json"}) as response:
         assert response.status == 400
         body = await response.json()
     assert body["error"]["code"] == "invalid_json"
 
 
-async def test_arguments_text_that_is_not_an_object_is_a_rejection(stack: Stack,
-                                                                   http: aiohttp.ClientSession) -> None:
-    status, body, trace_id = await invoke(http, stack, "add", {"arguments": "[1, 2]"})
+async def test_arguments_text_that_is_not_an_object_is_a_rejection(stack: Stack) -> None:
+    status, body, trace_id = await invoke(stack, "add", {"arguments": "[1, 2]"})
     assert status == 200
     assert (body["status"], body["rejection"]) == ("rejected", {"reason": "invalid_json"})
     assert len(tool_call_spans(stack, trace_id)) == 1
@@ -267,24 +248,22 @@ async def recording(make_stack: StackFactory) -> tuple[Stack, list[dict[str, Any
     return await make_stack(registry=registry), calls
 
 
-async def test_parse_is_a_dry_run(recording: tuple[Stack, list[dict[str, Any]]],
-                                  http: aiohttp.ClientSession) -> None:
+async def test_parse_is_a_dry_run(recording: tuple[Stack, list[dict[str, Any]]]) -> None:
     stack, calls = recording
-    status, body, trace_id = await invoke(http, stack, "book", {"arguments": {"city": "Oslo", "nights": 2}}, "parse")
+    status, body, trace_id = await invoke(stack, "book", {"arguments": {"city": "Oslo", "nights": 2}}, "parse")
     assert status == 200
     assert body == {"valid": True, "arguments": {"city": "Oslo", "nights": 2}}
     assert calls == []
     assert tool_call_spans(stack, trace_id) == []
     # The same arguments through invoke do run the body: the dry run really was one.
-    status, body, _ = await invoke(http, stack, "book", {"arguments": {"city": "Oslo", "nights": 2}})
+    status, body, _ = await invoke(stack, "book", {"arguments": {"city": "Oslo", "nights": 2}})
     assert (status, body["status"], body["content"]) == (200, "ok", "recorded")
     assert calls == [{"city": "Oslo", "nights": 2}]
 
 
-async def test_parse_reports_a_bad_call(recording: tuple[Stack, list[dict[str, Any]]],
-                                        http: aiohttp.ClientSession) -> None:
+async def test_parse_reports_a_bad_call(recording: tuple[Stack, list[dict[str, Any]]]) -> None:
     stack, calls = recording
-    status, body, _ = await invoke(http, stack, "book", {"arguments": {"city_name": "Oslo"}}, "parse")
+    status, body, _ = await invoke(stack, "book", {"arguments": {"city_name": "Oslo"}}, "parse")
     assert status == 200
     assert body["valid"] is False
     assert body["reason"] == "missing_arguments"
@@ -296,9 +275,9 @@ async def test_parse_reports_a_bad_call(recording: tuple[Stack, list[dict[str, A
 
 # --- metrics and health ----------------------------------------------------------------------------
 
-async def test_metrics_default_to_prometheus_text(stack: Stack, http: aiohttp.ClientSession) -> None:
-    await invoke(http, stack, "add", {"arguments": {"a": 1, "b": 2}})
-    async with http.get(f"{stack.url}/metrics") as response:
+async def test_metrics_default_to_prometheus_text(stack: Stack) -> None:
+    await invoke(stack, "add", {"arguments": {"a": 1, "b": 2}})
+    async with stack.http.get("/metrics") as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = await response.text()
@@ -308,9 +287,9 @@ async def test_metrics_default_to_prometheus_text(stack: Stack, http: aiohttp.Cl
     assert "# EOF" not in text
 
 
-async def test_openmetrics_carries_the_trace_id_exemplar(stack: Stack, http: aiohttp.ClientSession) -> None:
-    _, _, trace_id = await invoke(http, stack, "add", {"arguments": {"a": 1, "b": 2}})
-    async with http.get(f"{stack.url}/metrics", headers={"Accept": OPENMETRICS}) as response:
+async def test_openmetrics_carries_the_trace_id_exemplar(stack: Stack) -> None:
+    _, _, trace_id = await invoke(stack, "add", {"arguments": {"a": 1, "b": 2}})
+    async with stack.http.get("/metrics", headers={"Accept": OPENMETRICS}) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
         text = await response.text()
@@ -321,13 +300,13 @@ async def test_openmetrics_carries_the_trace_id_exemplar(stack: Stack, http: aio
     assert exemplars == [trace_id]
 
 
-async def test_requests_are_counted_by_route(stack: Stack, http: aiohttp.ClientSession) -> None:
+async def test_requests_are_counted_by_route(stack: Stack) -> None:
     for _ in range(2):
-        async with http.get(f"{stack.url}/healthz") as response:
+        async with stack.http.get("/healthz") as response:
             assert response.status == 200
-    await invoke(http, stack, "add", {"arguments": {"a": 1, "b": 2}})
-    await invoke(http, stack, "nope", {"arguments": {}})
-    async with http.get(f"{stack.url}/v1/nothing/here") as response:
+    await invoke(stack, "add", {"arguments": {"a": 1, "b": 2}})
+    await invoke(stack, "nope", {"arguments": {}})
+    async with stack.http.get("/v1/nothing/here") as response:
         assert response.status == 404
     assert stack.metric(names.METRIC_REQUESTS, route="/healthz", status="200") == 2
     assert stack.metric(names.METRIC_REQUESTS, route="/v1/tools/{name}/invoke", status="200") == 1
@@ -337,8 +316,8 @@ async def test_requests_are_counted_by_route(stack: Stack, http: aiohttp.ClientS
 
 
 @pytest.mark.parametrize(("path", "expected"), [("/healthz", {"status": "ok"}), ("/readyz", {"status": "ready"})])
-async def test_health(stack: Stack, http: aiohttp.ClientSession, path: str, expected: dict[str, str]) -> None:
-    async with http.get(f"{stack.url}{path}") as response:
+async def test_health(stack: Stack, path: str, expected: dict[str, str]) -> None:
+    async with stack.http.get(path) as response:
         assert response.status == 200
         assert response.content_type == "application/json"
         assert await response.json() == expected
@@ -358,7 +337,7 @@ async def test_which_key_reaches_the_provider(make_stack: StackFactory, key: str
         assert not any("sk-test" in value for value in headers.values())
 
 
-async def test_provider_key_never_leaks(make_stack: StackFactory, http: aiohttp.ClientSession) -> None:
+async def test_provider_key_never_leaks(make_stack: StackFactory) -> None:
     secret = "sk-provider-0123456789"
     stack = await make_stack(upstream_api_key=secret)
     stack.script.then(Reply(tool_calls=[("read_file", {"file_path": "x"})]), Reply(content="hi"),
@@ -367,7 +346,7 @@ async def test_provider_key_never_leaks(make_stack: StackFactory, http: aiohttp.
 
     async def fetch(method: str, path: str, accept: str = "*/*", **kwargs: Any) -> None:
         headers = {"Authorization": "Bearer sk-caller", "Accept": accept}
-        async with http.request(method, f"{stack.url}{path}", headers=headers, **kwargs) as response:
+        async with stack.http.request(method, path, headers=headers, **kwargs) as response:
             seen.append(await response.read())
             seen.append(json.dumps(dict(response.headers)).encode())
 
@@ -389,13 +368,13 @@ async def test_provider_key_never_leaks(make_stack: StackFactory, http: aiohttp.
             assert secret not in str(value), span.name
 
 
-async def test_the_builtin_model_remembers_only_its_last_requests() -> None:
+async def test_the_builtin_model_remembers_only_its_last_requests(aiohttp_client: AiohttpClient) -> None:
     """`toolspan serve` can run the built-in model for days: what it keeps must not grow."""
     model = ScriptedModel(FastPolicy(), keep=2)
-    async with TestServer(model.app()) as server, aiohttp.ClientSession() as session:
-        for n in range(3):
-            body = {"model": "m", "messages": [{"role": "user", "content": f"question {n}"}]}
-            async with session.post(server.make_url("/v1/chat/completions"), json=body) as response:
-                assert response.status == 200
+    http = await aiohttp_client(model.app())
+    for n in range(3):
+        body = {"model": "m", "messages": [{"role": "user", "content": f"question {n}"}]}
+        async with http.post("/v1/chat/completions", json=body) as response:
+            assert response.status == 200
     assert [r["messages"][0]["content"] for r in model.requests] == ["question 1", "question 2"]
     assert len(model.request_headers) == 2

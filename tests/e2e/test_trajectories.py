@@ -22,9 +22,7 @@ from gateway.demo.model import Reply
 from gateway.runtime import gateway, serving
 from gateway.settings import Settings
 from telemetry import names
-from tests.conftest import Script, Stack, StackFactory, sample_registry
-
-USER = [{"role": "user", "content": "go"}]
+from tests.conftest import TEST_KEY, USER, Script, Stack, StackFactory, sample_registry
 
 
 @dataclass
@@ -168,10 +166,11 @@ async def test_the_last_spans_are_flushed_on_shutdown(receiver: tuple[Receiver, 
     found, url = receiver
     script = Script().then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
     settings = Settings(port=0, otel_exporter_otlp_endpoint=url)
+    # `gateway()` itself, not the fixtures: what is under test is that leaving it (as `toolspan serve` does)
+    # shuts the tracer provider down, and the fixtures would do that only after the test.
     async with gateway(settings, sample_registry(), policy=script) as (gateway_url, _, _):
-        client = AsyncOpenAI(base_url=f"{gateway_url}/v1", api_key="sk-test-key", max_retries=0)
-        raw = await client.chat.completions.with_raw_response.create(model="m", messages=USER)
-        await client.close()
+        async with AsyncOpenAI(base_url=f"{gateway_url}/v1", api_key=TEST_KEY, max_retries=0) as client:
+            raw = await client.chat.completions.with_raw_response.create(model="m", messages=USER)
         assert not found.received.is_set()  # still in the batch: nothing forced it out yet
     await found.wait()  # leaving the gateway shut the provider down, which exported the batch
     trace_id = bytes.fromhex(raw.headers["x-trace-id"])

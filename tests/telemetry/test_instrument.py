@@ -16,11 +16,8 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 from gateway.tools import (
-    Interrupt,
-    Param,
     Tool,
     ToolCall,
-    ToolError,
     ToolExecutor,
     ToolOutcome,
     ToolRegistry,
@@ -30,6 +27,7 @@ from telemetry import names
 from telemetry.instrument import ArgumentCapture, Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
+from tests.conftest import every_outcome_registry
 
 
 @dataclass
@@ -55,46 +53,13 @@ class Rig:
         return outcome
 
 
-async def _hang(args: dict[str, Any]) -> str:
-    await asyncio.Event().wait()
-    return "never"
-
-
-async def _interrupt(args: dict[str, Any]) -> str:
-    raise Interrupt("needs a human", data={"ticket": "T-1"})
-
-
-async def _refuse(args: dict[str, Any]) -> str:
-    raise ToolError("the file is locked")
-
-
-async def _crash(args: dict[str, Any]) -> str:
-    raise ValueError("disk on fire")
-
-
-def _strict_parser(args: dict[str, Any]) -> None:
-    raise ToolError("path must be absolute")
-
-
-def _tools() -> list[Tool]:
-    read = [Param("path", "string", required=True), Param("offset", "integer")]
-    return [
-        Tool(name="read_file", parameters=read, function=lambda a: f"read {a['path']}"),
-        Tool(name="locked", function=_refuse),
-        Tool(name="crash", function=_crash),
-        Tool(name="slow", function=_hang, timeout=0.05),
-        Tool(name="review", function=_interrupt),
-        Tool(name="strict", parameters=read, parse_args=_strict_parser, function=lambda a: "x"),
-        Tool(name="admin", function=lambda a: "secret stuff"),
-    ]
-
-
 def make_rig(capture: ArgumentCapture | None = None, tools: list[Tool] | None = None) -> Rig:
     exporter = InMemorySpanExporter()
     provider = build_provider(processors=[SimpleSpanProcessor(exporter)])
     registry = CollectorRegistry()
     instrumentation = Telemetry(tracer_of(provider), Metrics(registry), capture)
-    return Rig(exporter, registry, ToolExecutor(ToolRegistry(tools or _tools()), instrumentation))
+    available = ToolRegistry(tools) if tools else every_outcome_registry()
+    return Rig(exporter, registry, ToolExecutor(available, instrumentation))
 
 
 @pytest.fixture

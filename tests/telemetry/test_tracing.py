@@ -19,6 +19,7 @@ from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, exporters_for, tracer_of
+from tests.conftest import REMOTE_SPAN, REMOTE_TRACE
 
 
 def test_no_exporter_unless_asked_or_an_endpoint_is_set() -> None:
@@ -71,10 +72,6 @@ def test_service_name_and_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
     provider.shutdown()
 
 
-REMOTE_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-REMOTE_SPAN_ID = "00f067aa0ba902b7"
-
-
 def _recorded(sampler: Sampler = DEFAULT_ON) -> tuple[Telemetry, InMemorySpanExporter, CollectorRegistry]:
     """Telemetry on a provider that keeps every ended span in memory."""
     provider = TracerProvider(sampler=sampler)
@@ -115,14 +112,14 @@ def test_request_and_chat_spans_are_recorded_when_their_scopes_end() -> None:
 @pytest.mark.parametrize("flags", ["00", "01"])
 def test_a_remote_parent_is_followed_sampled_or_not(flags: str) -> None:
     telemetry, exporter, _ = _recorded()
-    incoming = f"00-{REMOTE_TRACE_ID}-{REMOTE_SPAN_ID}-{flags}"
+    incoming = f"00-{REMOTE_TRACE}-{REMOTE_SPAN}-{flags}"
     with telemetry.request(_info({"traceparent": incoming})) as request:
         with telemetry.chat("m", stream=True) as chat:
             headers: dict[str, str] = {}
             chat.inject(headers)
         request.finish(200, RequestRecord())
-    assert request.trace_id == REMOTE_TRACE_ID
-    assert headers["traceparent"].startswith(f"00-{REMOTE_TRACE_ID}-")
+    assert request.trace_id == REMOTE_TRACE
+    assert headers["traceparent"].startswith(f"00-{REMOTE_TRACE}-")
     assert int(headers["traceparent"][-2:], 16) & 1 == int(flags, 16)
     exported = exporter.get_finished_spans()
     if flags == "00":
@@ -131,7 +128,7 @@ def test_a_remote_parent_is_followed_sampled_or_not(flags: str) -> None:
     server = next(s for s in exported if s.kind is SpanKind.SERVER)
     assert server.parent is not None
     assert server.parent.is_remote
-    assert (server.parent.trace_id, server.parent.span_id) == (int(REMOTE_TRACE_ID, 16), int(REMOTE_SPAN_ID, 16))
+    assert (server.parent.trace_id, server.parent.span_id) == (int(REMOTE_TRACE, 16), int(REMOTE_SPAN, 16))
 
 
 def test_a_host_application_hands_in_its_own_tracer_provider() -> None:

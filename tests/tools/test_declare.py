@@ -193,7 +193,7 @@ async def test_a_toolcontext_parameter_receives_the_context_and_is_hidden_from_t
 
     assert list(properties(whoami)) == ["greeting"]
     assert whoami.schema["required"] == ["greeting"]
-    outcome = await whoami.execute('{"greeting": "hi"}', CTX)
+    outcome = await whoami.call('{"greeting": "hi"}', CTX)
     assert (outcome.status, outcome.content) == ("ok", "hi team-a")
     assert seen == [CTX]
 
@@ -203,7 +203,7 @@ async def test_a_context_sent_by_the_model_is_not_accepted_as_an_argument() -> N
     def whoami(ctx: ToolContext) -> str:
         return ctx.tool_call_id
 
-    outcome = await whoami.execute('{"ctx": "forged"}', CTX)
+    outcome = await whoami.call('{"ctx": "forged"}', CTX)
     assert (outcome.status, outcome.content) == ("ok", "call-1")
 
 
@@ -215,7 +215,7 @@ async def test_async_function_executes_on_the_loop() -> None:
     async def add(a: int, b: int = 1) -> int:
         return a + b
 
-    outcome = await add.execute('{"a": 2}', CTX)
+    outcome = await add.call('{"a": 2}', CTX)
     assert (outcome.status, outcome.content, outcome.processed_content) == ("ok", "3", 3)
 
 
@@ -227,7 +227,7 @@ async def test_sync_function_executes_in_a_thread() -> None:
         threads.append(threading.get_ident())
         return a + b
 
-    outcome = await add.execute({"a": 2, "b": 5}, CTX)
+    outcome = await add.call({"a": 2, "b": 5}, CTX)
     assert (outcome.status, outcome.processed_content) == ("ok", 7)
     assert threads != [threading.get_ident()]
 
@@ -238,10 +238,10 @@ async def test_arguments_are_validated_and_coerced_by_the_signature() -> None:
         assert isinstance(person, Person)
         return f"{person.address.street} x{count}"
 
-    ok = await save.execute('{"person": {"name": "a", "address": {"street": "Main", "title": "Dr"}}, "count": "3"}',
+    ok = await save.call('{"person": {"name": "a", "address": {"street": "Main", "title": "Dr"}}, "count": "3"}',
                             CTX)
     assert (ok.status, ok.content) == ("ok", "Main x3")
-    bad = await save.execute('{"persn": {}, "count": "many"}', CTX)
+    bad = await save.call('{"persn": {}, "count": "many"}', CTX)
     assert bad.status == "rejected"
     assert "- person: missing (required)" in bad.content
     assert "- count: Input should be a valid integer" in bad.content

@@ -23,7 +23,7 @@ from gateway.tools import (
     ToolOutcome,
     ToolResult,
     accepted_param_names,
-    decode_arguments,
+    read_arguments,
     required_param_names,
 )
 
@@ -216,7 +216,7 @@ def test_required_and_accepted_param_names(declaration: dict[str, Any], required
 
 @pytest.mark.parametrize("raw", ["{bad", "{'path': 'a'}", '{"path": "a"', "path=a"])
 async def test_invalid_json_is_rejected(raw: str) -> None:
-    outcome = await make(parameters=READ_PARAMS).execute(raw, CTX)
+    outcome = await make(parameters=READ_PARAMS).call(raw, CTX)
     assert outcome.status == "rejected"
     assert outcome.rejection is not None
     assert outcome.rejection.reason == "invalid_json"
@@ -230,7 +230,7 @@ async def test_invalid_json_is_rejected(raw: str) -> None:
      ("null", "null"), ("true", "a boolean")],
 )
 async def test_json_that_is_not_an_object_is_rejected(raw: str, kind: str) -> None:
-    outcome = await make(parameters=READ_PARAMS).execute(raw, CTX)
+    outcome = await make(parameters=READ_PARAMS).call(raw, CTX)
     assert outcome.status == "rejected"
     assert outcome.error_type == "invalid_json"
     assert outcome.content == f"Tool 'read': the arguments must be a JSON object of named parameters, not {kind}."
@@ -246,7 +246,7 @@ async def test_json_that_is_not_an_object_is_rejected(raw: str, kind: str) -> No
 )
 async def test_json_python_cannot_read_is_rejected_not_raised(raw: str, message: str) -> None:
     body = Recorder()
-    outcome = await make(body).execute(raw, CTX)
+    outcome = await make(body).call(raw, CTX)
     assert (outcome.status, outcome.error_type) == ("rejected", "invalid_json")
     assert message in outcome.content
     assert body.calls == []
@@ -255,7 +255,7 @@ async def test_json_python_cannot_read_is_rejected_not_raised(raw: str, message:
 @pytest.mark.parametrize("raw", ["", "   ", None, {}, "{}"])
 async def test_empty_arguments_mean_an_empty_object(raw: str | None) -> None:
     body = Recorder()
-    outcome = await make(body).execute(raw, CTX)
+    outcome = await make(body).call(raw, CTX)
     assert outcome.status == "ok"
     assert body.args == [{}]
 
@@ -265,12 +265,12 @@ async def test_empty_arguments_mean_an_empty_object(raw: str | None) -> None:
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
     max_leaves=10)))
 def test_decode_round_trips_any_json_object(value: dict[str, Any]) -> None:
-    assert decode_arguments("t", json.dumps(value)) == value
+    assert read_arguments("t", json.dumps(value)) == value
 
 
 @given(st.text())
 def test_decode_never_raises(raw: str) -> None:
-    decoded = decode_arguments("t", raw)
+    decoded = read_arguments("t", raw)
     assert isinstance(decoded, dict) or decoded.reason == "invalid_json"
 
 
@@ -279,7 +279,7 @@ def test_decode_never_raises(raw: str) -> None:
 
 async def test_a_renamed_argument_gets_one_message_naming_missing_unrecognized_and_accepted() -> None:
     body = Recorder()
-    outcome = await make(body, parameters=READ_PARAMS).execute('{"file_path": "a.txt"}', CTX)
+    outcome = await make(body, parameters=READ_PARAMS).call('{"file_path": "a.txt"}', CTX)
     assert outcome.status == "rejected"
     assert outcome.rejection is not None
     assert outcome.rejection.reason == "missing_arguments"
@@ -298,7 +298,7 @@ async def test_a_renamed_argument_gets_one_message_naming_missing_unrecognized_a
 
 async def test_an_unknown_accepted_list_prints_no_unrecognized_line() -> None:
     built = make(parameters_schema={"type": "object", "required": ["path"]})
-    outcome = await built.execute('{"file_path": "a.txt"}', CTX)
+    outcome = await built.call('{"file_path": "a.txt"}', CTX)
     assert outcome.status == "rejected"
     assert "Missing: path" in outcome.content
     assert "Unrecognized" not in outcome.content
@@ -308,7 +308,7 @@ async def test_an_unknown_accepted_list_prints_no_unrecognized_line() -> None:
 async def test_the_check_is_presence_only() -> None:
     body = Recorder()
     built = make(body, parameters=[*READ_PARAMS, Param("unit", "string", enum=["c", "f"])])
-    outcome = await built.execute('{"path": 7, "unit": "kelvin", "extra": true}', CTX)
+    outcome = await built.call('{"path": 7, "unit": "kelvin", "extra": true}', CTX)
     assert outcome.status == "ok"
     assert body.args == [{"path": 7, "unit": "kelvin", "extra": True}]
 
@@ -318,7 +318,7 @@ async def test_the_check_is_presence_only() -> None:
 
 async def test_parser_returning_none_hands_over_the_args_as_they_are() -> None:
     body = Recorder()
-    outcome = await make(body, parameters=READ_PARAMS, parse_args=gives(None)).execute(
+    outcome = await make(body, parameters=READ_PARAMS, parse_args=gives(None)).call(
         '{"path": "a.txt"}', CTX)
     assert outcome.status == "ok"
     assert body.args == [{"path": "a.txt"}]
@@ -326,7 +326,7 @@ async def test_parser_returning_none_hands_over_the_args_as_they_are() -> None:
 
 async def test_parser_returning_a_dict_replaces_the_args() -> None:
     body = Recorder()
-    outcome = await make(body, parse_args=gives({"path": "b.txt", "offset": 3})).execute(
+    outcome = await make(body, parse_args=gives({"path": "b.txt", "offset": 3})).call(
         '{"path": "a.txt"}', CTX)
     assert outcome.status == "ok"
     assert body.args == [{"path": "b.txt", "offset": 3}]
@@ -340,7 +340,7 @@ async def test_two_argument_parser_receives_the_context() -> None:
         return {**args, "tenant": context.principal}
 
     body = Recorder()
-    outcome = await make(body, parse_args=parse).execute('{"id": 1}', CTX)
+    outcome = await make(body, parse_args=parse).call('{"id": 1}', CTX)
     assert outcome.status == "ok"
     assert seen == [CTX]
     assert body.args == [{"id": 1, "tenant": "key-a"}]
@@ -351,14 +351,14 @@ async def test_async_parser_is_awaited() -> None:
         return {"n": int(args["n"]) * 2}
 
     body = Recorder()
-    outcome = await make(body, parse_args=parse).execute('{"n": "21"}', CTX)
+    outcome = await make(body, parse_args=parse).call('{"n": "21"}', CTX)
     assert outcome.status == "ok"
     assert body.args == [{"n": 42}]
 
 
 async def test_parser_tool_error_is_the_verbatim_rejection() -> None:
     body = Recorder()
-    outcome = await make(body, parse_args=raises(ToolError("x"))).execute("{}", CTX)
+    outcome = await make(body, parse_args=raises(ToolError("x"))).call("{}", CTX)
     assert (outcome.status, outcome.content) == ("rejected", "x")
     assert outcome.rejection is not None
     assert outcome.rejection.reason == "parser"
@@ -369,7 +369,7 @@ async def test_parser_tool_error_is_the_verbatim_rejection() -> None:
 async def test_parser_crash_is_rescued_in_its_own_formatting() -> None:
     crash = ValueError("bad date")
     body = Recorder()
-    outcome = await make(body, parse_args=raises(crash)).execute("{}", CTX)
+    outcome = await make(body, parse_args=raises(crash)).call("{}", CTX)
     assert (outcome.status, outcome.content) == ("rejected", "ERROR: (ValueError) bad date")
     assert outcome.exception is crash
     assert outcome.traceback is not None
@@ -380,7 +380,7 @@ async def test_parser_crash_is_rescued_in_its_own_formatting() -> None:
 @pytest.mark.parametrize(("value", "type_name"), [("ok", "str"), (["a"], "list"), (True, "bool")])
 async def test_parser_returning_a_wrong_type_is_a_rejection(value: Any, type_name: str) -> None:
     body = Recorder()
-    outcome = await make(body, name="p", parse_args=gives(value)).execute("{}", CTX)
+    outcome = await make(body, name="p", parse_args=gives(value)).call("{}", CTX)
     assert outcome.status == "rejected"
     assert outcome.content == (f"ERROR: (TypeError) parse_args of tool 'p' returned {type_name}; "
                                "it must return None or a dict, or raise ToolError")
@@ -390,7 +390,7 @@ async def test_parser_returning_a_wrong_type_is_a_rejection(value: Any, type_nam
 
 async def test_a_parser_replaces_the_required_key_check() -> None:
     body = Recorder()
-    outcome = await make(body, parameters=READ_PARAMS, parse_args=gives(None)).execute(
+    outcome = await make(body, parameters=READ_PARAMS, parse_args=gives(None)).call(
         '{"file_path": "a.txt"}', CTX)
     assert outcome.status == "ok"
     assert body.args == [{"file_path": "a.txt"}]
@@ -409,7 +409,7 @@ def lookup_path(args: dict[str, Any]) -> str:
 )
 async def test_with_a_parser_a_body_key_error_keeps_its_own_formatting(declaration: dict[str, Any]) -> None:
     args = {"vendor_name": "v", "total": 1} if "args_model" in declaration else {"file_path": "a.txt"}
-    outcome = await make(lookup_path, **declaration).execute(args, CTX)
+    outcome = await make(lookup_path, **declaration).call(args, CTX)
     assert (outcome.status, outcome.content) == ("error", "ERROR: (KeyError) 'path'")
     assert isinstance(outcome.exception, KeyError)
     assert outcome.names is None
@@ -420,7 +420,7 @@ async def test_with_a_parser_a_body_key_error_keeps_its_own_formatting(declarati
 
 async def test_args_model_lists_every_violation_in_one_message() -> None:
     body = Recorder()
-    outcome = await make(body, name="inv", args_model=Invoice).execute(
+    outcome = await make(body, name="inv", args_model=Invoice).call(
         '{"vendorName": "Acme", "total": "lots", "currency": "gbp"}', CTX)
     assert outcome.status == "rejected"
     assert outcome.rejection is not None
@@ -439,7 +439,7 @@ async def test_args_model_lists_every_violation_in_one_message() -> None:
 
 
 async def test_args_model_type_violation_alone_is_a_parser_rejection() -> None:
-    outcome = await make(name="inv", args_model=Invoice).execute('{"vendor_name": "Acme", "total": "lots"}', CTX)
+    outcome = await make(name="inv", args_model=Invoice).call('{"vendor_name": "Acme", "total": "lots"}', CTX)
     assert outcome.status == "rejected"
     assert outcome.rejection is not None
     assert outcome.rejection.reason == "parser"
@@ -447,10 +447,10 @@ async def test_args_model_type_violation_alone_is_a_parser_rejection() -> None:
 
 
 async def test_args_model_with_only_missing_arguments_speaks_like_the_plain_check() -> None:
-    modelled = await make(name="inv", args_model=Invoice).execute('{"vendorName": "Acme"}', CTX)
+    modelled = await make(name="inv", args_model=Invoice).call('{"vendorName": "Acme"}', CTX)
     plain = await make(name="inv", parameters=[Param("vendor_name", "string", required=True),
                                                Param("total", "number", required=True),
-                                               Param("currency", "string")]).execute('{"vendorName": "Acme"}', CTX)
+                                               Param("currency", "string")]).call('{"vendorName": "Acme"}', CTX)
     assert modelled.status == plain.status == "rejected"
     assert modelled.content == plain.content
     assert modelled.content.splitlines()[:3] == [
@@ -462,7 +462,7 @@ async def test_args_model_with_only_missing_arguments_speaks_like_the_plain_chec
 
 async def test_args_model_hands_the_body_validated_values_with_defaults() -> None:
     body = Recorder()
-    outcome = await make(body, args_model=Invoice).execute('{"vendor_name": "Acme", "total": "12.5"}', CTX)
+    outcome = await make(body, args_model=Invoice).call('{"vendor_name": "Acme", "total": "12.5"}', CTX)
     assert outcome.status == "ok"
     assert body.args == [{"vendor_name": "Acme", "total": 12.5, "currency": "usd"}]
 
@@ -491,7 +491,7 @@ async def test_parse_arguments_returns_what_the_body_will_receive(declaration: d
     parsed = await built.parse_arguments(raw, CTX)
     assert parsed == Parsed(expected)
     assert body.calls == []
-    outcome = await built.execute(raw, CTX)
+    outcome = await built.call(raw, CTX)
     assert outcome.status == "ok"
     assert body.args == [parsed.arguments]
     assert outcome.arguments == parsed.arguments
@@ -512,7 +512,7 @@ async def test_parse_arguments_rejects_with_the_message_execution_would_send(dec
     built = make(body, **declaration)
     parsed = await built.parse_arguments(raw, CTX)
     assert isinstance(parsed, Rejection)
-    outcome = await built.execute(raw, CTX)
+    outcome = await built.call(raw, CTX)
     assert (outcome.status, outcome.content) == ("rejected", parsed.message)
     assert outcome.rejection is not None
     assert outcome.rejection.reason == parsed.reason
@@ -543,7 +543,7 @@ def splat(args: dict[str, Any]) -> str:
 )
 async def test_a_body_failing_on_an_argument_name_gets_the_did_you_mean_message(
         body: Callable[..., Any], raw: dict[str, Any], headline: str, missing: str | None) -> None:
-    outcome = await make(body, parameters=OPTIONAL_READ_PARAMS).execute(raw, CTX)
+    outcome = await make(body, parameters=OPTIONAL_READ_PARAMS).call(raw, CTX)
     assert outcome.status == "error"
     assert isinstance(outcome.content, str)
     lines = outcome.content.splitlines()
@@ -557,7 +557,7 @@ async def test_a_body_failing_on_an_argument_name_gets_the_did_you_mean_message(
 
 
 async def test_a_body_missing_a_positional_argument_gets_the_missing_message() -> None:
-    outcome = await make(splat, parameters=OPTIONAL_READ_PARAMS).execute({}, CTX)
+    outcome = await make(splat, parameters=OPTIONAL_READ_PARAMS).call({}, CTX)
     assert outcome.status == "error"
     assert outcome.content.splitlines()[:3] == [
         "Tool 'read': required arguments are missing.",
@@ -567,7 +567,7 @@ async def test_a_body_missing_a_positional_argument_gets_the_missing_message() -
 
 
 async def test_a_body_key_error_on_an_undeclared_tool_still_names_the_argument() -> None:
-    outcome = await make(lookup_path, parameters_schema={"type": "object"}).execute({"file_path": "a"}, CTX)
+    outcome = await make(lookup_path, parameters_schema={"type": "object"}).call({"file_path": "a"}, CTX)
     assert outcome.status == "error"
     assert outcome.content.startswith("Tool 'read': the tool needs argument 'path', which was not sent.")
     assert "Unrecognized" not in outcome.content
@@ -595,7 +595,7 @@ def bad_call(args: dict[str, Any]) -> str:
     ],
 )
 async def test_other_body_failures_are_not_argument_diagnostics(body: Callable[..., Any], content: str) -> None:
-    outcome = await make(body, parameters=READ_PARAMS).execute({"path": "a.txt"}, CTX)
+    outcome = await make(body, parameters=READ_PARAMS).call({"path": "a.txt"}, CTX)
     assert (outcome.status, outcome.content) == ("error", content)
     assert outcome.names is None
 
@@ -604,13 +604,13 @@ async def test_other_body_failures_are_not_argument_diagnostics(body: Callable[.
 
 
 async def test_a_string_result_is_the_content() -> None:
-    outcome = await returning("hello").execute({}, CTX)
+    outcome = await returning("hello").call({}, CTX)
     assert (outcome.status, outcome.content, outcome.processed_content) == ("ok", "hello", None)
 
 
 @pytest.mark.parametrize("value", [{"a": [1, 2]}, [1, "two"], 3, 2.5, True, False, None])
 async def test_native_results_are_json_content_and_kept_as_processed_content(value: Any) -> None:
-    outcome = await returning(value).execute({}, CTX)
+    outcome = await returning(value).call({}, CTX)
     assert outcome.status == "ok"
     assert isinstance(outcome.content, str)
     assert json.loads(outcome.content) == value
@@ -620,7 +620,7 @@ async def test_native_results_are_json_content_and_kept_as_processed_content(val
 
 async def test_a_pydantic_model_result_is_json_content() -> None:
     invoice = Invoice(vendor_name="Acme", total=3)
-    outcome = await returning(invoice).execute({}, CTX)
+    outcome = await returning(invoice).call({}, CTX)
     assert outcome.status == "ok"
     assert json.loads(str(outcome.content)) == {"vendor_name": "Acme", "total": 3.0, "currency": "usd"}
     assert outcome.processed_content is invoice
@@ -630,7 +630,7 @@ async def test_tool_result_gives_full_control() -> None:
     parts = [{"type": "text", "text": "see image"}, {"type": "image_url", "image_url": {"url": "data:,x"}}]
     result = ToolResult(content=parts, processed_content={"id": 7}, display_text="Rendered",
                         options={"cache_control": {"type": "ephemeral"}})
-    outcome = await make(gives(result), display_text="Rendering").execute({}, CTX)
+    outcome = await make(gives(result), display_text="Rendering").call({}, CTX)
     assert outcome.status == "ok"
     assert outcome.content == parts
     assert outcome.processed_content == {"id": 7}
@@ -640,26 +640,26 @@ async def test_tool_result_gives_full_control() -> None:
 
 
 async def test_tool_result_falls_back_to_the_tools_display_text() -> None:
-    outcome = await make(gives(ToolResult(content="x")), display_text="Reading").execute({}, CTX)
+    outcome = await make(gives(ToolResult(content="x")), display_text="Reading").call({}, CTX)
     assert outcome.display_text == "Reading"
 
 
 async def test_tool_result_is_error_is_an_error_outcome() -> None:
-    outcome = await returning(ToolResult(content="quota exceeded", is_error=True)).execute({}, CTX)
+    outcome = await returning(ToolResult(content="quota exceeded", is_error=True)).call({}, CTX)
     assert (outcome.status, outcome.content, outcome.error_type) == ("error", "quota exceeded", "tool_error")
     assert outcome.failed
 
 
 @pytest.mark.parametrize("content", [["not", "parts"], {"type": "text"}, [{"x": object()}]])
 async def test_tool_result_with_unusable_content_is_an_error(content: Any) -> None:
-    outcome = await returning(ToolResult(content=content)).execute({}, CTX)
+    outcome = await returning(ToolResult(content=content)).call({}, CTX)
     assert outcome.status == "error"
     assert outcome.content == ("ERROR: (TypeError) ToolResult.content must be a string "
                                "or a list of JSON content parts")
 
 
 async def test_an_unserialisable_result_is_an_error_outcome_not_an_exception() -> None:
-    outcome = await returning(object()).execute({}, CTX)
+    outcome = await returning(object()).call({}, CTX)
     assert outcome.status == "error"
     assert isinstance(outcome.content, str)
     assert outcome.content.startswith("ERROR: (TypeError) result of type object cannot be sent to the model")
@@ -670,14 +670,14 @@ async def test_an_unserialisable_result_is_an_error_outcome_not_an_exception() -
 
 
 async def test_tool_error_is_sent_verbatim() -> None:
-    outcome = await raising(ToolError("No such file: a.txt. Try list_files first.")).execute({}, CTX)
+    outcome = await raising(ToolError("No such file: a.txt. Try list_files first.")).call({}, CTX)
     assert (outcome.status, outcome.content) == ("error", "No such file: a.txt. Try list_files first.")
     assert outcome.exception is None
 
 
 async def test_any_other_exception_is_rescued_with_exception_and_traceback_kept() -> None:
     boom = ValueError("boom")
-    outcome = await raising(boom).execute({}, CTX)
+    outcome = await raising(boom).call({}, CTX)
     assert (outcome.status, outcome.content, outcome.error_type) == ("error", "ERROR: (ValueError) boom", "ValueError")
     assert outcome.exception is boom
     assert outcome.traceback is not None
@@ -695,7 +695,7 @@ def interrupt_returned(args: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize("body", [interrupt_raised, interrupt_returned], ids=["raised", "returned"])
 async def test_interrupt_pauses_and_keeps_its_data_from_the_model(body: Callable[..., Any]) -> None:
-    outcome = await make(body).execute({}, CTX)
+    outcome = await make(body).call({}, CTX)
     assert (outcome.status, outcome.content) == ("interrupted", "review")
     assert outcome.interrupt_data == {"secret": 1}
     assert "secret" not in outcome.content_text()
@@ -717,14 +717,14 @@ async def hang(args: dict[str, Any]) -> str:
 
 
 async def test_a_per_tool_timeout_ends_the_wait_and_tells_the_model() -> None:
-    outcome = await make(hang, name="slow", timeout=0.01).execute({}, CTX, default_timeout=1000)
+    outcome = await make(hang, name="slow", timeout=0.01).call({}, CTX, default_timeout=1000)
     assert (outcome.status, outcome.error_type) == ("timeout", "timeout")
     assert outcome.content == timeout_message("slow", "0.01")
     assert outcome.failed
 
 
 async def test_the_default_timeout_applies_when_the_tool_sets_none() -> None:
-    outcome = await make(hang, name="slow").execute({}, CTX, default_timeout=0.02)
+    outcome = await make(hang, name="slow").call({}, CTX, default_timeout=0.02)
     assert (outcome.status, outcome.content) == ("timeout", timeout_message("slow", "0.02"))
 
 
@@ -738,7 +738,7 @@ async def test_a_sync_body_that_overruns_is_abandoned() -> None:
         return "late"
 
     try:
-        outcome = await make(stuck, name="slow", timeout=0.01).execute({}, CTX)
+        outcome = await make(stuck, name="slow", timeout=0.01).call({}, CTX)
         assert outcome.status == "timeout"
         assert not finished.is_set()
     finally:
@@ -746,7 +746,7 @@ async def test_a_sync_body_that_overruns_is_abandoned() -> None:
 
 
 async def test_a_body_raising_timeout_error_itself_is_an_error() -> None:
-    outcome = await make(raises(TimeoutError("upstream slow")), timeout=60).execute({}, CTX)
+    outcome = await make(raises(TimeoutError("upstream slow")), timeout=60).call({}, CTX)
     assert (outcome.status, outcome.content) == ("error", "ERROR: (TimeoutError) upstream slow")
     assert isinstance(outcome.exception, TimeoutError)
 
@@ -766,20 +766,20 @@ async def test_sync_bodies_run_in_a_thread_and_async_bodies_on_the_loop() -> Non
         seen["async"] = threading.get_ident()
         return "a"
 
-    assert (await make(sync_body).execute({}, CTX)).content == "s"
-    assert (await make(async_body).execute({}, CTX)).content == "a"
+    assert (await make(sync_body).call({}, CTX)).content == "s"
+    assert (await make(async_body).call({}, CTX)).content == "a"
     assert seen["async"] == loop_thread
     assert seen["sync"] != loop_thread
 
 
 async def test_a_two_argument_body_receives_the_context() -> None:
     body = Recorder()
-    await make(body).execute('{"q": 1}', CTX)
+    await make(body).call('{"q": 1}', CTX)
     assert body.calls == [({"q": 1}, CTX)]
 
 
 async def test_the_outcome_carries_the_calls_identity_and_arguments() -> None:
-    outcome = await make(parameters=READ_PARAMS).execute('{"path": "a.txt"}', CTX)
+    outcome = await make(parameters=READ_PARAMS).call('{"path": "a.txt"}', CTX)
     assert outcome == ToolOutcome(call_id="call-1", tool_name="read", status="ok", content="done",
                                   arguments={"path": "a.txt"})
 
@@ -788,7 +788,7 @@ async def test_a_flood_of_unrecognized_names_gives_a_bounded_message() -> None:
     tool = Tool(name="read_file", function=lambda a: "x",
                 parameters=[Param("path", "string", required=True)])
     flood = json.dumps({f"key_{i}_" + "x" * 200: i for i in range(5000)})
-    outcome = await tool.execute(flood, ToolContext(tool_call_id="c"))
+    outcome = await tool.call(flood, ToolContext(tool_call_id="c"))
     assert outcome.status == "rejected"
     assert "and 4980 more" in outcome.content_text()
     assert len(outcome.content_text()) < 3000
@@ -798,5 +798,5 @@ async def test_a_flood_of_unrecognized_names_gives_a_bounded_message() -> None:
 
 async def test_nan_results_are_json_null() -> None:
     tool = Tool(name="nan", function=lambda a: {"value": float("nan")})
-    outcome = await tool.execute("{}", ToolContext(tool_call_id="c"))
+    outcome = await tool.call("{}", ToolContext(tool_call_id="c"))
     assert (outcome.status, outcome.content) == ("ok", '{"value":null}')

@@ -1,0 +1,126 @@
+"""The engine alone, against the scripted upstream served by pytest-aiohttp: the events one run
+yields, for both APIs and both stream modes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from pytest_aiohttp import AiohttpServer
+
+from gateway.caller import Caller
+from gateway.demo.model import Reply, ScriptedModel
+from gateway.engine import Engine, Event, Finished, Keepalive, Plan, Visible, plan_chat, plan_responses
+from gateway.instrumentation import NoInstrumentation
+from gateway.state import HeldTurns
+from gateway.tools import Tool, ToolExecutor, ToolRegistry
+from gateway.upstream import Upstream
+from tests.conftest import Script, sample_registry
+
+API = pytest.mark.parametrize("api", ["chat", "responses"])
+STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+CALLER = Caller(trajectory_id="t-1", request_id="r-1")
+Run = Callable[..., Awaitable[tuple[list[Event], ScriptedModel]]]
+
+
+def plan_for(api: str, stream: bool, registry: ToolRegistry, held: HeldTurns, **extra: Any) -> Plan:
+    if api == "chat":
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra}
+        return plan_chat(body, CALLER, registry, held)
+    return plan_responses({"model": "m", "input": "hi", "stream": stream, **extra}, CALLER, registry, held)
+
+
+Build = Callable[..., Awaitable[tuple[Engine, ScriptedModel, HeldTurns]]]
+
+
+@pytest.fixture
+async def build(aiohttp_server: AiohttpServer) -> AsyncIterator[Build]:
+    """An engine whose upstream is a scripted model answering `replies` in turn."""
+    async with aiohttp.ClientSession() as session:
+        async def go(*replies: Reply, registry: ToolRegistry | None = None, keepalive: float = 5.0,
+                     max_rounds: int = 10) -> tuple[Engine, ScriptedModel, HeldTurns]:
+            model = ScriptedModel(Script().then(*replies))
+            server = await aiohttp_server(model.app())
+            held = HeldTurns(10, 60)
+            engine = Engine(Upstream(session, str(server.make_url("/v1")), None, 10, 5),
+                            ToolExecutor(registry or sample_registry()), held, NoInstrumentation(), max_rounds,
+                            keepalive)
+            return engine, model, held
+
+        yield go
+
+
+@pytest.fixture
+def run(build: Build) -> Run:
+    """Runs one plan through such an engine; returns its events and the scripted model."""
+    async def go(api: str, stream: bool, *replies: Reply, registry: ToolRegistry | None = None,
+                 **options: Any) -> tuple[list[Event], ScriptedModel]:
+        tools = registry or sample_registry()
+        engine, model, held = await build(*replies, registry=tools, **options)
+        return [e async for e in engine.run(plan_for(api, stream, tools, held), CALLER)], model
+
+    return go
+
+
+@API
+@STREAM
+async def test_one_gateway_round_then_the_answer(run: Run, api: str, stream: bool) -> None:
+    events, model = await run(api, stream, Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="three"))
+    *pieces, finished = events
+    assert isinstance(finished, Finished)
+    assert (finished.rounds, finished.client_calls, finished.limit_reached) == (2, (), False)
+    assert len(model.requests) == 2
+    if not stream:
+        assert pieces == []
+        return
+    assert all(isinstance(p, Visible) for p in pieces)
+    assert {p.round for p in pieces if isinstance(p, Visible)} <= {0, 1}
+    assert any(isinstance(p, Visible) and p.round == 1 for p in pieces)  # the answer streamed as it came
+
+
+@API
+async def test_keepalive_while_a_streamed_round_waits_for_tools(build: Build, api: str) -> None:
+    release = asyncio.Event()
+
+    async def slow(args: dict[str, Any]) -> str:
+        await release.wait()
+        return "done"
+
+    registry = ToolRegistry([Tool(name="slow", function=slow)])
+    engine, _, held = await build(Reply(tool_calls=[("slow", {})]), Reply(content="ok"), registry=registry,
+                                  keepalive=0.001)
+    events: list[Event] = []
+    async for event in engine.run(plan_for(api, True, registry, held), CALLER):
+        events.append(event)
+        if isinstance(event, Keepalive):
+            release.set()  # the tool was still running when this came: now let it finish
+    assert release.is_set()
+    assert isinstance(events[-1], Finished)
+    assert events[-1].rounds == 2
+
+
+@API
+@STREAM
+async def test_the_round_limit_ends_the_run(run: Run, api: str, stream: bool) -> None:
+    events, model = await run(api, stream, Reply(tool_calls=[("add", {"a": 1, "b": 2})]),
+                              Reply(tool_calls=[("add", {"a": 1, "b": 2})]), max_rounds=1)
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    assert (finished.rounds, finished.limit_reached, finished.finish_reason) == (2, True, "stop")
+    assert model.requests[-1]["tool_choice"] == "none"
+
+
+@API
+async def test_closing_a_streamed_run_closes_the_provider_call(build: Build, api: str) -> None:
+    """A consumer that stops reading (the client left) closes the run: the provider connection
+    goes with it, while the provider is still mid-answer."""
+    engine, model, held = await build(Reply(content="a long answer that stalls", pause_after=4))
+    events = engine.run(plan_for(api, True, sample_registry(), held), CALLER)
+    first = await anext(events)
+    assert isinstance(first, Visible)
+    await asyncio.wait_for(model.paused.wait(), 10)
+    await events.aclose()
+    await asyncio.wait_for(model.dropped.wait(), 10)
