@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if options.command == "demo":
-            from gateway.demo.session import run_demo  # the demo pulls in the openai client
+            from gateway.demo_session import run_demo  # the demo pulls in the openai client
 
             run(run_demo(api=options.api))
             return 0

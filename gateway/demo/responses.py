@@ -11,10 +11,9 @@ from __future__ import annotations
 import copy
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from gateway.demo.model import Reply
+from gateway.demo.reply import Reply
 
 _TEXT_PARTS = {"input_text", "output_text", "text"}
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}  # finish reason -> reason

@@ -6,16 +6,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.app_keys import ENGINE, HELD, REGISTRY
+from gateway.app_keys import HELD, REGISTRY
 from gateway.engine import Finished, Plan, Visible, plan_chat
 from gateway.engine.turn import summed_usage
 from gateway.errors import GatewayError
-from gateway.routes import sse
-from gateway.routes.common import answer_headers, caller_of, finished_of, read_object, reported, validate
+from gateway.routes import render
+from gateway.routes.common import caller_of, read_object, validate
 
 
 class _Function(BaseModel):
@@ -48,13 +47,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat = validate(ChatRequest, body, "a chat completion request")
     caller = caller_of(request, chat.metadata)
     plan = plan_chat(body, caller, request.app[REGISTRY], request.app[HELD])
-    events = request.app[ENGINE].run(plan, caller)
-    if plan.stream:
-        return await sse.stream(request, caller, events, ChatChunks(plan))
-    finished = await finished_of(events)
-    response = web.Response(body=orjson.dumps(completion(finished)), content_type="application/json",
-                            headers=answer_headers(caller, finished))
-    return reported(response, caller, finished)
+    return await render.answer(request, caller, plan, completion, ChatChunks(plan))
 
 
 def _joined(turns: Iterable[Any], key: str) -> str | None:
@@ -97,7 +90,7 @@ class ChatChunks:
         return {**self.identity, "object": "chat.completion.chunk",
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
 
-    def visible(self, event: Visible) -> Iterable[sse.Frame]:
+    def visible(self, event: Visible) -> Iterable[render.Frame]:
         chunk = dict(event.piece)
         if not self.identity:
             self.identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
@@ -110,11 +103,11 @@ class ChatChunks:
             chunk["choices"] = [{**choice, "delta": delta}]
         return [(None, chunk)]
 
-    def finished(self, event: Finished) -> Iterable[sse.Frame]:
+    def finished(self, event: Finished) -> Iterable[render.Frame]:
         if not self.identity:
             first = event.turns[0].body
             self.identity = {k: first[k] for k in ("id", "created", "model") if k in first}
-        frames: list[sse.Frame] = [(None, self._chunk({"tool_calls": [{"index": i, **call}]}))
+        frames: list[render.Frame] = [(None, self._chunk({"tool_calls": [{"index": i, **call}]}))
                                    for i, call in enumerate(event.client_calls)]
         frames.append((None, self._chunk({}, event.finish_reason)))
         if self.plan.include_usage:
@@ -122,5 +115,5 @@ class ChatChunks:
             frames.append((None, {**self.identity, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
         return frames
 
-    def error(self, error: GatewayError) -> sse.Frame:
+    def error(self, error: GatewayError) -> render.Frame:
         return None, error.body()

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.app_keys import ENGINE, HELD, REGISTRY
+from gateway.app_keys import HELD, REGISTRY
 from gateway.engine import Finished, Plan, Visible, plan_responses
 from gateway.engine.turn import summed_usage
 from gateway.errors import GatewayError
-from gateway.routes import sse
-from gateway.routes.common import answer_headers, caller_of, finished_of, read_object, reported, validate
+from gateway.routes import render
+from gateway.routes.common import caller_of, read_object, validate
 
 
 class _ToolSpec(BaseModel):
@@ -43,13 +43,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     checked = validate(ResponsesRequest, body, "a Responses API request")
     caller = caller_of(request, checked.metadata)
     plan = plan_responses(body, caller, request.app[REGISTRY], request.app[HELD])
-    events = request.app[ENGINE].run(plan, caller)
-    if plan.stream:
-        return await sse.stream(request, caller, events, ResponseEvents(plan))
-    finished = await finished_of(events)
-    response = web.Response(body=orjson.dumps(final_response(plan, finished)), content_type="application/json",
-                            headers=answer_headers(caller, finished))
-    return reported(response, caller, finished)
+    return await render.answer(request, caller, plan, partial(final_response, plan), ResponseEvents(plan))
 
 
 def _is_gateway_tool(plan: Plan, spec: Any) -> bool:
@@ -109,7 +103,7 @@ class ResponseEvents:
     indexes: dict[tuple[int, Any], int] = field(default_factory=dict)  # (round, provider index) -> client index
     closing: bytes = b""
 
-    def _frame(self, kind: str, payload: Mapping[str, Any]) -> sse.Frame:
+    def _frame(self, kind: str, payload: Mapping[str, Any]) -> render.Frame:
         frame = {**payload, "type": kind, "sequence_number": self.sequence}
         self.sequence += 1
         return kind, frame
@@ -121,7 +115,7 @@ class ResponseEvents:
             self.next_index += 1
         return self.indexes[key]
 
-    def visible(self, event: Visible) -> Iterable[sse.Frame]:
+    def visible(self, event: Visible) -> Iterable[render.Frame]:
         piece = dict(event.piece)
         kind = str(piece.get("type"))
         if kind in _OPENING:
@@ -133,7 +127,7 @@ class ResponseEvents:
             piece["output_index"] = self._index(event.round, piece["output_index"])
         return [self._frame(kind, piece)]
 
-    def finished(self, event: Finished) -> Iterable[sse.Frame]:
+    def finished(self, event: Finished) -> Iterable[render.Frame]:
         frames = [self._frame(kind, payload) for call in event.client_calls
                   for kind, payload in _call_events(call, self._index(-1, id(call)))]
         final = final_response(self.plan, event)
@@ -141,7 +135,7 @@ class ResponseEvents:
         frames.append(self._frame(closing, {"response": final}))
         return frames
 
-    def error(self, error: GatewayError) -> sse.Frame:
+    def error(self, error: GatewayError) -> render.Frame:
         detail = error.body()["error"]
         return self._frame("error", {"code": detail.get("code"), "message": detail["message"],
                                      "param": detail.get("param")})

@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from gateway.demo.model import Reply
-from tests.conftest import Stack
+from tests.conftest import STREAM, Stack
 
-STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 ASK = {"name": "ask_human", "description": "Ask the user", "parameters": {"type": "object", "properties": {}}}
 
 

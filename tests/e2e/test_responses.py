@@ -13,18 +13,15 @@ import pytest
 from gateway.demo.model import Reply
 from gateway.tools import Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import ResponseAnswer, Stack, StackFactory, tree
+from tests.conftest import STREAM, ResponseAnswer, Stack, StackFactory, tool_outcomes, tree
 
-STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 QUESTION = "read notes.txt"
 CLIENT_TOOL = {"type": "function", "name": "ask_human", "description": "Ask the user", "strict": False,
                "parameters": {"type": "object", "properties": {"question": {"type": "string"}}}}
 
 
 def tool_spans(stack: Stack, answer: ResponseAnswer) -> list[tuple[str, str]]:
-    found = tree(stack.spans(answer.headers["x-trace-id"]))
-    return [(str(s.attributes[names.ATTR_TOOL_NAME]), str(s.attributes[names.ATTR_OUTCOME]))  # type: ignore[index]
-            for s in found["tool_calls"]]
+    return tool_outcomes(stack, answer.headers["x-trace-id"])
 
 
 def assert_one_response(answer: ResponseAnswer) -> None:

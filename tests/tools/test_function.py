@@ -1,6 +1,5 @@
 """Tool: declaration, the parse step, the execute step, and result normalisation."""
 
-import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from gateway.tools import (
     read_arguments,
     required_param_names,
 )
+from tests.conftest import hang
 
 CTX = ToolContext(tool_call_id="call-1", trajectory_id="traj-1", request_id="req-1", principal="key-a",
                   metadata={"team": "a"})
@@ -709,11 +709,6 @@ async def test_interrupt_pauses_and_keeps_its_data_from_the_model(body: Callable
 def timeout_message(name: str, limit: str) -> str:
     return (f"Tool '{name}' did not finish within {limit} s and was abandoned. "
             "Its effects are unknown; check before calling it again.")
-
-
-async def hang(args: dict[str, Any]) -> str:
-    await asyncio.Event().wait()
-    return "never"
 
 
 async def test_a_per_tool_timeout_ends_the_wait_and_tells_the_model() -> None:

@@ -1,10 +1,11 @@
-"""Streaming engine events to the client as server-sent events, for either API's renderer."""
+"""Answering with a plan's run: the engine's events as one JSON body, or as server-sent events
+through an API's stream renderer. Both APIs' routes end here."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from contextlib import aclosing
 from typing import Any, Protocol
 
@@ -12,10 +13,11 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from gateway.app_keys import ENGINE
 from gateway.caller import Caller
-from gateway.engine import Event, Finished, Keepalive, Visible
+from gateway.engine import Event, Finished, Keepalive, Plan, Visible
 from gateway.errors import GatewayError, internal_error
-from gateway.routes.common import answer_headers, reported
+from gateway.routes.common import answer_headers, finished_of, reported
 
 log = logging.getLogger("toolspan")
 
@@ -67,6 +69,18 @@ class SseWriter:
 
     async def comment(self, text: str) -> None:
         await self.write(f": {text}\n\n".encode())
+
+
+async def answer(request: web.Request, caller: Caller, plan: Plan, as_json: Callable[[Finished], Mapping[str, Any]],
+                 renderer: StreamRenderer) -> web.StreamResponse:
+    """Run `plan` and answer: with `as_json` of its end, or, for a streamed request, as events."""
+    events = request.app[ENGINE].run(plan, caller)
+    if plan.stream:
+        return await stream(request, caller, events, renderer)
+    finished = await finished_of(events)
+    response = web.Response(body=orjson.dumps(as_json(finished)), content_type="application/json",
+                            headers=answer_headers(caller, finished))
+    return reported(response, caller, finished)
 
 
 async def stream(request: web.Request, caller: Caller, events: AsyncGenerator[Event, None],
