@@ -21,7 +21,7 @@ from gateway.app_keys import (
     TRACE,
     UPSTREAM,
 )
-from gateway.caller import TRAJECTORY_HEADER, authenticate, identify
+from gateway.caller import TRAJECTORY_HEADER, request_ids, resolve_caller
 from gateway.engine import Engine
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
@@ -47,15 +47,15 @@ def _route_of(request: web.Request) -> str:
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The request span around everything, the caller resolved once, and the one place errors
     become responses."""
-    caller = identify(request.headers)
-    info = RequestInfo(request.method, _route_of(request), request.path, request.headers, caller.trajectory_id)
+    ids = request_ids(request.headers)
+    info = RequestInfo(request.method, _route_of(request), request.path, request.headers, ids[0])
     with request.app[INSTRUMENTATION].request(info) as trace:
         request[TRACE] = trace
-        request[CALLER] = caller
         error: GatewayError | None = None
         try:
-            if request.path.startswith("/v1/"):  # before any body is read
-                request[CALLER] = authenticate(caller, request.headers, request.app[SETTINGS].keys)
+            # Before any body is read; only /v1 routes speak for a caller.
+            request[CALLER] = resolve_caller(request.headers, ids, request.app[SETTINGS].keys,
+                                             authenticate=request.path.startswith("/v1/"))
             response = await handler(request)
         except GatewayError as exc:
             error = exc
@@ -66,6 +66,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             error = internal_error()
         if error is not None:
             response = error_response(error)
+            response.headers[TRAJECTORY_HEADER] = ids[0]
             record = RequestRecord(error_type=error.type)
         else:
             record = response.get(RECORD) or RequestRecord()

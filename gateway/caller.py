@@ -49,23 +49,27 @@ class Caller:
                     metadata=self.metadata, round=round_)
 
 
-def identify(headers: Mapping[str, str]) -> Caller:
-    """A request's caller before authentication: its trajectory and a fresh request id."""
+def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:
+    """(trajectory id, request id, whether the caller named the trajectory) of a request: the
+    X-Trajectory-Id header when it is a usable id, else a fresh one."""
     sent = headers.get(TRAJECTORY_HEADER)
     fresh = secrets.token_hex(24)  # a trajectory id, should the caller name none, and a request id
     named = is_trajectory_id(sent)
-    return Caller(trajectory_id=str(sent) if named else fresh[:32], request_id=fresh[32:], trajectory_named=named)
+    return (str(sent) if named else fresh[:32]), fresh[32:], named
 
 
-def authenticate(caller: Caller, headers: Mapping[str, str], keys: Mapping[str, GatewayKey]) -> Caller:
-    """Without gateway keys, the caller's Authorization is the provider's business; with them, it
-    must name one of them, and it stops here."""
-    authorization = headers.get("Authorization")
-    if not keys:
-        return replace(caller, upstream_authorization=authorization)
+def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys: Mapping[str, GatewayKey],
+                   authenticate: bool) -> Caller:
+    """The caller of a request. Without gateway keys, its Authorization is the provider's business;
+    with them, it must name one of them (a 401 otherwise), and it stops here."""
+    trajectory_id, request_id, named = ids
+    authorization = headers.get("Authorization") if authenticate else None
+    if not authenticate or not keys:
+        return Caller(trajectory_id, request_id, upstream_authorization=authorization, trajectory_named=named)
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip() if scheme.lower() == "bearer" else ""
     for name, spec in keys.items():
         if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
-            return replace(caller, principal=name, allowed=None if spec.tools is None else frozenset(spec.tools))
+            allowed = None if spec.tools is None else frozenset(spec.tools)
+            return Caller(trajectory_id, request_id, name, allowed, trajectory_named=named)
     raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>", code="invalid_api_key")

@@ -3,7 +3,7 @@ and what the client asked to get back. One function per API; both end in the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -53,8 +53,8 @@ def _responses_tool_name(spec: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _check_clash(client_names: Iterable[str], gateway_names: frozenset[str]) -> None:
-    if clash := sorted(set(client_names) & gateway_names):
+def _check_clash(client_names: frozenset[str], gateway_names: frozenset[str]) -> None:
+    if client_names and (clash := sorted(client_names & gateway_names)):
         raise BadRequest(f"tool '{clash[0]}' is provided by the gateway; rename or remove your own tool of that "
                          "name", param="tools", code="tool_name_conflict")
 
@@ -64,7 +64,7 @@ def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, h
     caller_tools = list(body.get("tools") or [])
     client_names = frozenset(n for t in caller_tools if (n := _chat_tool_name(t)))
     offered = registry.openai_tools(caller.allowed)
-    gateway_names = frozenset(t["function"]["name"] for t in offered)
+    gateway_names = registry.offered_names(caller.allowed)
     _check_clash(client_names, gateway_names)
     if gateway_names and (body.get("n") or 1) != 1:
         raise BadRequest("n must be 1 when the gateway offers tools", param="n")
@@ -84,7 +84,7 @@ def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegist
     caller_tools = list(body.get("tools") or [])
     client_names = frozenset(n for t in caller_tools if (n := _responses_tool_name(t)))
     offered = registry.responses_tools(caller.allowed)
-    gateway_names = frozenset(t["name"] for t in offered)
+    gateway_names = registry.offered_names(caller.allowed)
     _check_clash(client_names, gateway_names)
     base = {k: v for k, v in body.items() if k not in ("input", "stream", "previous_response_id")}
     if caller_tools or offered:

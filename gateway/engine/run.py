@@ -18,7 +18,7 @@ from gateway.engine.decide import Finish, RunTools, decide, is_final
 from gateway.engine.plan import Plan
 from gateway.engine.turn import ChatStreamReader, ModelCall, ModelTurn, ResponsesStreamReader, read_chat, read_response
 from gateway.errors import GatewayError
-from gateway.instrumentation import Instrumentation
+from gateway.instrumentation import ChatTrace, Instrumentation
 from gateway.state import HeldTurns
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 from gateway.upstream import Upstream
@@ -74,12 +74,16 @@ class Engine:
         turns: list[ModelTurn] = []
         while True:
             final = is_final(len(turns), self.max_rounds)
-            async with aclosing(self._ask(plan, caller, conversation.request(final, plan.stream), len(turns))) as asked:
-                async for event in asked:
-                    if isinstance(event, ModelTurn):
-                        turns.append(event)
-                    else:
-                        yield event
+            body = conversation.request(final, plan.stream)
+            if plan.stream:
+                async with aclosing(self._streamed(plan, caller, body, len(turns))) as asked:
+                    async for event in asked:
+                        if isinstance(event, ModelTurn):
+                            turns.append(event)
+                        else:
+                            yield event
+            else:
+                turns.append(await self._answered(plan, caller, body))
             turn = turns[-1]
             decision = decide(turn, plan.client_names, len(turns) - 1, self.max_rounds, conversation.tool_choice)
             if isinstance(decision, Finish):
@@ -87,13 +91,15 @@ class Engine:
                 return
             mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
             outcomes: list[ToolOutcome] = []
-            if mine:
-                async with aclosing(self._run_tools(mine, caller, len(turns), plan.stream)) as running:
+            if mine and plan.stream:
+                async with aclosing(self._run_tools_streamed(mine, caller, len(turns))) as running:
                     async for ran in running:
                         if isinstance(ran, Keepalive):
                             yield ran
                         else:
                             outcomes = ran
+            elif mine:
+                outcomes = await self._run_tools(mine, caller, len(turns))
             if isinstance(decision, RunTools):
                 conversation = conversation.continued(turn, outcomes, decision.tool_choice)
                 continue
@@ -113,40 +119,51 @@ class Engine:
             self.held.alias(first, last, caller.principal)
         return Finished(tuple(turns), calls, finish_reason, final)
 
-    async def _ask(self, plan: Plan, caller: Caller, body: dict[str, Any],
-                   round_: int) -> AsyncGenerator[Visible | ModelTurn, None]:
-        """One provider call: the visible pieces of its stream, then its answer as a turn."""
-        path = _PATHS[plan.api]
-        with self.instrumentation.chat(plan.model, plan.stream) as trace:
-            headers = self.upstream.auth_headers(caller.upstream_authorization)
-            trace.inject(headers)
+    async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any]) -> ModelTurn:
+        """One provider call, not streamed: its answer as a turn."""
+        with self.instrumentation.chat(plan.model, False) as trace:
             try:
-                if not plan.stream:
-                    answer = await self.upstream.post(path, body, headers)
-                    turn = read_chat(answer) if plan.api == "chat" else read_response(answer)
-                else:
-                    reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
-                    async with self.upstream.post_stream(path, body, headers) as events:
-                        async for event in events:
-                            if (piece := reader.absorb(event)) is not None:
-                                yield Visible(piece, round_)
-                    turn = reader.turn()
+                answer = await self.upstream.post(_PATHS[plan.api], body, self._headers(caller, trace))
+                turn = read_chat(answer) if plan.api == "chat" else read_response(answer)
+            except GatewayError as exc:
+                trace.failed(exc.status, exc.type, exc.message)
+                raise
+            trace.answered(turn)
+        return turn
+
+    async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any],
+                        round_: int) -> AsyncGenerator[Visible | ModelTurn, None]:
+        """One streamed provider call: the pieces the client may see at once, then the turn."""
+        reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
+        with self.instrumentation.chat(plan.model, True) as trace:
+            try:
+                async with self.upstream.post_stream(_PATHS[plan.api], body, self._headers(caller, trace)) as events:
+                    async for event in events:
+                        if (piece := reader.absorb(event)) is not None:
+                            yield Visible(piece, round_)
+                turn = reader.turn()
             except GatewayError as exc:
                 trace.failed(exc.status, exc.type, exc.message)
                 raise
             trace.answered(turn)
         yield turn
 
-    async def _run_tools(self, calls: Sequence[ModelCall], caller: Caller, round_: int,
-                         stream: bool) -> AsyncGenerator[Keepalive | list[ToolOutcome], None]:
-        """The outcomes of the gateway's calls; while a stream waits for them, a Keepalive every
-        few seconds so that proxies keep the line open."""
+    def _headers(self, caller: Caller, trace: ChatTrace) -> dict[str, str]:
+        """A provider call's headers: its credentials and the trace context of its span."""
+        headers = self.upstream.auth_headers(caller.upstream_authorization)
+        trace.inject(headers)
+        return headers
+
+    async def _run_tools(self, calls: Sequence[ModelCall], caller: Caller, round_: int) -> list[ToolOutcome]:
+        """The outcomes of the gateway's calls of one turn."""
         batch = [ToolCall(c.id, c.name, c.arguments) for c in calls]
-        work = self.executor.run_turn(batch, caller.turn(round_), caller.allowed)
-        if not stream:
-            yield await work
-            return
-        task = asyncio.ensure_future(work)
+        return await self.executor.run_turn(batch, caller.turn(round_), caller.allowed)
+
+    async def _run_tools_streamed(self, calls: Sequence[ModelCall], caller: Caller,
+                                  round_: int) -> AsyncGenerator[Keepalive | list[ToolOutcome], None]:
+        """The same, while a stream waits: a Keepalive every few seconds so that proxies keep the
+        line open, then the outcomes."""
+        task = asyncio.ensure_future(self._run_tools(calls, caller, round_))
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.keepalive_seconds)

@@ -41,10 +41,24 @@ class ModelTurn:
     calls: tuple[ModelCall, ...] = ()
     finish_reason: str | None = None  # Chat: the choice's; Responses: derived from the status
     usage: Mapping[str, Any] | None = None
-    response_id: str | None = None
-    model: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+
+    @property
+    def response_id(self) -> str | None:
+        value = self.body.get("id")
+        return value if isinstance(value, str) else None
+
+    @property
+    def model(self) -> str | None:
+        value = self.body.get("model")
+        return value if isinstance(value, str) else None
+
+    @property
+    def input_tokens(self) -> int | None:
+        return _count(self.usage, "prompt_tokens" if self.api == "chat" else "input_tokens")
+
+    @property
+    def output_tokens(self) -> int | None:
+        return _count(self.usage, "completion_tokens" if self.api == "chat" else "output_tokens")
 
     def visible_output(self) -> list[Mapping[str, Any]]:
         """Responses: the output items the client may see (every item but the tool calls)."""
@@ -111,13 +125,9 @@ def read_chat(body: Any) -> ModelTurn:
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape (tool_calls)")
-    usage = _usage(body)
     reason = choice.get("finish_reason")
-    return ModelTurn("chat", body, (message,), tuple(_chat_call(c) for c in calls),
-                     str(reason) if reason is not None else None, usage,
-                     body.get("id") if isinstance(body.get("id"), str) else None,
-                     body.get("model") if isinstance(body.get("model"), str) else None,
-                     _count(usage, "prompt_tokens"), _count(usage, "completion_tokens"))
+    return ModelTurn("chat", body, (message,), tuple(_chat_call(c) for c in calls) if calls else (),
+                     str(reason) if reason is not None else None, _usage(body))
 
 
 @dataclass
@@ -233,10 +243,7 @@ def read_response(body: Any) -> ModelTurn:
         raise UpstreamUnavailable("the provider sent a response of the wrong shape")
     usage = _usage(body)
     calls = tuple(call for item in output if (call := _response_call(item)) is not None)
-    return ModelTurn("responses", body, tuple(output), calls, _finish_reason(body, calls), usage,
-                     body.get("id") if isinstance(body.get("id"), str) else None,
-                     body.get("model") if isinstance(body.get("model"), str) else None,
-                     _count(usage, "input_tokens"), _count(usage, "output_tokens"))
+    return ModelTurn("responses", body, tuple(output), calls, _finish_reason(body, calls), usage)
 
 
 _LIFECYCLE_END = frozenset({"response.completed", "response.incomplete"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -47,7 +48,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat = validate(ChatRequest, body, "a chat completion request")
     caller = caller_of(request, chat.metadata)
     plan = plan_chat(body, caller, request.app[REGISTRY], request.app[HELD])
-    return await render.answer(request, caller, plan, completion, ChatChunks(plan))
+    return await render.answer(request, caller, plan, completion, partial(ChatChunks, plan))
 
 
 def _joined(turns: Iterable[Any], key: str) -> str | None:

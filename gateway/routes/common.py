@@ -68,8 +68,11 @@ def answer_headers(caller: Caller, finished: Finished | None = None) -> dict[str
 
 
 async def finished_of(events: AsyncIterator[Event]) -> Finished:
-    """The last event of a non-streamed run (it has no other)."""
+    """The last event of a non-streamed run (it has no other). The run is read to its end, so
+    that it finishes here rather than in the event loop's clean-up of abandoned generators."""
+    finished = None
     async for event in events:
-        if isinstance(event, Finished):
-            return event
-    raise RuntimeError("the engine ended without a Finished event")
+        finished = event
+    if not isinstance(finished, Finished):
+        raise RuntimeError("the engine ended without a Finished event")
+    return finished

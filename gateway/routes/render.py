@@ -72,11 +72,11 @@ class SseWriter:
 
 
 async def answer(request: web.Request, caller: Caller, plan: Plan, as_json: Callable[[Finished], Mapping[str, Any]],
-                 renderer: StreamRenderer) -> web.StreamResponse:
+                 renderer: Callable[[], StreamRenderer]) -> web.StreamResponse:
     """Run `plan` and answer: with `as_json` of its end, or, for a streamed request, as events."""
     events = request.app[ENGINE].run(plan, caller)
     if plan.stream:
-        return await stream(request, caller, events, renderer)
+        return await stream(request, caller, events, renderer())
     finished = await finished_of(events)
     response = web.Response(body=orjson.dumps(as_json(finished)), content_type="application/json",
                             headers=answer_headers(caller, finished))

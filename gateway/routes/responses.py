@@ -43,7 +43,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     checked = validate(ResponsesRequest, body, "a Responses API request")
     caller = caller_of(request, checked.metadata)
     plan = plan_responses(body, caller, request.app[REGISTRY], request.app[HELD])
-    return await render.answer(request, caller, plan, partial(final_response, plan), ResponseEvents(plan))
+    return await render.answer(request, caller, plan, partial(final_response, plan), partial(ResponseEvents, plan))
 
 
 def _is_gateway_tool(plan: Plan, spec: Any) -> bool:

@@ -14,8 +14,9 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
-        # Specs by allowlist, built once: every chat request sends them. Registering clears it.
+        # Specs and names by allowlist, built once: every request offers them. Registering clears them.
         self._specs: dict[tuple[str, frozenset[str] | None], list[dict[str, Any]]] = {}
+        self._names: dict[frozenset[str] | None, frozenset[str]] = {}
         for item in tools:
             self.register(item)
 
@@ -27,6 +28,7 @@ class ToolRegistry:
             raise ToolDeclarationError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
         self._specs.clear()
+        self._names.clear()
         return tool
 
     def get(self, name: str) -> Tool | None:
@@ -46,6 +48,13 @@ class ToolRegistry:
         if isinstance(item, Tool):
             return self._tools.get(item.name) is item
         return isinstance(item, str) and item in self._tools
+
+    def offered_names(self, allowed: frozenset[str] | None = None) -> frozenset[str]:
+        """The names of the tools a caller with this allowlist is offered."""
+        found = self._names.get(allowed)
+        if found is None:
+            found = self._names[allowed] = frozenset(t.name for t in self._select(allowed))
+        return found
 
     def _select(self, allowed: Collection[str] | None) -> list[Tool]:
         return [t for t in self._tools.values() if allowed is None or t.name in allowed]
