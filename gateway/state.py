@@ -20,15 +20,19 @@ from typing import Any, Generic, TypeVar
 from gateway.errors import Conflict
 
 PREFIX = "tspan_"
+RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses
 V = TypeVar("V")
 
 
 @dataclass(frozen=True)
 class HeldTurn:
-    """The gateway's half of a mixed turn, in the wire shape of the API it came from."""
+    """What the gateway added to a conversation that the client's copy of it lacks, in the wire
+    shape of the API it came from, to put back when the client sends the conversation again."""
 
-    calls: tuple[Mapping[str, Any], ...]  # Chat: the whole assistant message; Responses: the gateway's call items
-    results: tuple[Mapping[str, Any], ...]  # the gateway's tool messages / function_call_output items
+    api: str  # "chat" or "responses": a turn is put back only into the API it came from
+    calls: tuple[Mapping[str, Any], ...]  # what goes in place of the client's copy (messages / items)
+    results: tuple[Mapping[str, Any], ...] = ()  # the gateway's results, before the client's own
+    shown: tuple[str, ...] = ()  # Responses: ids of the items the client saw, by which it is found
 
 
 def client_call_id(token: str, original: str) -> str:
@@ -89,11 +93,12 @@ class _Bounded(Generic[V]):
 
 
 class HeldTurns:
-    """Held mixed turns, and response ids given to clients for answers that took several
-    provider responses (Responses API). Memory only, for now: one process."""
+    """Held turns, found by token or by the ids of the items their client saw, and the provider
+    response behind each answer id the gateway made up. Memory only, for now: one process."""
 
     def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._turns: _Bounded[HeldTurn] = _Bounded(capacity, ttl_seconds, clock)
+        self._items: _Bounded[str] = _Bounded(capacity, ttl_seconds, clock)  # shown item id -> token
         self._responses: _Bounded[str] = _Bounded(capacity, ttl_seconds, clock)
 
     def __len__(self) -> int:
@@ -103,22 +108,34 @@ class HeldTurns:
         """Keep `turn`; returns the token its client calls' ids carry (see `client_call_id`)."""
         token = secrets.token_hex(6)
         self._turns.put(token, turn, principal)
+        for item_id in turn.shown:
+            self._items.put(item_id, token, principal)
         return token
 
-    def take(self, token: str, principal: str | None, param: str) -> HeldTurn:
+    def take(self, token: str, principal: str | None, param: str, api: str) -> HeldTurn:
         """The held turn (it stays held: a conversation may be sent again), or a 409."""
         turn = self._turns.get(token, principal)
-        if turn is None:
+        if turn is None or turn.api != api:
             raise Conflict(
                 "this conversation continues a model turn in which the gateway ran its own tools, and the "
                 "gateway no longer holds that turn (it expired or the gateway restarted); resend the "
                 "conversation from before that turn", code="turn_not_held", param=param)
         return turn
 
+    def owner(self, item_id: str, principal: str | None) -> str | None:
+        """The token of the held turn whose client saw the item of this id, if any."""
+        return self._items.get(item_id, principal)
+
     def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
         """Remember that the response the client knows as `client_id` continues at `provider_id`."""
         self._responses.put(client_id, provider_id, principal)
 
     def resolve(self, response_id: str, principal: str | None) -> str:
-        """The provider response to continue from, for a `previous_response_id` a client sent."""
-        return self._responses.get(response_id, principal) or response_id
+        """The provider response to continue from, for a `previous_response_id` a client sent. An id
+        the gateway made up and no longer knows is a 409; any other unknown id is the provider's."""
+        found = self._responses.get(response_id, principal)
+        if found is None and response_id.startswith(RESPONSE_PREFIX):
+            raise Conflict("this response was answered over several provider responses, and the gateway no longer "
+                           "knows the last of them (it expired or the gateway restarted); resend the conversation "
+                           "instead of continuing from it", code="response_not_held", param="previous_response_id")
+        return found or response_id

@@ -113,7 +113,22 @@ class RequestSpan:
 
     def _record(self, status: int, record: RequestRecord, error_type: str | None, end_ns: int,
                 elapsed: float) -> None:
-        metrics, span = self._metrics, self._span
+        metrics, span, info = self._metrics, self._span, self._info
+        try:
+            span.set_attributes(self._attributes(status, record, error_type))
+            # HTTP conventions: a refused request (4xx) is the caller's error, not the server's;
+            # work cut short (499) and a stream that failed after its 200 are.
+            if status >= 500 or status == 499 or (status < 400 and error_type is not None):
+                span.set_status(Status(StatusCode.ERROR, error_type or f"HTTP {status}"))
+        finally:
+            span.end(end_time=end_ns)  # whatever the attributes did, the span is not lost
+        if record.rounds is not None:
+            metrics.tool_rounds.observe(record.rounds)
+        metrics.child(metrics.requests, info.route, str(status)).inc()
+        trace_id = {names.EXEMPLAR_TRACE_ID: self.trace_id} if span.get_span_context().is_valid else None
+        metrics.child(metrics.request_duration, info.route).observe(elapsed, trace_id)
+
+    def _attributes(self, status: int, record: RequestRecord, error_type: str | None) -> dict[str, Any]:
         info = self._info
         attributes: dict[str, Any] = {
             names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
@@ -124,16 +139,7 @@ class RequestSpan:
         if record.rounds is not None:
             attributes[names.ATTR_ROUNDS] = record.rounds
             attributes[names.ATTR_ROUND_LIMIT_REACHED] = record.limit_reached
-            metrics.tool_rounds.observe(record.rounds)
-        span.set_attributes(attributes)
-        # HTTP conventions: a refused request (4xx) is the caller's error, not the server's; work
-        # cut short (499) and a stream that failed after its 200 are.
-        if status >= 500 or status == 499 or (status < 400 and error_type is not None):
-            span.set_status(Status(StatusCode.ERROR, error_type or f"HTTP {status}"))
-        span.end(end_time=end_ns)
-        metrics.child(metrics.requests, self._info.route, str(status)).inc()
-        trace_id = {names.EXEMPLAR_TRACE_ID: self.trace_id} if span.get_span_context().is_valid else None
-        metrics.child(metrics.request_duration, self._info.route).observe(elapsed, trace_id)
+        return attributes
 
 
 class ChatSpan:
@@ -179,28 +185,37 @@ class ChatSpan:
         after_response(self._record, time_ns(), perf_counter() - self._start)
 
     def _record(self, end_ns: int, elapsed: float) -> None:
-        metrics, span, answer, failure = self._metrics, self._span, self._answer, self._failure
-        attributes: dict[str, Any] = {
-            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
-            names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream}
+        metrics, span, failure = self._metrics, self._span, self._failure
         tokens: dict[str, int] = {}
-        if answer is not None:
-            for attribute, value in ((names.ATTR_RESPONSE_ID, answer.response_id),
-                                     (names.ATTR_RESPONSE_MODEL, answer.model)):
-                if value is not None:
-                    attributes[attribute] = value
-            if answer.finish_reason is not None:
-                attributes[names.ATTR_FINISH_REASONS] = [answer.finish_reason]
-            for attribute, kind, count in ((names.ATTR_INPUT_TOKENS, names.TOKEN_INPUT, answer.input_tokens),
-                                           (names.ATTR_OUTPUT_TOKENS, names.TOKEN_OUTPUT, answer.output_tokens)):
-                if count is not None:
-                    attributes[attribute] = tokens[kind] = count
-        if failure is not None:
-            attributes.update(failure[0])
-            span.set_status(Status(StatusCode.ERROR, failure[1]))
-        span.set_attributes(attributes)
-        span.end(end_time=end_ns)
+        try:
+            attributes = self._attributes(tokens)
+            if failure is not None:
+                attributes.update(failure[0])
+                span.set_status(Status(StatusCode.ERROR, failure[1]))
+            span.set_attributes(attributes)
+        finally:
+            span.end(end_time=end_ns)  # whatever the attributes did, the span is not lost
         for kind, count in tokens.items():
             metrics.child(metrics.tokens, self._label, kind).inc(count)
         metrics.child(metrics.upstream_requests, self._label, self._status or "error").inc()
         metrics.child(metrics.upstream_duration, self._label).observe(elapsed, exemplar(span))
+
+    def _attributes(self, tokens: dict[str, int]) -> dict[str, Any]:
+        """The span's attributes; the token counts of the answer go into `tokens` as well."""
+        attributes: dict[str, Any] = {
+            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
+            names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream}
+        answer = self._answer
+        if answer is None:
+            return attributes
+        for attribute, value in ((names.ATTR_RESPONSE_ID, answer.response_id),
+                                 (names.ATTR_RESPONSE_MODEL, answer.model)):
+            if value is not None:
+                attributes[attribute] = value
+        if answer.finish_reason is not None:
+            attributes[names.ATTR_FINISH_REASONS] = [answer.finish_reason]
+        for attribute, kind, count in ((names.ATTR_INPUT_TOKENS, names.TOKEN_INPUT, answer.input_tokens),
+                                       (names.ATTR_OUTPUT_TOKENS, names.TOKEN_OUTPUT, answer.output_tokens)):
+            if count is not None:
+                attributes[attribute] = tokens[kind] = count
+        return attributes

@@ -34,10 +34,10 @@ class PendingTurns:
         return len(self.held)
 
     def hold(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> str:
-        return self.held.hold(HeldTurn((assistant,), tuple(results)), self.principal)
+        return self.held.hold(HeldTurn("chat", (assistant,), tuple(results)), self.principal)
 
     def restore(self, messages: list[Any], principal: str | None = None) -> list[Any]:
-        return restore_messages(messages, lambda token: self.held.take(token, principal, "messages"))
+        return restore_messages(messages, lambda token: self.held.take(token, principal, "messages", "chat"))
 
 
 @pytest.fixture
@@ -202,7 +202,11 @@ REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
 def held_responses_turn(held: HeldTurns) -> str:
     """A Responses turn [reasoning, gateway call, client call] held in full, with the gateway's result."""
     turn = (REASONING, fc("call_gw", "read_file"), fc("call_c", "ask_human"))
-    return held.hold(HeldTurn(turn, (fco("call_gw", "contents"),)), None)
+    return held.hold(HeldTurn("responses", turn, (fco("call_gw", "contents"),), ("rs_1", "fc_call_c")), None)
+
+
+def restore(held: HeldTurns, items: list[Any]) -> list[Any]:
+    return restore_items(items, lambda t: held.take(t, None, "input", "responses"), lambda i: held.owner(i, None))
 
 
 def test_replayed_responses_input_gets_the_whole_turn_back_in_order(clock: Clock) -> None:
@@ -210,7 +214,7 @@ def test_replayed_responses_input_gets_the_whole_turn_back_in_order(clock: Clock
     token = held_responses_turn(held)
     shown = client_call_id(token, "call_c")
     sent = [USER, REASONING, {**fc("call_c", "ask_human"), "call_id": shown}, fco(shown, "yes")]
-    restored_input = restore_items(sent, lambda t: held.take(t, None, "input"))
+    restored_input = restore(held, sent)
     assert restored_input == [USER, REASONING, fc("call_gw", "read_file"), fc("call_c", "ask_human"),
                               fco("call_gw", "contents"), fco("call_c", "yes")]
 
@@ -222,17 +226,17 @@ def test_replayed_input_gets_earlier_gateway_rounds_back(clock: Clock) -> None:
     message = {"type": "message", "id": "msg_1", "role": "assistant",
                "content": [{"type": "output_text", "text": "hm"}]}
     rounds = (message, fc("call_gw", "read_file"), fco("call_gw", "contents"), fc("call_c", "ask_human"))
-    token = held.hold(HeldTurn(rounds, ()), None)
+    token = held.hold(HeldTurn("responses", rounds, (), ("msg_1",)), None)
     shown = client_call_id(token, "call_c")
     sent = [USER, message, {**fc("call_c", "ask_human"), "call_id": shown}, fco(shown, "yes")]
-    assert restore_items(sent, lambda t: held.take(t, None, "input")) == [USER, *rounds, fco("call_c", "yes")]
+    assert restore(held, sent) == [USER, *rounds, fco("call_c", "yes")]
 
 
 def test_responses_input_continuing_a_stored_response_gets_only_the_results(clock: Clock) -> None:
     held = HeldTurns(10, TTL, clock)
     token = held_responses_turn(held)
     sent = [fco(client_call_id(token, "call_c"), "yes")]
-    assert restore_items(sent, lambda t: held.take(t, None, "input")) == [fco("call_gw", "contents"),
+    assert restore(held, sent) == [fco("call_gw", "contents"),
                                                                           fco("call_c", "yes")]
 
 
@@ -241,5 +245,5 @@ def test_responses_input_naming_a_turn_no_longer_held_is_a_409(clock: Clock) -> 
     token = held_responses_turn(held)
     clock.now += TTL
     with pytest.raises(Conflict) as caught:
-        restore_items([fco(client_call_id(token, "call_c"), "yes")], lambda t: held.take(t, None, "input"))
+        restore(held, [fco(client_call_id(token, "call_c"), "yes")])
     assert caught.value.param == "input"

@@ -47,9 +47,8 @@ def is_final(tool_rounds: int, max_rounds: int) -> bool:
 
 def _is_clients(call: ModelCall, client_names: Collection[str]) -> bool:
     # Any function name the client did not declare is the gateway's to handle, so an invented
-    # name is rejected back to the model instead of reaching the client. The gateway has no
-    # free-form (custom) tools: those calls are the client's.
-    return call.kind == "custom" or call.name in client_names
+    # name is rejected back to the model instead of reaching the client.
+    return call.kind == "client" or call.name in client_names
 
 
 def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max_rounds: int,
@@ -80,7 +79,14 @@ def _forced_name(choice: Any) -> str | None:
 
 def relaxed_tool_choice(choice: Any, ran: Collection[str]) -> Any:
     """The tool_choice for the round after the gateway ran `ran`: forcing a call again would
-    loop for ever, so "required", or a forced tool that ran, becomes "auto"."""
+    loop for ever, so "required", or a forced tool that ran, becomes "auto", and an allowed-tools
+    choice in required mode keeps its tools in auto mode (Responses' flat shape, Chat's nested one)."""
     if choice == "required" or (_forced_name(choice) in ran):
         return "auto"
+    if isinstance(choice, Mapping) and choice.get("type") == "allowed_tools":
+        inner = choice.get("allowed_tools")
+        if isinstance(inner, Mapping) and inner.get("mode") == "required":
+            return {**choice, "allowed_tools": {**inner, "mode": "auto"}}
+        if choice.get("mode") == "required":
+            return {**choice, "mode": "auto"}
     return choice

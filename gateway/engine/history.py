@@ -1,6 +1,7 @@
 """The conversation as the engine sends it upstream, one class per API: what each round's request
-is, how a round of gateway tools extends it, what of a mixed turn is held, and how a held turn
-is put back when the client's follow-up arrives. Values only: each step returns a new one.
+is, how a round of gateway tools extends it, what is held when the client gets the answer, and
+how a held turn is put back when the client sends the conversation again. Values only: each step
+returns a new one.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.engine.turn import ModelCall, ModelTurn
+from gateway.engine.turn import CALL_ITEMS, ModelCall, ModelTurn
 from gateway.state import HeldTurn, client_call_id, split_call_id
 from gateway.tools import ToolOutcome
 
 Take = Callable[[str], HeldTurn]  # a held turn by token (raises Conflict when no longer held)
+Owner = Callable[[str], "str | None"]  # the token of the held turn whose client saw the item of this id
 
 
 class Conversation(Protocol):
@@ -28,9 +30,15 @@ class Conversation(Protocol):
     def continued(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome], tool_choice: Any) -> Conversation:
         """The conversation after the gateway ran `turn`'s calls with these outcomes."""
 
-    def held(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome]) -> HeldTurn:
-        """What to keep when `turn` hands the client its calls: everything the gateway added to
-        the conversation in this request, `turn` in full, and the outcomes of its gateway calls."""
+    def held(self, turn: ModelTurn, mine: Sequence[ModelCall], theirs: Sequence[ModelCall],
+             outcomes: Sequence[ToolOutcome]) -> HeldTurn:
+        """What to keep when `turn` hands the client its calls (`theirs`): everything the gateway
+        added in this request, then `turn` with the gateway's calls that ran (`mine`; a call dropped
+        at the round limit goes) and the client's, and the outcomes of the gateway's."""
+
+    def answered(self) -> HeldTurn | None:
+        """What to keep when the model has answered, if the client can send it back: the gateway's
+        rounds, where the client saw items of them it may replay (Responses)."""
 
     def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
         """A client call as the client receives it (under an id naming the held turn, if any)."""
@@ -48,14 +56,14 @@ def _tool_message(outcome: ToolOutcome) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": outcome.call_id, "content": outcome.content}
 
 
-def _assistant(turn: ModelTurn) -> dict[str, Any]:
+def _assistant(turn: ModelTurn, calls: Sequence[ModelCall]) -> dict[str, Any]:
     """The assistant turn as it goes back into the conversation (response-only fields dropped)."""
     message = turn.output[0]
     out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     if message.get("refusal"):
         out["refusal"] = message["refusal"]
-    if turn.calls:
-        out["tool_calls"] = [call.item for call in turn.calls]
+    if calls:
+        out["tool_calls"] = [call.item for call in calls]
     return out
 
 
@@ -78,11 +86,17 @@ class ChatConversation:
 
     def continued(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome], tool_choice: Any) -> ChatConversation:
         base = {**self.base, "tool_choice": tool_choice} if "tool_choice" in self.base else self.base
-        new = (_assistant(turn), *(_tool_message(o) for o in outcomes))
+        new = (_assistant(turn, turn.calls), *(_tool_message(o) for o in outcomes))
         return ChatConversation(base, (*self.messages, *new), (*self.added, *new))
 
-    def held(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome]) -> HeldTurn:
-        return HeldTurn((*self.added, _assistant(turn)), tuple(_tool_message(o) for o in outcomes))
+    def held(self, turn: ModelTurn, mine: Sequence[ModelCall], theirs: Sequence[ModelCall],
+             outcomes: Sequence[ToolOutcome]) -> HeldTurn:
+        ran_or_theirs = {id(call) for call in (*mine, *theirs)}
+        kept = [call for call in turn.calls if id(call) in ran_or_theirs]
+        return HeldTurn("chat", (*self.added, _assistant(turn, kept)), tuple(_tool_message(o) for o in outcomes))
+
+    def answered(self) -> HeldTurn | None:
+        return None  # an answer's message carries no id a later request could name it by
 
     def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
         return call.item if token is None else {**call.item, "id": client_call_id(token, call.id)}
@@ -117,12 +131,30 @@ def restore_messages(messages: Sequence[Any], take: Take) -> list[Any]:
 
 # --- Responses ----------------------------------------------------------------------------------
 
+_OUTPUT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+def _output_part(part: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool result's content part in the Responses input shape."""
+    if part.get("type") == "text":
+        return {"type": "input_text", "text": part.get("text", "")}
+    image = part.get("image_url")
+    if part.get("type") == "image_url" and isinstance(image, Mapping):
+        return {"type": "input_image", "image_url": image.get("url"), "detail": image.get("detail", "auto")}
+    return part
+
+
 def _call_output(outcome: ToolOutcome) -> dict[str, Any]:
     content = outcome.content
-    if not isinstance(content, str):  # content parts: text goes as input_text
-        content = [{"type": "input_text", "text": p.get("text", "")} if p.get("type") == "text" else p
-                   for p in content]
-    return {"type": "function_call_output", "call_id": outcome.call_id, "output": content}
+    output = content if isinstance(content, str) else [_output_part(p) for p in content]
+    return {"type": "function_call_output", "call_id": outcome.call_id, "output": output}
+
+
+def _shown_ids(items: Sequence[Mapping[str, Any]], theirs: Sequence[ModelCall] = ()) -> tuple[str, ...]:
+    """Ids of the items a client saw: every output item but the calls, and its own calls."""
+    clients = {id(call.item) for call in theirs}
+    return tuple(item["id"] for item in items if isinstance(item.get("id"), str) and (
+        item.get("type") not in CALL_ITEMS or id(item) in clients))
 
 
 @dataclass(frozen=True)
@@ -138,7 +170,10 @@ class ResponsesConversation:
 
     @property
     def chained(self) -> bool:
-        """Rounds continue the provider's stored state instead of replaying every item."""
+        """Rounds continue the provider's stored state instead of replaying every item: when the
+        client continues a stored response or asks for storing, and storing is not refused."""
+        if self.base.get("store") is False:
+            return False
         return self.previous_response_id is not None or self.base.get("store") is True or "conversation" in self.base
 
     def request(self, final: bool, stream: bool) -> dict[str, Any]:
@@ -154,45 +189,50 @@ class ResponsesConversation:
         base = {**self.base, "tool_choice": tool_choice} if "tool_choice" in self.base else self.base
         outputs = tuple(_call_output(o) for o in outcomes)
         added = (*self.added, *turn.output, *outputs)
-        if not self.chained:
+        if not self.chained:  # replay this round's items after the input, from the same starting point
             sent = ({"role": "user", "content": self.items},) if isinstance(self.items, str) else self.items
-            return ResponsesConversation(base, (*sent, *turn.output, *outputs), added=added)
+            return ResponsesConversation(base, (*sent, *turn.output, *outputs), self.previous_response_id, added)
         # A conversation object keeps the items itself; otherwise the next call names this response.
         previous = None if "conversation" in base else turn.response_id
         return ResponsesConversation(base, outputs, previous, added)
 
-    def held(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome]) -> HeldTurn:
-        return HeldTurn((*self.added, *turn.output), tuple(_call_output(o) for o in outcomes))
+    def held(self, turn: ModelTurn, mine: Sequence[ModelCall], theirs: Sequence[ModelCall],
+             outcomes: Sequence[ToolOutcome]) -> HeldTurn:
+        kept = {id(call.item) for call in (*mine, *theirs)}
+        output = [item for item in turn.output if item.get("type") not in CALL_ITEMS or id(item) in kept]
+        results = tuple(_call_output(o) for o in outcomes)
+        return HeldTurn("responses", (*self.added, *output), results, _shown_ids((*self.added, *output), theirs))
+
+    def answered(self) -> HeldTurn | None:
+        shown = _shown_ids(self.added)
+        return HeldTurn("responses", self.added, (), shown) if shown else None
 
     def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
         return call.item if token is None else {**call.item, "call_id": client_call_id(token, call.id)}
 
 
-_OUTPUT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
-
-
-def restore_items(items: Sequence[Any], take: Take) -> list[Any]:
+def restore_items(items: Sequence[Any], take: Take, owner: Owner) -> list[Any]:
     """The input with every held turn put back. Replayed input carries the client's copies of
-    what it was shown (visible items by their ids, its calls under ids naming the turn): the
-    turn in full goes in place of the first of them, and the gateway's results before the
-    client's first result. Input that continues a stored response carries only results: the
-    provider has the rest."""
-    tokens = {parts[0] for item in items if isinstance(item, dict) and (parts := split_call_id(item.get("call_id")))}
-    held = {token: take(token) for token in sorted(tokens)}
-    owner = {item["id"]: token for token, turn in held.items() for item in turn.calls
-             if isinstance(item.get("id"), str)}
+    what it was shown (items by their ids, its calls under ids naming the turn): the held turn
+    goes in place of the first of them, and its results before the client's first result. Input
+    that continues a stored response carries only results: the provider has the rest."""
     out: list[Any] = []
     placed: set[tuple[str, bool]] = set()
     for item in items:
-        parts = split_call_id(item.get("call_id")) if isinstance(item, dict) else None
-        token = parts[0] if parts else owner.get(item.get("id")) if isinstance(item, dict) else None
+        if not isinstance(item, dict):
+            out.append(item)
+            continue
+        parts = split_call_id(item.get("call_id"))
+        item_id = item.get("id")
+        token = parts[0] if parts else owner(item_id) if isinstance(item_id, str) else None
         if token is None:
             out.append(item)
             continue
+        held = take(token)
         result = item.get("type") in _OUTPUT_ITEMS
         if (token, result) not in placed:
             placed.add((token, result))
-            out.extend(held[token].results if result else held[token].calls)
+            out.extend(held.results if result else held.calls)
         if result:  # a copy of a shown item is dropped: the held turn has the original
             out.append({**item, "call_id": parts[1]} if parts else item)
     return out

@@ -3,7 +3,7 @@ and what the client asked to get back. One function per API; both end in the sam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -18,7 +18,7 @@ from gateway.engine.history import (
 )
 from gateway.engine.turn import Api
 from gateway.errors import BadRequest
-from gateway.state import HeldTurns
+from gateway.state import RESPONSE_PREFIX, HeldTurns
 from gateway.tools import ToolRegistry
 
 
@@ -34,6 +34,7 @@ class Plan:
     gateway_names: frozenset[str]  # the gateway's tools offered to the model
     include_usage: bool = False  # Chat streams: the client asked for a usage chunk
     previous_response_id: str | None = None  # Responses: the id the client continued from, as it sent it
+    answer_id: str | None = None  # Responses: the id of the answer, should it take several provider responses
 
 
 def _chat_tool_name(spec: Any) -> str | None:
@@ -53,25 +54,30 @@ def _responses_tool_name(spec: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _check_clash(client_names: frozenset[str], gateway_names: frozenset[str]) -> None:
+def _upstream_base(body: Mapping[str, Any], drop: tuple[str, ...], name_of: Callable[[Any], str | None],
+                   offered: list[dict[str, Any]],
+                   gateway_names: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]]:
+    """The request without the fields each round sets itself, its tools followed by the gateway's
+    offered ones; and the names of the client's own tools (one named like a gateway tool is a 400)."""
+    caller_tools = list(body.get("tools") or [])
+    client_names = frozenset(n for t in caller_tools if (n := name_of(t)))
     if client_names and (clash := sorted(client_names & gateway_names)):
         raise BadRequest(f"tool '{clash[0]}' is provided by the gateway; rename or remove your own tool of that "
                          "name", param="tools", code="tool_name_conflict")
+    base = {k: v for k, v in body.items() if k not in drop}
+    if caller_tools or offered:
+        base["tools"] = [*caller_tools, *offered]
+    return base, client_names
 
 
 def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns) -> Plan:
     """A Chat Completions request (checked by the route) as a plan."""
-    caller_tools = list(body.get("tools") or [])
-    client_names = frozenset(n for t in caller_tools if (n := _chat_tool_name(t)))
-    offered = registry.openai_tools(caller.allowed)
     gateway_names = registry.offered_names(caller.allowed)
-    _check_clash(client_names, gateway_names)
+    base, client_names = _upstream_base(body, ("messages", "stream", "stream_options"), _chat_tool_name,
+                                        registry.openai_tools(caller.allowed), gateway_names)
     if gateway_names and (body.get("n") or 1) != 1:
         raise BadRequest("n must be 1 when the gateway offers tools", param="n")
-    base = {k: v for k, v in body.items() if k not in ("messages", "stream", "stream_options")}
-    if caller_tools or offered:
-        base["tools"] = [*caller_tools, *offered]
-    take = partial(held.take, principal=caller.principal, param="messages")
+    take = partial(held.take, principal=caller.principal, param="messages", api="chat")
     conversation = ChatConversation(base, tuple(restore_messages(body["messages"], take)))
     options = body.get("stream_options")
     include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
@@ -81,19 +87,19 @@ def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, h
 
 def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns) -> Plan:
     """A Responses API request (checked by the route) as a plan."""
-    caller_tools = list(body.get("tools") or [])
-    client_names = frozenset(n for t in caller_tools if (n := _responses_tool_name(t)))
-    offered = registry.responses_tools(caller.allowed)
     gateway_names = registry.offered_names(caller.allowed)
-    _check_clash(client_names, gateway_names)
-    base = {k: v for k, v in body.items() if k not in ("input", "stream", "previous_response_id")}
-    if caller_tools or offered:
-        base["tools"] = [*caller_tools, *offered]
+    base, client_names = _upstream_base(body, ("input", "stream", "previous_response_id"), _responses_tool_name,
+                                        registry.responses_tools(caller.allowed), gateway_names)
+    if gateway_names and body.get("background"):
+        raise BadRequest("a background response cannot run the gateway's tools; send it without background, or "
+                         "to the provider with a key that offers no gateway tools", param="background")
     raw_input = body.get("input")
-    take = partial(held.take, principal=caller.principal, param="input")
-    items = raw_input if isinstance(raw_input, str) else tuple(restore_items(raw_input or [], take))
+    take = partial(held.take, principal=caller.principal, param="input", api="responses")
+    owner = partial(held.owner, principal=caller.principal)
+    items = raw_input if isinstance(raw_input, str) else tuple(restore_items(raw_input or [], take, owner))
     sent = body.get("previous_response_id")
     previous = held.resolve(sent, caller.principal) if isinstance(sent, str) else None
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
-                gateway_names, previous_response_id=sent if isinstance(sent, str) else None)
+                gateway_names, previous_response_id=sent if isinstance(sent, str) else None,
+                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}")

@@ -16,7 +16,15 @@ from typing import Any
 from gateway.caller import Caller
 from gateway.engine.decide import Finish, RunTools, decide, is_final
 from gateway.engine.plan import Plan
-from gateway.engine.turn import ChatStreamReader, ModelCall, ModelTurn, ResponsesStreamReader, read_chat, read_response
+from gateway.engine.turn import (
+    ChatStreamReader,
+    ModelCall,
+    ModelTurn,
+    ResponsesStreamReader,
+    opens_response,
+    read_chat,
+    read_response,
+)
 from gateway.errors import GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
 from gateway.state import HeldTurns
@@ -47,6 +55,7 @@ class Finished:
     client_calls: tuple[Mapping[str, Any], ...]  # the client's calls, as the client receives them
     finish_reason: str | None
     limit_reached: bool  # the last call was the one the round limit allows, with no tools
+    response_id: str | None = None  # Responses: the id the client knows the answer by
 
     @property
     def rounds(self) -> int:
@@ -72,6 +81,7 @@ class Engine:
         """The rounds of one request, as events."""
         conversation = plan.conversation
         turns: list[ModelTurn] = []
+        shown_first = False  # the client saw output of the first provider response as it streamed
         while True:
             final = is_final(len(turns), self.max_rounds)
             body = conversation.request(final, plan.stream)
@@ -81,13 +91,16 @@ class Engine:
                         if isinstance(event, ModelTurn):
                             turns.append(event)
                         else:
+                            shown_first = shown_first or (event.round == 0 and not opens_response(event.piece))
                             yield event
             else:
                 turns.append(await self._answered(plan, caller, body))
             turn = turns[-1]
             decision = decide(turn, plan.client_names, len(turns) - 1, self.max_rounds, conversation.tool_choice)
             if isinstance(decision, Finish):
-                yield self._finished(plan, caller, turns, (), decision.finish_reason, final)
+                if (answered := conversation.answered()) is not None:
+                    self.held.hold(answered, caller.principal)
+                yield self._finished(plan, caller, turns, (), decision.finish_reason, final, shown_first, False)
                 return
             mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
             outcomes: list[ToolOutcome] = []
@@ -105,19 +118,23 @@ class Engine:
                 continue
             token = None
             if decision.hold:
-                token = self.held.hold(conversation.held(turn, outcomes), caller.principal)
+                held = conversation.held(turn, mine, decision.client_calls, outcomes)
+                token = self.held.hold(held, caller.principal)
             calls = tuple(conversation.for_client(c, token) for c in decision.client_calls)
-            yield self._finished(plan, caller, turns, calls, "tool_calls", final)
+            yield self._finished(plan, caller, turns, calls, "tool_calls", final, shown_first, bool(mine))
             return
 
     def _finished(self, plan: Plan, caller: Caller, turns: list[ModelTurn], calls: tuple[Mapping[str, Any], ...],
-                  finish_reason: str | None, final: bool) -> Finished:
-        first, last = turns[0].response_id, turns[-1].response_id
-        if plan.api == "responses" and first and last and first != last:
-            # The client knows this answer by the first response's id; continuing from it means
-            # continuing from the last one, which holds every round.
-            self.held.alias(first, last, caller.principal)
-        return Finished(tuple(turns), calls, finish_reason, final)
+                  finish_reason: str | None, final: bool, shown_first: bool, ran_last: bool) -> Finished:
+        """The end of the loop. A Responses answer for which the gateway ran tools gets an id of the
+        gateway's own, which continues from the provider's last response (unless the client already
+        knows the first response's id, because it streamed output: then that one does)."""
+        answer_id = turns[0].response_id
+        if plan.api == "responses" and (len(turns) > 1 or ran_last):
+            answer_id = answer_id if shown_first and answer_id else plan.answer_id
+            if answer_id and turns[-1].response_id and answer_id != turns[-1].response_id:
+                self.held.alias(answer_id, turns[-1].response_id, caller.principal)
+        return Finished(tuple(turns), calls, finish_reason, final, answer_id)
 
     async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any]) -> ModelTurn:
         """One provider call, not streamed: its answer as a turn."""

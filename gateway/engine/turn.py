@@ -17,18 +17,23 @@ import orjson
 from gateway.errors import UpstreamUnavailable
 
 Api = Literal["chat", "responses"]
-CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})  # Responses output items that are tool calls
+# Responses output items that are calls for the caller's side to run (the provider runs the others:
+# web search, file search, code interpreter, MCP ...). Only a `function_call` can be the gateway's.
+CALL_ITEMS = frozenset({"function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call",
+                        "apply_patch_call"})
+OPENING_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
 
 
 @dataclass(frozen=True)
 class ModelCall:
-    """One tool call of a model turn. `custom` calls (free-form input) are always the client's."""
+    """One tool call of a model turn. A `client` call can only be the client's: free-form (custom)
+    tools, namespaced functions, computer, shell and patch calls; the gateway offers none of those."""
 
     id: str  # Chat: the tool call's id; Responses: the item's call_id
     name: str
     arguments: str  # the JSON text (or a custom tool's input) as the model sent it
     item: Mapping[str, Any]  # the call as the provider sent it
-    kind: Literal["function", "custom"] = "function"
+    kind: Literal["function", "client"] = "function"
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ def _chat_call(raw: Any) -> ModelCall:
     if isinstance(raw, dict) and (function := _named(raw.get("function"))) is not None:
         return ModelCall(str(raw.get("id") or ""), function["name"], _text(function.get("arguments")), raw)
     if isinstance(raw, dict) and (custom := _named(raw.get("custom"))) is not None:
-        return ModelCall(str(raw.get("id") or ""), custom["name"], str(custom.get("input") or ""), raw, kind="custom")
+        return ModelCall(str(raw.get("id") or ""), custom["name"], str(custom.get("input") or ""), raw, kind="client")
     raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape (a tool call without a name)")
 
 
@@ -218,11 +223,13 @@ def _response_call(item: Mapping[str, Any]) -> ModelCall | None:
     kind = item.get("type")
     if kind not in CALL_ITEMS:
         return None
-    if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
+    named = kind not in ("function_call", "custom_tool_call") or isinstance(item.get("name"), str)
+    if not named or not isinstance(item.get("call_id"), str):
         raise UpstreamUnavailable("the provider sent a response of the wrong shape (a tool call without a name)")
-    if kind == "custom_tool_call":
-        return ModelCall(item["call_id"], item["name"], str(item.get("input") or ""), item, kind="custom")
-    return ModelCall(item["call_id"], item["name"], _text(item.get("arguments")), item)
+    if kind == "function_call" and not item.get("namespace"):
+        return ModelCall(item["call_id"], item["name"], _text(item.get("arguments")), item)
+    return ModelCall(item["call_id"], str(item.get("name") or kind), str(item.get("input") or ""), item,
+                     kind="client")
 
 
 def _finish_reason(body: Mapping[str, Any], calls: tuple[ModelCall, ...]) -> str | None:
@@ -247,6 +254,11 @@ def read_response(body: Any) -> ModelTurn:
 
 
 _LIFECYCLE_END = frozenset({"response.completed", "response.incomplete"})
+
+
+def opens_response(piece: Mapping[str, Any]) -> bool:
+    """A Responses event that opens the response (created, in progress ...) rather than shows output."""
+    return piece.get("type") in OPENING_EVENTS
 
 
 class ResponsesStreamReader:

@@ -104,6 +104,9 @@ class ChatChunks:
             chunk["choices"] = [{**choice, "delta": delta}]
         return [(None, chunk)]
 
+    def waiting(self) -> Iterable[render.Frame]:
+        return []
+
     def finished(self, event: Finished) -> Iterable[render.Frame]:
         if not self.identity:
             first = event.turns[0].body

@@ -29,6 +29,9 @@ class StreamRenderer(Protocol):
 
     def visible(self, event: Visible) -> Iterable[Frame]: ...
 
+    def waiting(self) -> Iterable[Frame]:
+        """What to send before the stream waits for the gateway's tools."""
+
     def finished(self, event: Finished) -> Iterable[Frame]: ...
 
     def error(self, error: GatewayError) -> Frame: ...
@@ -95,6 +98,7 @@ async def stream(request: web.Request, caller: Caller, events: AsyncGenerator[Ev
                 if isinstance(event, Visible):
                     await writer.frames(renderer.visible(event))
                 elif isinstance(event, Keepalive):
+                    await writer.frames(renderer.waiting())
                     await writer.comment("toolspan: running tools")
                 else:
                     finished = event

@@ -1,14 +1,14 @@
 """The OpenAI Agents SDK pointed at the gateway: an agent with a function tool of its own runs to
 its final output while the gateway runs its own tool in the same run, with the SDK's default
-Responses model and with its Chat Completions model."""
+Responses model and with its Chat Completions model: the SDK's own OpenAI provider, handed an
+openai client whose `base_url` is the gateway, picks the model for a model name."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, RunConfig, Runner, function_tool
-from agents.models.interface import Model
+from agents import Agent, OpenAIProvider, RunConfig, Runner, function_tool
 
 from gateway.demo.model import Reply
 from telemetry import names
@@ -44,10 +44,13 @@ def lookup_secret(name: str) -> str:
     return SECRET if name == "door" else "unknown"
 
 
-def model_for(stack: Stack, api: str) -> Model:
-    if api == "responses":
-        return OpenAIResponsesModel(model="test-model", openai_client=stack.client)
-    return OpenAIChatCompletionsModel(model="test-model", openai_client=stack.client)
+def run_config(stack: Stack, api: str) -> RunConfig:
+    """The SDK's own OpenAI provider on the gateway: its default model kind is the Responses one.
+    (Given a `base_url` instead, it would use the SDK's module-wide HTTP client, which outlives each
+    test's event loop.)"""
+    use_responses = None if api == "responses" else False
+    provider = OpenAIProvider(openai_client=stack.client, use_responses=use_responses)
+    return RunConfig(model_provider=provider, tracing_disabled=True)
 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])
@@ -56,8 +59,8 @@ async def test_an_agent_runs_to_its_final_output_beside_the_gateways_tool(stack:
                                                                           streamed: bool) -> None:
     for _ in range(3):
         stack.script.then(agent_model)
-    agent = Agent(name="helper", instructions="Be brief.", tools=[lookup_secret], model=model_for(stack, api))
-    config = RunConfig(tracing_disabled=True)
+    agent = Agent(name="helper", instructions="Be brief.", tools=[lookup_secret], model="test-model")
+    config = run_config(stack, api)
     if streamed:
         running = Runner.run_streamed(agent, "Add 2 and 3, then tell me the door secret.", run_config=config)
         async for _ in running.stream_events():
@@ -84,8 +87,8 @@ async def test_an_agent_runs_to_its_final_output_beside_the_gateways_tool(stack:
 async def test_the_agent_never_sees_the_gateways_call(stack: Stack) -> None:
     for _ in range(3):
         stack.script.then(agent_model)
-    agent = Agent(name="helper", tools=[lookup_secret], model=model_for(stack, "responses"))
+    agent = Agent(name="helper", tools=[lookup_secret], model="test-model")
     result = await Runner.run(agent, "Add 2 and 3, then tell me the door secret.",
-                              run_config=RunConfig(tracing_disabled=True))
+                              run_config=run_config(stack, "responses"))
     called = [getattr(item.raw_item, "name", None) for item in result.new_items if item.type == "tool_call_item"]
     assert called == ["lookup_secret"]

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from gateway.demo.model import Reply
-from gateway.tools import Tool, ToolRegistry
+from gateway.tools import Tool, ToolRegistry, ToolResult
 from telemetry import names
 from tests.conftest import STREAM, ResponseAnswer, Stack, StackFactory, tool_outcomes, tree
 
@@ -87,7 +87,8 @@ async def test_one_gateway_tool_round_replays_the_items(stack: Stack, stream: bo
                                      "output": "contents of notes.txt"}]
     assert answer.usage is not None
     assert (answer.usage["input_tokens"], answer.usage["output_tokens"], answer.usage["total_tokens"]) == (20, 10, 30)
-    assert answer.id == round_ids(stack, answer)[0]  # the client knows the answer by its first round's id
+    assert answer.id.startswith("resp_tspan_")  # an answer over several responses goes by the gateway's id
+    assert answer.id not in round_ids(stack, answer)
     assert_one_response(answer)
     assert tool_spans(stack, answer) == [("read_file", "ok")]
     assert len(tree(stack.spans(answer.headers["x-trace-id"]))["chat"]) == 2
@@ -163,7 +164,7 @@ async def test_mixed_turn_follow_up_by_previous_response_id(stack: Stack) -> Non
     assert second.text == "Done."
     assert second.previous_response_id == first.id
     sent = stack.upstream_requests[-1]
-    assert sent["previous_response_id"] == first.id
+    assert sent["previous_response_id"] == round_ids(stack, first)[0]  # the provider's response behind it
     assert [o["output"] for o in outputs_sent(sent)] == ["contents of a.txt", "b.txt"]
 
 
@@ -178,7 +179,7 @@ async def test_stored_rounds_chain_and_the_client_id_continues_the_last(stack: S
     assert second["previous_response_id"] == ids[0]  # round 2 continues round 1 at the provider
     assert second["input"] == [{"type": "function_call_output", "call_id": second["input"][0]["call_id"],
                                 "output": "3"}]
-    assert answer.id == ids[0]  # the client knows the answer by its first round's id
+    assert answer.id.startswith("resp_tspan_")  # the gateway's id for an answer over several responses
     follow = await stack.respond(stream, input="thanks", previous_response_id=answer.id)
     assert follow.text == "Bye."
     assert stack.upstream_requests[-1]["previous_response_id"] == ids[1]  # the last round: it holds every round
@@ -328,3 +329,145 @@ async def test_a_stream_that_breaks_after_it_began_ends_with_an_error_event(stac
     [root] = [s for s in stack.spans(raw.headers["x-trace-id"]) if s.parent is None]
     assert root.attributes is not None
     assert root.attributes[names.ATTR_ERROR_TYPE] == "upstream_error"
+
+
+# --- review findings: each of these failed before its fix ----------------------------------------------
+
+def raw_response(*items: dict[str, Any], status: str = "completed") -> Reply:
+    """A provider response with exactly these output items (what the scripted model cannot say)."""
+    body = {"id": "resp_raw", "object": "response", "status": status, "model": "m", "output": list(items),
+            "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}}
+    return Reply(raw=json.dumps(body).encode())
+
+
+async def test_a_namespaced_call_is_the_clients_even_under_a_gateway_tools_name(stack: Stack) -> None:
+    namespace = {"type": "namespace", "name": "crm", "description": "CRM tools",
+                 "tools": [{"type": "function", "name": "add", "parameters": {"type": "object", "properties": {}}}]}
+    stack.script.then(raw_response({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "add",
+                                    "namespace": "crm", "arguments": '{"a": 1}', "status": "completed"}))
+    answer = await stack.respond(False, input="hi", tools=[namespace])
+    assert [(c["name"], c.get("namespace"), c["call_id"]) for c in answer.calls] == [("add", "crm", "call_1")]
+    assert len(stack.upstream_requests) == 1
+    assert tool_spans(stack, answer) == []  # the gateway's own `add` never ran
+
+
+async def test_a_computer_call_beside_a_gateway_call_goes_to_the_client_and_is_held(stack: Stack) -> None:
+    computer = {"type": "computer_call", "id": "cu_1", "call_id": "call_c", "action": {"type": "screenshot"},
+                "pending_safety_checks": [], "status": "completed"}
+    stack.script.then(raw_response(computer, {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+                                              "name": "add", "arguments": '{"a": 1, "b": 2}', "status": "completed"}))
+    answer = await stack.respond(False, input="hi", store=False)
+    [shown] = [item for item in answer.output if item["type"] == "computer_call"]
+    assert shown["call_id"].startswith("tspan_")  # it names the held turn, whose `add` the gateway ran
+    assert len(stack.upstream_requests) == 1
+    assert tool_spans(stack, answer) == [("add", "ok")]
+
+
+async def test_store_false_with_a_previous_response_replays_from_that_response(stack: Stack) -> None:
+    stack.script.then(Reply(content="Hello."), Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    first = await stack.respond(False, input="hi")
+    second = await stack.respond(False, input="add 1 and 2", previous_response_id=first.id, store=False)
+    assert second.text == "3"
+    round_one, round_two = stack.upstream_requests[1:]
+    assert round_one["previous_response_id"] == round_two["previous_response_id"] == first.id
+    assert [i.get("type") for i in round_two["input"]] == [None, "function_call", "function_call_output"]
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_call_dropped_at_the_round_limit_is_not_held(make_stack: StackFactory, api: str) -> None:
+    """The last call allowed no tools; the model called a gateway tool and a client tool anyway.
+    The gateway's call never ran, so the follow-up must not carry it without a result."""
+    stack = await make_stack(max_rounds=1)
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 1})]),
+                      Reply(tool_calls=[("add", {"a": 2, "b": 2}), ("ask_human", {"question": "?"})]),
+                      Reply(content="ok"))
+    if api == "responses":
+        first = await stack.respond(False, input="go", tools=[CLIENT_TOOL], store=False)
+        [call] = first.calls
+        follow = [{"role": "user", "content": "go"}, *first.output,
+                  {"type": "function_call_output", "call_id": call["call_id"], "output": "yes"}]
+        second = await stack.respond(False, input=follow, tools=[CLIENT_TOOL], store=False)
+        assert second.text == "ok"  # the scripted model refuses a call without its output, as OpenAI does
+        calls = [i for i in stack.upstream_requests[-1]["input"] if i.get("type") == "function_call"]
+        assert [json.loads(c["arguments"]) for c in calls] == [{"a": 1, "b": 1}, {"question": "?"}]
+        return
+    tool = {"type": "function", "function": {k: v for k, v in CLIENT_TOOL.items() if k not in ("type", "strict")}}
+    chat = await stack.ask(False, messages=[{"role": "user", "content": "go"}], tools=[tool])
+    [call] = chat.tool_calls
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": "yes"}]
+    await stack.ask(False, messages=messages, tools=[tool])
+    sent = stack.upstream_requests[-1]["messages"]
+    called = [c["function"]["name"] for m in sent for c in m.get("tool_calls") or []]
+    answered = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    assert called == ["add", "ask_human"]
+    assert len(answered) == 2
+
+
+async def test_an_input_item_with_an_odd_id_is_passed_on_not_a_500(stack: Stack) -> None:
+    stack.script.then(Reply(content="fine"))
+    response = await stack.http.post("/v1/responses", json={
+        "model": "m", "input": [{"role": "user", "content": "hi", "id": ["x"]}]})
+    assert response.status == 200
+
+
+async def test_an_answer_id_the_gateway_forgot_is_a_409(make_stack: StackFactory) -> None:
+    stack = await make_stack(pending_turn_ttl_seconds=1e-9)
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    answer = await stack.respond(False, input="add")
+    assert answer.id.startswith("resp_tspan_")
+    with pytest.raises(openai.ConflictError) as caught:
+        await stack.respond(False, input="and again", previous_response_id=answer.id)
+    assert caught.value.code == "response_not_held"
+    assert len(stack.upstream_requests) == 2  # refused before the provider
+
+
+async def test_streamed_output_before_the_tools_names_the_answer_by_the_first_response(stack: Stack) -> None:
+    stack.script.then(Reply(content="Let me add.", tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"),
+                      Reply(content="Bye."))
+    answer = await stack.respond(True, input="add")
+    assert_one_response(answer)
+    ids = round_ids(stack, answer)
+    assert answer.id == ids[0]  # the client saw it in response.created before the tools ran
+    await stack.respond(False, input="thanks", previous_response_id=answer.id)
+    assert stack.upstream_requests[-1]["previous_response_id"] == ids[1]
+
+
+async def test_reasoning_of_a_gateway_round_gets_its_call_back_when_replayed(stack: Stack) -> None:
+    """A reasoning item must be followed by the call it led to; the client never saw that call."""
+    stack.script.then(Reply(reasoning="I should add.", tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"),
+                      Reply(content="You are welcome."))
+    answer = await stack.respond(False, input="add", store=False)
+    assert [item["type"] for item in answer.output] == ["reasoning", "message"]
+    replay = [{"role": "user", "content": "add"}, *answer.output, {"role": "user", "content": "thanks"}]
+    await stack.respond(False, input=replay, store=False)
+    sent = stack.upstream_requests[-1]["input"]
+    assert [i.get("type") for i in sent] == [None, "reasoning", "function_call", "function_call_output", "message",
+                                             None]
+
+
+async def test_background_responses_cannot_run_gateway_tools(stack: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await stack.respond(False, input="hi", background=True)
+    assert caught.value.param == "background"
+    assert stack.upstream_requests == []
+
+
+async def test_content_parts_of_a_tool_result_go_in_the_responses_shape(make_stack: StackFactory) -> None:
+    async def picture(args: dict[str, Any]) -> ToolResult:
+        return ToolResult(content=[{"type": "text", "text": "a cat"},
+                                   {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}])
+
+    stack = await make_stack(registry=ToolRegistry([Tool(name="picture", function=picture)]))
+    stack.script.then(Reply(tool_calls=[("picture", {})]), Reply(content="A cat."))
+    await stack.respond(False, input="show me")
+    [output] = outputs_sent(stack.upstream_requests[-1])
+    assert output["output"] == [{"type": "input_text", "text": "a cat"},
+                                {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "auto"}]
+
+
+async def test_the_answer_shows_the_tool_choice_the_client_sent(stack: Stack) -> None:
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 1})]), Reply(content="2"))
+    sent = {"type": "function", "name": "add"}
+    response = await stack.http.post("/v1/responses", json={"model": "m", "input": "add", "tool_choice": sent})
+    assert (await response.json())["tool_choice"] == sent

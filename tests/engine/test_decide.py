@@ -91,7 +91,7 @@ def test_free_form_custom_calls_are_always_the_clients(turn_of: Any) -> None:
     decision = decide(turn_of([("grammar", "c1")], kind="custom"), CLIENT, 0, MAX, None)
     assert isinstance(decision, HandBack)
     assert ids(decision.client_calls) == ["c1"]
-    assert decision.client_calls[0].kind == "custom"
+    assert decision.client_calls[0].kind == "client"
 
 
 @API
@@ -115,6 +115,10 @@ def test_at_the_round_limit_client_calls_still_go_back(turn_of: Any) -> None:
     ({"type": "function", "name": "read_file"}, "auto"),  # Responses' shape
     ({"type": "function", "name": "add"}, {"type": "function", "name": "add"}),  # not run: still forced
     ({"type": "web_search"}, {"type": "web_search"}),
+    ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "read_file"}]},
+     {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "read_file"}]}),  # Responses
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": []}},
+     {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}),  # Chat
 ])
 def test_a_forced_tool_choice_is_relaxed_once_it_ran(turn_of: Any, choice: Any, after: Any) -> None:
     decision = decide(turn_of([("read_file", "c1")]), CLIENT, 0, MAX, choice)
