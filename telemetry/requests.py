@@ -1,16 +1,13 @@
 """The request (SERVER) span and the provider `chat {model}` (CLIENT) spans, with their metrics.
 
-Plain SDK spans, started when their work starts. What is recorded when the work ends (the last
-attributes, the span's end at its true end time, the metrics) runs one event-loop step later
-(`after_response`), once the answer has gone out: by the time the client can read the answer,
-the loop has run it.
+Plain SDK spans, started when their work starts and recorded (attributes, end, metrics) when it
+ends. The request's scope ends before aiohttp sends the end of its answer, so by the time a
+client has the whole answer, its spans and metrics are recorded.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from time import perf_counter, time_ns
+from time import perf_counter
 from types import TracebackType
 from typing import Any
 
@@ -32,20 +29,6 @@ def trace_context(context: SpanContext, headers: dict[str, str]) -> None:
     headers["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     if context.trace_state:
         headers["tracestate"] = context.trace_state.to_header()
-
-
-def after_response(record: Callable[..., None], *args: Any) -> None:
-    """Run `record` at the loop's next step, ahead of any I/O it polls for then; outside a loop, now.
-
-    Ending the spans and moving the metrics is the last work of a request and of a provider call.
-    Done inline, it delays the answer; one step later, the answer goes out first. Measured with
-    `python bench/proxy.py --scenarios plain` against the same gateway recording inline (as a
-    `--compare` target in the same run): 0.95 of this throughput at concurrency 10 and 0.02 ms
-    more at p50 at concurrency 1; CPU per request is the same."""
-    try:
-        asyncio.get_running_loop().call_soon(record, *args)
-    except RuntimeError:
-        record(*args)
 
 
 def exemplar(span: Span) -> dict[str, str] | None:
@@ -109,10 +92,9 @@ class RequestSpan:
             status, error_type = 499, error_type or "cancelled"
         otel_context.detach(self._token)
         self._metrics.in_flight.dec()
-        after_response(self._record, status, record, error_type, time_ns(), perf_counter() - self._start)
+        self._record(status, record, error_type, perf_counter() - self._start)
 
-    def _record(self, status: int, record: RequestRecord, error_type: str | None, end_ns: int,
-                elapsed: float) -> None:
+    def _record(self, status: int, record: RequestRecord, error_type: str | None, elapsed: float) -> None:
         metrics, span, info = self._metrics, self._span, self._info
         try:
             span.set_attributes(self._attributes(status, record, error_type))
@@ -121,7 +103,7 @@ class RequestSpan:
             if status >= 500 or status == 499 or (status < 400 and error_type is not None):
                 span.set_status(Status(StatusCode.ERROR, error_type or f"HTTP {status}"))
         finally:
-            span.end(end_time=end_ns)  # whatever the attributes did, the span is not lost
+            span.end()  # whatever the attributes did, the span is not lost
         if record.rounds is not None:
             metrics.tool_rounds.observe(record.rounds)
         metrics.child(metrics.requests, info.route, str(status)).inc()
@@ -182,9 +164,9 @@ class ChatSpan:
         if exc is not None and self._status is None:  # cancelled or broken before an answer
             kind = type(exc).__name__ if isinstance(exc, Exception) else "cancelled"
             self.failed(None, kind, str(exc) or kind)
-        after_response(self._record, time_ns(), perf_counter() - self._start)
+        self._record(perf_counter() - self._start)
 
-    def _record(self, end_ns: int, elapsed: float) -> None:
+    def _record(self, elapsed: float) -> None:
         metrics, span, failure = self._metrics, self._span, self._failure
         tokens: dict[str, int] = {}
         try:
@@ -194,7 +176,7 @@ class ChatSpan:
                 span.set_status(Status(StatusCode.ERROR, failure[1]))
             span.set_attributes(attributes)
         finally:
-            span.end(end_time=end_ns)  # whatever the attributes did, the span is not lost
+            span.end()  # whatever the attributes did, the span is not lost
         for kind, count in tokens.items():
             metrics.child(metrics.tokens, self._label, kind).inc(count)
         metrics.child(metrics.upstream_requests, self._label, self._status or "error").inc()
