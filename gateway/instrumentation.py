@@ -40,26 +40,32 @@ class ModelAnswer(Protocol):
     """What a provider call's span records of its answer (engine.turn.ModelTurn is one)."""
 
     @property
-    def response_id(self) -> str | None: ...
+    def response_id(self) -> str | None:
+        """The provider's id of its answer."""
 
     @property
-    def model(self) -> str | None: ...
+    def model(self) -> str | None:
+        """The model that answered, as the provider names it."""
 
     @property
-    def finish_reason(self) -> str | None: ...
+    def finish_reason(self) -> str | None:
+        """Why the answer ended, in Chat's terms (stop, tool_calls, length ...)."""
 
     @property
-    def input_tokens(self) -> int | None: ...
+    def input_tokens(self) -> int | None:
+        """Tokens of the prompt, as the provider counted them."""
 
     @property
-    def output_tokens(self) -> int | None: ...
+    def output_tokens(self) -> int | None:
+        """Tokens of the answer, as the provider counted them."""
 
 
 class RequestTrace(Protocol):
     """The span of one request, current while its handler runs."""
 
     @property
-    def trace_id(self) -> str: ...
+    def trace_id(self) -> str:
+        """The trace's id in hex, for the X-Trace-Id header."""
 
     def inject(self, headers: dict[str, str]) -> None:
         """Write this request's trace context into headers of a request passed on as it is."""
@@ -84,11 +90,14 @@ class ChatTrace(Protocol):
 class Instrumentation(ToolHooks, Protocol):
     """The observer create_app is handed: requests, provider calls and (as ToolHooks) tool calls."""
 
-    def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]: ...
+    def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]:
+        """The scope of one request, from its arrival to its answer."""
 
-    def chat(self, model: str, stream: bool) -> AbstractContextManager[ChatTrace]: ...
+    def chat(self, model: str, stream: bool) -> AbstractContextManager[ChatTrace]:
+        """The scope of one provider call (a whole stream, when streamed)."""
 
-    def exposition(self, accept: str | None) -> tuple[bytes, str]: ...
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        """The metrics page and its content type, in the format `accept` asks for."""
 
 
 class _NoRequestTrace:

@@ -22,7 +22,8 @@ class Conversation(Protocol):
     """What the engine needs of a conversation, whichever API it is in."""
 
     @property
-    def tool_choice(self) -> Any: ...
+    def tool_choice(self) -> Any:
+        """The tool_choice the next round goes with."""
 
     def request(self, final: bool, stream: bool) -> dict[str, Any]:
         """The body of the next provider call (`final`: the last one, with no tools allowed)."""
@@ -69,6 +70,8 @@ def _assistant(turn: ModelTurn, calls: Sequence[ModelCall]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ChatConversation:
+    """A Chat Completions conversation: messages."""
+
     base: Mapping[str, Any]  # the request without messages and stream fields
     messages: tuple[Any, ...]
     added: tuple[Mapping[str, Any], ...] = ()  # the messages the gateway added in this request
@@ -159,6 +162,8 @@ def _shown_ids(items: Sequence[Mapping[str, Any]], theirs: Sequence[ModelCall] =
 
 @dataclass(frozen=True)
 class ResponsesConversation:
+    """A Responses API conversation: input items, or a stored response to continue."""
+
     base: Mapping[str, Any]  # the request without input, stream and previous_response_id
     items: str | tuple[Any, ...]  # the input of the next call (a string, as the client may send it)
     previous_response_id: str | None = None  # the provider response the next call continues

@@ -59,6 +59,7 @@ class Finished:
 
     @property
     def rounds(self) -> int:
+        """Provider calls made."""
         return len(self.turns)
 
 

@@ -49,20 +49,24 @@ class ModelTurn:
 
     @property
     def response_id(self) -> str | None:
+        """The provider's id of its answer."""
         value = self.body.get("id")
         return value if isinstance(value, str) else None
 
     @property
     def model(self) -> str | None:
+        """The model that answered."""
         value = self.body.get("model")
         return value if isinstance(value, str) else None
 
     @property
     def input_tokens(self) -> int | None:
+        """Prompt tokens, from either API's usage."""
         return _count(self.usage, "prompt_tokens" if self.api == "chat" else "input_tokens")
 
     @property
     def output_tokens(self) -> int | None:
+        """Answer tokens, from either API's usage."""
         return _count(self.usage, "completion_tokens" if self.api == "chat" else "output_tokens")
 
     def visible_output(self) -> list[Mapping[str, Any]]:
@@ -270,6 +274,7 @@ class ResponsesStreamReader:
         self._final: Any = None
 
     def absorb(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """Take one event; returns it when the client may see it now, else None."""
         kind = event.get("type")
         if not isinstance(kind, str):
             return None  # not a Responses event: nothing a client could read
@@ -290,6 +295,7 @@ class ResponsesStreamReader:
         return None if index is not None and index in self._calls else event
 
     def turn(self) -> ModelTurn:
+        """The response the stream completed, as one turn; a stream cut short raises."""
         if self._final is None:
             raise UpstreamUnavailable("the provider's stream ended before its response was complete")
         return read_response(self._final)

@@ -44,6 +44,7 @@ class ChatRequest(BaseModel):
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/chat/completions."""
     body = await read_object(request)
     chat = validate(ChatRequest, body, "a chat completion request")
     caller = caller_of(request, chat.metadata)

@@ -39,6 +39,7 @@ class ResponsesRequest(BaseModel):
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
+    """POST /v1/responses."""
     body = await read_object(request)
     checked = validate(ResponsesRequest, body, "a Responses API request")
     caller = caller_of(request, checked.metadata)

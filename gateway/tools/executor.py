@@ -26,6 +26,7 @@ class ToolExecutor:
 
     async def run_turn(self, calls: Sequence[ToolCall], turn: Turn | None = None,
                        allowed: Collection[str] | None = None) -> list[ToolOutcome]:
+        """The outcomes of one assistant turn's calls, in the model's order."""
         turn = turn or Turn()
         outcomes: dict[int, ToolOutcome] = {}
         batch: list[int] = []
@@ -49,6 +50,7 @@ class ToolExecutor:
         return [outcomes[i] for i in range(len(calls))]
 
     async def run_call(self, call: ToolCall, turn: Turn, allowed: Collection[str] | None = None) -> ToolOutcome:
+        """One call: lookup, allowlist, parse, execute, inside its trace."""
         tool = self.registry.get(call.name)
         with self.hooks.tool_call(call, tool, turn) as trace:
             outcome = await self._handle(call, tool, turn, allowed, trace)

@@ -41,15 +41,20 @@ class Turn:
 
 
 class ToolCallTrace(Protocol):
-    def step(self, name: Step) -> AbstractContextManager[None]: ...
+    """The trace of one tool call, open while it runs."""
 
-    def finish(self, outcome: ToolOutcome) -> None: ...
+    def step(self, name: Step) -> AbstractContextManager[None]:
+        """The scope of the parse or the execute step."""
+
+    def finish(self, outcome: ToolOutcome) -> None:
+        """How the call ended; recorded when its scope ends."""
 
 
 class ToolHooks(Protocol):
-    """`tool_call` wraps one call from lookup to outcome; `tool` is None for an unknown name."""
+    """What the executor tells its observer about each tool call."""
 
-    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AbstractContextManager[ToolCallTrace]: ...
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AbstractContextManager[ToolCallTrace]:
+        """The scope of one call from lookup to outcome; `tool` is None for an unknown name."""
 
 
 class _NoTrace:

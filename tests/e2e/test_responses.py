@@ -471,3 +471,30 @@ async def test_the_answer_shows_the_tool_choice_the_client_sent(stack: Stack) ->
     sent = {"type": "function", "name": "add"}
     response = await stack.http.post("/v1/responses", json={"model": "m", "input": "add", "tool_choice": sent})
     assert (await response.json())["tool_choice"] == sent
+
+
+@STREAM
+async def test_tool_call_spans_read_the_same_in_both_apis(make_stack: StackFactory, stream: bool) -> None:
+    """The same story told over Chat and over Responses gives the same tool.call and chat spans,
+    ids aside."""
+    def story(stack: Stack) -> None:
+        stack.script.then(Reply(tool_calls=[("read_file", {"file_path": "a.txt"})]),
+                          Reply(tool_calls=[("read_file", {"path": "a.txt"}), ("no_such_tool", {})]),
+                          Reply(content="done"))
+
+    ignored = {names.ATTR_TOOL_CALL_ID, names.ATTR_CONVERSATION_ID, names.ATTR_RESPONSE_ID}
+    seen = []
+    for api in ("chat", "responses"):
+        stack = await make_stack()
+        story(stack)
+        if api == "chat":
+            trace_id = (await stack.ask(stream, messages=[{"role": "user", "content": "read"}])).headers["x-trace-id"]
+        else:
+            trace_id = (await stack.respond(stream, input="read")).headers["x-trace-id"]
+        spans = [s for s in stack.spans(trace_id) if s.parent is not None]
+        seen.append([(s.name, {k: v for k, v in (s.attributes or {}).items() if k not in ignored},
+                      s.status.description) for s in spans])
+    chat, responses = seen
+    # 3 provider calls, 3 tool calls: a rejected one (parse only), an ok one (parse, execute), an unknown one
+    assert len(chat) == 3 + 3 + 1 + 2
+    assert chat == responses
