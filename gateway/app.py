@@ -21,9 +21,10 @@ from gateway.app_keys import (
     TRACE,
     UPSTREAM,
 )
-from gateway.caller import TRAJECTORY_HEADER, request_ids, resolve_caller
+from gateway.caller import request_ids, resolve_caller
 from gateway.engine import Engine
-from gateway.errors import GatewayError, error_response, from_http_exception, internal_error
+from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
+from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.routes import chat, health, passthrough, responses, tools
 from gateway.settings import Settings
@@ -33,7 +34,6 @@ from gateway.upstream import Upstream
 
 log = logging.getLogger("toolspan")
 
-TRACE_HEADER = "X-Trace-Id"
 
 
 def _route_of(request: web.Request) -> str:
@@ -55,7 +55,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             # Before any body is read; only /v1 routes speak for a caller.
             request[CALLER] = resolve_caller(request.headers, ids, request.app[SETTINGS].keys,
-                                             authenticate=request.path.startswith("/v1/"))
+                                             authenticate=request.path.startswith(("/v1/", "/openai/")),
+                                             own_key=request.app[SETTINGS].upstream_api_key is not None)
             response = await handler(request)
         except GatewayError as exc:
             error = exc
@@ -65,6 +66,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.exception("unhandled error on %s %s", request.method, request.path)
             error = internal_error()
         if error is not None:
+            log_provider_failure(error, request.method, request.path, trace.trace_id)
             response = error_response(error)
             response.headers[TRAJECTORY_HEADER] = ids[0]
             record = RequestRecord(error_type=error.type)
@@ -78,8 +80,8 @@ async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
     """Every response names its trajectory and trace, streamed ones included."""
     if CALLER in request:
         response.headers.setdefault(TRAJECTORY_HEADER, request[CALLER].trajectory_id)
-    if TRACE in request:
-        response.headers[TRACE_HEADER] = request[TRACE].trace_id
+    if TRACE in request and (trace_id := request[TRACE].trace_id) is not None:
+        response.headers[TRACE_HEADER] = trace_id  # none when there is no trace to name
 
 
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
@@ -87,7 +89,7 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
     assert settings.upstream is not None  # checked in create_app
     session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0))
     upstream = Upstream(session, settings.upstream, settings.upstream_api_key, settings.upstream_timeout_seconds,
-                        settings.upstream_connect_timeout_seconds)
+                        settings.upstream_connect_timeout_seconds, settings.upstream_kind, settings.azure_api_version)
     app[UPSTREAM] = upstream
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
                          settings.keepalive_seconds)
@@ -109,6 +111,11 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.on_response_prepare.append(_stamp)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/responses", responses.create_response)
+    # The same, as Azure OpenAI clients (openai.AzureOpenAI) address them.
+    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat.chat_completions)
+    app.router.add_post("/openai/v1/chat/completions", chat.chat_completions)
+    app.router.add_post("/openai/responses", responses.create_response)
+    app.router.add_post("/openai/v1/responses", responses.create_response)
     app.router.add_get("/v1/tools", tools.list_tools)
     app.router.add_post("/v1/tools/{name}/invoke", tools.invoke)
     app.router.add_post("/v1/tools/{name}/parse", tools.parse)

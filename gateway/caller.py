@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.errors import Unauthorized
+from gateway.headers import TRAJECTORY_HEADER, to_provider
 from gateway.settings import GatewayKey
 from gateway.tools import Turn
 
-TRAJECTORY_HEADER = "X-Trajectory-Id"
 _TRAJECTORY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -30,7 +30,7 @@ class Caller:
     request_id: str
     principal: str | None = None  # the gateway key's name
     allowed: frozenset[str] | None = None  # tools that key may use; None: every registered tool
-    upstream_authorization: str | None = None  # what may travel on to the provider
+    upstream_headers: Mapping[str, str] = field(default_factory=dict)  # what travels on to the provider
     trajectory_named: bool = False  # the caller named the trajectory in the X-Trajectory-Id header
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
@@ -59,17 +59,21 @@ def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:
 
 
 def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys: Mapping[str, GatewayKey],
-                   authenticate: bool) -> Caller:
-    """The caller of a request. Without gateway keys, its Authorization is the provider's business;
-    with them, it must name one of them (a 401 otherwise), and it stops here."""
+                   authenticate: bool, own_key: bool) -> Caller:
+    """The caller of a request. Without gateway keys, its credentials are the provider's business
+    (unless the gateway calls the provider with its `own_key`); with them, it must send one of them
+    (as `Authorization: Bearer` or, as Azure clients do, `api-key`; a 401 otherwise), and that key
+    stops here."""
     trajectory_id, request_id, named = ids
-    authorization = headers.get("Authorization") if authenticate else None
-    if not authenticate or not keys:
-        return Caller(trajectory_id, request_id, upstream_authorization=authorization, trajectory_named=named)
-    scheme, _, token = (authorization or "").partition(" ")
-    token = token.strip() if scheme.lower() == "bearer" else ""
+    if not authenticate:
+        return Caller(trajectory_id, request_id, trajectory_named=named)
+    upstream_headers = to_provider(headers, with_credentials=not keys and not own_key)
+    if not keys:
+        return Caller(trajectory_id, request_id, upstream_headers=upstream_headers, trajectory_named=named)
+    scheme, _, token = headers.get("Authorization", "").partition(" ")
+    token = token.strip() if scheme.lower() == "bearer" else headers.get("api-key", "").strip()
     for name, spec in keys.items():
         if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
             allowed = None if spec.tools is None else frozenset(spec.tools)
-            return Caller(trajectory_id, request_id, name, allowed, trajectory_named=named)
+            return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named)
     raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>", code="invalid_api_key")

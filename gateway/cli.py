@@ -1,6 +1,7 @@
 """The composition root: read settings, load tools, set up telemetry, run the app.
 
     toolspan serve [--host H] [--port P] [--upstream URL] [--tools module:attr ...] [--config FILE]
+                   [--log-level debug|info|warning|error] [--log-format text|json] [--[no-]access-log]
     toolspan demo [--api chat|responses]
 """
 
@@ -16,9 +17,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gateway.runtime import gateway, run
+from gateway.demo.tools import demo_registry
+from gateway.logs import configure_logging
+from gateway.runtime import CannotListen, gateway, run
 from gateway.settings import Settings, load_settings
 from gateway.tools import Tool, ToolRegistry
+from telemetry.tracing import export_plan
 
 log = logging.getLogger("toolspan")
 
@@ -66,15 +70,57 @@ def load_tools(specs: Iterable[str]) -> ToolRegistry:
     return registry
 
 
+MAX_TOOLS_NAMED = 10  # more than this, and the start-up line gives their number
+
+
+def describe_tools(registry: ToolRegistry) -> str:
+    names = registry.names()
+    if not names:
+        return "none (every tool call goes back to the client)"
+    if len(names) > MAX_TOOLS_NAMED:
+        return f"{len(names)} loaded (GET /v1/tools lists them)"
+    return ", ".join(names)
+
+
+def describe_traces(settings: Settings) -> str:
+    """Where spans are exported (telemetry.tracing decides; unknown names were refused already)."""
+    if not settings.telemetry:
+        return "off (telemetry = false)"
+    plan = export_plan(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
+                       settings.otel_exporter_otlp_traces_endpoint)
+    places = [f"OTLP to {plan.otlp_url}"] if "otlp" in plan.chosen else []
+    if "console" in plan.chosen:
+        places.append("the console (stdout)")
+    if places:
+        return " and ".join(places)
+    if settings.otel_traces_exporter:
+        return f"not exported (OTEL_TRACES_EXPORTER={settings.otel_traces_exporter})"
+    return "not exported (set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector)"
+
+
+def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_model: bool) -> list[str]:
+    """What an operator wants to see once the gateway listens: where, in front of what, with which
+    tools, and where its traces and metrics go."""
+    upstream = ("the built-in scripted model (set --upstream for a provider)" if builtin_model
+                else f"{settings.upstream_kind} at {settings.upstream}")
+    return [f"listening on {url}/v1",
+            f"upstream: {upstream}",
+            f"tools: {describe_tools(registry)}",
+            f"traces: {describe_traces(settings)}",
+            f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)"]
+
+
 async def _serve(settings: Settings) -> None:
-    registry = load_tools(settings.tools) if settings.tools else None
+    if settings.tools:
+        registry = load_tools(settings.tools)
+    else:  # the example tools go with the built-in model; a real provider gets none unless asked
+        registry = demo_registry() if settings.upstream is None else ToolRegistry()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # from here on: a clean shutdown, even mid start-up
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with gateway(settings, registry) as (url, _, model):
-        upstream = "the built-in scripted model" if model is not None else settings.upstream
-        print(f"toolspan listening on {url}/v1 (upstream: {upstream})", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        for line in startup_lines(url, settings, registry, builtin_model=model is not None):
+            log.info("%s", line)
         await stop.wait()
 
 
@@ -87,6 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", help="provider base URL; default: the built-in scripted model")
     serve.add_argument("--tools", nargs="+", metavar="MODULE:ATTR", help="tools to offer")
     serve.add_argument("--config", type=Path, help="TOML or JSON settings file")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default: info")
+    serve.add_argument("--log-format", choices=("text", "json"), help="text (default), or one JSON object a line")
+    serve.add_argument("--access-log", action=argparse.BooleanOptionalAction,
+                       help="one log line per request (default: on)")
     demo = commands.add_parser("demo", help="run a scripted agent session end to end and print its trajectory")
     demo.add_argument("--api", choices=("chat", "responses"), default="chat",
                       help="the API the session uses: Chat Completions (default) or Responses")
@@ -95,18 +145,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     options = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if options.command == "demo" else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if options.command == "demo":
             from gateway.demo_session import run_demo  # the demo pulls in the openai client
 
+            configure_logging("warning")  # its output is the trajectory
             run(run_demo(api=options.api))
             return 0
-        flags = {"host": options.host, "port": options.port, "upstream": options.upstream, "tools": options.tools}
+        flags = {"host": options.host, "port": options.port, "upstream": options.upstream, "tools": options.tools,
+                 "log_level": options.log_level, "log_format": options.log_format, "access_log": options.access_log}
         settings = load_settings(flags, options.config)
+        configure_logging(settings.log_level, settings.log_format)
         run(_serve(settings))
-    except (StartupError, FileNotFoundError, ValueError) as exc:
+    except (StartupError, CannotListen, FileNotFoundError, ValueError) as exc:
         print(f"toolspan: {exc}", file=sys.stderr)
         return 2
     return 0

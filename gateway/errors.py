@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-    "transfer-encoding", "upgrade", "content-length", "host",
-})
+from gateway.headers import from_provider
 
-
-# Provider answers that would tell callers which account is behind the gateway, or set cookies
-# on the gateway's origin.
-_PRIVATE = frozenset({"openai-organization", "openai-project", "set-cookie"})
-
-
-def provider_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The headers of a provider answer that may reach the caller."""
-    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in _PRIVATE}
+log = logging.getLogger("toolspan.upstream")
 
 
 class GatewayError(Exception):
@@ -31,11 +21,12 @@ class GatewayError(Exception):
     type = "server_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 status: int | None = None) -> None:
+                 status: int | None = None, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
+        self.headers: Mapping[str, str] = headers or {}  # the provider's, when it answered
         if status is not None:
             self.status = status
 
@@ -86,32 +77,40 @@ class UpstreamTimeout(GatewayError):
 
 
 class UpstreamRefused(GatewayError):
-    """The provider answered 4xx (including 429): its answer goes to the caller unchanged."""
+    """The provider answered 4xx (including 429): its error goes to the caller as it came, with
+    the provider's headers (retry-after, request id ...)."""
 
     type = "upstream_refused"
 
     def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
-        super().__init__(f"upstream answered {status}", status=status)
+        super().__init__(f"the provider answered {status}", status=status, headers=from_provider(headers))
         self.raw_body = body
-        self.headers = provider_headers(headers)  # the body is forwarded as it came, encoding and all
+        self.as_sent = from_provider(headers, body_as_sent=True)
 
-    def body(self) -> dict[str, Any]:
+    def provider_error(self) -> bool:
+        """The provider sent an OpenAI-shaped error, which can go on byte for byte."""
         try:
             decoded = json.loads(self.raw_body)
-        except ValueError:
-            decoded = None
-        if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
+        except (ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(decoded, dict) and isinstance(decoded.get("error"), dict)
+
+    def body(self) -> dict[str, Any]:
+        if self.provider_error():
+            decoded: dict[str, Any] = json.loads(self.raw_body)
             return decoded
-        text = self.raw_body.decode("utf-8", "replace")[:1000]
-        return {"error": {"message": f"upstream answered {self.status}: {text}", "type": "upstream_error",
-                          "param": None, "code": None}}
+        text = self.raw_body.decode("utf-8", "replace").strip()[:1000]
+        return {"error": {"message": f"the provider answered {self.status}: {text or '(no body)'}",
+                          "type": "upstream_error", "param": None, "code": f"upstream_{self.status}"}}
 
 
 def error_response(error: GatewayError) -> web.Response:
     """The single place errors become HTTP."""
-    if isinstance(error, UpstreamRefused):
-        return web.Response(status=error.status, body=error.raw_body, headers=error.headers)
-    return web.json_response(error.body(), status=error.status)
+    if isinstance(error, UpstreamRefused) and error.provider_error():
+        return web.Response(status=error.status, body=error.raw_body, headers=error.as_sent)
+    response = web.json_response(error.body(), status=error.status)
+    response.headers.extend(error.headers)
+    return response
 
 
 def from_http_exception(exc: web.HTTPException) -> GatewayError:
@@ -123,6 +122,15 @@ def from_http_exception(exc: web.HTTPException) -> GatewayError:
     kinds: dict[int, type[GatewayError]] = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound}
     kind = kinds.get(exc.status, GatewayError)
     return kind(exc.reason or "request refused", status=exc.status)
+
+
+def log_provider_failure(error: GatewayError, method: str, path: str, trace_id: str | None) -> None:
+    """Log a failed provider call, once, where it became the caller's answer (refusals are the
+    caller's or the provider's business: info; failures and timeouts: warning)."""
+    if isinstance(error, UpstreamRefused):
+        log.info("%s %s: the provider refused (%d) [trace %s]", method, path, error.status, trace_id or "-")
+    elif isinstance(error, UpstreamUnavailable | UpstreamTimeout):
+        log.warning("%s %s: %s (%d) [trace %s]", method, path, error.message, error.status, trace_id or "-")
 
 
 def internal_error() -> GatewayError:

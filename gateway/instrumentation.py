@@ -4,7 +4,6 @@ it with spans and metrics; `NoInstrumentation` is what runs when telemetry is of
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -12,7 +11,9 @@ from typing import Protocol
 
 from gateway.tools import NoHooks, ToolHooks
 
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+# A W3C traceparent naming a valid trace: version ff, an all-zero trace id and an all-zero span id
+# are invalid.
+_TRACEPARENT = re.compile(r"^(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,9 @@ class RequestTrace(Protocol):
     """The span of one request, current while its handler runs."""
 
     @property
-    def trace_id(self) -> str:
-        """The trace's id in hex, for the X-Trace-Id header."""
+    def trace_id(self) -> str | None:
+        """The trace's id in hex, for the X-Trace-Id header; None when the request belongs to no
+        valid trace (tracing off and no trace context from the caller)."""
 
     def inject(self, headers: dict[str, str]) -> None:
         """Write this request's trace context into headers of a request passed on as it is."""
@@ -101,7 +103,7 @@ class Instrumentation(ToolHooks, Protocol):
 
 
 class _NoRequestTrace:
-    def __init__(self, trace_id: str) -> None:
+    def __init__(self, trace_id: str | None) -> None:
         self.trace_id = trace_id
 
     def inject(self, headers: dict[str, str]) -> None:
@@ -123,12 +125,12 @@ class _NoChatTrace:
 
 
 class NoInstrumentation(NoHooks):
-    """Telemetry off: no spans, no metrics; responses still carry a trace id (the caller's)."""
+    """Telemetry off: no spans, no metrics; responses name the caller's trace, if it sent one."""
 
     @contextmanager
     def request(self, info: RequestInfo) -> Iterator[RequestTrace]:
         match = _TRACEPARENT.match(info.headers.get("traceparent", ""))
-        yield _NoRequestTrace(match.group(1) if match else secrets.token_hex(16))
+        yield _NoRequestTrace(match.group(1) if match else None)
 
     @contextmanager
     def chat(self, model: str, stream: bool) -> Iterator[ChatTrace]:

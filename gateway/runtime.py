@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.trace import NoOpTracerProvider
 from opentelemetry.trace import TracerProvider as AnyTracerProvider
 from prometheus_client import CollectorRegistry
 
@@ -20,11 +23,14 @@ from gateway.demo.agent import DemoPolicy
 from gateway.demo.model import Policy, ScriptedModel
 from gateway.demo.tools import demo_registry
 from gateway.instrumentation import Instrumentation, NoInstrumentation
+from gateway.logs import ACCESS_LOGGER, AccessLogger
 from gateway.settings import Settings
 from gateway.tools import ToolRegistry
+from gateway.upstream import PROVIDER_NAMES
 from telemetry.instrument import ArgumentCapture, Telemetry
 from telemetry.metrics import Metrics
-from telemetry.tracing import build_provider, exporters_for, tracer_of
+from telemetry.propagation import build_propagator
+from telemetry.tracing import build_provider, build_resource, exporters_for, tracer_of
 
 T = TypeVar("T")
 
@@ -42,29 +48,47 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
                     tracer_provider: AnyTracerProvider | None = None) -> Observability:
     """Spans and metrics as the settings ask. A host application may hand in its own tracer
     provider: toolspan's spans then go wherever that provider sends them, and it stays the
-    host's to shut down."""
+    host's to shut down. OTEL_SDK_DISABLED turns spans off, not metrics."""
     if not settings.telemetry:
         return Observability(NoInstrumentation(), None)
+    propagator = build_propagator(settings.otel_propagators)  # an unknown name fails here, at start-up
     owned: TracerProvider | None = None
-    if tracer_provider is None:
+    if tracer_provider is None and settings.otel_sdk_disabled:
+        tracer_provider = NoOpTracerProvider()  # no spans; a caller's trace context still goes on
+    elif tracer_provider is None:
         exporters = exporters_for(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
                                   settings.otel_exporter_otlp_traces_endpoint, settings.otel_exporter_otlp_protocol)
-        tracer_provider = owned = build_provider(settings.otel_service_name, exporters, processors)
+        resource = build_resource(settings.otel_service_name, settings.otel_resource_attributes)
+        tracer_provider = owned = build_provider(resource, exporters, processors)
     capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
     telemetry = Telemetry(tracer_of(tracer_provider), Metrics(CollectorRegistry()), capture, provider_name,
-                          settings.metrics_max_models)
+                          settings.metrics_max_models, propagator=propagator)
     return Observability(telemetry, owned)
 
 
+class CannotListen(Exception):
+    """The gateway could not take its address: a port in use, an address this host does not have."""
+
+    def __init__(self, host: str, port: int, error: OSError) -> None:
+        # asyncio's message repeats the address; the errno says it plainly (a failed name lookup has no errno).
+        reason = os.strerror(error.errno) if error.errno and error.errno > 0 else error.strerror or str(error)
+        address = f"[{host}]" if ":" in host else host
+        super().__init__(f"cannot listen on {address}:{port}: {reason}")
+
+
 @contextlib.asynccontextmanager
-async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[str]:
-    """Run `app` on host:port until the block ends; yields its base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+async def serving(app: web.Application, host: str, port: int, access_log: bool = False) -> AsyncIterator[str]:
+    """Run `app` on host:port until the block ends; yields its base URL. With `access_log`, each
+    request is logged on the toolspan.access logger. Raises CannotListen when the bind fails."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log_class=AccessLogger,
+                           access_log=logging.getLogger(ACCESS_LOGGER) if access_log else None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = runner.addresses[0][1] if runner.addresses else port
     try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            raise CannotListen(host, port, exc) from exc
+        bound = runner.addresses[0][1] if runner.addresses else port
         yield f"http://{host}:{bound}"
     finally:
         await runner.cleanup()
@@ -82,12 +106,15 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
             model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
             settings = settings.model_copy(update={"upstream": f"{model_url}/v1"})
             registry = registry if registry is not None else demo_registry()
-        telemetry = build_telemetry(settings, processors, "openai" if model is None else "toolspan.scripted",
+        provider_name = "toolspan.scripted" if model is not None else (
+            settings.upstream_provider_name or PROVIDER_NAMES[settings.upstream_kind])
+        telemetry = build_telemetry(settings, processors, provider_name,
                                     tracer_provider)
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
         app = create_app(settings, registry or ToolRegistry(), telemetry.instrumentation)
-        url = await stack.enter_async_context(serving(app, settings.host, settings.port))
+        site = serving(app, settings.host, settings.port, access_log=settings.access_log)
+        url = await stack.enter_async_context(site)
         yield url, telemetry, model
 
 

@@ -7,7 +7,7 @@ then the defaults below.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -17,6 +17,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+UpstreamKind = Literal["openai", "azure", "vllm", "ollama", "deepseek", "compatible"]
 
 
 class GatewayKey(BaseModel):
@@ -35,6 +37,13 @@ class Settings(BaseSettings):
                                                    "unset: the built-in scripted model")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key; unset: the caller's "
                                                                  "Authorization header is passed through")
+    upstream_kind: UpstreamKind = Field(
+        "openai", description="What the provider is: openai, or any OpenAI-compatible server (vllm, ollama, "
+                              "deepseek, compatible), or azure (deployment paths, api-version, api-key header)")
+    upstream_provider_name: str | None = Field(
+        None, description="gen_ai.provider.name on spans; unset: the one the upstream kind implies")
+    azure_api_version: str = Field("2024-10-21", description="api-version for an azure upstream, unless the "
+                                                             "caller sends one")
     upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
     upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
     tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
@@ -54,6 +63,9 @@ class Settings(BaseSettings):
         description="Argument values under keys containing any of these are masked on spans")
     metrics_max_models: int = Field(50, ge=1, description="Distinct model label values before '__other__'")
     telemetry: bool = Field(True, description="Spans and metrics on")
+    access_log: bool = Field(True, description="One line per request on the toolspan.access logger")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Least severe level logged")
+    log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object each")
     # Tracing follows the standard OpenTelemetry variables (read here, like every other setting).
     otel_traces_exporter: str | None = Field(
         None, validation_alias=AliasChoices("OTEL_TRACES_EXPORTER", "otel_traces_exporter"),
@@ -64,8 +76,30 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint"))
     otel_exporter_otlp_protocol: str = Field(
         "http/protobuf", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_PROTOCOL", "otel_exporter_otlp_protocol"))
-    otel_service_name: str = Field(
-        "toolspan", validation_alias=AliasChoices("OTEL_SERVICE_NAME", "otel_service_name"))
+    otel_service_name: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_SERVICE_NAME", "otel_service_name"),
+        description="service.name of the spans; unset: the one in OTEL_RESOURCE_ATTRIBUTES, else toolspan")
+    otel_resource_attributes: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_RESOURCE_ATTRIBUTES", "otel_resource_attributes"),
+        description="Resource attributes as key=value pairs, comma-separated, values percent-encoded")
+    otel_propagators: str = Field(
+        "tracecontext,baggage", validation_alias=AliasChoices("OTEL_PROPAGATORS", "otel_propagators"),
+        description="Trace context formats read from callers and sent to the provider: tracecontext, "
+                    "baggage or none (comma-separated)")
+    otel_sdk_disabled: bool = Field(
+        False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled"),
+        description="true: no spans (metrics stay); a caller's trace context is still handed on")
+
+    @field_validator("otel_service_name", "otel_resource_attributes", mode="before")
+    @classmethod
+    def _otel_empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("otel_sdk_disabled", mode="before")
+    @classmethod
+    def _otel_boolean(cls, value: object) -> object:
+        # The OpenTelemetry rule: only "true", in any case, is true; anything else (empty too) is false.
+        return value.strip().lower() == "true" if isinstance(value, str) else value
 
     @field_validator("upstream", "upstream_api_key", "otel_traces_exporter", "otel_exporter_otlp_endpoint",
                      "otel_exporter_otlp_traces_endpoint", mode="before")
@@ -73,6 +107,11 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         # `TOOLSPAN_UPSTREAM=` (as compose writes an unset ${VAR:-}) means "not configured".
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value  # TOOLSPAN_LOG_LEVEL=INFO
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

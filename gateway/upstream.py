@@ -5,60 +5,106 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode
 
 import aiohttp
 import orjson
+from multidict import MultiDict
 from pydantic import SecretStr
 
 from gateway.errors import GatewayError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from gateway.headers import from_provider
+
+PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
+    "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
+    "compatible": "openai_compatible"}
+
+
+@dataclass(frozen=True)
+class ProviderStream:
+    """A streamed answer under way: its headers, and its decoded events."""
+
+    headers: Mapping[str, str]
+    events: AsyncIterator[dict[str, Any]]
 
 
 class Upstream:
-    """Talks to the provider's OpenAI-compatible API under `base_url` (which ends in /v1)."""
+    """Talks to the provider: an OpenAI-compatible API under `base_url` (which ends in /v1), or an
+    Azure OpenAI resource (`base_url` is its endpoint; deployments by model name, `api-version`,
+    the `api-key` header)."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, api_key: SecretStr | None,
-                 timeout_seconds: float, connect_timeout_seconds: float) -> None:
+                 timeout_seconds: float, connect_timeout_seconds: float, kind: str = "openai",
+                 azure_api_version: str = "2024-10-21") -> None:
         self.session = session
         self.base_url = base_url.rstrip("/")
+        self.kind = kind
         self._api_key = api_key
+        self._azure_api_version = azure_api_version
         self._whole = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=connect_timeout_seconds)
         # A stream may run long; what must not stall is the gap between two chunks.
         self._streaming = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds,
                                                 sock_connect=connect_timeout_seconds)
 
+    @property
+    def with_own_key(self) -> bool:
+        """The gateway calls the provider with its own key, not the caller's credentials."""
+        return self._api_key is not None
+
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    def auth_headers(self, caller_authorization: str | None) -> dict[str, str]:
-        """The provider key from settings, else whatever the caller sent."""
-        if self._api_key is not None:
-            return {"Authorization": f"Bearer {self._api_key.get_secret_value()}"}
-        return {"Authorization": caller_authorization} if caller_authorization else {}
+    def path(self, api: str, model: str, query: str) -> str:
+        """Where a Chat Completions or Responses call goes, with the caller's query string."""
+        if self.kind != "azure":
+            path = "chat/completions" if api == "chat" else "responses"
+            return f"{path}?{query}" if query else path
+        if api == "chat":
+            path = f"openai/deployments/{quote(model, safe='')}/chat/completions"
+        else:
+            path = "openai/v1/responses"  # Azure's Responses API: the model (deployment) goes in the body
+        params = MultiDict(parse_qsl(query, keep_blank_values=True))
+        if api == "chat" and "api-version" not in params:
+            params["api-version"] = self._azure_api_version
+        return f"{path}?{urlencode(list(params.items()))}" if params else path
 
-    async def post(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
-        """One JSON request; the decoded JSON answer (the engine checks its shape)."""
+    def headers(self, caller_headers: Mapping[str, str]) -> dict[str, str]:
+        """A provider call's headers: what the caller sent for the provider, and the gateway's own
+        key when it has one (then the caller's credentials were left out: see gateway.headers)."""
+        if self._api_key is None:
+            return dict(caller_headers)
+        key = self._api_key.get_secret_value()
+        own = {"api-key": key} if self.kind == "azure" else {"Authorization": f"Bearer {key}"}
+        return {**caller_headers, **own}
+
+    async def post(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
+        """One JSON request: the decoded JSON answer (the engine checks its shape) and the headers
+        that may reach the caller."""
         with _provider_errors(f"the provider did not answer within {self._whole.total:g} s"):
             async with self.session.post(self.url(path), data=orjson.dumps(body), headers=_json_headers(headers),
                                          timeout=self._whole) as response:
                 await _raise_for_status(response)
                 raw = await response.read()
+                answer_headers = from_provider(response.headers)
         try:
-            return orjson.loads(raw)
+            return orjson.loads(raw), answer_headers
         except ValueError as exc:
-            raise UpstreamUnavailable("the provider sent a response that is not JSON") from exc
+            raise UpstreamUnavailable("the provider sent a response that is not JSON",
+                                      headers=answer_headers) from exc
 
     @asynccontextmanager
     async def post_stream(self, path: str, body: Mapping[str, Any],
-                          headers: Mapping[str, str]) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        """A streamed answer: yields an iterator of its decoded SSE events; leaving the block
-        closes the connection, which is how a client disconnect cancels the provider's work."""
+                          headers: Mapping[str, str]) -> AsyncIterator[ProviderStream]:
+        """A streamed answer: its headers and an iterator of its decoded SSE events; leaving the
+        block closes the connection, which is how a client disconnect cancels the provider's work."""
         with _provider_errors("the provider did not start its stream in time"):
             response = await self.session.post(self.url(path), data=orjson.dumps(body),
                                                headers=_json_headers(headers), timeout=self._streaming)
         try:
             await _raise_for_status(response)
-            yield _events(response)
+            yield ProviderStream(from_provider(response.headers), _events(response))
         finally:
             response.close()
 
@@ -102,7 +148,22 @@ async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
         raise UpstreamUnavailable(f"the provider answered {response.status} and then broke off") from exc
     if response.status < 500:
         raise UpstreamRefused(response.status, body, response.headers)
-    raise UpstreamUnavailable(f"the provider answered {response.status}", code=f"upstream_{response.status}")
+    raise UpstreamUnavailable(f"the provider answered {response.status}: {_provider_message(body)}",
+                              code=f"upstream_{response.status}", headers=from_provider(response.headers))
+
+
+def _provider_message(body: bytes) -> str:
+    """What a provider's error body says: its OpenAI-shaped message, else the start of its text."""
+    try:
+        decoded = orjson.loads(body)
+    except ValueError:
+        decoded = None
+    error = decoded.get("error") if isinstance(decoded, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        message: str = error["message"]
+        return message[:1000]
+    text = body.decode("utf-8", "replace").strip()
+    return text[:1000] or "(no body)"
 
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event; a provider may send a whole tool call in one

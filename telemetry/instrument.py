@@ -10,8 +10,8 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client.exposition import choose_encoder
 
 from gateway.instrumentation import RequestInfo
@@ -19,6 +19,7 @@ from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
 from telemetry import names
 from telemetry.arguments import render_arguments
 from telemetry.metrics import Metrics
+from telemetry.propagation import Propagation, build_propagator
 from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar
 from telemetry.trajectory import Retry, Trajectories
 
@@ -44,27 +45,29 @@ class ArgumentCapture:
 
 class Telemetry:
     """Spans and metrics for every step the gateway reports: requests, provider calls, tool calls
-    (the gateway's `Instrumentation`)."""
+    (the gateway's `Instrumentation`). `propagator` reads the callers' trace context and writes it
+    into provider requests; by default W3C trace context and baggage."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None,
                  provider_name: str = "openai", max_models: int = 50,
-                 trajectories: Trajectories | None = None) -> None:
+                 trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
         self.provider_name = provider_name
         self.trajectories = trajectories if trajectories is not None else Trajectories()
         self._model_label = ModelLabels(max_models)
-        self._propagator = TraceContextTextMapPropagator()  # reads an incoming W3C traceparent/tracestate
+        self._propagation = Propagation(propagator if propagator is not None else build_propagator())
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> ToolCallSpan:
         return ToolCallSpan(self, call, tool, turn)
 
     def request(self, info: RequestInfo) -> RequestSpan:
-        return RequestSpan(self.tracer, self.metrics, info, self._propagator)
+        return RequestSpan(self.tracer, self.metrics, info, self._propagation)
 
     def chat(self, model: str, stream: bool) -> ChatSpan:
-        return ChatSpan(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name)
+        return ChatSpan(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name,
+                        self._propagation)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""
@@ -75,7 +78,8 @@ class Telemetry:
 class ToolCallSpan:
     """One `tool.call` span, current while the call runs; ends and counts exactly once."""
 
-    __slots__ = ("_call", "_context", "_inst", "_label", "_outcome", "_retry", "_span", "_start", "_turn")
+    __slots__ = ("_call", "_context", "_exemplar", "_inst", "_label", "_outcome", "_retry", "_span", "_start",
+                 "_turn")
 
     def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
         self._inst = inst
@@ -105,6 +109,7 @@ class ToolCallSpan:
         # Not made current itself: the steps name it as their parent, and the execute step is
         # what the tool body runs under.
         self._context = trace.set_span_in_context(self._span)
+        self._exemplar = exemplar(self._span)
         self._start = perf_counter()
         return self
 
@@ -127,7 +132,7 @@ class ToolCallSpan:
             span.end()
         metrics = self._inst.metrics
         metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
-        metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(elapsed, exemplar(span))
+        metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(elapsed, self._exemplar)
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             metrics.child(metrics.tool_rejections, self._label, outcome.rejection.reason).inc()

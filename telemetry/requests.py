@@ -13,28 +13,22 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode, Tracer
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.instrumentation import ModelAnswer, RequestInfo, RequestRecord
 from telemetry import names
 from telemetry.metrics import Metrics
-
-
-def trace_context(context: SpanContext, headers: dict[str, str]) -> None:
-    """W3C traceparent (and tracestate) naming the span of `context`: what the SDK's propagator
-    writes, without its context plumbing, since this runs before every provider call."""
-    if not context.is_valid:
-        return  # tracing is off: the caller's own trace context, if any, travels on unchanged
-    headers["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-    if context.trace_state:
-        headers["tracestate"] = context.trace_state.to_header()
+from telemetry.propagation import Propagation
 
 
 def exemplar(span: Span) -> dict[str, str] | None:
-    """The exemplar labels linking a metric sample to `span`'s trace, when it has one."""
+    """The exemplar labels linking a metric sample to `span`'s trace: only for a span this process
+    records and the sampler kept, since no other trace can be found where the exemplar points.
+    Read when the span starts (an ended span no longer says whether it records)."""
     context = span.get_span_context()
-    return {names.EXEMPLAR_TRACE_ID: format(context.trace_id, "032x")} if context.is_valid else None
+    if not (span.is_recording() and context.trace_flags.sampled):
+        return None
+    return {names.EXEMPLAR_TRACE_ID: format(context.trace_id, "032x")}
 
 
 class ModelLabels:
@@ -57,28 +51,33 @@ class ModelLabels:
 class RequestSpan:
     """The SERVER span of one request, current while the handler runs."""
 
-    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo,
-                 propagator: TraceContextTextMapPropagator) -> None:
+    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo, propagation: Propagation) -> None:
         self._tracer = tracer
-        self._propagator = propagator
+        self._propagation = propagation
         self._metrics = metrics
         self._info = info
         self._status: int | None = None
         self._handled: RequestRecord | None = None  # what the handler reported
+        self.trace_id: str | None = None  # the trace's id in hex, while there is a valid one
 
     def __enter__(self) -> RequestSpan:
         info = self._info
-        parent = self._propagator.extract(info.headers) if "traceparent" in info.headers else None
+        parent = self._propagation.extract(info.headers)
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
-        self._span = self._tracer.start_span(f"{info.method} {info.route}", context=parent, kind=SpanKind.SERVER)
-        self._token = otel_context.attach(trace.set_span_in_context(self._span, parent))
-        self.trace_id = format(self._span.get_span_context().trace_id, "032x")
+        self._span = span = self._tracer.start_span(f"{info.method} {info.route}", context=parent,
+                                                    kind=SpanKind.SERVER)
+        self._context = trace.set_span_in_context(span, parent)
+        self._token = otel_context.attach(self._context)
+        # Tracing off (a no-op tracer) and no caller's trace: no valid trace, so no id to name.
+        span_context = span.get_span_context()
+        self.trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else None
+        self._exemplar = exemplar(span)
         self._start = perf_counter()
         self._metrics.in_flight.inc()
         return self
 
     def inject(self, headers: dict[str, str]) -> None:
-        trace_context(self._span.get_span_context(), headers)
+        self._propagation.inject(headers, self._context)
 
     def finish(self, status: int, record: RequestRecord) -> None:
         self._status = status
@@ -107,8 +106,7 @@ class RequestSpan:
         if record.rounds is not None:
             metrics.tool_rounds.observe(record.rounds)
         metrics.child(metrics.requests, info.route, str(status)).inc()
-        trace_id = {names.EXEMPLAR_TRACE_ID: self.trace_id} if span.get_span_context().is_valid else None
-        metrics.child(metrics.request_duration, info.route).observe(elapsed, trace_id)
+        metrics.child(metrics.request_duration, info.route).observe(elapsed, self._exemplar)
 
     def _attributes(self, status: int, record: RequestRecord, error_type: str | None) -> dict[str, Any]:
         info = self._info
@@ -128,9 +126,10 @@ class ChatSpan:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model_label: str, model: str, stream: bool,
-                 provider: str) -> None:
+                 provider: str, propagation: Propagation) -> None:
         self._tracer = tracer
         self._metrics = metrics
+        self._propagation = propagation
         self._label = model_label
         self._model = model
         self._stream = stream
@@ -141,12 +140,15 @@ class ChatSpan:
 
     def __enter__(self) -> ChatSpan:
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
-        self._span = self._tracer.start_span(f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200], kind=SpanKind.CLIENT)
+        self._span = span = self._tracer.start_span(f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200],
+                                                    kind=SpanKind.CLIENT)
+        self._context = trace.set_span_in_context(span)  # the request's (its baggage too), with this span
+        self._exemplar = exemplar(span)
         self._start = perf_counter()
         return self
 
     def inject(self, headers: dict[str, str]) -> None:
-        trace_context(self._span.get_span_context(), headers)
+        self._propagation.inject(headers, self._context)
 
     def answered(self, answer: ModelAnswer) -> None:
         self._answer = answer
@@ -180,7 +182,7 @@ class ChatSpan:
         for kind, count in tokens.items():
             metrics.child(metrics.tokens, self._label, kind).inc(count)
         metrics.child(metrics.upstream_requests, self._label, self._status or "error").inc()
-        metrics.child(metrics.upstream_duration, self._label).observe(elapsed, exemplar(span))
+        metrics.child(metrics.upstream_duration, self._label).observe(elapsed, self._exemplar)
 
     def _attributes(self, tokens: dict[str, int]) -> dict[str, Any]:
         """The span's attributes; the token counts of the answer go into `tokens` as well."""

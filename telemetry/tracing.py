@@ -1,50 +1,111 @@
-"""TracerProvider construction from the standard OTEL_* settings: OTLP over HTTP, a console
-exporter for local runs, batch processing. The caller shuts the provider down, which flushes."""
+"""TracerProvider construction from the standard OTEL_* settings: the resource, OTLP over HTTP, a
+console exporter for local runs, batch processing. The caller shuts the provider down, which flushes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import unquote
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import (
+    SERVICE_NAME,
+    TELEMETRY_SDK_LANGUAGE,
+    TELEMETRY_SDK_NAME,
+    TELEMETRY_SDK_VERSION,
+    Resource,
+    ServiceInstanceIdResourceDetector,
+)
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import Tracer
 
+log = logging.getLogger("toolspan.telemetry")
+
 INSTRUMENTATION_SCOPE = "toolspan"
+DEFAULT_SERVICE_NAME = "toolspan"  # when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one
 EXPORTERS = ("otlp", "console", "none")
 
 
-def exporters_for(names: str | None, endpoint: str | None = None, traces_endpoint: str | None = None,
-                  protocol: str = "http/protobuf") -> list[SpanExporter]:
-    """Exporters named as in OTEL_TRACES_EXPORTER. Unset means OTLP when an endpoint is given,
+@dataclass(frozen=True)
+class ExportPlan:
+    """Where spans go, as the OTEL_* settings choose: the exporters named, and the OTLP URL."""
+
+    chosen: tuple[str, ...]  # of EXPORTERS
+    otlp_url: str
+
+
+def export_plan(names: str | None, endpoint: str | None = None, traces_endpoint: str | None = None) -> ExportPlan:
+    """The exporters named as in OTEL_TRACES_EXPORTER. Unset means OTLP when an endpoint is given,
     and nothing otherwise (a gateway should not fill its log with failed exports by default)."""
     if names is None:
         names = "otlp" if endpoint or traces_endpoint else "none"
-    chosen = [n.strip().lower() for n in names.split(",") if n.strip()]
+    chosen = tuple(n.strip().lower() for n in names.split(",") if n.strip())
     unknown = [n for n in chosen if n not in EXPORTERS]
     if unknown:
         raise ValueError(f"OTEL_TRACES_EXPORTER={names}: {', '.join(unknown)} is not supported "
                          f"(use {', '.join(EXPORTERS)})")
+    return ExportPlan(chosen, traces_endpoint or f"{(endpoint or 'http://localhost:4318').rstrip('/')}/v1/traces")
+
+
+def exporters_for(names: str | None, endpoint: str | None = None, traces_endpoint: str | None = None,
+                  protocol: str = "http/protobuf") -> list[SpanExporter]:
+    """The exporters `export_plan` chooses."""
+    plan = export_plan(names, endpoint, traces_endpoint)
     exporters: list[SpanExporter] = []
-    if "otlp" in chosen:
+    if "otlp" in plan.chosen:
         if protocol != "http/protobuf":
             raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; toolspan exports "
                              "OTLP over HTTP (http/protobuf)")
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        url = traces_endpoint or f"{(endpoint or 'http://localhost:4318').rstrip('/')}/v1/traces"
-        exporters.append(OTLPSpanExporter(endpoint=url))
-    if "console" in chosen:
+        exporters.append(OTLPSpanExporter(endpoint=plan.otlp_url))
+    if "console" in plan.chosen:
         exporters.append(ConsoleSpanExporter())
     return exporters
 
 
-def build_provider(service_name: str = "toolspan", exporters: Iterable[SpanExporter] = (),
+def resource_attributes(configured: str | None) -> dict[str, str]:
+    """OTEL_RESOURCE_ATTRIBUTES parsed as the specification says: `key=value` pairs separated by
+    commas, values percent-decoded. Raises ValueError on a pair it cannot read."""
+    attributes: dict[str, str] = {}
+    for pair in (p.strip() for p in (configured or "").split(",")):
+        if not pair:
+            continue
+        key, equals, value = (part.strip() for part in pair.partition("="))
+        if not equals or not key:
+            raise ValueError(f"OTEL_RESOURCE_ATTRIBUTES: {pair!r} is not a key=value pair")
+        try:
+            attributes[key] = unquote(value, errors="strict")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"OTEL_RESOURCE_ATTRIBUTES: the value of {key!r} is not percent-encoded UTF-8") from exc
+    return attributes
+
+
+def build_resource(service_name: str | None = None, attributes: str | None = None) -> Resource:
+    """What Resource.create() makes (the SDK's own attributes, a service.instance.id, then
+    OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME), but of the values given here rather than of
+    the environment. service.name: `service_name`, else the one in `attributes`, else toolspan.
+    Attributes that cannot be read are dropped as a whole, with an error logged (the spec's rule)."""
+    try:
+        configured = resource_attributes(attributes)
+    except ValueError as exc:
+        log.error("%s; ignoring OTEL_RESOURCE_ATTRIBUTES", exc)
+        configured = {}
+    configured[SERVICE_NAME] = service_name or configured.get(SERVICE_NAME) or DEFAULT_SERVICE_NAME
+    sdk = Resource({TELEMETRY_SDK_LANGUAGE: "python", TELEMETRY_SDK_NAME: "opentelemetry",
+                    TELEMETRY_SDK_VERSION: sdk_version})
+    return sdk.merge(ServiceInstanceIdResourceDetector().detect()).merge(Resource(configured))
+
+
+def build_provider(resource: Resource | None = None, exporters: Iterable[SpanExporter] = (),
                    processors: Iterable[SpanProcessor] = ()) -> TracerProvider:
-    """A provider of its own (never the global one), exporting in batches. The sampler comes
-    from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, as the SDK reads them."""
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
+    """A provider of its own (never the global one), exporting in batches; `resource` defaults to
+    build_resource(). The sampler comes from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, as the
+    SDK reads them."""
+    provider = TracerProvider(resource=resource if resource is not None else build_resource())
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     for processor in processors:

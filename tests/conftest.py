@@ -329,9 +329,11 @@ async def make_stack(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClien
             model = ScriptedModel(script)
             upstream = await aiohttp_server(model.app())
             model.base_url = str(upstream.make_url("")).rstrip("/")
-            settings = Settings(port=0, upstream=str(upstream.make_url("/v1")), **overrides)
+            # An Azure-style provider is named by its endpoint; the others by their /v1 base.
+            base = "" if overrides.get("upstream_kind") == "azure" else "/v1"
+            settings = Settings(port=0, upstream=str(upstream.make_url(base)).rstrip("/"), **overrides)
             gateway = await _serve_gateway(exits, aiohttp_server, aiohttp_client, settings, registry,
-                                           "toolspan.scripted")
+                                           settings.upstream_provider_name or "toolspan.scripted")
             return Stack(gateway.url, gateway.http, gateway.client, model, script, gateway.exporter, gateway.metrics,
                          gateway.observability, upstream)
 

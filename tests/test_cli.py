@@ -8,9 +8,11 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +21,16 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from gateway.cli import StartupError, load_tools, main, run
-from gateway.settings import load_settings
+from gateway.cli import StartupError, describe_traces, load_tools, main, run, startup_lines
+from gateway.demo.tools import demo_registry
+from gateway.settings import Settings, load_settings
+from gateway.tools import Tool, ToolRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = "tests.fixtures_tools"
-LISTENING = re.compile(r"^toolspan listening on (http://127\.0\.0\.1:\d+/v1) ")
+LISTENING = re.compile(r"\blistening on (http://127\.0\.0\.1:\d+/v1)\b")  # in a text or a JSON log line
+ACCESS = re.compile(r' INFO toolspan\.access: 127\.0\.0\.1 "(\w+) (\S+) HTTP/1\.1" (\d{3}) (\d+) ([\d.]+)ms '
+                    r"trajectory=(\S+) trace=(\S+)$")
 START_TIMEOUT = 30.0
 
 
@@ -163,6 +169,75 @@ def test_serve_with_a_bad_config_exits_2(clean_env: pytest.MonkeyPatch, tmp_path
     assert "Traceback" not in err
 
 
+def test_logging_settings(clean_env: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert (settings.access_log, settings.log_level, settings.log_format) == (True, "info", "text")
+    clean_env.setenv("TOOLSPAN_ACCESS_LOG", "false")
+    clean_env.setenv("TOOLSPAN_LOG_LEVEL", "WARNING")  # any case
+    clean_env.setenv("TOOLSPAN_LOG_FORMAT", "json")
+    settings = load_settings()
+    assert (settings.access_log, settings.log_level, settings.log_format) == (False, "warning", "json")
+    assert load_settings({"log_level": "debug", "access_log": True}).log_level == "debug"  # flags win
+
+
+def test_an_unknown_log_level_is_refused(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("TOOLSPAN_LOG_LEVEL", "verbose")
+    with pytest.raises(ValueError, match="log_level"):
+        load_settings()
+
+
+# --- what `toolspan serve` says when it starts ----------------------------------------------------
+
+def _noop(args: dict[str, Any]) -> str:
+    return ""
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, "not exported (set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector)"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, "OTLP to http://collector:4318/v1/traces"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"},
+     "OTLP to http://t/x"),
+    ({"OTEL_TRACES_EXPORTER": "otlp"}, "OTLP to http://localhost:4318/v1/traces"),
+    ({"OTEL_TRACES_EXPORTER": "console"}, "the console (stdout)"),
+    ({"OTEL_TRACES_EXPORTER": "OTLP, console", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"},
+     "OTLP to http://c:4318/v1/traces and the console (stdout)"),
+    ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"},
+     "not exported (OTEL_TRACES_EXPORTER=none)"),
+    ({"TOOLSPAN_TELEMETRY": "false", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "off (telemetry = false)"),
+], ids=["nothing-set", "endpoint", "traces-endpoint", "otlp-default-endpoint", "console", "both", "none",
+        "telemetry-off"])
+def test_the_traces_line_follows_the_otel_variables(clean_env: pytest.MonkeyPatch, env: dict[str, str],
+                                                    expected: str) -> None:
+    for name, value in env.items():
+        clean_env.setenv(name, value)
+    assert describe_traces(load_settings()) == expected
+
+
+def test_startup_lines_with_the_builtin_model(clean_env: pytest.MonkeyPatch) -> None:
+    registry = demo_registry()
+    assert startup_lines("http://127.0.0.1:8080", load_settings(), registry, builtin_model=True) == [
+        "listening on http://127.0.0.1:8080/v1",
+        "upstream: the built-in scripted model (set --upstream for a provider)",
+        f"tools: {', '.join(registry.names())}",
+        "traces: not exported (set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector)",
+        "metrics: http://127.0.0.1:8080/metrics",
+    ]
+
+
+def test_startup_lines_with_a_provider(clean_env: pytest.MonkeyPatch) -> None:
+    settings = Settings(upstream="https://example.openai.azure.com/openai", upstream_kind="azure", telemetry=False)
+    many = ToolRegistry()
+    for n in range(12):
+        many.register(Tool(name=f"tool_{n}", description="does nothing", function=_noop))
+    lines = startup_lines("http://0.0.0.0:8080", settings, many, builtin_model=False)
+    assert lines[1:] == ["upstream: azure at https://example.openai.azure.com/openai",
+                         "tools: 12 loaded (GET /v1/tools lists them)",
+                         "traces: off (telemetry = false)",
+                         "metrics: off (telemetry = false)"]
+    assert startup_lines("http://h:1", settings, ToolRegistry(), builtin_model=False)[2] == (
+        "tools: none (every tool call goes back to the client)")
+
+
 # --- the command, in a subprocess -----------------------------------------------------------------
 
 def child_env() -> dict[str, str]:
@@ -177,40 +252,49 @@ def run_toolspan(*args: str, timeout: float = 60) -> subprocess.CompletedProcess
 
 
 class Server:
-    """`toolspan serve` in a child process; its stdout read on a thread, line by line."""
+    """`toolspan serve` in a child process; its output (stdout, and stderr where the logs go) read
+    on a thread, line by line."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", "0", *args],
-                                        cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+                                        cwd=ROOT, env={**child_env(), **(env or {})}, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
         self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.output: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
+            self.output.append(line)
             self.lines.put(line)
         self.lines.put(None)
 
-    def url(self) -> str:
-        """The base URL from the "listening" line, waiting at most START_TIMEOUT for it."""
+    def wait_for(self, pattern: re.Pattern[str], what: str) -> re.Match[str]:
+        """The first line from here on that `pattern` finds, waiting at most START_TIMEOUT."""
         seen: list[str] = []
         while True:
             try:
                 line = self.lines.get(timeout=START_TIMEOUT)
             except queue.Empty:
-                pytest.fail(f"no 'listening' line within {START_TIMEOUT} s; stdout so far: {seen}")
+                pytest.fail(f"no {what} line within {START_TIMEOUT} s; output so far: {seen}")
             if line is None:
-                pytest.fail(f"toolspan serve exited ({self.process.wait()}) before listening: {seen}")
+                pytest.fail(f"toolspan serve exited ({self.process.wait()}) before a {what} line: {seen}")
             seen.append(line)
-            if match := LISTENING.match(line):
-                return match.group(1)
+            if match := pattern.search(line):
+                return match
+
+    def url(self) -> str:
+        """The base URL from the "listening" line."""
+        return self.wait_for(LISTENING, "'listening'").group(1)
 
     def stop(self) -> tuple[int, str]:
+        """SIGTERM; the exit code and everything the process wrote."""
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout=20)
-        assert self.process.stderr is not None
-        return code, self.process.stderr.read()
+        self.reader.join(timeout=20)
+        return code, "".join(self.output)
 
 
 @pytest.fixture
@@ -218,8 +302,8 @@ def serve() -> Iterator[type[Server]]:
     started: list[Server] = []
 
     class Tracked(Server):
-        def __init__(self, *args: str) -> None:
-            super().__init__(*args)
+        def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+            super().__init__(*args, env=env)
             started.append(self)
 
     yield Tracked
@@ -227,9 +311,39 @@ def serve() -> Iterator[type[Server]]:
         if server.process.poll() is None:
             server.process.kill()
             server.process.wait(timeout=20)
-        for stream in (server.process.stdout, server.process.stderr):
-            if stream is not None:
-                stream.close()
+        if server.process.stdout is not None:
+            server.process.stdout.close()
+
+
+def ask(url: str) -> tuple[str, str]:
+    """One chat completion through the gateway at `url`; the trajectory and trace ids it answers with."""
+    question = {"role": "user", "content": "What is the weather in Oslo?"}
+    body = json.dumps({"model": "m", "messages": [question]}).encode()
+    request = urllib.request.Request(f"{url}/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+        return response.headers["X-Trajectory-Id"], response.headers["X-Trace-Id"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until_up(server: Server, url: str) -> None:
+    """For a server that says nothing: poll /healthz until it answers."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"toolspan serve exited ({server.process.returncode}): {''.join(server.output)}")
+        try:
+            with urllib.request.urlopen(f"{url.removesuffix('/v1')}/healthz", timeout=5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"{url} did not answer within {START_TIMEOUT} s")
 
 
 def test_serve_answers_through_the_builtin_model_and_stops_on_sigterm(serve: type[Server]) -> None:
@@ -276,6 +390,7 @@ def test_demo_prints_the_trajectory(api: str) -> None:
     assert re.search(r"^assistant: In \w+ it is .+$", out, re.MULTILINE)
     assert re.search(r"trace id: [0-9a-f]{32}$", out, re.MULTILINE)
     assert out.index("rejected (missing_arguments)") < out.index("assistant:")
+    assert "toolspan.access" not in done.stderr  # no log lines: the trajectory is the output
 
 
 def test_the_gateway_runs_on_uvloop_where_it_is_installed() -> None:
@@ -284,3 +399,84 @@ def test_the_gateway_runs_on_uvloop_where_it_is_installed() -> None:
         return type(asyncio.get_running_loop()).__module__
 
     assert run(loop_module()).startswith("uvloop")
+
+
+# --- operating it: bind failures, the access log, log level and format ------------------------------
+
+def test_serve_on_a_port_in_use_exits_2_with_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_toolspan("serve", "--port", str(port))
+    assert done.returncode == 2
+    assert re.fullmatch(rf"toolspan: cannot listen on 127\.0\.0\.1:{port}: [^\n]+\n", done.stderr), done.stderr
+    assert "listening" not in done.stdout
+
+
+def test_serve_logs_one_access_line_per_request(serve: type[Server]) -> None:
+    server = serve()
+    trajectory, trace = ask(server.url())
+    method, path, status, size, ms, logged_trajectory, logged_trace = server.wait_for(ACCESS, "access").groups()
+    assert (method, path, status) == ("POST", "/v1/chat/completions", "200")
+    assert int(size) > 0
+    assert float(ms) >= 0
+    assert (logged_trajectory, logged_trace) == (trajectory, trace)
+    assert re.fullmatch(r"[0-9a-f]{32}", trace)
+    code, output = server.stop()
+    assert code == 0
+    assert sum(1 for line in output.splitlines() if ACCESS.search(line)) == 1  # not the built-in model's own
+
+
+@pytest.mark.parametrize(("args", "env"), [((), {"TOOLSPAN_ACCESS_LOG": "false"}), (("--no-access-log",), {})],
+                         ids=["env", "flag"])
+def test_the_access_log_can_be_turned_off(serve: type[Server], args: tuple[str, ...], env: dict[str, str]) -> None:
+    server = serve(*args, env=env)
+    ask(server.url())
+    code, output = server.stop()
+    assert code == 0
+    assert "toolspan.access" not in output
+    assert " INFO toolspan: listening on " in output  # the other logs are still there
+
+
+@pytest.mark.parametrize(("args", "env"), [(("--log-format", "json"), {}), ((), {"TOOLSPAN_LOG_FORMAT": "json"})],
+                         ids=["flag", "env"])
+def test_json_logs_are_one_object_a_line(serve: type[Server], args: tuple[str, ...], env: dict[str, str]) -> None:
+    server = serve(*args, env=env)
+    trajectory, trace = ask(server.url())
+    server.wait_for(re.compile(r'"logger": "toolspan\.access"'), "access")
+    code, output = server.stop()
+    assert code == 0
+    entries = [json.loads(line) for line in output.splitlines()]
+    assert all({"time", "level", "logger", "message"} <= entry.keys() for entry in entries)
+    said = {entry["message"].partition(":")[0] for entry in entries if entry["logger"] == "toolspan"}
+    assert {"upstream", "tools", "traces", "metrics"} <= said
+    [access] = [entry for entry in entries if entry["logger"] == "toolspan.access"]
+    assert (access["level"], access["method"], access["path"], access["status"]) == (
+        "info", "POST", "/v1/chat/completions", 200)
+    assert (access["trajectory_id"], access["trace_id"]) == (trajectory, trace)
+
+
+def test_log_level_warning_hides_info_lines(serve: type[Server]) -> None:
+    port = free_port()
+    server = serve("--port", str(port), "--log-level", "warning")
+    url = f"http://127.0.0.1:{port}/v1"
+    wait_until_up(server, url)
+    ask(url)
+    code, output = server.stop()
+    assert code == 0
+    assert "INFO" not in output
+    assert "listening" not in output
+    assert "toolspan.access" not in output
+
+
+def test_startup_lines_name_the_upstream_the_tools_and_where_traces_go(serve: type[Server]) -> None:
+    server = serve("--upstream", "http://127.0.0.1:9/v1", "--tools", f"{FIXTURES}:registry",
+                   env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    base = server.url().removesuffix("/v1")
+    server.wait_for(re.compile("metrics: "), "metrics")
+    code, output = server.stop()
+    assert code == 0
+    for line in ("upstream: openai at http://127.0.0.1:9/v1", "tools: shout, whisper",
+                 "traces: OTLP to http://127.0.0.1:9/v1/traces", f"metrics: {base}/metrics"):
+        assert f" INFO toolspan: {line}\n" in output

@@ -46,6 +46,7 @@ class ScriptedModel:
         self.keep = keep
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
+        self.request_paths: list[str] = []  # path and query string of each
         self.base_url: str | None = None  # set by whoever serves it
         self._ids = itertools.count(1)
         self.conversations = Conversations(keep)
@@ -56,6 +57,9 @@ class ScriptedModel:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
+        # As an Azure OpenAI resource names them (the deployment is the model).
+        app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._chat)
+        app.router.add_post("/openai/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/echo", self._echo)
         app.router.add_route("*", "/v1/responses/{tail:.+}", self._echo)  # stored responses: echoed
@@ -75,8 +79,9 @@ class ScriptedModel:
         body: dict[str, Any] = await request.json()
         self.requests.append(body)
         self.request_headers.append(dict(request.headers))
+        self.request_paths.append(request.path_qs)
         if len(self.requests) > self.keep:
-            del self.requests[0], self.request_headers[0]
+            del self.requests[0], self.request_headers[0], self.request_paths[0]
         return body
 
     async def _ask(self, view: dict[str, Any]) -> tuple[Reply, web.Response | None]:
@@ -86,11 +91,12 @@ class ScriptedModel:
             reply = await reply
         if reply.hang:
             await asyncio.Event().wait()
+        if reply.raw is not None and (reply.status != 200 or not view.get("stream")):
+            return reply, web.Response(status=reply.status, body=reply.raw, content_type=reply.raw_type,
+                                       headers=reply.headers)
         if reply.status != 200:
             error = {"error": {"message": reply.error, "type": "scripted_error", "param": None, "code": None}}
             return reply, web.json_response(error, status=reply.status, headers=reply.headers)
-        if reply.raw is not None and not view.get("stream"):
-            return reply, web.Response(body=reply.raw, content_type="application/json", headers=reply.headers)
         return reply, None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -138,6 +144,8 @@ class ScriptedModel:
         await response.prepare(request)
         if reply.raw is not None:
             events = [b"data: " + reply.raw + b"\n\n"]
+        if reply.raw_stream is not None:
+            events = [reply.raw_stream]
         for count, event in enumerate(events):
             if reply.break_stream_after is not None and count >= reply.break_stream_after:
                 assert request.transport is not None

@@ -18,7 +18,9 @@ class Reply:
     status: int = 200  # anything else: an OpenAI error body with `error` as its message
     error: str = "scripted failure"
     headers: dict[str, str] = field(default_factory=dict)
-    raw: bytes | None = None  # sent as the body instead (broken JSON, say)
+    raw: bytes | None = None  # sent as the body instead (broken JSON, say), with any status
+    raw_type: str = "application/json"  # the content type of `raw`
+    raw_stream: bytes | None = None  # a streamed answer: these bytes, as they are (recorded SSE)
     break_stream_after: int | None = None  # close a stream abruptly after this many events
     hang: bool = False  # never answer (until the client gives up)
     pause_after: int | None = None  # stall a stream after this many events, until the client leaves

@@ -5,11 +5,12 @@ Pure functions of the turn and the request; nothing here talks to the provider o
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.engine.turn import ModelCall, ModelTurn
+from gateway.tools import ToolOutcome
 
 
 @dataclass(frozen=True)
@@ -23,11 +24,13 @@ class RunTools:
 @dataclass(frozen=True)
 class HandBack:
     """Run the gateway's calls (if any), then hand the client its own calls. When the gateway
-    added anything to the conversation in this request, that is held for the client's follow-up."""
+    added anything to the conversation in this request, that is held for the client's follow-up.
+    A gateway call whose tool paused (Interrupt) is handed back too, with the pause in `paused`."""
 
     gateway_calls: tuple[ModelCall, ...]
     client_calls: tuple[ModelCall, ...]
     hold: bool
+    paused: Mapping[str, ToolOutcome] = field(default_factory=dict)  # by call id
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,21 @@ def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max
         return RunTools(mine, relaxed_tool_choice(tool_choice, {c.name for c in mine}))
     reason = turn.finish_reason
     return Finish("stop" if reason == "tool_calls" else reason)  # its calls were dropped at the round limit
+
+
+def after_tools(decision: RunTools | HandBack, turn: ModelTurn,
+                outcomes: Sequence[ToolOutcome]) -> RunTools | HandBack:
+    """The step once the gateway's calls have run: a call whose tool raised Interrupt ends the loop
+    as a client call would, its result left to the client (the pause's message and data go with
+    it); the gateway's other calls stay run and held."""
+    paused = {o.call_id: o for o in outcomes if o.status == "interrupted"}
+    if not paused:
+        return decision
+    mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
+    theirs = () if isinstance(decision, RunTools) else decision.client_calls
+    handed = {id(call) for call in theirs} | {id(call) for call in mine if call.id in paused}
+    ordered = tuple(call for call in turn.calls if id(call) in handed)  # the model's order
+    return HandBack(tuple(call for call in mine if call.id not in paused), ordered, True, paused)
 
 
 def _forced_name(choice: Any) -> str | None:

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic_core import to_jsonable_python
+
 from gateway.engine.turn import CALL_ITEMS, ModelCall, ModelTurn
 from gateway.state import HeldTurn, client_call_id, split_call_id
 from gateway.tools import ToolOutcome
@@ -41,8 +43,20 @@ class Conversation(Protocol):
         """What to keep when the model has answered, if the client can send it back: the gateway's
         rounds, where the client saw items of them it may replay (Responses)."""
 
-    def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
-        """A client call as the client receives it (under an id naming the held turn, if any)."""
+    def for_client(self, call: ModelCall, token: str | None, pause: ToolOutcome | None = None) -> Mapping[str, Any]:
+        """A call as the client receives it: under an id naming the held turn, if any; with the
+        message and data of its tool's Interrupt when the gateway's tool paused on it."""
+
+
+INTERRUPT_FIELD = "toolspan_interrupt"  # on a call handed back because the gateway's tool paused
+
+
+def _paused(call: Mapping[str, Any], pause: ToolOutcome | None) -> Mapping[str, Any]:
+    """`call` with the pause of its tool, when it paused: the Interrupt's message and its data."""
+    if pause is None:
+        return call
+    data = to_jsonable_python(pause.interrupt_data, fallback=repr)
+    return {**call, INTERRUPT_FIELD: {"message": pause.content_text(), "data": data}}
 
 
 def _final(body: dict[str, Any], final: bool) -> dict[str, Any]:
@@ -101,8 +115,8 @@ class ChatConversation:
     def answered(self) -> HeldTurn | None:
         return None  # an answer's message carries no id a later request could name it by
 
-    def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
-        return call.item if token is None else {**call.item, "id": client_call_id(token, call.id)}
+    def for_client(self, call: ModelCall, token: str | None, pause: ToolOutcome | None = None) -> Mapping[str, Any]:
+        return _paused(call.item if token is None else {**call.item, "id": client_call_id(token, call.id)}, pause)
 
 
 def _held_token(message: Mapping[str, Any]) -> str | None:
@@ -212,8 +226,9 @@ class ResponsesConversation:
         shown = _shown_ids(self.added)
         return HeldTurn("responses", self.added, (), shown) if shown else None
 
-    def for_client(self, call: ModelCall, token: str | None) -> Mapping[str, Any]:
-        return call.item if token is None else {**call.item, "call_id": client_call_id(token, call.id)}
+    def for_client(self, call: ModelCall, token: str | None, pause: ToolOutcome | None = None) -> Mapping[str, Any]:
+        item = call.item if token is None else {**call.item, "call_id": client_call_id(token, call.id)}
+        return _paused(item, pause)
 
 
 def restore_items(items: Sequence[Any], take: Take, owner: Owner) -> list[Any]:

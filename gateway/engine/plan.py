@@ -35,6 +35,7 @@ class Plan:
     include_usage: bool = False  # Chat streams: the client asked for a usage chunk
     previous_response_id: str | None = None  # Responses: the id the client continued from, as it sent it
     answer_id: str | None = None  # Responses: the id of the answer, should it take several provider responses
+    query: str = ""  # the caller's query string, which goes with every provider call
 
 
 def _chat_tool_name(spec: Any) -> str | None:
@@ -54,38 +55,61 @@ def _responses_tool_name(spec: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def _check_clash(client_names: frozenset[str], gateway_names: frozenset[str], param: str) -> None:
+    if client_names and (clash := sorted(client_names & gateway_names)):
+        raise BadRequest(f"tool '{clash[0]}' is provided by the gateway; rename or remove your own tool of that "
+                         "name", param=param, code="tool_name_conflict")
+
+
+def _without_own_fields(body: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
+    """The request without the fields each round sets itself and those only the gateway reads:
+    `metadata.trajectory_id` (and `metadata`, when nothing else is left in it)."""
+    base = {k: v for k, v in body.items() if k not in drop}
+    metadata = base.get("metadata")
+    if isinstance(metadata, dict) and "trajectory_id" in metadata:
+        rest = {k: v for k, v in metadata.items() if k != "trajectory_id"}
+        if rest:
+            base["metadata"] = rest
+        else:
+            del base["metadata"]
+    return base
+
+
 def _upstream_base(body: Mapping[str, Any], drop: tuple[str, ...], name_of: Callable[[Any], str | None],
                    offered: list[dict[str, Any]],
                    gateway_names: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]]:
-    """The request without the fields each round sets itself, its tools followed by the gateway's
-    offered ones; and the names of the client's own tools (one named like a gateway tool is a 400)."""
+    """What goes upstream of the request, its tools followed by the gateway's offered ones; and
+    the names of the client's own tools (one named like a gateway tool is a 400)."""
     caller_tools = list(body.get("tools") or [])
     client_names = frozenset(n for t in caller_tools if (n := name_of(t)))
-    if client_names and (clash := sorted(client_names & gateway_names)):
-        raise BadRequest(f"tool '{clash[0]}' is provided by the gateway; rename or remove your own tool of that "
-                         "name", param="tools", code="tool_name_conflict")
-    base = {k: v for k, v in body.items() if k not in drop}
+    _check_clash(client_names, gateway_names, "tools")
+    base = _without_own_fields(body, drop)
     if caller_tools or offered:
         base["tools"] = [*caller_tools, *offered]
     return base, client_names
 
 
-def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns) -> Plan:
+def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns,
+              query: str = "") -> Plan:
     """A Chat Completions request (checked by the route) as a plan."""
     gateway_names = registry.offered_names(caller.allowed)
     base, client_names = _upstream_base(body, ("messages", "stream", "stream_options"), _chat_tool_name,
                                         registry.openai_tools(caller.allowed), gateway_names)
+    legacy = frozenset(f["name"] for f in body.get("functions") or [] if isinstance(f, dict)
+                       and isinstance(f.get("name"), str))
+    _check_clash(legacy, gateway_names, "functions")
     if gateway_names and (body.get("n") or 1) != 1:
         raise BadRequest("n must be 1 when the gateway offers tools", param="n")
     take = partial(held.take, principal=caller.principal, param="messages", api="chat")
     conversation = ChatConversation(base, tuple(restore_messages(body["messages"], take)))
     options = body.get("stream_options")
     include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
-    return Plan("chat", str(body["model"]), bool(body.get("stream")), conversation, client_names, gateway_names,
-                include_usage=include_usage)
+    return Plan("chat", str(body["model"]), bool(body.get("stream")), conversation, client_names | legacy,
+                gateway_names, include_usage=include_usage, query=query)
 
 
-def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns) -> Plan:
+def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns,
+                   query: str = "") -> Plan:
     """A Responses API request (checked by the route) as a plan."""
     gateway_names = registry.offered_names(caller.allowed)
     base, client_names = _upstream_base(body, ("input", "stream", "previous_response_id"), _responses_tool_name,
@@ -102,4 +126,4 @@ def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegist
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent if isinstance(sent, str) else None,
-                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}")
+                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.caller import Caller
-from gateway.engine.decide import Finish, RunTools, decide, is_final
+from gateway.engine.decide import Finish, HandBack, RunTools, after_tools, decide, is_final
+from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
 from gateway.engine.turn import (
     ChatStreamReader,
@@ -31,8 +32,6 @@ from gateway.state import HeldTurns
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 from gateway.upstream import Upstream
 
-_PATHS = {"chat": "chat/completions", "responses": "responses"}
-
 
 @dataclass(frozen=True)
 class Visible:
@@ -40,6 +39,13 @@ class Visible:
 
     piece: Mapping[str, Any]
     round: int  # 0 for the first provider call
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The first provider stream answered: its headers, for the client's response (streams only)."""
+
+    headers: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class Finished:
         return len(self.turns)
 
 
-Event = Visible | Keepalive | Finished
+Event = Opened | Visible | Keepalive | Finished
 
 
 class Engine:
@@ -91,9 +97,10 @@ class Engine:
                     async for event in asked:
                         if isinstance(event, ModelTurn):
                             turns.append(event)
-                        else:
+                            continue
+                        if isinstance(event, Visible):
                             shown_first = shown_first or (event.round == 0 and not opens_response(event.piece))
-                            yield event
+                        yield event
             else:
                 turns.append(await self._answered(plan, caller, body))
             turn = turns[-1]
@@ -114,16 +121,23 @@ class Engine:
                             outcomes = ran
             elif mine:
                 outcomes = await self._run_tools(mine, caller, len(turns))
+            decision = after_tools(decision, turn, outcomes) if mine else decision
             if isinstance(decision, RunTools):
                 conversation = conversation.continued(turn, outcomes, decision.tool_choice)
                 continue
-            token = None
-            if decision.hold:
-                held = conversation.held(turn, mine, decision.client_calls, outcomes)
-                token = self.held.hold(held, caller.principal)
-            calls = tuple(conversation.for_client(c, token) for c in decision.client_calls)
-            yield self._finished(plan, caller, turns, calls, "tool_calls", final, shown_first, bool(mine))
+            yield self._handed_back(plan, caller, conversation, turns, decision, mine, outcomes, final, shown_first)
             return
+
+    def _handed_back(self, plan: Plan, caller: Caller, conversation: Conversation, turns: list[ModelTurn],
+                     decision: HandBack, ran: Sequence[ModelCall], outcomes: list[ToolOutcome], final: bool,
+                     shown_first: bool) -> Finished:
+        """The end of a loop that hands the client calls: its own, and any gateway call that paused."""
+        token = None
+        if decision.hold:
+            results = [o for o in outcomes if o.call_id not in decision.paused]
+            token = self.held.hold(conversation.held(turns[-1], ran, decision.client_calls, results), caller.principal)
+        calls = tuple(conversation.for_client(c, token, decision.paused.get(c.id)) for c in decision.client_calls)
+        return self._finished(plan, caller, turns, calls, "tool_calls", final, shown_first, bool(ran))
 
     def _finished(self, plan: Plan, caller: Caller, turns: list[ModelTurn], calls: tuple[Mapping[str, Any], ...],
                   finish_reason: str | None, final: bool, shown_first: bool, ran_last: bool) -> Finished:
@@ -141,8 +155,9 @@ class Engine:
         """One provider call, not streamed: its answer as a turn."""
         with self.instrumentation.chat(plan.model, False) as trace:
             try:
-                answer = await self.upstream.post(_PATHS[plan.api], body, self._headers(caller, trace))
-                turn = read_chat(answer) if plan.api == "chat" else read_response(answer)
+                path = self.upstream.path(plan.api, plan.model, plan.query)
+                answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
+                turn = read_chat(answer, headers) if plan.api == "chat" else read_response(answer, headers)
             except GatewayError as exc:
                 trace.failed(exc.status, exc.type, exc.message)
                 raise
@@ -150,16 +165,19 @@ class Engine:
         return turn
 
     async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any],
-                        round_: int) -> AsyncGenerator[Visible | ModelTurn, None]:
+                        round_: int) -> AsyncGenerator[Opened | Visible | ModelTurn, None]:
         """One streamed provider call: the pieces the client may see at once, then the turn."""
         reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
         with self.instrumentation.chat(plan.model, True) as trace:
             try:
-                async with self.upstream.post_stream(_PATHS[plan.api], body, self._headers(caller, trace)) as events:
-                    async for event in events:
+                path = self.upstream.path(plan.api, plan.model, plan.query)
+                async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:
+                    if round_ == 0:
+                        yield Opened(answer.headers)
+                    async for event in answer.events:
                         if (piece := reader.absorb(event)) is not None:
                             yield Visible(piece, round_)
-                turn = reader.turn()
+                turn = reader.turn(answer.headers)
             except GatewayError as exc:
                 trace.failed(exc.status, exc.type, exc.message)
                 raise
@@ -168,7 +186,7 @@ class Engine:
 
     def _headers(self, caller: Caller, trace: ChatTrace) -> dict[str, str]:
         """A provider call's headers: its credentials and the trace context of its span."""
-        headers = self.upstream.auth_headers(caller.upstream_authorization)
+        headers = self.upstream.headers(caller.upstream_headers)
         trace.inject(headers)
         return headers
 

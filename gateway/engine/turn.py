@@ -46,6 +46,7 @@ class ModelTurn:
     calls: tuple[ModelCall, ...] = ()
     finish_reason: str | None = None  # Chat: the choice's; Responses: derived from the status
     usage: Mapping[str, Any] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # the provider's, those that may reach the client
 
     @property
     def response_id(self) -> str | None:
@@ -124,7 +125,7 @@ def _chat_call(raw: Any) -> ModelCall:
     raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape (a tool call without a name)")
 
 
-def read_chat(body: Any) -> ModelTurn:
+def read_chat(body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
     """A chat completion as a turn: its first choice is the model's turn."""
     choices = body.get("choices") if isinstance(body, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices else None
@@ -136,7 +137,7 @@ def read_chat(body: Any) -> ModelTurn:
         raise UpstreamUnavailable("the provider sent a chat completion of the wrong shape (tool_calls)")
     reason = choice.get("finish_reason")
     return ModelTurn("chat", body, (message,), tuple(_chat_call(c) for c in calls) if calls else (),
-                     str(reason) if reason is not None else None, _usage(body))
+                     str(reason) if reason is not None else None, _usage(body), headers or {})
 
 
 @dataclass
@@ -146,13 +147,30 @@ class _ChatCallParts:
     arguments: list[str] = field(default_factory=list)
 
 
+# A choice's fields that each chunk has anew (the others, such as content filter results, annotate it).
+PER_CHUNK_FIELDS = frozenset({"index", "delta", "finish_reason", "logprobs"})
+
+
+def annotates(choice: Mapping[str, Any]) -> bool:
+    """A streamed choice carries something beside its delta (a content filter's results, say)."""
+    return any(k not in PER_CHUNK_FIELDS and v not in (None, {}, []) for k, v in choice.items())
+
+
+def says_nothing(delta: Mapping[str, Any]) -> bool:
+    """A delta with nothing to show: no role, and no text but empty strings."""
+    return "role" not in delta and all(value == "" for value in delta.values())
+
+
+_IDENTITY = frozenset({"id", "created", "model"})
+
+
 class ChatStreamReader:
     """Assembles a streamed chat completion; content passes on at once, tool calls are held."""
 
     def __init__(self) -> None:
-        self._head: dict[str, Any] = {}  # id, created, model ... of the first chunk
-        self._content: list[str] = []
-        self._refusal: list[str] = []
+        self._head: dict[str, Any] = {}  # the chunks' own fields (id, created, model, system_fingerprint ...)
+        self._choice: dict[str, Any] = {}  # the choice's other fields (a provider's content filter results ...)
+        self._texts: dict[str, list[str]] = {}  # content, refusal, reasoning_content ... as they came
         self._calls: dict[int, _ChatCallParts] = {}
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
@@ -160,14 +178,16 @@ class ChatStreamReader:
     def absorb(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
         """Take one chunk; returns what the client may see now (the chunk without its tool-call
         fragments, finish reason and usage), or None."""
-        if not self._head:
-            self._head = {k: chunk[k] for k in ("id", "created", "model", "system_fingerprint") if k in chunk}
+        for key, value in chunk.items():
+            if key not in ("choices", "usage", "object") and (key not in self._head or key not in _IDENTITY):
+                self._head[key] = value  # the first chunk names the answer; later ones may add fields
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return None
         choice = choices[0]
+        self._choice.update((k, v) for k, v in choice.items() if k not in PER_CHUNK_FIELDS and v is not None)
         raw_delta = choice.get("delta")
         delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
         if choice.get("finish_reason"):
@@ -176,11 +196,10 @@ class ChatStreamReader:
         for part in parts if isinstance(parts, list) else []:
             self._absorb_call(part)
         visible = {k: v for k, v in delta.items() if k != "tool_calls" and v is not None}
-        if isinstance(visible.get("content"), str):
-            self._content.append(visible["content"])
-        if isinstance(visible.get("refusal"), str):
-            self._refusal.append(visible["refusal"])
-        if not visible or visible == {"content": ""}:
+        for key, text in visible.items():
+            if isinstance(text, str) and key != "role":
+                self._texts.setdefault(key, []).append(text)
+        if says_nothing(visible) and not annotates(choice):
             return None
         shown = {k: v for k, v in chunk.items() if k != "usage"}
         shown["choices"] = [{**choice, "delta": visible, "finish_reason": None}]
@@ -200,25 +219,26 @@ class ChatStreamReader:
         raw_function = part.get("function")
         function: dict[str, Any] = raw_function if isinstance(raw_function, dict) else {}
         call.name = call.name or str(function.get("name") or "")
-        if isinstance(function.get("arguments"), str):
-            call.arguments.append(function["arguments"])
+        arguments = function.get("arguments")
+        if arguments is not None:
+            call.arguments.append(_text(arguments))  # some compatible servers send an object
 
-    def turn(self) -> ModelTurn:
+    def turn(self, headers: Mapping[str, str] | None = None) -> ModelTurn:
         """The stream as one turn; a stream that ended without a finish reason was cut short."""
         if self._finish is None:
             raise UpstreamUnavailable("the provider's stream ended without a finish reason")
         calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "".join(c.arguments)}}
                  for _, c in sorted(self._calls.items())]
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content) or None}
-        if self._refusal:
-            message["refusal"] = "".join(self._refusal)
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        message.update((key, "".join(parts)) for key, parts in self._texts.items())
+        message["content"] = message["content"] or None
         if calls:
             message["tool_calls"] = calls
         body = {**self._head, "object": "chat.completion",
-                "choices": [{"index": 0, "message": message, "finish_reason": self._finish}]}
+                "choices": [{**self._choice, "index": 0, "message": message, "finish_reason": self._finish}]}
         if self._usage is not None:
             body["usage"] = self._usage
-        return read_chat(body)
+        return read_chat(body, headers)
 
 
 # --- Responses ----------------------------------------------------------------------------------
@@ -247,14 +267,14 @@ def _finish_reason(body: Mapping[str, Any], calls: tuple[ModelCall, ...]) -> str
     return str(reason or status)
 
 
-def read_response(body: Any) -> ModelTurn:
+def read_response(body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
     """A Responses API response as a turn."""
     output = body.get("output") if isinstance(body, dict) else None
     if not isinstance(output, list) or not all(isinstance(item, dict) for item in output):
         raise UpstreamUnavailable("the provider sent a response of the wrong shape")
     usage = _usage(body)
     calls = tuple(call for item in output if (call := _response_call(item)) is not None)
-    return ModelTurn("responses", body, tuple(output), calls, _finish_reason(body, calls), usage)
+    return ModelTurn("responses", body, tuple(output), calls, _finish_reason(body, calls), usage, headers or {})
 
 
 _LIFECYCLE_END = frozenset({"response.completed", "response.incomplete"})
@@ -294,8 +314,8 @@ class ResponsesStreamReader:
             self._calls.add(index)
         return None if index is not None and index in self._calls else event
 
-    def turn(self) -> ModelTurn:
+    def turn(self, headers: Mapping[str, str] | None = None) -> ModelTurn:
         """The response the stream completed, as one turn; a stream cut short raises."""
         if self._final is None:
             raise UpstreamUnavailable("the provider's stream ended before its response was complete")
-        return read_response(self._final)
+        return read_response(self._final, headers)

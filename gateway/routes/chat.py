@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.app_keys import HELD, REGISTRY
 from gateway.engine import Finished, Plan, Visible, plan_chat
-from gateway.engine.turn import summed_usage
+from gateway.engine.turn import annotates, says_nothing, summed_usage
 from gateway.errors import GatewayError
 from gateway.routes import render
 from gateway.routes.common import caller_of, read_object, validate
@@ -46,10 +46,15 @@ class ChatRequest(BaseModel):
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """POST /v1/chat/completions."""
     body = await read_object(request)
+    if deployment := request.match_info.get("deployment"):
+        body["model"] = deployment  # an Azure-style path names the model
     chat = validate(ChatRequest, body, "a chat completion request")
     caller = caller_of(request, chat.metadata)
-    plan = plan_chat(body, caller, request.app[REGISTRY], request.app[HELD])
+    plan = plan_chat(body, caller, request.app[REGISTRY], request.app[HELD], request.query_string)
     return await render.answer(request, caller, plan, completion, partial(ChatChunks, plan))
+
+
+_TEXTS = ("content", "refusal", "reasoning_content", "reasoning")  # message fields written over several rounds
 
 
 def _joined(turns: Iterable[Any], key: str) -> str | None:
@@ -66,9 +71,10 @@ def completion(finished: Finished) -> dict[str, Any]:
     if len(turns) == 1 and tuple(c.item for c in last.calls) == finished.client_calls:
         return dict(last.body)
     choice = dict(last.body["choices"][0])
-    message = {**choice["message"], "content": _joined(turns, "content")}
-    if (refusal := _joined(turns, "refusal")) is not None:
-        message["refusal"] = refusal
+    message = dict(choice["message"])
+    for key in _TEXTS:
+        if (text := _joined(turns, key)) is not None or key == "content":
+            message[key] = text
     message.pop("tool_calls", None)
     if finished.client_calls:
         message["tool_calls"] = list(finished.client_calls)
@@ -88,19 +94,23 @@ class ChatChunks:
     identity: dict[str, Any] = field(default_factory=dict)
     closing: bytes = b"data: [DONE]\n\n"
 
-    def _chunk(self, delta: Mapping[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        return {**self.identity, "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+    def _chunk(self, last: Mapping[str, Any], delta: Mapping[str, Any],
+               finish_reason: str | None = None) -> dict[str, Any]:
+        """A chunk of the gateway's own, with the provider's fields of its `last` answer."""
+        top = {k: v for k, v in last.items() if k not in ("choices", "usage", "object")}
+        choice = {k: v for k, v in last["choices"][0].items() if k not in ("message", "finish_reason")}
+        return {**top, **self.identity, "object": "chat.completion.chunk",
+                "choices": [{**choice, "index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
 
     def visible(self, event: Visible) -> Iterable[render.Frame]:
         chunk = dict(event.piece)
         if not self.identity:
             self.identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
-        chunk.update(self.identity)
+        chunk.update(self.identity, object="chat.completion.chunk")  # one answer, named alike in every chunk
         if event.round > 0:  # one assistant message, however many rounds: its role was said once
             choice = chunk["choices"][0]
             delta = {k: v for k, v in choice["delta"].items() if k != "role"}
-            if not delta or delta == {"content": ""}:
+            if says_nothing(delta) and not annotates(choice):
                 return []
             chunk["choices"] = [{**choice, "delta": delta}]
         return [(None, chunk)]
@@ -112,12 +122,13 @@ class ChatChunks:
         if not self.identity:
             first = event.turns[0].body
             self.identity = {k: first[k] for k in ("id", "created", "model") if k in first}
-        frames: list[render.Frame] = [(None, self._chunk({"tool_calls": [{"index": i, **call}]}))
-                                   for i, call in enumerate(event.client_calls)]
-        frames.append((None, self._chunk({}, event.finish_reason)))
+        last = event.turns[-1].body
+        frames: list[render.Frame] = [(None, self._chunk(last, {"tool_calls": [{"index": i, **call}]}))
+                                      for i, call in enumerate(event.client_calls)]
+        frames.append((None, self._chunk(last, {}, event.finish_reason)))
         if self.plan.include_usage:
-            usage = summed_usage(event.turns) or {}
-            frames.append((None, {**self.identity, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
+            closing = self._chunk(last, {})
+            frames.append((None, {**closing, "choices": [], "usage": summed_usage(event.turns) or {}}))
         return frames
 
     def error(self, error: GatewayError) -> render.Frame:

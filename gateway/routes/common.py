@@ -10,9 +10,10 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from gateway.app_keys import CALLER, RECORD
-from gateway.caller import TRAJECTORY_HEADER, Caller
+from gateway.caller import Caller
 from gateway.engine import Event, Finished
 from gateway.errors import BadRequest
+from gateway.headers import TRAJECTORY_HEADER
 from gateway.instrumentation import RequestRecord
 
 ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"

@@ -13,10 +13,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.app_keys import ENGINE
+from gateway.app_keys import ENGINE, TRACE
 from gateway.caller import Caller
-from gateway.engine import Event, Finished, Keepalive, Plan, Visible
-from gateway.errors import GatewayError, internal_error
+from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
+from gateway.errors import GatewayError, internal_error, log_provider_failure
 from gateway.routes.common import answer_headers, finished_of, reported
 
 log = logging.getLogger("toolspan")
@@ -57,6 +57,12 @@ class SseWriter:
     def started(self) -> bool:
         return self.response.prepared
 
+    def provider_headers(self, headers: Mapping[str, str]) -> None:
+        """The provider's headers, for the response not yet started (the gateway's own win)."""
+        if not self.response.prepared:
+            for name, value in headers.items():
+                self.response.headers.setdefault(name, value)
+
     async def write(self, data: bytes) -> None:
         try:
             if not self.response.prepared:
@@ -81,8 +87,8 @@ async def answer(request: web.Request, caller: Caller, plan: Plan, as_json: Call
     if plan.stream:
         return await stream(request, caller, events, renderer())
     finished = await finished_of(events)
-    response = web.Response(body=orjson.dumps(as_json(finished)), content_type="application/json",
-                            headers=answer_headers(caller, finished))
+    headers = {**finished.turns[-1].headers, **answer_headers(caller, finished)}
+    response = web.Response(body=orjson.dumps(as_json(finished)), content_type="application/json", headers=headers)
     return reported(response, caller, finished)
 
 
@@ -95,7 +101,9 @@ async def stream(request: web.Request, caller: Caller, events: AsyncGenerator[Ev
     try:
         async with aclosing(events) as running:
             async for event in running:
-                if isinstance(event, Visible):
+                if isinstance(event, Opened):
+                    writer.provider_headers(event.headers)
+                elif isinstance(event, Visible):
                     await writer.frames(renderer.visible(event))
                 elif isinstance(event, Keepalive):
                     await writer.frames(renderer.waiting())
@@ -116,6 +124,7 @@ async def stream(request: web.Request, caller: Caller, events: AsyncGenerator[Ev
         error = exc if isinstance(exc, GatewayError) else internal_error()
         if not isinstance(exc, GatewayError):
             log.exception("stream failed after it began")
+        log_provider_failure(error, request.method, request.path, request[TRACE].trace_id)
         with contextlib.suppress(ClientGone):  # the client left as well; the spans say what went wrong
             await writer.frames([renderer.error(error)])
         return reported(writer.response, caller, finished, error.type)

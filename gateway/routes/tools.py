@@ -46,6 +46,8 @@ def outcome_json(outcome: ToolOutcome) -> dict[str, Any]:
         "content": outcome.content, "processed_content": _jsonable(outcome.processed_content),
         "display_text": outcome.display_text, "error_type": outcome.error_type,
     }
+    if outcome.status == "interrupted":
+        body["interrupt_data"] = _jsonable(outcome.interrupt_data)  # for the application, never the model
     if outcome.rejection is not None:
         body["rejection"] = {"reason": outcome.rejection.reason}
     if outcome.names is not None:

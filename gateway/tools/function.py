@@ -39,6 +39,7 @@ from gateway.tools.results import (
     rejected,
     rescued_message,
 )
+from gateway.tools.strict import drop_optional_nulls, required_nulls, strict_schema
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -114,7 +115,9 @@ def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> s
 @dataclass(frozen=True, kw_only=True)
 class Tool:
     """A callable the model may use. Declare arguments with at most one of `parameters`,
-    `parameters_schema` or `args_model`."""
+    `parameters_schema` or `args_model`. With `strict=True` the model is offered strict mode's
+    form of the declaration (gateway.tools.strict), and its nulls for optional parameters are
+    read as "not sent"."""
 
     name: str
     function: Callable[..., Any]
@@ -128,7 +131,8 @@ class Tool:
     display_text: str | None = None
     strict: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
-    schema: dict[str, Any] = field(init=False, repr=False, compare=False)
+    schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the model is offered
+    declared_schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the tool declared
     required_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
     accepted_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _call_arity: int = field(init=False, repr=False, compare=False)
@@ -142,10 +146,13 @@ class Tool:
             raise ToolDeclarationError(f"tool {self.name!r}: function is not callable")
         if self.timeout is not None and not self.timeout > 0:
             raise ToolDeclarationError(f"tool {self.name!r}: timeout must be a positive number")
-        schema = self._build_schema()
-        required, accepted = schema_names(schema)
+        declared = self._build_schema()
+        required, accepted = schema_names(declared)  # strict mode's `required` lists optional ones too
+        # pydantic checks values in the parse step, unless a parse_args of the tool's own replaces it
+        validated = self.args_model is not None and self.parse_args is None
         setattr_ = functools.partial(object.__setattr__, self)
-        setattr_("schema", schema)
+        setattr_("schema", strict_schema(self.name, declared, validated=validated) if self.strict else declared)
+        setattr_("declared_schema", declared)
         setattr_("required_names", tuple(required))
         setattr_("accepted_names", tuple(accepted))
         setattr_("options", dict(self.options))
@@ -168,7 +175,7 @@ class Tool:
                 raise ToolDeclarationError(f"tool {self.name!r} declares a parameter twice")
             for param in self.parameters:
                 param.check(f"tool {self.name!r}")
-            return parameters_schema(self.parameters, self.strict)
+            return parameters_schema(self.parameters)
         if self.args_model is not None:
             if not (isinstance(self.args_model, type) and issubclass(self.args_model, BaseModel)):
                 raise ToolDeclarationError(f"tool {self.name!r}: args_model must be a pydantic model class")
@@ -196,15 +203,26 @@ class Tool:
         decoded = read_arguments(self.name, args)
         if isinstance(decoded, Rejection):
             return decoded
+        if self.strict:
+            decoded = drop_optional_nulls(decoded, self.declared_schema)
         if self.parse_args is not None:
             return await self._run_parser(decoded, context)
         check = check_names(decoded, self.required_names, self.accepted_names)
         if self.args_model is not None:
             return self._validate_model(decoded, check)
+        if self.strict and (nulls := required_nulls(decoded, self.declared_schema)):
+            return self._null_rejection(decoded, nulls)
         if check.missing:
             return Rejection("missing_arguments",
                              describe_names(self.name, check, "required arguments are missing."), check)
         return Parsed(decoded)
+
+    def _null_rejection(self, args: dict[str, Any], nulls: list[str]) -> Rejection:
+        """A strict model's null means "not sent", so a required parameter that does not take null
+        is missing when it comes as null."""
+        check = check_names([name for name in args if name not in nulls], self.required_names, self.accepted_names)
+        return Rejection("missing_arguments",
+                         describe_names(self.name, check, "required arguments are missing or null."), check)
 
     async def _run_parser(self, args: dict[str, Any], context: ToolContext) -> Parsed | Rejection:
         assert self.parse_args is not None

@@ -55,35 +55,33 @@ class Param:
         for nested in self.properties:
             nested.check(f"{where}.{self.name}")
 
-    def schema(self, strict: bool = False) -> dict[str, Any]:
+    def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
         if self.description:
             out["description"] = self.description
         if self.enum is not None:
             out["enum"] = list(self.enum)
         if self.type == "object":
-            out.update(object_schema(self.properties, strict))
+            out.update(object_schema(self.properties))
         elif self.type == "array" and self.item_type == "object":
-            out["items"] = {"type": "object", **object_schema(self.properties, strict)}
+            out["items"] = {"type": "object", **object_schema(self.properties)}
         elif self.type == "array" and self.item_type is not None:
             out["items"] = {"type": self.item_type}
         return out
 
 
-def object_schema(params: Iterable[Param], strict: bool = False) -> dict[str, Any]:
-    """The `properties`/`required` part of an object schema built from `params`."""
+def object_schema(params: Iterable[Param]) -> dict[str, Any]:
+    """The `properties`/`required` part of an object schema built from `params`. (A strict tool's
+    schema is made from this one by gateway.tools.strict, the same way for every declaration style.)"""
     params = tuple(params)
-    out: dict[str, Any] = {
-        "properties": {p.name: p.schema(strict) for p in params},
+    return {
+        "properties": {p.name: p.schema() for p in params},
         "required": [p.name for p in params if p.required],
     }
-    if strict:
-        out["additionalProperties"] = False
-    return out
 
 
-def parameters_schema(params: Sequence[Param], strict: bool = False) -> dict[str, Any]:
-    return {"type": "object", **object_schema(params, strict)}
+def parameters_schema(params: Sequence[Param]) -> dict[str, Any]:
+    return {"type": "object", **object_schema(params)}
 
 
 def schema_names(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:

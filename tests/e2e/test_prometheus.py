@@ -58,12 +58,13 @@ def substitute(expr: str) -> str:
 
 SESSION = [
     Reply(tool_calls=[("read_file", {"file_path": "a"}), ("crash", {}), ("locked", {}), ("slow", {}),
-                      ("review", {}), ("strict", {"path": "a"}), ("add", "{oops"), ("nope", {}), ("admin", {})],
+                      ("strict", {"path": "a"}), ("add", "{oops"), ("nope", {}), ("admin", {})],
           usage=(40, 12)),
     Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # verbatim retry: rejected again
-    Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"path": "/a"})]),  # corrected retries: recovered
-    Reply(content="done", usage=(60, 20)),
+    # corrected retries, recovered; and a tool that pauses for review, which ends the request
+    Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"path": "/a"}), ("review", {})]),
 ]
+RESUMED = Reply(content="done", usage=(60, 20))  # the answer once the client resumes the paused call
 
 
 @pytest.fixture
@@ -136,10 +137,15 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
     """Runs the scripted session twice (so counters increase between scrapes); returns trace ids."""
     traces = set()
     for rounds in range(2):
-        stack.script.then(*SESSION, Reply(status=500, error="provider down"))
-        raw = await stack.client.chat.completions.with_raw_response.create(
-            model="m", messages=USER, extra_headers={"X-Trajectory-Id": f"run-{rounds}"})
+        stack.script.then(*SESSION, RESUMED, Reply(status=500, error="provider down"))
+        trajectory = {"X-Trajectory-Id": f"run-{rounds}"}
+        raw = await stack.client.chat.completions.with_raw_response.create(model="m", messages=USER,
+                                                                           extra_headers=trajectory)
         traces.add(raw.headers["x-trace-id"])
+        [paused] = raw.parse().choices[0].message.tool_calls or []
+        resumed = [*USER, {"role": "assistant", "content": None, "tool_calls": [paused.model_dump()]},
+                   {"role": "tool", "tool_call_id": paused.id, "content": "approved"}]
+        await stack.client.chat.completions.create(model="m", messages=resumed, extra_headers=trajectory)
         for body in (b"{not json", json.dumps({"model": "m", "messages": USER}).encode()):  # a 400, a 502
             async with stack.http.post("/v1/chat/completions", data=body, headers=AUTH) as response:
                 assert response.status in (400, 502)

@@ -13,7 +13,7 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.caller import Caller
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.engine import Engine, Event, Finished, Keepalive, Plan, Visible, plan_chat, plan_responses
+from gateway.engine import Engine, Event, Finished, Keepalive, Opened, Plan, Visible, plan_chat, plan_responses
 from gateway.instrumentation import NoInstrumentation
 from gateway.state import HeldTurns
 from gateway.tools import Tool, ToolExecutor, ToolRegistry
@@ -76,6 +76,8 @@ async def test_one_gateway_round_then_the_answer(run: Run, api: str, stream: boo
     if not stream:
         assert pieces == []
         return
+    opened, *pieces = pieces
+    assert isinstance(opened, Opened)  # the first provider stream's headers, before anything else
     assert all(isinstance(p, Visible) for p in pieces)
     assert {p.round for p in pieces if isinstance(p, Visible)} <= {0, 1}
     assert any(isinstance(p, Visible) and p.round == 1 for p in pieces)  # the answer streamed as it came
@@ -119,6 +121,7 @@ async def test_closing_a_streamed_run_closes_the_provider_call(build: Build, api
     goes with it, while the provider is still mid-answer."""
     engine, model, held = await build(Reply(content="a long answer that stalls", pause_after=4))
     events = engine.run(plan_for(api, True, sample_registry(), held), CALLER)
+    assert isinstance(await anext(events), Opened)
     first = await anext(events)
     assert isinstance(first, Visible)
     await asyncio.wait_for(model.paused.wait(), 10)

@@ -18,7 +18,7 @@ from gateway.settings import Settings
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
-from telemetry.tracing import build_provider, exporters_for, tracer_of
+from telemetry.tracing import build_provider, build_resource, exporters_for, tracer_of
 from tests.conftest import REMOTE_SPAN, REMOTE_TRACE
 
 
@@ -66,7 +66,7 @@ def test_standard_variables_reach_the_settings(monkeypatch: pytest.MonkeyPatch) 
 
 def test_service_name_and_sampler(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
-    provider = build_provider("gateway-eu")
+    provider = build_provider(build_resource("gateway-eu"))
     assert provider.resource.attributes["service.name"] == "gateway-eu"
     assert provider.sampler is ALWAYS_OFF
     provider.shutdown()

@@ -91,9 +91,10 @@ def raising(exc: BaseException) -> Tool:
         pytest.param({"parameters": READ_PARAMS},
                      {"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer"}},
                       "required": ["path"]}, id="parameters"),
-        pytest.param({"parameters": READ_PARAMS, "strict": True},
-                     {"type": "object", "properties": {"path": {"type": "string"}, "offset": {"type": "integer"}},
-                      "required": ["path"], "additionalProperties": False}, id="parameters-strict"),
+        pytest.param({"parameters": READ_PARAMS, "strict": True},  # strict mode: optional means nullable
+                     {"type": "object",
+                      "properties": {"path": {"type": "string"}, "offset": {"type": ["integer", "null"]}},
+                      "required": ["path", "offset"], "additionalProperties": False}, id="parameters-strict"),
         pytest.param({"parameters_schema": {"type": "object", "properties": {"expression": {"type": "string"}},
                                             "required": ["expression"]}},
                      {"type": "object", "properties": {"expression": {"type": "string"}},

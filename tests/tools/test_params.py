@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from gateway.tools import NameCheck, Param, ToolDeclarationError, suggest
 from gateway.tools.params import check_names, describe_names, jaro, parameters_schema, without_titles
+from gateway.tools.strict import strict_schema
 
 # --- Param -> JSON schema ---------------------------------------------------------------------
 
@@ -64,11 +65,12 @@ def test_required_is_listed_on_the_enclosing_object_not_the_property() -> None:
 
 
 def test_strict_closes_every_object_level() -> None:
-    params = [
-        Param("data", "object", properties=[Param("inner", "object", properties=[Param("x", "string")])]),
-        Param("rows", "array", item_type="object", properties=[Param("id", "integer")]),
+    params = [  # required, so that strict mode does not wrap them in a nullable anyOf
+        Param("data", "object", required=True,
+              properties=[Param("inner", "object", required=True, properties=[Param("x", "string")])]),
+        Param("rows", "array", item_type="object", required=True, properties=[Param("id", "integer")]),
     ]
-    schema = parameters_schema(params, strict=True)
+    schema = strict_schema("t", parameters_schema(params), validated=False)
     data = schema["properties"]["data"]
     assert schema["additionalProperties"] is False
     assert data["additionalProperties"] is False

@@ -7,6 +7,11 @@ import pytest
 from gateway.tools import Param, Tool, ToolDeclarationError, ToolRegistry, tool
 
 READ_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+CALC_SCHEMA = {"type": "object", "properties": {"expression": {"type": "string"}, "precision": {"type": "integer"}},
+               "required": ["expression"]}
+STRICT_CALC_SCHEMA = {"type": "object",  # strict mode: every property required, the optional one nullable
+                      "properties": {"expression": {"type": "string"}, "precision": {"type": ["integer", "null"]}},
+                      "required": ["expression", "precision"], "additionalProperties": False}
 
 
 def echo(args: dict[str, Any]) -> str:
@@ -22,7 +27,7 @@ def make(name: str, **kwargs: Any) -> Tool:
 def registry() -> ToolRegistry:
     return ToolRegistry([
         make("read_file", parameters=[Param("path", "string", required=True)]),
-        make("calculator", parameters_schema={"type": "object"}, strict=True),
+        make("calculator", parameters_schema=CALC_SCHEMA, strict=True),
         make("ping"),
     ])
 
@@ -103,7 +108,7 @@ def test_openai_tools_use_the_chat_completions_shape(registry: ToolRegistry) -> 
             "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
         {"type": "function", "function": {
             "name": "calculator", "description": "The calculator tool",
-            "parameters": {"type": "object"}, "strict": True}},
+            "parameters": STRICT_CALC_SCHEMA, "strict": True}},
         {"type": "function", "function": {
             "name": "ping", "description": "The ping tool", "parameters": {"type": "object", "properties": {}}}},
     ]
@@ -114,7 +119,7 @@ def test_responses_tools_use_the_flat_shape(registry: ToolRegistry) -> None:
         {"type": "function", "name": "read_file", "description": "The read_file tool",
          "parameters": READ_SCHEMA, "strict": False},
         {"type": "function", "name": "calculator", "description": "The calculator tool",
-         "parameters": {"type": "object"}, "strict": True},
+         "parameters": STRICT_CALC_SCHEMA, "strict": True},
         {"type": "function", "name": "ping", "description": "The ping tool",
          "parameters": {"type": "object", "properties": {}}, "strict": False},
     ]

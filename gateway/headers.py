@@ -1,0 +1,54 @@
+"""Which headers cross the gateway, in each direction. One place, for every route.
+
+Caller -> provider: everything but hop-by-hop headers, the gateway's own (its keys, its trajectory
+header), headers that describe a body the gateway writes anew, and cookies; the caller's
+credentials (and the account headers that go with them) only when the provider call is made with
+them. The trace context goes on as the caller sent it unless the gateway's own tracing writes its
+own over it.
+Provider -> caller: everything but hop-by-hop headers, the account behind the gateway, cookies,
+and headers that describe a body the gateway writes anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+TRAJECTORY_HEADER = "X-Trajectory-Id"  # names the trajectory; every response carries it
+TRACE_HEADER = "X-Trace-Id"  # names the request's trace, when there is one
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+    "transfer-encoding", "upgrade", "content-length", "host",
+})
+BODY = frozenset({"content-type", "content-encoding", "content-length"})  # describe the body as sent
+CREDENTIALS = frozenset({"authorization", "api-key", "openai-organization", "openai-project"})
+_CALLER_ONLY = frozenset({"x-trajectory-id", "cookie", "accept-encoding"})
+# Provider answers that would tell callers which account is behind the gateway, or set cookies on
+# the gateway's origin; the headers aiohttp writes itself; and the gateway's own (a provider that is
+# another gateway sends them too: the caller must see this one's).
+_PROVIDER_ONLY = frozenset({"openai-organization", "openai-project", "set-cookie", "date", "server", "x-trace-id",
+                            "x-trajectory-id", "x-toolspan-rounds", "x-toolspan-round-limit"})
+
+
+def to_provider(headers: Mapping[str, str], with_credentials: bool) -> dict[str, str]:
+    """The caller's headers that travel with a provider call whose body the gateway writes."""
+    dropped = HOP_BY_HOP | BODY | _CALLER_ONLY
+    if not with_credentials:
+        dropped |= CREDENTIALS
+    return {k: v for k, v in headers.items() if k.lower() not in dropped}
+
+
+def body_headers(headers: Mapping[str, str], decoded: bool) -> dict[str, str]:
+    """The caller's headers that describe a body passed on byte for byte (and the encodings it
+    accepts back); `decoded`: the body was decoded on the way in, so its encoding no longer holds."""
+    kept = {"content-type", "accept-encoding"} if decoded else {"content-type", "content-encoding", "accept-encoding"}
+    return {k: v for k, v in headers.items() if k.lower() in kept}
+
+
+def from_provider(headers: Mapping[str, str], body_as_sent: bool = False) -> dict[str, str]:
+    """The provider's headers that reach the caller. `body_as_sent`: the provider's body goes on
+    byte for byte, so the headers that describe it go too."""
+    dropped = HOP_BY_HOP | _PROVIDER_ONLY
+    if not body_as_sent:
+        dropped |= BODY
+    return {k: v for k, v in headers.items() if k.lower() not in dropped}
