@@ -30,12 +30,18 @@ _PROVIDER_ONLY = frozenset({"openai-organization", "openai-project", "set-cookie
                             "x-trajectory-id", "x-toolspan-rounds", "x-toolspan-round-limit"})
 
 
+_NOT_TO_PROVIDER = HOP_BY_HOP | BODY | _CALLER_ONLY
+_NOT_TO_PROVIDER_NOR_CREDENTIALS = _NOT_TO_PROVIDER | CREDENTIALS
+
+
 def to_provider(headers: Mapping[str, str], with_credentials: bool) -> dict[str, str]:
     """The caller's headers that travel with a provider call whose body the gateway writes."""
-    dropped = HOP_BY_HOP | BODY | _CALLER_ONLY
-    if not with_credentials:
-        dropped |= CREDENTIALS
+    dropped = _NOT_TO_PROVIDER if with_credentials else _NOT_TO_PROVIDER_NOR_CREDENTIALS
     return {k: v for k, v in headers.items() if k.lower() not in dropped}
+
+
+_NOT_TO_CALLER = HOP_BY_HOP | _PROVIDER_ONLY
+_NOT_TO_CALLER_NOR_BODY = _NOT_TO_CALLER | BODY
 
 
 def body_headers(headers: Mapping[str, str], decoded: bool) -> dict[str, str]:
@@ -48,7 +54,5 @@ def body_headers(headers: Mapping[str, str], decoded: bool) -> dict[str, str]:
 def from_provider(headers: Mapping[str, str], body_as_sent: bool = False) -> dict[str, str]:
     """The provider's headers that reach the caller. `body_as_sent`: the provider's body goes on
     byte for byte, so the headers that describe it go too."""
-    dropped = HOP_BY_HOP | _PROVIDER_ONLY
-    if not body_as_sent:
-        dropped |= BODY
+    dropped = _NOT_TO_CALLER if body_as_sent else _NOT_TO_CALLER_NOR_BODY
     return {k: v for k, v in headers.items() if k.lower() not in dropped}
