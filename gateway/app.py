@@ -120,6 +120,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_post("/v1/tools/{name}/invoke", tools.invoke)
     app.router.add_post("/v1/tools/{name}/parse", tools.parse)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough)
+    app.router.add_route("*", "/openai/{tail:.*}", passthrough.passthrough)  # an Azure resource's other routes
     app.router.add_get("/metrics", health.metrics)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)

@@ -86,6 +86,8 @@ def describe_traces(settings: Settings) -> str:
     """Where spans are exported (telemetry.tracing decides; unknown names were refused already)."""
     if not settings.telemetry:
         return "off (telemetry = false)"
+    if settings.otel_sdk_disabled:
+        return "off (OTEL_SDK_DISABLED=true)"
     plan = export_plan(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
                        settings.otel_exporter_otlp_traces_endpoint)
     places = [f"OTLP to {plan.otlp_url}"] if "otlp" in plan.chosen else []

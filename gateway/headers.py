@@ -18,7 +18,7 @@ TRACE_HEADER = "X-Trace-Id"  # names the request's trace, when there is one
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-    "transfer-encoding", "upgrade", "content-length", "host",
+    "transfer-encoding", "upgrade", "content-length", "host", "expect",
 })
 BODY = frozenset({"content-type", "content-encoding", "content-length"})  # describe the body as sent
 CREDENTIALS = frozenset({"authorization", "api-key", "openai-organization", "openai-project"})
@@ -27,16 +27,27 @@ _CALLER_ONLY = frozenset({"x-trajectory-id", "cookie", "accept-encoding"})
 # the gateway's origin; the headers aiohttp writes itself; and the gateway's own (a provider that is
 # another gateway sends them too: the caller must see this one's).
 _PROVIDER_ONLY = frozenset({"openai-organization", "openai-project", "set-cookie", "date", "server", "x-trace-id",
-                            "x-trajectory-id", "x-toolspan-rounds", "x-toolspan-round-limit"})
+                            "x-trajectory-id", "x-toolspan-rounds", "x-toolspan-round-limit",
+                            # the provider's origin policy and transport are its own, not the gateway's
+                            "alt-svc", "strict-transport-security"})
+_PROVIDER_ONLY_PREFIX = "access-control-"  # CORS: browsers must not read the gateway's answers by the provider's
 
 
 _NOT_TO_PROVIDER = HOP_BY_HOP | BODY | _CALLER_ONLY
 _NOT_TO_PROVIDER_NOR_CREDENTIALS = _NOT_TO_PROVIDER | CREDENTIALS
 
 
+def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:
+    """Headers the Connection header names: hop-by-hop as well (RFC 9110, 7.6.1)."""
+    listed = headers.get("Connection") or headers.get("connection") or ""
+    return frozenset(t.strip().lower() for t in listed.split(",") if t.strip())
+
+
 def to_provider(headers: Mapping[str, str], with_credentials: bool) -> dict[str, str]:
     """The caller's headers that travel with a provider call whose body the gateway writes."""
     dropped = _NOT_TO_PROVIDER if with_credentials else _NOT_TO_PROVIDER_NOR_CREDENTIALS
+    if "Connection" in headers or "connection" in headers:
+        dropped = dropped | _connection_tokens(headers)
     return {k: v for k, v in headers.items() if k.lower() not in dropped}
 
 
@@ -55,4 +66,5 @@ def from_provider(headers: Mapping[str, str], body_as_sent: bool = False) -> dic
     """The provider's headers that reach the caller. `body_as_sent`: the provider's body goes on
     byte for byte, so the headers that describe it go too."""
     dropped = _NOT_TO_CALLER if body_as_sent else _NOT_TO_CALLER_NOR_BODY
-    return {k: v for k, v in headers.items() if k.lower() not in dropped}
+    return {k: v for k, v in headers.items()
+            if (name := k.lower()) not in dropped and not name.startswith(_PROVIDER_ONLY_PREFIX)}

@@ -14,7 +14,7 @@ import orjson
 from multidict import MultiDict
 from pydantic import SecretStr
 
-from gateway.errors import GatewayError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import BadRequest, GatewayError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from gateway.headers import from_provider
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
@@ -56,19 +56,38 @@ class Upstream:
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    def path(self, api: str, model: str, query: str) -> str:
-        """Where a Chat Completions or Responses call goes, with the caller's query string."""
+    def path(self, api: str, model: str, query: str, requested: str = "") -> str:
+        """Where a Chat Completions or Responses call goes, with the caller's query string. To an
+        Azure resource: the surface the caller addressed (`requested`, an /openai/... path), else
+        the deployment of the model (Chat) or the v1 surface (Responses)."""
         if self.kind != "azure":
             path = "chat/completions" if api == "chat" else "responses"
-            return f"{path}?{query}" if query else path
-        if api == "chat":
-            path = f"openai/deployments/{quote(model, safe='')}/chat/completions"
+        elif requested.startswith("/openai/"):
+            path = requested.removeprefix("/")
+        elif api == "chat":
+            path = f"openai/deployments/{_deployment(model)}/chat/completions"
         else:
-            path = "openai/v1/responses"  # Azure's Responses API: the model (deployment) goes in the body
-        params = MultiDict(parse_qsl(query, keep_blank_values=True))
-        if api == "chat" and "api-version" not in params:
-            params["api-version"] = self._azure_api_version
-        return f"{path}?{urlencode(list(params.items()))}" if params else path
+            path = "openai/v1/responses"  # the model (deployment) goes in the body
+        return self._with_query(path, query)
+
+    def forward_path(self, path_qs: str) -> str | None:
+        """Where a request passed on as it is goes (None: nowhere): /v1/... under the base URL, and
+        for an Azure resource /v1/... on its v1 surface and /openai/... as addressed."""
+        if self.kind == "azure":
+            path, _, query = path_qs.partition("?")
+            path = path.removeprefix("/") if path.startswith("/openai/") else f"openai{path}"
+            return self._with_query(path, query)
+        return path_qs.removeprefix("/v1") if path_qs.startswith("/v1/") else None
+
+    def _with_query(self, path: str, query: str) -> str:
+        """`path` with the caller's query; the dated Azure surfaces need an api-version, which the
+        settings give when the caller sent none."""
+        if self.kind == "azure" and (path.startswith("openai/deployments/") or path == "openai/responses"):
+            params = MultiDict(parse_qsl(query, keep_blank_values=True))
+            if "api-version" not in params:
+                params["api-version"] = self._azure_api_version
+                query = urlencode(list(params.items()))
+        return f"{path}?{query}" if query else path
 
     def headers(self, caller_headers: Mapping[str, str]) -> dict[str, str]:
         """A provider call's headers: what the caller sent for the provider, and the gateway's own
@@ -150,6 +169,13 @@ async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
         raise UpstreamRefused(response.status, body, response.headers)
     raise UpstreamUnavailable(f"the provider answered {response.status}: {_provider_message(body)}",
                               code=f"upstream_{response.status}", headers=from_provider(response.headers))
+
+
+def _deployment(model: str) -> str:
+    """An Azure deployment path segment for `model` (which a caller chooses: `..` would leave the path)."""
+    if model in (".", ".."):
+        raise BadRequest(f"model {model!r} cannot name an Azure deployment", param="model")
+    return quote(model, safe="")
 
 
 def _provider_message(body: bytes) -> str:

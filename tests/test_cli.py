@@ -204,8 +204,9 @@ def _noop(args: dict[str, Any]) -> str:
     ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"},
      "not exported (OTEL_TRACES_EXPORTER=none)"),
     ({"TOOLSPAN_TELEMETRY": "false", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "off (telemetry = false)"),
+    ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "off (OTEL_SDK_DISABLED=true)"),
 ], ids=["nothing-set", "endpoint", "traces-endpoint", "otlp-default-endpoint", "console", "both", "none",
-        "telemetry-off"])
+        "telemetry-off", "sdk-disabled"])
 def test_the_traces_line_follows_the_otel_variables(clean_env: pytest.MonkeyPatch, env: dict[str, str],
                                                     expected: str) -> None:
     for name, value in env.items():
@@ -225,12 +226,12 @@ def test_startup_lines_with_the_builtin_model(clean_env: pytest.MonkeyPatch) -> 
 
 
 def test_startup_lines_with_a_provider(clean_env: pytest.MonkeyPatch) -> None:
-    settings = Settings(upstream="https://example.openai.azure.com/openai", upstream_kind="azure", telemetry=False)
+    settings = Settings(upstream="https://example.openai.azure.com", upstream_kind="azure", telemetry=False)
     many = ToolRegistry()
     for n in range(12):
         many.register(Tool(name=f"tool_{n}", description="does nothing", function=_noop))
     lines = startup_lines("http://0.0.0.0:8080", settings, many, builtin_model=False)
-    assert lines[1:] == ["upstream: azure at https://example.openai.azure.com/openai",
+    assert lines[1:] == ["upstream: azure at https://example.openai.azure.com",
                          "tools: 12 loaded (GET /v1/tools lists them)",
                          "traces: off (telemetry = false)",
                          "metrics: off (telemetry = false)"]

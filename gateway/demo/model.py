@@ -60,9 +60,12 @@ class ScriptedModel:
         # As an Azure OpenAI resource names them (the deployment is the model).
         app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._chat)
         app.router.add_post("/openai/v1/responses", self._responses)
+        app.router.add_post("/openai/v1/chat/completions", self._chat)
+        app.router.add_post("/openai/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/echo", self._echo)
         app.router.add_route("*", "/v1/responses/{tail:.+}", self._echo)  # stored responses: echoed
+        app.router.add_route("*", "/openai/{tail:.+}", self._echo)  # an Azure resource's other routes: echoed
         return app
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -70,8 +73,10 @@ class ScriptedModel:
             {"id": self.model_name, "object": "model", "created": 0, "owned_by": "toolspan"}]})
 
     async def _echo(self, request: web.Request) -> web.Response:
-        """Answers with the request body, for pass-through tests."""
-        return web.Response(body=await request.read(), content_type=request.content_type,
+        """Answers with the request body, for pass-through tests (with the status an
+        `X-Echo-Status` header asks for)."""
+        status = int(request.headers.get("X-Echo-Status", "200"))
+        return web.Response(status=status, body=await request.read(), content_type=request.content_type,
                             headers={"X-Echo-Method": request.method, "X-Echo-Path": request.path_qs,
                                      "openai-organization": "org-scripted"})  # as OpenAI's answers carry
 

@@ -7,7 +7,7 @@ returns a new one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pydantic_core import to_jsonable_python
@@ -89,6 +89,7 @@ class ChatConversation:
     base: Mapping[str, Any]  # the request without messages and stream fields
     messages: tuple[Any, ...]
     added: tuple[Mapping[str, Any], ...] = ()  # the messages the gateway added in this request
+    stream_options: Mapping[str, Any] = field(default_factory=dict)  # the caller's, for streamed calls
 
     @property
     def tool_choice(self) -> Any:
@@ -98,13 +99,13 @@ class ChatConversation:
         body = _final({**self.base, "messages": list(self.messages)}, final)
         if stream:
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}  # usage is summed over rounds here
+            body["stream_options"] = {**self.stream_options, "include_usage": True}  # usage is summed here
         return body
 
     def continued(self, turn: ModelTurn, outcomes: Sequence[ToolOutcome], tool_choice: Any) -> ChatConversation:
         base = {**self.base, "tool_choice": tool_choice} if "tool_choice" in self.base else self.base
         new = (_assistant(turn, turn.calls), *(_tool_message(o) for o in outcomes))
-        return ChatConversation(base, (*self.messages, *new), (*self.added, *new))
+        return ChatConversation(base, (*self.messages, *new), (*self.added, *new), self.stream_options)
 
     def held(self, turn: ModelTurn, mine: Sequence[ModelCall], theirs: Sequence[ModelCall],
              outcomes: Sequence[ToolOutcome]) -> HeldTurn:

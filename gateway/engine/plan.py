@@ -36,6 +36,7 @@ class Plan:
     previous_response_id: str | None = None  # Responses: the id the client continued from, as it sent it
     answer_id: str | None = None  # Responses: the id of the answer, should it take several provider responses
     query: str = ""  # the caller's query string, which goes with every provider call
+    path: str = ""  # the path the caller addressed (an Azure surface names the provider's)
 
 
 def _chat_tool_name(spec: Any) -> str | None:
@@ -90,7 +91,7 @@ def _upstream_base(body: Mapping[str, Any], drop: tuple[str, ...], name_of: Call
 
 
 def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns,
-              query: str = "") -> Plan:
+              query: str = "", path: str = "") -> Plan:
     """A Chat Completions request (checked by the route) as a plan."""
     gateway_names = registry.offered_names(caller.allowed)
     base, client_names = _upstream_base(body, ("messages", "stream", "stream_options"), _chat_tool_name,
@@ -101,15 +102,16 @@ def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, h
     if gateway_names and (body.get("n") or 1) != 1:
         raise BadRequest("n must be 1 when the gateway offers tools", param="n")
     take = partial(held.take, principal=caller.principal, param="messages", api="chat")
-    conversation = ChatConversation(base, tuple(restore_messages(body["messages"], take)))
     options = body.get("stream_options")
-    include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+    options = options if isinstance(options, Mapping) else {}
+    conversation = ChatConversation(base, tuple(restore_messages(body["messages"], take)), (), options)
+    include_usage = bool(options.get("include_usage"))
     return Plan("chat", str(body["model"]), bool(body.get("stream")), conversation, client_names | legacy,
-                gateway_names, include_usage=include_usage, query=query)
+                gateway_names, include_usage=include_usage, query=query, path=path)
 
 
 def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns,
-                   query: str = "") -> Plan:
+                   query: str = "", path: str = "") -> Plan:
     """A Responses API request (checked by the route) as a plan."""
     gateway_names = registry.offered_names(caller.allowed)
     base, client_names = _upstream_base(body, ("input", "stream", "previous_response_id"), _responses_tool_name,
@@ -126,4 +128,4 @@ def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegist
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent if isinstance(sent, str) else None,
-                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query)
+                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path)

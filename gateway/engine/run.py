@@ -155,7 +155,7 @@ class Engine:
         """One provider call, not streamed: its answer as a turn."""
         with self.instrumentation.chat(plan.model, False) as trace:
             try:
-                path = self.upstream.path(plan.api, plan.model, plan.query)
+                path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
                 turn = read_chat(answer, headers) if plan.api == "chat" else read_response(answer, headers)
             except GatewayError as exc:
@@ -170,7 +170,7 @@ class Engine:
         reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
         with self.instrumentation.chat(plan.model, True) as trace:
             try:
-                path = self.upstream.path(plan.api, plan.model, plan.query)
+                path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:
                     if round_ == 0:
                         yield Opened(answer.headers)

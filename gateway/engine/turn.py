@@ -161,37 +161,43 @@ def says_nothing(delta: Mapping[str, Any]) -> bool:
     return "role" not in delta and all(value == "" for value in delta.values())
 
 
-_IDENTITY = frozenset({"id", "created", "model"})
+_IDENTITY = ("id", "created", "model")  # what names the answer: the first chunk that says
+_PLAIN_TOP = frozenset({*_IDENTITY, "object", "choices", "usage", "system_fingerprint", "service_tier"})
 
 
 class ChatStreamReader:
-    """Assembles a streamed chat completion; content passes on at once, tool calls are held."""
+    """Assembles a streamed chat completion; content passes on at once, tool calls are held, and
+    the provider's finish chunk is kept: the gateway's own finish chunk is written in its image."""
 
     def __init__(self) -> None:
-        self._head: dict[str, Any] = {}  # the chunks' own fields (id, created, model, system_fingerprint ...)
-        self._choice: dict[str, Any] = {}  # the choice's other fields (a provider's content filter results ...)
+        self._identity: dict[str, Any] = {}
         self._texts: dict[str, list[str]] = {}  # content, refusal, reasoning_content ... as they came
         self._calls: dict[int, _ChatCallParts] = {}
+        self._finish_chunk: dict[str, Any] = {}  # the chunk that said how the answer ended
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
+        self._usage_fields: dict[str, Any] = {}  # what else the chunk that carried the usage said
 
     def absorb(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
         """Take one chunk; returns what the client may see now (the chunk without its tool-call
         fragments, finish reason and usage), or None."""
-        for key, value in chunk.items():
-            if key not in ("choices", "usage", "object") and (key not in self._head or key not in _IDENTITY):
-                self._head[key] = value  # the first chunk names the answer; later ones may add fields
+        for key in _IDENTITY:
+            if not self._identity.get(key) and chunk.get(key):  # an annotation frame may have empty ones
+                self._identity[key] = chunk[key]
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
+            self._usage_fields = {k: v for k, v in chunk.items() if k not in _PLAIN_TOP}  # llama.cpp's timings ...
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return None
+            # A frame without a choice: shown when it annotates the answer (a prompt filter's results).
+            annotated = any(k not in _PLAIN_TOP and v not in (None, {}, []) for k, v in chunk.items())
+            return {k: v for k, v in chunk.items() if k != "usage"} if annotated and "usage" not in chunk else None
         choice = choices[0]
-        self._choice.update((k, v) for k, v in choice.items() if k not in PER_CHUNK_FIELDS and v is not None)
         raw_delta = choice.get("delta")
         delta: dict[str, Any] = raw_delta if isinstance(raw_delta, dict) else {}
         if choice.get("finish_reason"):
             self._finish = str(choice["finish_reason"])
+            self._finish_chunk = chunk
         parts = delta.get("tool_calls")
         for part in parts if isinstance(parts, list) else []:
             self._absorb_call(part)
@@ -199,8 +205,8 @@ class ChatStreamReader:
         for key, text in visible.items():
             if isinstance(text, str) and key != "role":
                 self._texts.setdefault(key, []).append(text)
-        if says_nothing(visible) and not annotates(choice):
-            return None
+        if says_nothing(visible) and (self._finish_chunk is chunk or not annotates(choice)):
+            return None  # nothing to show now; the finish chunk comes back, in full, at the end
         shown = {k: v for k, v in chunk.items() if k != "usage"}
         shown["choices"] = [{**choice, "delta": visible, "finish_reason": None}]
         return shown
@@ -234,8 +240,13 @@ class ChatStreamReader:
         message["content"] = message["content"] or None
         if calls:
             message["tool_calls"] = calls
-        body = {**self._head, "object": "chat.completion",
-                "choices": [{**self._choice, "index": 0, "message": message, "finish_reason": self._finish}]}
+        # The finish chunk's own fields (and those of the usage chunk), under the answer's identity:
+        # what the gateway's closing chunks will carry.
+        top = {**self._usage_fields,
+               **{k: v for k, v in self._finish_chunk.items() if k not in ("choices", "usage", "object")}}
+        choice = {k: v for k, v in self._finish_chunk["choices"][0].items() if k not in PER_CHUNK_FIELDS}
+        body = {**top, **self._identity, "object": "chat.completion",
+                "choices": [{**choice, "index": 0, "message": message, "finish_reason": self._finish}]}
         if self._usage is not None:
             body["usage"] = self._usage
         return read_chat(body, headers)

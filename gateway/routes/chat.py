@@ -41,6 +41,7 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     n: int | None = Field(None, ge=1)
     metadata: dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None  # the legacy form of tools
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -50,7 +51,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body["model"] = deployment  # an Azure-style path names the model
     chat = validate(ChatRequest, body, "a chat completion request")
     caller = caller_of(request, chat.metadata)
-    plan = plan_chat(body, caller, request.app[REGISTRY], request.app[HELD], request.query_string)
+    plan = plan_chat(body, caller, request.app[REGISTRY], request.app[HELD], request.query_string, request.path)
     return await render.answer(request, caller, plan, completion, partial(ChatChunks, plan))
 
 
@@ -92,6 +93,7 @@ class ChatChunks:
 
     plan: Plan
     identity: dict[str, Any] = field(default_factory=dict)
+    waiting_for_identity: list[dict[str, Any]] = field(default_factory=list)  # frames before any chunk named it
     closing: bytes = b"data: [DONE]\n\n"
 
     def _chunk(self, last: Mapping[str, Any], delta: Mapping[str, Any],
@@ -102,18 +104,25 @@ class ChatChunks:
         return {**top, **self.identity, "object": "chat.completion.chunk",
                 "choices": [{**choice, "index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
 
+    def _named(self, chunk: Mapping[str, Any]) -> list[render.Frame]:
+        """`chunk` under the answer's identity, after any frame that waited for it."""
+        waiting, self.waiting_for_identity = self.waiting_for_identity, []
+        return [(None, {**frame, **self.identity, "object": "chat.completion.chunk"}) for frame in (*waiting, chunk)]
+
     def visible(self, event: Visible) -> Iterable[render.Frame]:
         chunk = dict(event.piece)
         if not self.identity:
+            if not chunk.get("id"):  # an annotation frame ahead of the answer (Azure's prompt filter)
+                self.waiting_for_identity.append(chunk)
+                return []
             self.identity = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
-        chunk.update(self.identity, object="chat.completion.chunk")  # one answer, named alike in every chunk
-        if event.round > 0:  # one assistant message, however many rounds: its role was said once
+        if event.round > 0 and chunk.get("choices"):  # one assistant message, however many rounds: one role
             choice = chunk["choices"][0]
             delta = {k: v for k, v in choice["delta"].items() if k != "role"}
             if says_nothing(delta) and not annotates(choice):
                 return []
             chunk["choices"] = [{**choice, "delta": delta}]
-        return [(None, chunk)]
+        return self._named(chunk)  # one answer, named alike in every chunk
 
     def waiting(self) -> Iterable[render.Frame]:
         return []
@@ -123,8 +132,12 @@ class ChatChunks:
             first = event.turns[0].body
             self.identity = {k: first[k] for k in ("id", "created", "model") if k in first}
         last = event.turns[-1].body
-        frames: list[render.Frame] = [(None, self._chunk(last, {"tool_calls": [{"index": i, **call}]}))
-                                      for i, call in enumerate(event.client_calls)]
+        waiting = self.waiting_for_identity
+        self.waiting_for_identity = []
+        frames: list[render.Frame] = [(None, {**frame, **self.identity, "object": "chat.completion.chunk"})
+                                      for frame in waiting]
+        frames += [(None, self._chunk(last, {"tool_calls": [{"index": i, **call}]}))
+                   for i, call in enumerate(event.client_calls)]
         frames.append((None, self._chunk(last, {}, event.finish_reason)))
         if self.plan.include_usage:
             closing = self._chunk(last, {})

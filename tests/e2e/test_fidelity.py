@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -253,7 +254,8 @@ async def test_azure_responses_through_the_azure_client(make_stack: StackFactory
                                        api_key="unused", max_retries=0) as client:
         response = await client.responses.create(model="my-deployment", input="hello")
     assert response.output_text == "Hi"
-    assert stack.model.request_paths[-1] == "/openai/v1/responses?api-version=2025-03-01-preview"
+    # the surface the client addressed (the dated one, as this client does), with its api-version
+    assert stack.model.request_paths[-1] == "/openai/responses?api-version=2025-03-01-preview"
     assert stack.upstream_requests[-1]["model"] == "my-deployment"
 
 
@@ -263,3 +265,114 @@ async def test_the_provider_name_follows_the_upstream_kind(make_stack: StackFact
     answer = await stack.ask(False, messages=USER)
     [chat] = tree(stack.spans(answer.headers["x-trace-id"]))["chat"]
     assert (chat.attributes or {})[names.ATTR_PROVIDER_NAME] == "azure.ai.openai"
+
+
+# --- review findings: each failed before its fix ----------------------------------------------------------
+
+CORS = {"Access-Control-Allow-Origin": "*", "Access-Control-Allow-Headers": "authorization", "Alt-Svc": "h3=\":443\"",
+        "Strict-Transport-Security": "max-age=1"}
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_the_providers_browser_and_transport_policy_stays_behind(make_stack: StackFactory, api: str) -> None:
+    stack = await make_stack(upstream_api_key="sk-operator")
+    stack.script.then(Reply(content="Hi", headers={**CORS, **RATE}))
+    body = {"model": "m", "messages": USER} if api == "chat" else {"model": "m", "input": "hi"}
+    response = await stack.http.post("/v1/chat/completions" if api == "chat" else "/v1/responses", json=body)
+    names_back = {k.lower() for k in response.headers}
+    assert "x-request-id" in names_back
+    assert not {n for n in names_back if n.startswith("access-control-")}
+    assert not {"alt-svc", "strict-transport-security"} & names_back
+
+
+async def test_a_preflight_is_answered_by_the_gateway_not_sent_on(make_stack: StackFactory) -> None:
+    stack = await make_stack(upstream_api_key="sk-operator")
+    response = await stack.http.options("/v1/chat/completions", headers={"Origin": "https://evil.example",
+                                                                         "Access-Control-Request-Method": "POST"})
+    assert response.status == 204
+    assert not [k for k in response.headers if k.lower().startswith("access-control-")]
+    assert stack.model.request_paths == []
+
+
+async def test_headers_the_connection_header_names_are_hop_by_hop(stack: Stack) -> None:
+    stack.script.then(Reply(content="Hi"))
+    await stack.http.post("/v1/chat/completions", json={"model": "m", "messages": USER},
+                          headers={"Connection": "keep-alive, X-Hop", "X-Hop": "secret", "X-Kept": "yes"})
+    headers = {k.lower() for k in stack.model.request_headers[-1]}
+    assert "x-kept" in headers
+    assert "x-hop" not in headers
+
+
+async def test_an_azure_resource_gets_passed_on_requests_on_its_own_routes(make_stack: StackFactory) -> None:
+    stack = await make_stack(upstream_kind="azure", upstream_api_key="azure-secret")
+    models = await stack.http.get("/v1/models")
+    assert models.headers["X-Echo-Path"] == "/openai/v1/models"
+    async with openai.AsyncAzureOpenAI(azure_endpoint=stack.url, api_version="2024-10-21", api_key="unused",
+                                       max_retries=0) as client:
+        raw = await client.embeddings.with_raw_response.create(model="embedder", input="hello")
+    assert raw.headers["X-Echo-Path"] == "/openai/deployments/embedder/embeddings?api-version=2024-10-21"
+
+
+async def test_a_model_that_would_leave_the_deployment_path_is_a_400(make_stack: StackFactory) -> None:
+    stack = await make_stack(upstream_kind="azure", upstream_api_key="azure-secret")
+    response = await stack.http.post("/v1/chat/completions", json={"model": "..", "messages": USER})
+    assert response.status == 400
+    assert (await response.json())["error"]["param"] == "model"
+    assert stack.model.request_paths == []
+
+
+@pytest.mark.parametrize("functions", [5, True, "read_file"])
+async def test_functions_of_the_wrong_shape_are_a_400(stack: Stack, functions: Any) -> None:
+    response = await stack.http.post("/v1/chat/completions",
+                                     json={"model": "m", "messages": USER, "functions": functions})
+    assert response.status == 400
+    assert (await response.json())["error"]["param"] == "functions"
+
+
+async def test_the_callers_stream_options_reach_the_provider(stack: Stack) -> None:
+    stack.script.then(Reply(content="Hi"))
+    await stack.http.post("/v1/chat/completions", json={
+        "model": "m", "messages": USER, "stream": True,
+        "stream_options": {"include_obfuscation": False, "continuous_usage_stats": True}})
+    assert stack.upstream_requests[-1]["stream_options"] == {
+        "include_obfuscation": False, "continuous_usage_stats": True, "include_usage": True}
+
+
+async def test_an_azure_stream_names_its_answer_on_the_span(stack: Stack) -> None:
+    recorded = (Path(__file__).parent.parent / "corpus" / "azure_content_filter.sse").read_bytes()
+    stack.script.then(Reply(raw_stream=recorded))
+    response = await stack.http.post("/v1/chat/completions", json={"model": "m", "messages": USER, "stream": True})
+    await response.read()
+    [chat] = tree(stack.spans(response.headers["X-Trace-Id"]))["chat"]
+    attributes = chat.attributes or {}
+    assert str(attributes[names.ATTR_RESPONSE_ID]).startswith("chatcmpl-")
+    assert attributes[names.ATTR_RESPONSE_MODEL]
+
+
+async def test_a_pass_through_failure_is_logged_with_its_trace(stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="toolspan.upstream"):
+        response = await stack.http.post("/v1/echo", data=b"x", headers={"X-Echo-Status": "503"})
+    assert response.status == 503
+    [record] = [r for r in caplog.records if r.name == "toolspan.upstream"]
+    assert "503" in record.getMessage()
+    assert response.headers["X-Trace-Id"] in record.getMessage()
+
+
+async def test_the_provider_name_follows_the_kind_without_being_named(aiohttp_server: Any) -> None:
+    """`toolspan serve` in front of a vLLM server: its spans say so."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from gateway.demo.model import ScriptedModel
+    from gateway.runtime import gateway
+    from gateway.settings import Settings
+    from tests.conftest import Script
+
+    upstream = await aiohttp_server(ScriptedModel(Script().then(Reply(content="Hi"))).app())
+    exporter = InMemorySpanExporter()
+    settings = Settings(port=0, upstream=str(upstream.make_url("/v1")), upstream_kind="vllm")
+    async with gateway(settings, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model), \
+            openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as client:
+        await client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    [chat] = [s for s in exporter.get_finished_spans() if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")]
+    assert (chat.attributes or {})[names.ATTR_PROVIDER_NAME] == "vllm"
