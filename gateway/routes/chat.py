@@ -104,10 +104,17 @@ class ChatChunks:
         return {**top, **self.identity, "object": "chat.completion.chunk",
                 "choices": [{**choice, "index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
 
-    def _named(self, chunk: Mapping[str, Any]) -> list[render.Frame]:
-        """`chunk` under the answer's identity, after any frame that waited for it."""
-        waiting, self.waiting_for_identity = self.waiting_for_identity, []
-        return [(None, {**frame, **self.identity, "object": "chat.completion.chunk"}) for frame in (*waiting, chunk)]
+    def _named(self, chunk: dict[str, Any]) -> list[render.Frame]:
+        """`chunk` (a copy of the provider's) under the answer's identity, after any frame that
+        waited for it."""
+        frames: list[render.Frame] = []
+        if self.waiting_for_identity:
+            waiting, self.waiting_for_identity = self.waiting_for_identity, []
+            frames = [(None, {**frame, **self.identity, "object": "chat.completion.chunk"}) for frame in waiting]
+        chunk.update(self.identity)
+        chunk["object"] = "chat.completion.chunk"
+        frames.append((None, chunk))
+        return frames
 
     def visible(self, event: Visible) -> Iterable[render.Frame]:
         chunk = dict(event.piece)
