@@ -9,6 +9,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.admission import Admission
 from gateway.app_keys import (
     CALLER,
     ENGINE,
@@ -26,14 +27,16 @@ from gateway.engine import Engine
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
 from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
-from gateway.routes import chat, health, passthrough, responses, tools
+from gateway.routes import chat, health, openapi, passthrough, responses, tools
+from gateway.routes.common import CLIENT_GONE
 from gateway.settings import Settings
 from gateway.state import HeldTurns
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.upstream import Upstream
 
 log = logging.getLogger("toolspan")
-
+ADMISSION = web.AppKey("admission", Admission)
+SHUTDOWN_WRAP_UP_SECONDS = 5.0  # after the grace period, for requests whose provider calls were ended to answer
 
 
 def _route_of(request: web.Request) -> str:
@@ -53,11 +56,12 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[TRACE] = trace
         error: GatewayError | None = None
         try:
-            # Before any body is read; only /v1 routes speak for a caller.
-            request[CALLER] = resolve_caller(request.headers, ids, request.app[SETTINGS].keys,
-                                             authenticate=request.path.startswith(("/v1/", "/openai/")),
-                                             own_key=request.app[SETTINGS].upstream_api_key is not None)
-            response = await handler(request)
+            with request.app[ADMISSION].admit(request.path):
+                # Before any body is read; only /v1 routes speak for a caller.
+                request[CALLER] = resolve_caller(request.headers, ids, request.app[SETTINGS].keys,
+                                                 authenticate=request.path.startswith(("/v1/", "/openai/")),
+                                                 own_key=request.app[SETTINGS].upstream_api_key is not None)
+                response = await handler(request)
         except GatewayError as exc:
             error = exc
         except web.HTTPException as exc:
@@ -72,7 +76,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             record = RequestRecord(error_type=error.type)
         else:
             record = response.get(RECORD) or RequestRecord()
-        trace.finish(response.status, record)
+        # A client that left is counted as such (499), however the gateway found out.
+        trace.finish(499 if record.error_type == CLIENT_GONE else response.status, record)
         return response
 
 
@@ -87,7 +92,8 @@ async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     assert settings.upstream is not None  # checked in create_app
-    session = aiohttp.ClientSession(auto_decompress=False, connector=aiohttp.TCPConnector(limit=0))
+    connector = aiohttp.TCPConnector(limit=settings.upstream_max_connections)
+    session = aiohttp.ClientSession(auto_decompress=False, connector=connector)
     upstream = Upstream(session, settings.upstream, settings.upstream_api_key, settings.upstream_timeout_seconds,
                         settings.upstream_connect_timeout_seconds, settings.upstream_kind, settings.azure_api_version)
     app[UPSTREAM] = upstream
@@ -97,15 +103,35 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
     await session.close()
 
 
+async def _wind_down(app: web.Application) -> None:
+    """Shutting down (SIGTERM), once the server stopped taking connections: requests under way get
+    `shutdown_grace_seconds` to finish; then their provider calls end (a stream answers with an
+    error event, a plain request with a 503), and they get a few seconds to say so. The runner
+    cancels what is left after that."""
+    admission = app[ADMISSION]
+    if await admission.drained(app[SETTINGS].shutdown_grace_seconds):
+        return
+    log.info("shutting down: ending %d requests still under way", admission.count)
+    if UPSTREAM in app:
+        app[UPSTREAM].end()
+    await admission.drained(SHUTDOWN_WRAP_UP_SECONDS)
+
+
 def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Instrumentation) -> web.Application:
     """The gateway as an aiohttp application; its provider client opens when the app starts."""
     if not settings.upstream:
         raise ValueError("settings.upstream is not set: give a provider URL or start the built-in model")
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[observe])
+    # aiohttp closes a connection that has not sent a whole request head this long after it opened
+    # or after its last answer (its keep-alive timer): the header read timeout.
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[observe],
+                          handler_args={"keepalive_timeout": settings.header_read_timeout_seconds})
     app[SETTINGS] = settings
+    app[ADMISSION] = Admission(settings.max_concurrent_requests)
+    app.on_shutdown.append(_wind_down)
     app[REGISTRY] = registry
     app[INSTRUMENTATION] = instrumentation
-    app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds)
+    app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads)
+    app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
     app[HELD] = HeldTurns(settings.pending_turn_capacity, settings.pending_turn_ttl_seconds)
     app.cleanup_ctx.append(_upstream)
     app.on_response_prepare.append(_stamp)
@@ -124,4 +150,5 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_get("/metrics", health.metrics)
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
+    app.router.add_get("/openapi.json", openapi.openapi)
     return app

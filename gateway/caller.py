@@ -33,6 +33,7 @@ class Caller:
     upstream_headers: Mapping[str, str] = field(default_factory=dict)  # what travels on to the provider
     trajectory_named: bool = False  # the caller named the trajectory in the X-Trajectory-Id header
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    routes: tuple[str, ...] | None = None  # pass-through path prefixes that key may use; None: every one
 
     def with_metadata(self, metadata: object) -> Caller:
         """This caller as a request's `metadata` describes it: the metadata reaches tools, and its
@@ -75,5 +76,6 @@ def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys:
     for name, spec in keys.items():
         if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
             allowed = None if spec.tools is None else frozenset(spec.tools)
-            return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named)
+            routes = None if spec.routes is None else tuple(spec.routes)
+            return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named, routes=routes)
     raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>", code="invalid_api_key")

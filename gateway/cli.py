@@ -124,6 +124,9 @@ async def _serve(settings: Settings) -> None:
         for line in startup_lines(url, settings, registry, builtin_model=model is not None):
             log.info("%s", line)
         await stop.wait()
+        # Leaving the block is the graceful shutdown (gateway.runtime.serving, gateway.app._wind_down).
+        log.info("stopping: no new connections; requests under way have %g s to finish",
+                 settings.shutdown_grace_seconds)
 
 
 def _parser() -> argparse.ArgumentParser:

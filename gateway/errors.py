@@ -59,9 +59,26 @@ class Conflict(GatewayError):
     type = "conflict_error"
 
 
+class RequestTimeout(GatewayError):
+    """The caller stopped sending its body."""
+
+    status = 408
+    type = "invalid_request_error"
+
+
 class TooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
+
+
+class Unavailable(GatewayError):
+    """The gateway cannot take this request now (too many at once, or shutting down): try again."""
+
+    status = 503
+    type = "server_error"
+
+    def __init__(self, message: str, *, code: str, retry_after: int = 1) -> None:
+        super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
 
 
 class UpstreamUnavailable(GatewayError):
@@ -114,14 +131,27 @@ def error_response(error: GatewayError) -> web.Response:
 
 
 def from_http_exception(exc: web.HTTPException) -> GatewayError:
-    """aiohttp's own refusals (404, 405, 413 ...) in the OpenAI shape."""
+    """aiohttp's own refusals (404, 405, 413 ...) in the OpenAI shape: the caller's fault (4xx) is an
+    invalid_request_error unless a narrower type fits."""
     if exc.status == 413:
         # aiohttp's text is a whole sentence ("Maximum request body size N exceeded."), not a size.
         detail = f": {exc.text}" if exc.text else ""
         return TooLarge(f"the request body is too large{detail}", code="body_too_large")
-    kinds: dict[int, type[GatewayError]] = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound}
-    kind = kinds.get(exc.status, GatewayError)
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return BadRequest(f"{exc.method} is not allowed here (allowed: {allowed})", status=405,
+                          code="method_not_allowed", headers={"Allow": exc.headers.get("Allow", allowed)})
+    kinds: dict[int, type[GatewayError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound}
+    kind = kinds.get(exc.status, BadRequest if exc.status < 500 else GatewayError)
     return kind(exc.reason or "request refused", status=exc.status)
+
+
+def unreadable_request(status: int, reason: str) -> GatewayError:
+    """A request aiohttp's parser refused before any route saw it (a bad request line, a header
+    too long ...): the caller's fault, said in a line."""
+    detail = " ".join(reason.split())[:200]
+    kind = BadRequest if status < 500 else GatewayError
+    return kind(f"the request is not valid HTTP: {detail or 'malformed'}", status=status, code="bad_request")
 
 
 def log_provider_failure(error: GatewayError, method: str, path: str, trace_id: str | None) -> None:
@@ -130,7 +160,13 @@ def log_provider_failure(error: GatewayError, method: str, path: str, trace_id: 
     if isinstance(error, UpstreamRefused):
         log.info("%s %s: the provider refused (%d) [trace %s]", method, path, error.status, trace_id or "-")
     elif isinstance(error, UpstreamUnavailable | UpstreamTimeout):
-        log.warning("%s %s: %s (%d) [trace %s]", method, path, error.message, error.status, trace_id or "-")
+        # The caller's message leaves the provider's address out; the operator's log has it.
+        cause = f" ({error.__cause__})" if error.__cause__ is not None and str(error.__cause__) else ""
+        log.warning("%s %s: %s%s (%d) [trace %s]", method, path, error.message, cause, error.status, trace_id or "-")
+
+
+def shutting_down() -> Unavailable:
+    return Unavailable("the gateway is shutting down; send the request again", code="shutting_down")
 
 
 def internal_error() -> GatewayError:

@@ -24,6 +24,7 @@ from gateway.demo.model import Policy, ScriptedModel
 from gateway.demo.tools import demo_registry
 from gateway.instrumentation import Instrumentation, NoInstrumentation
 from gateway.logs import ACCESS_LOGGER, AccessLogger
+from gateway.server import GatewayRunner
 from gateway.settings import Settings
 from gateway.tools import ToolRegistry
 from gateway.upstream import PROVIDER_NAMES
@@ -62,7 +63,9 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
         tracer_provider = owned = build_provider(resource, exporters, processors)
     capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
     telemetry = Telemetry(tracer_of(tracer_provider), Metrics(CollectorRegistry()), capture, provider_name,
-                          settings.metrics_max_models, propagator=propagator)
+                          settings.metrics_max_models, propagator=propagator,
+                          max_label_chars=settings.metrics_max_label_chars,
+                          own_sampling=settings.trace_sampling == "own")
     return Observability(telemetry, owned)
 
 
@@ -77,10 +80,16 @@ class CannotListen(Exception):
 
 
 @contextlib.asynccontextmanager
-async def serving(app: web.Application, host: str, port: int, access_log: bool = False) -> AsyncIterator[str]:
+async def serving(app: web.Application, host: str, port: int, access_log: bool = False,
+                  shutdown_timeout: float = 60.0) -> AsyncIterator[str]:
     """Run `app` on host:port until the block ends; yields its base URL. With `access_log`, each
-    request is logged on the toolspan.access logger. Raises CannotListen when the bind fails."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log_class=AccessLogger,
+    request is logged on the toolspan.access logger. Raises CannotListen when the bind fails.
+
+    The end is aiohttp's graceful shutdown: stop listening, close idle connections, run the app's
+    on_shutdown handlers (the gateway's waits for the requests under way, see gateway.app), then
+    wait up to `shutdown_timeout` for the handlers still running and cancel them, then clean up."""
+    runner = GatewayRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
+                           access_log_class=AccessLogger,
                            access_log=logging.getLogger(ACCESS_LOGGER) if access_log else None)
     await runner.setup()
     try:
@@ -113,7 +122,9 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
         app = create_app(settings, registry or ToolRegistry(), telemetry.instrumentation)
-        site = serving(app, settings.host, settings.port, access_log=settings.access_log)
+        # The app's own shutdown handler gives requests their grace period; the runner then only
+        # cancels what outlived it, after a second.
+        site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0)
         url = await stack.enter_async_context(site)
         yield url, telemetry, model
 

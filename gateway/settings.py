@@ -19,6 +19,9 @@ from pydantic_settings import (
 )
 
 UpstreamKind = Literal["openai", "azure", "vllm", "ollama", "deepseek", "compatible"]
+# Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
+REDACT_KEYS = ("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey", "authorization",
+               "credential", "private_key", "cookie")
 
 
 class GatewayKey(BaseModel):
@@ -26,6 +29,8 @@ class GatewayKey(BaseModel):
 
     key: SecretStr = Field(min_length=8)
     tools: list[str] | None = Field(None, description="Tool names this key may use; unset: all")
+    routes: list[str] | None = Field(
+        None, description="Pass-through path prefixes this key may use (e.g. /v1/models, /v1/embeddings); unset: all")
 
 
 class Settings(BaseSettings):
@@ -51,17 +56,40 @@ class Settings(BaseSettings):
         default_factory=dict, description="Gateway keys by caller name (JSON in TOOLSPAN_KEYS); when set, "
                                           "every /v1 request needs one, and it never reaches the provider")
     max_rounds: int = Field(10, ge=1, description="Model turns with gateway tools before a tool-less final call")
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted (decoded)")
+    max_upload_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Largest body accepted on upload routes "
+                                                                         "(/v1/files, /v1/uploads), decoded")
+    max_json_depth: int = Field(64, ge=2, le=200, description="Deepest nesting of arrays and objects in a JSON body")
+    header_read_timeout_seconds: float = Field(
+        75.0, gt=0, description="A connection must send a whole request head within this long of opening or of "
+                                "its last answer (idle keep-alive connections close after it too)")
+    body_read_timeout_seconds: float = Field(30.0, gt=0, description="Longest wait for the next part of a body")
+    max_concurrent_requests: int = Field(1000, ge=1, description="Requests handled at once; more are refused at once "
+                                                                 "(503 with retry-after), never queued")
+    upstream_max_connections: int = Field(1000, ge=1, description="Open connections to the provider, at most")
+    shutdown_grace_seconds: float = Field(20.0, ge=0, description="On SIGTERM, how long requests under way may "
+                                                                  "run on before they are ended")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
     pending_turn_ttl_seconds: float = Field(900.0, gt=0, description="How long a mixed turn is held")
     keepalive_seconds: float = Field(5.0, gt=0, description="SSE comment interval while tools run")
     tool_timeout_seconds: float = Field(30.0, gt=0, description="Default time limit of one tool call")
+    tool_threads: int = Field(16, ge=1, description="Threads for sync tool bodies (a body that timed out keeps "
+                                                   "its thread until it returns); when all are taken, a sync "
+                                                   "call's outcome is an error of type tool_busy, at once")
     record_tool_arguments: bool = Field(False, description="Put raw arguments on every tool.call span")
     argument_max_chars: int = Field(2048, ge=64, description="Raw arguments on spans are cut to this")
     redact_keys: tuple[str, ...] = Field(
-        ("password", "secret", "token", "api_key", "apikey", "authorization", "credential", "private_key"),
-        description="Argument values under keys containing any of these are masked on spans")
+        REDACT_KEYS, description="Argument values under keys containing any of these (any case; '-' and '_' "
+                                 "alike) are masked on spans, and so are their values in status descriptions")
     metrics_max_models: int = Field(50, ge=1, description="Distinct model label values before '__other__'")
+    metrics_max_label_chars: int = Field(
+        128, ge=8, description="Longest model name kept as a metric label; longer ones count as '__other__'")
+    metrics_key: SecretStr | None = Field(
+        None, min_length=8,
+        description="When set, GET /metrics needs Authorization: Bearer <metrics_key> (401 otherwise)")
+    trace_sampling: Literal["follow", "own"] = Field(
+        "follow", description="follow: a caller's traceparent decides whether a request is sampled; own: each "
+                              "request is a root span sampled by the configured sampler, linked to the caller's")
     telemetry: bool = Field(True, description="Spans and metrics on")
     access_log: bool = Field(True, description="One line per request on the toolspan.access logger")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Least severe level logged")
@@ -101,7 +129,8 @@ class Settings(BaseSettings):
         # The OpenTelemetry rule: only "true", in any case, is true; anything else (empty too) is false.
         return value.strip().lower() == "true" if isinstance(value, str) else value
 
-    @field_validator("upstream", "upstream_api_key", "otel_traces_exporter", "otel_exporter_otlp_endpoint",
+    @field_validator("upstream", "upstream_api_key", "metrics_key", "otel_traces_exporter",
+                     "otel_exporter_otlp_endpoint",
                      "otel_exporter_otlp_traces_endpoint", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
+import contextlib
+import os
+import socket
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -13,13 +17,23 @@ import aiohttp
 import orjson
 from multidict import MultiDict
 from pydantic import SecretStr
+from yarl import URL
 
-from gateway.errors import BadRequest, GatewayError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import (
+    BadRequest,
+    GatewayError,
+    UpstreamRefused,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    shutting_down,
+)
 from gateway.headers import from_provider
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
     "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
     "compatible": "openai_compatible"}
+REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe's TCP connect to the provider
+REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
 
 
 @dataclass(frozen=True)
@@ -44,9 +58,13 @@ class Upstream:
         self._api_key = api_key
         self._azure_api_version = azure_api_version
         self._whole = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=connect_timeout_seconds)
-        # A stream may run long; what must not stall is the gap between two chunks.
-        self._streaming = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds,
+        # A stream may run long; what must not stall is the gap between two chunks, nor the wait for
+        # a connection (`connect`: a free one from the bounded pool, and the connect itself).
+        self._streaming = aiohttp.ClientTimeout(total=None, connect=timeout_seconds, sock_read=timeout_seconds,
                                                 sock_connect=connect_timeout_seconds)
+        self.ending = False  # the gateway is shutting down: calls fail with a 503
+        self._waiting: set[asyncio.Task[Any]] = set()  # tasks waiting on the provider right now
+        self._reached: tuple[float, bool] | None = None  # when reachable() last looked, and what it saw
 
     @property
     def with_own_key(self) -> bool:
@@ -101,9 +119,9 @@ class Upstream:
     async def post(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
         """One JSON request: the decoded JSON answer (the engine checks its shape) and the headers
         that may reach the caller."""
-        with _provider_errors(f"the provider did not answer within {self._whole.total:g} s"):
+        with self._errors(f"the provider did not answer within {self._whole.total:g} s"):
             async with self.session.post(self.url(path), data=orjson.dumps(body), headers=_json_headers(headers),
-                                         timeout=self._whole) as response:
+                                         timeout=self._whole, allow_redirects=False) as response:
                 await _raise_for_status(response)
                 raw = await response.read()
                 answer_headers = from_provider(response.headers)
@@ -118,27 +136,94 @@ class Upstream:
                           headers: Mapping[str, str]) -> AsyncIterator[ProviderStream]:
         """A streamed answer: its headers and an iterator of its decoded SSE events; leaving the
         block closes the connection, which is how a client disconnect cancels the provider's work."""
-        with _provider_errors("the provider did not start its stream in time"):
-            response = await self.session.post(self.url(path), data=orjson.dumps(body),
-                                               headers=_json_headers(headers), timeout=self._streaming)
+        with self._errors("the provider did not start its stream in time"):
+            response = await self.session.post(self.url(path), data=orjson.dumps(body), headers=_json_headers(headers),
+                                               timeout=self._streaming, allow_redirects=False)
         try:
             await _raise_for_status(response)
-            yield ProviderStream(from_provider(response.headers), _events(response))
+            yield ProviderStream(from_provider(response.headers), sse_events(self._reads(response)))
         finally:
             response.close()
 
     async def forward(self, method: str, path_qs: str, headers: Mapping[str, str],
                       body: AsyncIterator[bytes] | bytes | None) -> aiohttp.ClientResponse:
         """Send a request unchanged; the caller streams the response back and releases it."""
-        with _provider_errors("the provider did not answer in time"):
+        with self._errors("the provider did not answer in time"):
             return await self.session.request(method, self.url(path_qs), headers=dict(headers), data=body,
                                               timeout=self._streaming, allow_redirects=False,
                                               auto_decompress=False)
 
+    async def reachable(self) -> bool:
+        """Whether the provider's host takes a TCP connection (within REACH_TIMEOUT_SECONDS), for
+        readiness probes; the answer is kept for REACH_KEPT_SECONDS."""
+        now = time.monotonic()
+        if self._reached is not None and now - self._reached[0] < REACH_KEPT_SECONDS:
+            return self._reached[1]
+        reached = await _connects(URL(self.base_url))
+        self._reached = (time.monotonic(), reached)
+        return reached
+
+    def end(self) -> None:
+        """The gateway is shutting down: the waits on the provider under way end now, and new
+        calls at once, in a 503 (a stream: an error event). Work elsewhere (a tool) runs on."""
+        self.ending = True
+        for task in self._waiting:
+            task.cancel()
+
+    @contextmanager
+    def _ended_by_shutdown(self) -> Iterator[None]:
+        """Around a wait on the provider: end() cancels it, and that becomes a ShuttingDown error,
+        which the request's answer can carry."""
+        if self.ending:
+            raise shutting_down()
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if not self.ending:
+                raise
+            task.uncancel()
+            raise shutting_down() from None
+        finally:
+            self._waiting.discard(task)
+
+    @contextmanager
+    def _errors(self, timeout_message: str) -> Iterator[None]:
+        with self._ended_by_shutdown(), _provider_errors(timeout_message):
+            yield
+
+    async def _reads(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """A streamed answer's reads, each one a wait that the shutdown may end (not what happens
+        between them: the rendering of what was read)."""
+        reads = response.content.iter_any()
+        while True:
+            with self._ended_by_shutdown():
+                data = await anext(reads, b"")
+            if not data:
+                return
+            yield data
+
+
+async def _connects(url: URL) -> bool:
+    if url.host is None or url.port is None:
+        return False
+    try:
+        async with asyncio.timeout(REACH_TIMEOUT_SECONDS):
+            _, writer = await asyncio.open_connection(url.host, url.port)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
 
 @contextmanager
 def _provider_errors(timeout_message: str, broken: str = "could not reach the provider") -> Iterator[None]:
-    """The one mapping of what goes wrong talking to the provider to gateway errors."""
+    """The one mapping of what goes wrong talking to the provider to gateway errors. Messages
+    never name the provider's address (it is the operator's business; the log has it)."""
     try:
         yield
     except GatewayError:
@@ -155,12 +240,27 @@ def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _describe(exc: BaseException) -> str:
+    """What went wrong, without the provider's host and port (aiohttp's own texts name them)."""
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, socket.gaierror):
+        return "cannot connect (the host name does not resolve)"
+    if isinstance(exc, aiohttp.ClientOSError):  # the text names the address; the errno says what happened
+        reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else type(exc).__name__
+        return f"cannot connect ({reason})" if isinstance(exc, aiohttp.ClientConnectorError) else reason
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the provider closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "its answer broke off"
+    if isinstance(exc, aiohttp.ClientError):
+        return type(exc).__name__
     return str(exc) or type(exc).__name__
 
 
 async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
-    if response.status < 400:
+    if response.status < 300:
         return
+    if response.status < 400:  # redirects are not followed: the key must not travel to another origin
+        raise UpstreamUnavailable(f"the provider answered {response.status}, a redirect, which the gateway does "
+                                  "not follow", code=f"upstream_{response.status}")
     try:
         body = await response.read()
     except (TimeoutError, aiohttp.ClientError) as exc:
@@ -195,10 +295,10 @@ def _provider_message(body: bytes) -> str:
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event; a provider may send a whole tool call in one
 
 
-async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+async def _lines(reads: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     """The stream's lines, however long (aiohttp's own line reader stops at 128 KiB)."""
     pending = b""
-    async for data in response.content.iter_any():
+    async for data in reads:
         pending += data
         *lines, pending = pending.split(b"\n")
         for line in lines:
@@ -209,13 +309,14 @@ async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         yield pending
 
 
-async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """Decoded `data:` payloads of an SSE stream, up to `[DONE]` or the end of the stream (the
-    engine checks that the answer was complete). A stream that breaks, holds something other
-    than JSON objects, or carries an error object raises UpstreamUnavailable."""
+async def sse_events(reads: AsyncIterable[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """Decoded `data:` payloads of an SSE stream, given as the reads of its connection, up to
+    `[DONE]` or the end of the stream (the engine checks that the answer was complete). A stream
+    that breaks, holds something other than JSON objects, or carries an error object raises
+    UpstreamUnavailable."""
     data: list[str] = []
     with _provider_errors("the provider's stream stalled", "the provider's stream broke"):
-        async for raw_line in _lines(response):
+        async for raw_line in _lines(reads):
             line = raw_line.decode("utf-8").rstrip("\r")
             if line.startswith("data:"):
                 data.append(line[5:].removeprefix(" "))

@@ -1,17 +1,28 @@
-"""Raw tool arguments made safe to put on a span: secrets masked, length bounded."""
+"""Raw tool arguments, and messages about them, made safe to put on a span: secrets masked,
+length bounded.
+
+A key is secret when it contains one of the redact keys, in any letter case, `-` and `_` counting
+as the same character (`X-Api-Key` matches `api_key`)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Any
 
 MASK = "[REDACTED]"
+_HUNTED_MIN = 4  # a shorter secret value is not searched for in free text: it would mask half of it
+_HUNTED_MAX = 64  # secret values searched for in one message, at most
+
+
+def _normal(key: str) -> str:
+    return key.lower().replace("-", "_")
 
 
 def _secret(key: str, keys: Sequence[str]) -> bool:
-    low = key.lower()
+    low = _normal(key)
     return any(k in low for k in keys)
 
 
@@ -23,28 +34,147 @@ def _mask(value: Any, keys: Sequence[str]) -> Any:
     return value
 
 
-def _mask_text(raw: str, keys: Sequence[str]) -> str:
-    """Best effort for text that is not JSON: mask `"secret_key": value` pairs we can see."""
+@lru_cache(maxsize=16)
+def _secret_keys(keys: tuple[str, ...], loose: bool) -> re.Pattern[str]:
+    """A quoted key naming a secret, then `:` or `=`; `loose`, for arguments, also takes a bare
+    key (`key: value`, `key=value`)."""
+    names = "|".join(re.escape(k).replace("_", "[-_]") for k in keys)
+    key = rf'"[^"\n]*(?:{names})[^"\n]*"|\'[^\'\n]*(?:{names})[^\'\n]*\''
+    if loose:
+        key += rf"|(?<![\w\"'.-])[\w.-]*(?:{names})[\w.-]*"
+    return re.compile(rf"(?:{key})\s*[:=]\s*", re.IGNORECASE)
+
+
+_BARE_VALUE = re.compile(r"[^,;&}\]\s]+")
+
+
+def _string_end(text: str, start: int) -> int:
+    """Where the string quoted at `start` ends (after its closing quote), or the end of the text."""
+    quote, i = text[start], start + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == quote:
+            return i + 1
+        else:
+            i += 1
+    return len(text)
+
+
+def _nested_end(text: str, start: int) -> int:
+    """Where the object or array opened at `start` closes, or the end of the text."""
+    depth, i = 0, start
+    while i < len(text):
+        if text[i] in "\"'":
+            i = _string_end(text, i)
+            continue
+        depth += 1 if text[i] in "{[" else -1 if text[i] in "}]" else 0
+        i += 1
+        if depth == 0:
+            return i
+    return len(text)
+
+
+def _value_end(text: str, start: int, loose: bool) -> int | None:
+    """Where the value at `start` ends: a quoted string, an object or array, or (`loose`) a bare
+    word up to a delimiter. None when there is no such value there."""
+    if start >= len(text):
+        return None
+    if text[start] in "\"'":
+        return _string_end(text, start)
+    if text[start] in "{[":
+        return _nested_end(text, start)
+    bare = _BARE_VALUE.match(text, start) if loose else None
+    return bare.end() if bare is not None else None
+
+
+def _mask_text(raw: str, keys: Sequence[str], loose: bool = True) -> str:
+    """Best effort for text that is not a JSON object: mask the values of the secret pairs we can
+    see. Free text (a message, not `loose`) needs the key quoted and the value quoted or nested:
+    `Tool 'reset_password': required ...` is no pair."""
     if not keys:
         return raw
-    alternatives = "|".join(re.escape(k) for k in keys)
-    pattern = re.compile(
-        rf'("[^"]*(?:{alternatives})[^"]*"\s*:\s*)("(?:[^"\\]|\\.)*"?|[^,}}\]\s]+)', re.IGNORECASE)
-    return pattern.sub(lambda m: f'{m.group(1)}"{MASK}"', raw)
+    pattern, parts, at = _secret_keys(tuple(keys), loose), [], 0
+    while (match := pattern.search(raw, at)) is not None:
+        end = _value_end(raw, match.end(), loose)
+        if end is None:
+            parts.append(raw[at:match.end()])
+        else:
+            quote = raw[match.end()] if raw[match.end()] in "\"'" else ""
+            parts += [raw[at:match.end()], quote, MASK, quote]
+        at = end if end is not None else match.end()
+    parts.append(raw[at:])
+    return "".join(parts)
 
 
 def render_arguments(raw: str, max_chars: int, redact_keys: Sequence[str]) -> str:
     """`raw` with values under keys containing any of `redact_keys` masked, cut to `max_chars`."""
-    keys = [k.lower() for k in redact_keys]
+    keys = [_normal(k) for k in redact_keys]
     if len(raw) > 16 * max_chars:
         text = _mask_text(raw[: 2 * max_chars], keys)  # too long to decode on every rejection
     else:
         try:
             decoded = json.loads(raw)
-            masked = keys and isinstance(decoded, dict | list)
-            text = json.dumps(_mask(decoded, keys), ensure_ascii=False) if masked else raw
         except (ValueError, RecursionError):
+            decoded = None
+        if keys and isinstance(decoded, dict | list):
+            text = json.dumps(_mask(decoded, keys), ensure_ascii=False)
+        else:  # not JSON, or a JSON string or number, which may hold JSON text of its own
             text = _mask_text(raw, keys)
     if len(text) > max_chars:
         return text[:max_chars] + f"...[truncated; {len(raw)} chars sent]"
+    return text
+
+
+# A line of the message an `args_model` rejection gives the model (gateway.tools.function):
+# `- <field.path>: <what is wrong> (got <the value sent, as JSON, maybe cut>)`.
+_VIOLATION = re.compile(r"^(?P<head>- (?P<where>[^\n]*?): [^\n]*?\(got )[^\n]*\)$", re.MULTILINE)
+
+
+def _secret_values(value: Any, keys: Sequence[str], under_secret: bool = False) -> Iterator[Any]:
+    """The scalars under secret-named keys, at any depth."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _secret_values(v, keys, under_secret or _secret(str(k), keys))
+    elif isinstance(value, list):
+        for v in value:
+            yield from _secret_values(v, keys, under_secret)
+    elif under_secret and isinstance(value, str | int | float) and not isinstance(value, bool):
+        yield value
+
+
+def _hunted(raw: str, keys: Sequence[str], max_chars: int) -> list[str]:
+    """The secret values of JSON arguments, as a message might quote them (as they are, or
+    JSON-escaped), longest first."""
+    if len(raw) > 16 * max_chars:
+        return []  # as in render_arguments: too long to decode on every failure
+    try:
+        decoded = json.loads(raw)
+    except (ValueError, RecursionError):
+        return []
+    forms: set[str] = set()
+    for value in _secret_values(decoded, keys):
+        text = value if isinstance(value, str) else json.dumps(value)
+        forms.update((text, json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]))
+        if len(forms) >= 3 * _HUNTED_MAX:
+            break
+    return sorted((f for f in forms if len(f) >= _HUNTED_MIN), key=len, reverse=True)
+
+
+def mask_message(message: str, raw_arguments: str, redact_keys: Sequence[str], max_chars: int) -> str:
+    """A message about a call (a span's status description) with the secrets of its arguments
+    masked: the value of a rejection line about a secret field, quoted secret pairs, and the
+    secret values of the arguments wherever the message quotes them. The model's own copy of
+    the message is left alone: it sent those values."""
+    keys = [_normal(k) for k in redact_keys]
+    if not keys:
+        return message
+
+    def violation(match: re.Match[str]) -> str:
+        where = match["where"].split(".")
+        return f"{match['head']}{MASK})" if any(_secret(part, keys) for part in where) else match[0]
+
+    text = _mask_text(_VIOLATION.sub(violation, message), keys, loose=False)
+    for secret in _hunted(raw_arguments, keys, max_chars):
+        text = text.replace(secret, MASK)
     return text

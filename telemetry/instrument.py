@@ -15,9 +15,11 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from prometheus_client.exposition import choose_encoder
 
 from gateway.instrumentation import RequestInfo
+from gateway.settings import REDACT_KEYS
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
 from telemetry import names
-from telemetry.arguments import render_arguments
+from telemetry.arguments import mask_message, render_arguments
+from telemetry.bounds import bounded, utf8
 from telemetry.metrics import Metrics
 from telemetry.propagation import Propagation, build_propagator
 from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar
@@ -27,43 +29,40 @@ _NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounde
 _DESCRIPTION_MAX = 1024
 
 
-def utf8(text: str) -> str:
-    """`text` with lone surrogates (valid in JSON escapes, not in UTF-8) replaced, so that a
-    model's odd input cannot make the span export fail."""
-    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
-
-
 @dataclass(frozen=True)
 class ArgumentCapture:
     """Which raw arguments reach spans: rejections always, every call only when opted in."""
 
     record_all: bool = False
     max_chars: int = 2048
-    redact_keys: Sequence[str] = ("password", "secret", "token", "api_key", "apikey", "authorization",
-                                  "credential", "private_key")
+    redact_keys: Sequence[str] = REDACT_KEYS
 
 
 class Telemetry:
     """Spans and metrics for every step the gateway reports: requests, provider calls, tool calls
     (the gateway's `Instrumentation`). `propagator` reads the callers' trace context and writes it
-    into provider requests; by default W3C trace context and baggage."""
+    into provider requests; by default W3C trace context and baggage. With `own_sampling`, a
+    request is a root span the tracer's sampler decides on, linked to the caller's span, rather
+    than a child of it (a caller's unsampled trace context cannot hide its tool calls)."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None,
                  provider_name: str = "openai", max_models: int = 50,
-                 trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None) -> None:
+                 trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None,
+                 max_label_chars: int = 128, own_sampling: bool = False) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
         self.provider_name = provider_name
         self.trajectories = trajectories if trajectories is not None else Trajectories()
-        self._model_label = ModelLabels(max_models)
+        self._model_label = ModelLabels(max_models, max_label_chars)
         self._propagation = Propagation(propagator if propagator is not None else build_propagator())
+        self._own_sampling = own_sampling
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> ToolCallSpan:
         return ToolCallSpan(self, call, tool, turn)
 
     def request(self, info: RequestInfo) -> RequestSpan:
-        return RequestSpan(self.tracer, self.metrics, info, self._propagation)
+        return RequestSpan(self.tracer, self.metrics, info, self._propagation, self._own_sampling)
 
     def chat(self, model: str, stream: bool) -> ChatSpan:
         return ChatSpan(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name,
@@ -71,7 +70,10 @@ class Telemetry:
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""
-        encoder, content_type = choose_encoder(accept or "")
+        try:
+            encoder, content_type = choose_encoder(accept or "")
+        except (TypeError, ValueError):  # a version it cannot parse: the classic text format
+            encoder, content_type = choose_encoder("")
         return encoder(self.metrics.registry), content_type
 
 
@@ -92,14 +94,17 @@ class ToolCallSpan:
         call, turn = self._call, self._turn
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
-            names.ATTR_TOOL_NAME: utf8(call.name[:_NAME_MAX]),
-            names.ATTR_TOOL_CALL_ID: utf8(call.id[:_NAME_MAX]),
+            names.ATTR_TOOL_NAME: bounded(call.name, _NAME_MAX),
+            names.ATTR_TOOL_CALL_ID: bounded(call.id, _NAME_MAX),
             names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
             names.ATTR_ROUND: turn.round,
         }
         if turn.trajectory_id is not None:
             attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
-        self._retry = retry = self._inst.trajectories.classify(turn.trajectory_id, call.name, call.arguments)
+        # Retries are tracked per gateway key, under the metric's tool label: names outside the
+        # registry (a model can invent any, of any length) are all one.
+        self._retry = retry = self._inst.trajectories.classify(turn.trajectory_id, self._label, call.arguments,
+                                                               principal=turn.principal)
         links: tuple[Link, ...] = ()
         if retry is not None:
             attributes[names.ATTR_RETRY_KIND] = retry.kind
@@ -141,8 +146,8 @@ class ToolCallSpan:
 
     def _follow_trajectory(self, outcome: ToolOutcome, span: Span, retry: Retry | None) -> None:
         call, metrics = self._call, self._inst.metrics
-        self._inst.trajectories.record(self._turn.trajectory_id, call.name, call.arguments, span.get_span_context(),
-                                       outcome.failed, retry)
+        self._inst.trajectories.record(self._turn.trajectory_id, self._label, call.arguments, span.get_span_context(),
+                                       outcome.failed, retry, principal=self._turn.principal)
         if retry is not None:
             metrics.child(metrics.tool_retries, self._label, retry.kind).inc()
             if outcome.status == "ok":
@@ -163,17 +168,27 @@ class ToolCallSpan:
             if check.missing:
                 attributes[names.ATTR_ARGS_MISSING] = list(check.missing)
             if check.unrecognized:
-                attributes[names.ATTR_ARGS_UNRECOGNIZED] = [utf8(n) for n in check.unrecognized]
+                attributes[names.ATTR_ARGS_UNRECOGNIZED] = [bounded(n, _NAME_MAX) for n in check.unrecognized]
             if check.suggestions:
-                attributes[names.ATTR_ARGS_SUGGESTIONS] = [f"{utf8(a)}->{b}" for a, b in check.suggestions]
+                attributes[names.ATTR_ARGS_SUGGESTIONS] = [f"{bounded(a, _NAME_MAX)}->{b}"
+                                                           for a, b in check.suggestions]
         capture = self._inst.capture
         if outcome.rejection is not None or capture.record_all:
             attributes[names.ATTR_TOOL_CALL_ARGUMENTS] = utf8(render_arguments(
                 self._call.arguments, capture.max_chars, capture.redact_keys))
         span.set_attributes(attributes)
         if outcome.failed:
-            span.set_status(Status(StatusCode.ERROR, utf8(outcome.content_text()[:_DESCRIPTION_MAX])))
+            span.set_status(Status(StatusCode.ERROR, self._description(outcome)))
         return outcome.status
+
+    def _description(self, outcome: ToolOutcome) -> str:
+        """The model-facing message, bounded, with the secrets of the arguments masked: a rejection
+        may quote a rejected value, a tool's error may quote its arguments."""
+        capture = self._inst.capture
+        # Masked before the final cut, so that a secret is not cut in half and missed.
+        message = mask_message(outcome.content_text()[: 4 * _DESCRIPTION_MAX], self._call.arguments,
+                               capture.redact_keys, capture.max_chars)
+        return utf8(message[:_DESCRIPTION_MAX])
 
 
 class StepSpan:

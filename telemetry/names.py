@@ -38,11 +38,17 @@ ATTR_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 ATTR_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 ATTR_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 ATTR_HTTP_METHOD: Final = "http.request.method"
+ATTR_HTTP_METHOD_ORIGINAL: Final = "http.request.method_original"  # when the method is none of HTTP_METHODS
 ATTR_HTTP_ROUTE: Final = "http.route"
 ATTR_HTTP_STATUS: Final = "http.response.status_code"
 ATTR_URL_PATH: Final = "url.path"
 ATTR_ROUNDS: Final = "toolspan.rounds"
 ATTR_ROUND_LIMIT_REACHED: Final = "toolspan.round_limit_reached"
+
+# The HTTP conventions' methods; any other is "_OTHER" on the span, and "HTTP" in its name.
+HTTP_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
+HTTP_METHOD_OTHER: Final = "_OTHER"
+SPAN_HTTP_OTHER: Final = "HTTP"
 
 OPERATION_CHAT: Final = "chat"
 OPERATION_EXECUTE_TOOL: Final = "execute_tool"
@@ -74,7 +80,7 @@ LABEL_KIND: Final = "kind"
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
 UNKNOWN_TOOL: Final = "__unknown__"  # every name outside the registry counts as this one
-OTHER_MODEL: Final = "__other__"  # model names past the configured number of distinct ones
+OTHER_MODEL: Final = "__other__"  # model names past the configured number of distinct ones, or too long
 TOKEN_INPUT: Final = "input"
 TOKEN_OUTPUT: Final = "output"
 # The label values of outcomes, rejection reasons and retry kinds are the types' own values, so the

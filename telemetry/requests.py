@@ -13,10 +13,12 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.context import Context
+from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.instrumentation import ModelAnswer, RequestInfo, RequestRecord
 from telemetry import names
+from telemetry.bounds import bounded
 from telemetry.metrics import Metrics
 from telemetry.propagation import Propagation
 
@@ -32,40 +34,54 @@ def exemplar(span: Span) -> dict[str, str] | None:
 
 
 class ModelLabels:
-    """Model names as metric labels: the first `limit` distinct ones, then one shared label,
-    since a caller can send any string as a model."""
+    """Model names as metric labels: the first `limit` distinct ones of at most `max_chars`
+    characters, then one shared label, since a caller can send any string as a model. A name too
+    long to be a label takes no place among the distinct ones."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_chars: int = 128) -> None:
         self._seen: set[str] = set()
         self._limit = limit
+        self._max_chars = max_chars
 
     def __call__(self, model: str) -> str:
         if model in self._seen:
             return model
-        if len(self._seen) >= self._limit:
+        if len(self._seen) >= self._limit or len(model) > self._max_chars:
             return names.OTHER_MODEL
         self._seen.add(model)
         return model
 
 
+def _method(method: str) -> tuple[str, str | None]:
+    """The method as the HTTP conventions record it, and the original when that is `_OTHER`: the
+    pure-Python HTTP parser takes any token as a method."""
+    if method in names.HTTP_METHODS:
+        return method, None
+    return names.HTTP_METHOD_OTHER, bounded(method)
+
+
+def _status_label(status: int) -> str:
+    return str(status) if 100 <= status <= 599 else "error"
+
+
 class RequestSpan:
     """The SERVER span of one request, current while the handler runs."""
 
-    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo, propagation: Propagation) -> None:
+    def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo, propagation: Propagation,
+                 own_sampling: bool = False) -> None:
         self._tracer = tracer
         self._propagation = propagation
         self._metrics = metrics
         self._info = info
+        self._own_sampling = own_sampling
+        self._method, self._original_method = _method(info.method)
         self._status: int | None = None
         self._handled: RequestRecord | None = None  # what the handler reported
         self.trace_id: str | None = None  # the trace's id in hex, while there is a valid one
 
     def __enter__(self) -> RequestSpan:
-        info = self._info
-        parent = self._propagation.extract(info.headers)
-        # Attributes are set when the span is recorded (the SDK's samplers do not read them).
-        self._span = span = self._tracer.start_span(f"{info.method} {info.route}", context=parent,
-                                                    kind=SpanKind.SERVER)
+        parent = self._propagation.extract(self._info.headers)
+        self._span = span = self._open(parent)
         self._context = trace.set_span_in_context(span, parent)
         self._token = otel_context.attach(self._context)
         # Tracing off (a no-op tracer) and no caller's trace: no valid trace, so no id to name.
@@ -75,6 +91,21 @@ class RequestSpan:
         self._start = perf_counter()
         self._metrics.in_flight.inc()
         return self
+
+    def _open(self, parent: Context | None) -> Span:
+        """The SERVER span: a child of the caller's span; or, sampling on its own, a root the
+        configured sampler decides on, linked to the caller's span (its baggage still goes on)."""
+        # Attributes are set when the span is recorded (the SDK's samplers do not read them).
+        name = f"{self._method if self._original_method is None else names.SPAN_HTTP_OTHER} {self._info.route}"
+        if self._own_sampling and parent is not None:
+            remote = trace.get_current_span(parent).get_span_context()
+            root = trace.set_span_in_context(INVALID_SPAN, parent)
+            links = (Link(remote),) if remote.is_valid else ()
+            span = self._tracer.start_span(name, context=root, kind=SpanKind.SERVER, links=links)
+            if span.get_span_context().is_valid:
+                return span
+            # A tracer that makes no spans (OTEL_SDK_DISABLED): the caller's context goes on as it came.
+        return self._tracer.start_span(name, context=parent, kind=SpanKind.SERVER)
 
     def inject(self, headers: dict[str, str]) -> None:
         self._propagation.inject(headers, self._context)
@@ -111,9 +142,11 @@ class RequestSpan:
     def _attributes(self, status: int, record: RequestRecord, error_type: str | None) -> dict[str, Any]:
         info = self._info
         attributes: dict[str, Any] = {
-            names.ATTR_HTTP_METHOD: info.method, names.ATTR_HTTP_ROUTE: info.route,
-            names.ATTR_URL_PATH: info.path[:512], names.ATTR_HTTP_STATUS: status,
+            names.ATTR_HTTP_METHOD: self._method, names.ATTR_HTTP_ROUTE: info.route,
+            names.ATTR_URL_PATH: bounded(info.path, 512), names.ATTR_HTTP_STATUS: status,
             names.ATTR_CONVERSATION_ID: record.trajectory_id or info.trajectory_id}
+        if self._original_method is not None:
+            attributes[names.ATTR_HTTP_METHOD_ORIGINAL] = self._original_method
         if error_type is not None or status >= 500:
             attributes[names.ATTR_ERROR_TYPE] = error_type or str(status)
         if record.rounds is not None:
@@ -140,7 +173,7 @@ class ChatSpan:
 
     def __enter__(self) -> ChatSpan:
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
-        self._span = span = self._tracer.start_span(f"{names.SPAN_CHAT_PREFIX} {self._model}"[:200],
+        self._span = span = self._tracer.start_span(bounded(f"{names.SPAN_CHAT_PREFIX} {self._model}"),
                                                     kind=SpanKind.CLIENT)
         self._context = trace.set_span_in_context(span)  # the request's (its baggage too), with this span
         self._exemplar = exemplar(span)
@@ -155,11 +188,11 @@ class ChatSpan:
         self._status = "200"
 
     def failed(self, status: int | None, error_type: str, message: str) -> None:
-        self._status = str(status) if status is not None else "error"
-        attributes: dict[str, Any] = {names.ATTR_ERROR_TYPE: error_type}
+        self._status = _status_label(status) if status is not None else "error"
+        attributes: dict[str, Any] = {names.ATTR_ERROR_TYPE: bounded(error_type)}
         if status is not None:
             attributes[names.ATTR_HTTP_STATUS] = status
-        self._failure = attributes, message[:1024]
+        self._failure = attributes, bounded(message, 1024)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -188,16 +221,17 @@ class ChatSpan:
         """The span's attributes; the token counts of the answer go into `tokens` as well."""
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
-            names.ATTR_REQUEST_MODEL: self._model[:200], names.ATTR_REQUEST_STREAM: self._stream}
+            names.ATTR_REQUEST_MODEL: bounded(self._model), names.ATTR_REQUEST_STREAM: self._stream}
         answer = self._answer
         if answer is None:
             return attributes
+        # What the provider names (or echoes of the caller's request) is bounded like the caller's own.
         for attribute, value in ((names.ATTR_RESPONSE_ID, answer.response_id),
                                  (names.ATTR_RESPONSE_MODEL, answer.model)):
             if value is not None:
-                attributes[attribute] = value
+                attributes[attribute] = bounded(str(value))
         if answer.finish_reason is not None:
-            attributes[names.ATTR_FINISH_REASONS] = [answer.finish_reason]
+            attributes[names.ATTR_FINISH_REASONS] = [bounded(str(answer.finish_reason))]
         for attribute, kind, count in ((names.ATTR_INPUT_TOKENS, names.TOKEN_INPUT, answer.input_tokens),
                                        (names.ATTR_OUTPUT_TOKENS, names.TOKEN_OUTPUT, answer.output_tokens)):
             if count is not None:

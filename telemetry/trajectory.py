@@ -1,8 +1,12 @@
 """Retries within a trajectory: a call that follows a failed call of the same tool.
 
 `verbatim` when the arguments are the same JSON as the failed call's, `corrected` otherwise.
-The state is one record per (trajectory, tool) that last failed, bounded in trajectories and in
-records per trajectory, and dropped when unused for `ttl_seconds`.
+A trajectory is scoped by the gateway key (the principal) that runs it: one key's call is never
+a retry of another's, whatever trajectory id both send. The state is one record per
+(principal, trajectory, tool) that last failed, bounded in trajectories, in records per
+trajectory and in records overall, and dropped when unused for `ttl_seconds`. Tool names are
+kept as given: the caller bounds them (telemetry passes its metric label, `__unknown__` for
+every name outside the registry).
 """
 
 from __future__ import annotations
@@ -53,23 +57,30 @@ class _Trajectory:
     failures: OrderedDict[str, Failure]
 
 
+_Key = tuple[str | None, str]  # (principal, trajectory id)
+
+
 class Trajectories:
     def __init__(self, capacity: int = 10_000, ttl_seconds: float = 3600.0, tools_per_trajectory: int = 64,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._items: OrderedDict[str, _Trajectory] = OrderedDict()
+                 clock: Callable[[], float] = time.monotonic, failure_capacity: int = 50_000) -> None:
+        self._items: OrderedDict[_Key, _Trajectory] = OrderedDict()
         self._capacity = capacity
         self._ttl = ttl_seconds
         self._per_trajectory = tools_per_trajectory
+        self._failure_capacity = failure_capacity
         self._clock = clock
+        self.failures = 0  # records held, over every trajectory
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def classify(self, trajectory_id: str | None, tool: str, arguments: str) -> Retry | None:
-        """Whether a call starting now retries an earlier failed call of the same tool."""
+    def classify(self, trajectory_id: str | None, tool: str, arguments: str,
+                 principal: str | None = None) -> Retry | None:
+        """Whether a call starting now retries an earlier failed call of the same tool, by the
+        same principal."""
         if trajectory_id is None:
             return None
-        entry = self._items.get(trajectory_id)
+        entry = self._items.get((principal, trajectory_id))
         if entry is None or entry.expires <= self._clock():
             return None
         failure = entry.failures.get(tool)
@@ -84,33 +95,43 @@ class Trajectories:
         return Retry("verbatim", failure.span, repeats)
 
     def record(self, trajectory_id: str | None, tool: str, arguments: str, span: SpanContext, failed: bool,
-               retry: Retry | None) -> None:
+               retry: Retry | None, principal: str | None = None) -> None:
         """Remember a failed call (for the next retry), or forget the failure a success repaired."""
         if trajectory_id is None:
             return
-        now = self._clock()
-        entry = self._items.get(trajectory_id)
+        key, now = (principal, trajectory_id), self._clock()
+        entry = self._items.get(key)
         if entry is None or entry.expires <= now:
             if not failed:
                 return
-            entry = self._admit(trajectory_id, now)
+            entry = self._admit(key, now)
         entry.expires = now + self._ttl
-        self._items.move_to_end(trajectory_id)
-        if not failed:
-            entry.failures.pop(tool, None)
-            return
-        repeats = retry.verbatim_retries if retry is not None and retry.kind == "verbatim" else 0
+        self._items.move_to_end(key)
+        self.failures -= len(entry.failures)
         entry.failures.pop(tool, None)
-        entry.failures[tool] = Failure(span, canonical(arguments), repeats)
-        while len(entry.failures) > self._per_trajectory:
-            entry.failures.popitem(last=False)
+        if failed:
+            repeats = retry.verbatim_retries if retry is not None and retry.kind == "verbatim" else 0
+            entry.failures[tool] = Failure(span, canonical(arguments), repeats)
+            while len(entry.failures) > self._per_trajectory:
+                entry.failures.popitem(last=False)
+        self.failures += len(entry.failures)
+        self._evict(now, keep=key)
 
-    def _admit(self, trajectory_id: str, now: float) -> _Trajectory:
-        while self._items:
-            oldest_id, oldest = next(iter(self._items.items()))
-            if oldest.expires > now and len(self._items) < self._capacity:
-                break
-            del self._items[oldest_id]  # expired, or the least recently used one past capacity
+    def _admit(self, key: _Key, now: float) -> _Trajectory:
+        stale = self._items.pop(key, None)  # expired: its records go
+        self.failures -= len(stale.failures) if stale is not None else 0
+        self._evict(now, room=1)
         entry = _Trajectory(now + self._ttl, OrderedDict())
-        self._items[trajectory_id] = entry
+        self._items[key] = entry
         return entry
+
+    def _evict(self, now: float, room: int = 0, keep: _Key | None = None) -> None:
+        """Drop the least recently used trajectories while they are expired or past a capacity
+        (leaving `room` trajectories free); never `keep`, the one just written."""
+        while self._items:
+            oldest_key, oldest = next(iter(self._items.items()))
+            if oldest_key == keep or (oldest.expires > now and len(self._items) + room <= self._capacity
+                                      and self.failures <= self._failure_capacity):
+                break
+            del self._items[oldest_key]
+            self.failures -= len(oldest.failures)

@@ -65,7 +65,7 @@ EXTREME_ARGUMENTS = {
     "open-brackets-5000": "[" * 5000,
     "open-braces-5000": "{" * 5000,
     "nested-3000": nested(3000),
-    "nested-300": nested(300),  # decodes, but is too deep to serialise back
+    "nested-300": nested(300),  # decodes, but deeper than a tool's arguments may be
     "long-value-100k": json.dumps({"path": "x" * 100_000}),
     "long-text-100k": "x" * 100_000,
     "long-json-string-100k": json.dumps("y" * 100_000),
@@ -81,8 +81,9 @@ EXTREME_ARGUMENTS = {
     "array": "[1, 2]",
     "truncated": '{"path": "a',
 }
-UNREADABLE = {"open-brackets-5000", "open-braces-5000", "nested-3000", "long-text-100k", "long-json-string-100k",
-              "huge-integer", "huge-integer-value", "null", "array", "truncated"}  # not (as) a JSON object
+UNREADABLE = {"open-brackets-5000", "open-braces-5000", "nested-3000", "nested-300", "long-text-100k",
+              "long-json-string-100k", "huge-integer", "huge-integer-value", "null", "array",
+              "truncated"}  # not (as) a JSON object, or too deep
 FITTING_OBJECTS = st.fixed_dictionaries({"path": ANY_TEXT}, optional={"n": st.integers(), "extra": JSON_VALUES})
 
 

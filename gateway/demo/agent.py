@@ -52,6 +52,12 @@ def _succeeded(result: str) -> Any:
         return None
 
 
+def _weather(value: Any) -> dict[str, Any] | None:
+    """A get_weather result, when it is one (a caller's history may hold anything)."""
+    keys = {"city", "temperature", "unit", "conditions"}
+    return value if isinstance(value, dict) and keys <= value.keys() and isinstance(value["unit"], str) else None
+
+
 class DemoPolicy:
     """An agent that asks for the weather with a wrong argument name, reads the gateway's
     diagnostic, corrects the name, converts the temperature, and answers."""
@@ -74,8 +80,9 @@ class DemoPolicy:
             question = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
             city = match.group(1) if (match := _CITY.search(question)) else "Paris"
             return Reply(tool_calls=[("get_weather", {"city_name": city})])  # the wrong name, on purpose
-        weather = done["get_weather"]
-        if "to_fahrenheit" in offered and "to_fahrenheit" not in done and weather.get("unit") == "celsius":
+        weather = _weather(done["get_weather"])
+        if (weather is not None and "to_fahrenheit" in offered and "to_fahrenheit" not in done
+                and weather["unit"] == "celsius"):
             return Reply(tool_calls=[("to_fahrenheit", {"celsius": weather["temperature"]})])
         return Reply(content=self._answer(messages, turns))
 
@@ -83,11 +90,11 @@ class DemoPolicy:
     def _answer(messages: list[dict[str, Any]], turns: list[dict[str, Any]]) -> str:
         done = {name: value for name, _, result in _calls_and_results(turns)
                 if (value := _succeeded(result)) is not None}
-        weather = done.get("get_weather")
-        if isinstance(weather, dict):
+        weather = _weather(done.get("get_weather"))
+        if weather is not None:
             fahrenheit = done.get("to_fahrenheit")
             extra = f" ({fahrenheit} °F)" if fahrenheit is not None else ""
-            return (f"In {weather['city']} it is {weather['temperature']} °{weather['unit'][0].upper()}{extra} "
+            return (f"In {weather['city']} it is {weather['temperature']} °{weather['unit'][:1].upper()}{extra} "
                     f"with {weather['conditions']}.")
         question = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
         return f"(scripted model) You said: {question[:200]}"

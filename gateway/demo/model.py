@@ -21,10 +21,11 @@ from aiohttp import web
 from gateway.demo.reply import Reply
 from gateway.demo.responses import (
     Conversations,
-    ResponsesError,
+    RequestRefused,
     arguments_text,
     build_response,
     chat_request,
+    check_chat_request,
     input_messages,
     pieces,
     response_events,
@@ -106,6 +107,10 @@ class ScriptedModel:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._received(request)
+        try:
+            check_chat_request(body)
+        except RequestRefused as refused:
+            return web.json_response(refused.body(), status=400)
         reply, answered = await self._ask(body)
         if answered is not None:
             return answered
@@ -132,7 +137,7 @@ class ScriptedModel:
         try:
             view, conversation = chat_request(body, self.conversations.before(body.get("previous_response_id")),
                                               self.model_name)
-        except ResponsesError as refused:
+        except RequestRefused as refused:
             return web.json_response(refused.body(), status=400)
         reply, answered = await self._ask(view)
         if answered is not None:

@@ -34,7 +34,7 @@ def arguments_text(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
-class ResponsesError(Exception):
+class RequestRefused(Exception):
     """A request OpenAI refuses with 400; `body()` is its error JSON."""
 
     def __init__(self, message: str, param: str, code: str | None = None) -> None:
@@ -45,6 +45,25 @@ class ResponsesError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": str(self), "type": "invalid_request_error", "param": self.param,
                           "code": self.code}}
+
+
+def check_chat_request(body: dict[str, Any]) -> None:
+    """Refuses a Chat request whose messages a model could not read, as OpenAI does (400)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestRefused("'messages' must be a non-empty array.", "messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestRefused(f"messages[{i}] must be an object with a 'role'.", f"messages[{i}]")
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise RequestRefused("'tool_calls' must be an array.", f"messages[{i}].tool_calls")
+        for j, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not (isinstance(function, dict) and isinstance(call.get("id"), str)
+                    and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str)):
+                raise RequestRefused("a tool call needs an 'id' and a 'function' with 'name' and 'arguments'.",
+                                     f"messages[{i}].tool_calls[{j}]")
 
 
 class Conversations:
@@ -59,7 +78,7 @@ class Conversations:
         if previous_id is None:
             return []
         if previous_id not in self._histories:
-            raise ResponsesError(f"Previous response with id '{previous_id}' not found.",
+            raise RequestRefused(f"Previous response with id '{previous_id}' not found.",
                                  "previous_response_id", "previous_response_not_found")
         return self._histories[previous_id]
 
@@ -114,10 +133,10 @@ def _check_tool_outputs(messages: list[dict[str, Any]]) -> None:
         if message["role"] == "tool":
             call_id = message.get("tool_call_id")
             if call_id not in called:
-                raise ResponsesError(f"No tool call found for function call output with call_id {call_id}.", "input")
+                raise RequestRefused(f"No tool call found for function call output with call_id {call_id}.", "input")
             unanswered.pop(call_id, None)
     if unanswered:
-        raise ResponsesError(f"No tool output found for function call {next(iter(unanswered))}.", "input")
+        raise RequestRefused(f"No tool output found for function call {next(iter(unanswered))}.", "input")
 
 
 def _chat_tool(tool: Any) -> Any:

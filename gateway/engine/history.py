@@ -78,8 +78,17 @@ def _assistant(turn: ModelTurn, calls: Sequence[ModelCall]) -> dict[str, Any]:
     if message.get("refusal"):
         out["refusal"] = message["refusal"]
     if calls:
-        out["tool_calls"] = [call.item for call in calls]
+        out["tool_calls"] = [_replayed(call) for call in calls]
     return out
+
+
+def _replayed(call: ModelCall) -> Mapping[str, Any]:
+    """A call as it goes back upstream: with its arguments as JSON text, which is all the API
+    takes there, though some compatible servers answered with an object."""
+    function = call.item.get("function")
+    if not isinstance(function, dict) or isinstance(function.get("arguments"), str):
+        return call.item
+    return {**call.item, "function": {**function, "arguments": call.arguments}}
 
 
 @dataclass(frozen=True)

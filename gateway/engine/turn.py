@@ -144,7 +144,15 @@ def read_chat(body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
 class _ChatCallParts:
     id: str = ""
     name: str = ""
-    arguments: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)  # a custom tool's input, for a custom call
+    custom: bool = False  # a free-form (custom) tool's call: the client's
+
+    def assembled(self) -> dict[str, Any]:
+        """The call as a chat completion's message holds it."""
+        text = "".join(self.arguments)
+        if self.custom:
+            return {"id": self.id, "type": "custom", "custom": {"name": self.name, "input": text}}
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": text}}
 
 
 # A choice's fields that each chunk has anew (the others, such as content filter results, annotate it).
@@ -222,10 +230,13 @@ class ChatStreamReader:
             index = len(self._calls) if starts else max(self._calls)
         call = self._calls.setdefault(index, _ChatCallParts())
         call.id = call.id or str(part.get("id") or "")
-        raw_function = part.get("function")
-        function: dict[str, Any] = raw_function if isinstance(raw_function, dict) else {}
-        call.name = call.name or str(function.get("name") or "")
-        arguments = function.get("arguments")
+        # A custom call says so in its first fragment; its input comes in `custom` fragments.
+        call.custom = call.custom or part.get("type") == "custom" or (
+            _named(part.get("custom")) is not None and not isinstance(part.get("function"), dict))
+        raw_fragment = part.get("custom" if call.custom else "function")
+        fragment: dict[str, Any] = raw_fragment if isinstance(raw_fragment, dict) else {}
+        call.name = call.name or str(fragment.get("name") or "")
+        arguments = fragment.get("input" if call.custom else "arguments")
         if arguments is not None:
             call.arguments.append(_text(arguments))  # some compatible servers send an object
 
@@ -233,8 +244,7 @@ class ChatStreamReader:
         """The stream as one turn; a stream that ended without a finish reason was cut short."""
         if self._finish is None:
             raise UpstreamUnavailable("the provider's stream ended without a finish reason")
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": "".join(c.arguments)}}
-                 for _, c in sorted(self._calls.items())]
+        calls = [c.assembled() for _, c in sorted(self._calls.items())]
         message: dict[str, Any] = {"role": "assistant", "content": None}
         message.update((key, "".join(parts)) for key, parts in self._texts.items())
         message["content"] = message["content"] or None
@@ -278,12 +288,21 @@ def _finish_reason(body: Mapping[str, Any], calls: tuple[ModelCall, ...]) -> str
     return str(reason or status)
 
 
+def _arguments_as_text(item: dict[str, Any]) -> dict[str, Any]:
+    """A function call whose arguments came as an object, with them as JSON text: output items go
+    back upstream in the next round's input, where the API takes only text."""
+    if item.get("type") != "function_call" or isinstance(item.get("arguments"), str):
+        return item
+    return {**item, "arguments": _text(item.get("arguments"))}
+
+
 def read_response(body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
     """A Responses API response as a turn."""
     output = body.get("output") if isinstance(body, dict) else None
     if not isinstance(output, list) or not all(isinstance(item, dict) for item in output):
         raise UpstreamUnavailable("the provider sent a response of the wrong shape")
     usage = _usage(body)
+    output = [_arguments_as_text(item) for item in output]
     calls = tuple(call for item in output if (call := _response_call(item)) is not None)
     return ModelTurn("responses", body, tuple(output), calls, _finish_reason(body, calls), usage, headers or {})
 

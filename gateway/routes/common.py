@@ -1,7 +1,8 @@
-"""Helpers every route uses: reading JSON bodies, knowing the caller, reporting back."""
+"""Helpers every route uses: reading bodies (within the limits), knowing the caller, reporting back."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -9,28 +10,109 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from gateway.app_keys import CALLER, RECORD
+from gateway.app_keys import CALLER, RECORD, SETTINGS
 from gateway.caller import Caller
 from gateway.engine import Event, Finished
-from gateway.errors import BadRequest
+from gateway.errors import BadRequest, RequestTimeout, TooLarge
 from gateway.headers import TRAJECTORY_HEADER
 from gateway.instrumentation import RequestRecord
 
 ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
 ROUNDS_HEADER = "X-Toolspan-Rounds"
+CLIENT_GONE = "client_disconnected"  # a request's error type when its client left before the answer was out
 M = TypeVar("M", bound=BaseModel)
+UPLOADS = ("/v1/files", "/v1/uploads", "/openai/files", "/openai/uploads", "/openai/v1/files", "/openai/v1/uploads")
+
+
+def under(path: str, prefix: str) -> bool:
+    """`path` is `prefix` or lies below it (/v1/models/x is under /v1/models; /v1/modelsx is not)."""
+    prefix = prefix.rstrip("/")
+    return path == prefix or path.startswith(prefix + "/")
+
+
+def body_limit(request: web.Request) -> int:
+    """The largest body the request's route takes, decoded: upload routes have their own."""
+    settings = request.app[SETTINGS]
+    uploading = any(under(request.path, prefix) for prefix in UPLOADS)
+    return settings.max_upload_bytes if uploading else settings.max_body_bytes
+
+
+async def body_parts(request: web.Request) -> AsyncIterator[bytes]:
+    """The request body as it arrives, decoded (aiohttp's parser inflates gzip, deflate, br and
+    zstd), held to the route's size limit and the body read timeout. A 413 as soon as the decoded
+    size crosses the limit, a 408 when the client stops sending, a 400 when the body does not
+    decode (a broken gzip stream, say)."""
+    limit = check_declared_size(request)
+    timeout = request.app[SETTINGS].body_read_timeout_seconds
+    received = 0
+    while True:
+        try:
+            async with asyncio.timeout(timeout):
+                data = await request.content.readany()
+        except TimeoutError as exc:
+            _stop_reading(request)
+            raise RequestTimeout(f"the request body stalled: nothing arrived for {timeout:g} s",
+                                 code="request_timeout") from exc
+        except web.RequestPayloadError as exc:
+            _stop_reading(request)
+            raise BadRequest(f"the request body could not be read ({exc}); check its Content-Encoding "
+                             "and Transfer-Encoding", code="invalid_body") from exc
+        if not data:
+            return
+        received += len(data)
+        if received > limit:
+            raise _too_large(limit)
+        yield data
+
+
+def _stop_reading(request: web.Request) -> None:
+    """No more of this body will be read, and the connection closes after the answer: the body
+    stalled, or broke (aiohttp's parser has lost its place). Otherwise aiohttp would go on reading
+    it after the answer, wait for it, and log its failure as one of its own."""
+    request.content.feed_eof()
+    request.protocol.close()
+
+
+def check_declared_size(request: web.Request) -> int:
+    """The route's body limit; a 413 at once when an uncompressed body says it is larger
+    (Content-Length), before anything of it is read or sent on."""
+    limit = body_limit(request)
+    if "Content-Encoding" not in request.headers and (request.content_length or 0) > limit:
+        raise _too_large(limit)
+    return limit
+
+
+def _too_large(limit: int) -> TooLarge:
+    return TooLarge(f"the request body is larger than {limit} bytes (decoded)", code="body_too_large")
 
 
 async def read_object(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object, or a 400 saying what is wrong with it."""
-    raw = await request.read()  # aiohttp enforces client_max_size here (413)
+    raw = b"".join([part async for part in body_parts(request)])
+    limit = request.app[SETTINGS].max_json_depth
     try:
         body = orjson.loads(raw)  # the hot path: orjson is several times faster than json here
-    except ValueError as exc:
+    except orjson.JSONDecodeError as exc:
+        if exc.msg.startswith("depth limit"):  # orjson stops at 1024 levels, far past ours
+            raise _too_deep(limit) from exc
         raise BadRequest(f"the request body is not valid JSON ({exc})", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", code="invalid_json")
+    check_depth(body, limit)
     return body
+
+
+def check_depth(value: Any, limit: int) -> None:
+    """A 400 when `value` nests arrays and objects deeper than `limit` (a document this deep is
+    no one's real request, and past 255 levels the gateway could not even encode it again).
+    Walked without recursion, so any depth is safe to check."""
+    pending: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
+    while pending:
+        item, depth = pending.pop()
+        if depth > limit:
+            raise _too_deep(limit)
+        children = item.values() if isinstance(item, dict) else item
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
 
 
 def validate(model: type[M], body: dict[str, Any], what: str) -> M:
@@ -77,3 +159,8 @@ async def finished_of(events: AsyncIterator[Event]) -> Finished:
     if not isinstance(finished, Finished):
         raise RuntimeError("the engine ended without a Finished event")
     return finished
+
+
+def _too_deep(limit: int) -> BadRequest:
+    return BadRequest(f"the request body nests arrays and objects more than {limit} levels deep (max_json_depth)",
+                      code="invalid_json")

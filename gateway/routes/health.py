@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hmac
+
 from aiohttp import web
 
-from gateway.app_keys import ENGINE, INSTRUMENTATION
+from gateway.app_keys import ENGINE, INSTRUMENTATION, SETTINGS, UPSTREAM
+from gateway.errors import Unauthorized
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -12,11 +15,30 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    ready = ENGINE in request.app
-    return web.json_response({"status": "ready" if ready else "starting"}, status=200 if ready else 503)
+    """Ready once the engine is built and the provider takes connections (a gateway that cannot
+    reach its provider should not get traffic)."""
+    if ENGINE not in request.app:
+        return web.json_response({"status": "starting"}, status=503)
+    if not await request.app[UPSTREAM].reachable():
+        return web.json_response({"status": "provider_unreachable"}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+def _check_scraper(request: web.Request) -> None:
+    """With a `metrics_key` set, only a scraper that sends it as a bearer token reads the metrics
+    (model names, tool names and traffic are the operator's business, not every key holder's)."""
+    key = request.app[SETTINGS].metrics_key
+    if key is None:
+        return
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    sent = token.strip().encode() if scheme.lower() == "bearer" else b""
+    if not (sent and hmac.compare_digest(sent, key.get_secret_value().encode())):
+        raise Unauthorized("the metrics need the gateway's metrics key: send Authorization: Bearer <metrics_key>",
+                           code="invalid_api_key", headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
 
 
 async def metrics(request: web.Request) -> web.Response:
+    _check_scraper(request)
     body, content_type = request.app[INSTRUMENTATION].exposition(request.headers.get("Accept"))
     response = web.Response(body=body)
     response.headers["Content-Type"] = content_type

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
+import aiohttp
 from aiohttp import web
 
-from gateway.app_keys import CALLER, TRACE, UPSTREAM
-from gateway.errors import NotFound
+from gateway.app_keys import CALLER, RECORD, TRACE, UPSTREAM
+from gateway.errors import Forbidden, GatewayError, NotFound
 from gateway.headers import body_headers, from_provider
+from gateway.instrumentation import RequestRecord
+from gateway.routes.common import CLIENT_GONE, body_parts, check_declared_size, under
 
 log = logging.getLogger("toolspan.upstream")
 
@@ -19,11 +23,35 @@ def _decoded_by_server(encoding: str) -> bool:
     return encoding.isascii() and encoding.lower() in _SERVER_DECODES
 
 
-async def passthrough(request: web.Request) -> web.StreamResponse:
-    """Any other /v1 route: the caller's request to the provider, and its answer back, byte for byte."""
+class _Body:
+    """The caller's body on its way to the provider, within the route's limits; remembers why it
+    stopped, when it failed (the provider call then fails too, but the caller's fault is the answer)."""
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self.failure: GatewayError | None = None
+
+    async def parts(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in body_parts(self._request):
+                yield part
+        except GatewayError as exc:
+            self.failure = exc
+            raise
+
+
+def _check_route(request: web.Request) -> None:
     if any(part in (".", "..") for part in request.match_info.get("tail", "").split("/")):
         # The provider URL would be normalised past /v1: never send the key there.
         raise NotFound("no such route", code="invalid_path")
+    routes = request[CALLER].routes
+    if routes is not None and not any(under(request.path, prefix) for prefix in routes):
+        raise Forbidden(f"{request.path} is not among the routes this key may use", code="not_allowed")
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Any other /v1 route: the caller's request to the provider, and its answer back, byte for byte."""
+    _check_route(request)
     if request.method == "OPTIONS":  # a browser's preflight: the gateway's answers are not for web pages
         return web.Response(status=204, headers={"Allow": "GET, POST, DELETE"})
     upstream = request.app[UPSTREAM]
@@ -33,18 +61,40 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     decoded = _decoded_by_server(request.headers.get("Content-Encoding", ""))
     headers = {**upstream.headers(request[CALLER].upstream_headers), **body_headers(request.headers, decoded)}
     request[TRACE].inject(headers)  # the provider's spans join this request's trace
-    body = request.content.iter_any() if request.body_exists else None
-    answer = await upstream.forward(request.method, path, headers, body)
+    check_declared_size(request)
+    body = _Body(request)
+    try:
+        answer = await upstream.forward(request.method, path, headers, body.parts() if request.body_exists else None)
+    except GatewayError:
+        if body.failure is not None:
+            raise body.failure from None  # the provider call failed because the body did
+        raise
     if answer.status >= 500:
         log.warning("%s %s: the provider answered %d [trace %s]", request.method, request.path, answer.status,
                     request[TRACE].trace_id or "-")
     try:
-        response = web.StreamResponse(status=answer.status, reason=answer.reason,
-                                      headers=from_provider(answer.headers, body_as_sent=True))
+        return await _relay(request, answer)
+    finally:
+        answer.release()
+
+
+async def _relay(request: web.Request, answer: aiohttp.ClientResponse) -> web.StreamResponse:
+    """The provider's answer to the caller as it arrives. A caller that leaves is a client gone,
+    whichever the gateway hears first: the connection's end (the handler is cancelled) or a write
+    that fails. A provider that breaks off ends the caller's answer unfinished, not as a 500."""
+    response = web.StreamResponse(status=answer.status, reason=answer.reason,
+                                  headers=from_provider(answer.headers, body_as_sent=True))
+    try:
         await response.prepare(request)
         async for data in answer.content.iter_any():
             await response.write(data)
         await response.write_eof()
-        return response
-    finally:
-        answer.release()
+    except ConnectionResetError:  # aiohttp's ClientConnectionResetError, from a write to the caller
+        response[RECORD] = RequestRecord(error_type=CLIENT_GONE)
+    except (aiohttp.ClientError, TimeoutError):  # from a read of the provider's answer
+        log.warning("%s %s: the provider's answer broke off [trace %s]", request.method, request.path,
+                    request[TRACE].trace_id or "-")
+        if request.transport is not None:
+            request.transport.close()  # without the end of the body: the caller sees it cut short
+        response[RECORD] = RequestRecord(error_type="upstream_error")
+    return response

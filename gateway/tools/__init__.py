@@ -18,11 +18,13 @@ from gateway.tools.results import (
     ToolOutcome,
     ToolResult,
 )
+from gateway.tools.threads import ToolsBusy, ToolThreads
 
 __all__ = [
     "Content", "Interrupt", "NameCheck", "NoHooks", "Param", "Parsed", "Rejection", "RejectionReason",
     "Status", "Step", "Tool", "ToolCall", "ToolCallTrace", "ToolContext", "ToolDeclarationError",
-    "ToolError", "ToolExecutor", "ToolHooks", "ToolOutcome", "ToolRegistry", "ToolResult", "Turn",
+    "ToolError", "ToolExecutor", "ToolHooks", "ToolOutcome", "ToolRegistry", "ToolResult", "ToolThreads",
+    "ToolsBusy", "Turn",
     "accepted_param_names", "read_arguments", "parse_docstring", "required_param_names", "suggest",
     "tool",
 ]

@@ -10,19 +10,35 @@ from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Tur
 from gateway.tools.params import suggest
 from gateway.tools.registry import ToolRegistry
 from gateway.tools.results import Rejection, ToolOutcome, rejected
+from gateway.tools.threads import ToolThreads
 
 _NAME_SHOWN = 80  # a model can send any string as a tool name; quote only this much of it
 
 
 class ToolExecutor:
     """Concurrent tools of a turn run together, the others one at a time; outcomes come back
-    in the order the model sent the calls. Nothing a tool or a model does makes it raise."""
+    in the order the model sent the calls. Nothing a tool or a model does makes it raise.
+
+    Sync bodies run on the executor's own pool of `threads` threads; when all are taken (by
+    bodies that outlived their timeout, say) a sync call's outcome is an error of type
+    `tool_busy`, at once. `aclose()` (or leaving `async with`) shuts the pool down."""
 
     def __init__(self, registry: ToolRegistry, hooks: ToolHooks | None = None,
-                 default_timeout: float | None = 30.0) -> None:
+                 default_timeout: float | None = 30.0, threads: int = 16) -> None:
         self.registry = registry
         self.hooks: ToolHooks = hooks if hooks is not None else NoHooks()
         self.default_timeout = default_timeout
+        self.threads = ToolThreads(threads)
+
+    async def __aenter__(self) -> ToolExecutor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Take no more sync calls; bodies still running are not waited for (they cannot be stopped)."""
+        self.threads.close()
 
     async def run_turn(self, calls: Sequence[ToolCall], turn: Turn | None = None,
                        allowed: Collection[str] | None = None) -> list[ToolOutcome]:
@@ -67,7 +83,7 @@ class ToolExecutor:
         if isinstance(parsed, Rejection):
             return rejected(call.id, call.name, parsed)
         with trace.step("execute"):
-            return await tool.execute(parsed, context, self.default_timeout)
+            return await tool.execute(parsed, context, self.default_timeout, self.threads)
 
     def _refusal(self, name: str, tool: Tool | None, allowed: Collection[str] | None) -> Rejection:
         available = [n for n in self.registry.names() if allowed is None or n in allowed]

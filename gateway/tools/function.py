@@ -38,8 +38,10 @@ from gateway.tools.results import (
     normalise,
     rejected,
     rescued_message,
+    valid_json,
 )
 from gateway.tools.strict import drop_optional_nulls, required_nulls, strict_schema
+from gateway.tools.threads import ToolsBusy, ToolThreads
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -62,34 +64,62 @@ def _positional_arity(fn: Callable[..., Any], what: str, tool: str) -> int:
     return 1 if len(positional) == 1 else 2
 
 
-def read_arguments(tool: str, raw: str | Mapping[str, Any] | None) -> dict[str, Any] | Rejection:
-    """The arguments as a dict, or a rejection saying why they are not a JSON object."""
+MAX_ARGUMENT_DEPTH = 64  # levels of objects and arrays in a call's arguments; no tool needs more
+
+
+def read_arguments(tool: str, raw: str | Mapping[str, Any] | None,
+                   max_depth: int = MAX_ARGUMENT_DEPTH) -> dict[str, Any] | Rejection:
+    """The arguments as a dict, or a rejection saying why they are not a JSON object a tool can
+    take. Lone surrogates in their strings (valid JSON escapes, invalid text) become U+FFFD."""
     if raw is None:
         return {}
     if isinstance(raw, Mapping):
-        return dict(raw)
-    if not raw.strip():
+        value: Any = dict(raw)
+    elif not raw.strip():
         return {}  # some providers send "" for a call without arguments
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        return Rejection("invalid_json", (
-            f"Tool '{tool}': the arguments are not valid JSON ({exc.msg} at character {exc.pos}). "
-            "Send them as one JSON object of named parameters."))
-    except ValueError:  # valid JSON Python will not read: an integer with thousands of digits
-        return Rejection("invalid_json", (
-            f"Tool '{tool}': the arguments hold a value too large to read. "
-            "Send them as one JSON object of named parameters with shorter values."))
-    except RecursionError:
-        return Rejection("invalid_json", (
-            f"Tool '{tool}': the arguments are nested too deeply to read. "
-            "Send them as one flat JSON object of named parameters."))
+    else:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            return Rejection("invalid_json", (
+                f"Tool '{tool}': the arguments are not valid JSON ({exc.msg} at character {exc.pos}). "
+                "Send them as one JSON object of named parameters."))
+        except ValueError:  # valid JSON Python will not read: an integer with thousands of digits
+            return Rejection("invalid_json", (
+                f"Tool '{tool}': the arguments hold a value too large to read. "
+                "Send them as one JSON object of named parameters with shorter values."))
+        except RecursionError:
+            return _too_deep(tool, max_depth)
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(value), "a number")
         return Rejection("invalid_json", (
             f"Tool '{tool}': the arguments must be a JSON object of named parameters, not {kind}."))
-    return value
+    if _deeper_than(value, max_depth):
+        return _too_deep(tool, max_depth)
+    cleaned: dict[str, Any] = valid_json(value)
+    return cleaned
+
+
+def _too_deep(tool: str, max_depth: int) -> Rejection:
+    return Rejection("invalid_json", (
+        f"Tool '{tool}': the arguments are nested more than {max_depth} levels deep. "
+        "Send them as a flatter JSON object of named parameters."))
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects and arrays nest more than `limit` levels in `value` (the arguments object
+    itself is level 1). Iterative: the value may be nested as deep as the JSON reader allows."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, Mapping | list):
+                if depth >= limit:
+                    return True
+                pending.append((child, depth + 1))
+    return False
 
 
 def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> str:
@@ -253,8 +283,10 @@ class Tool:
 
     # --- execute ------------------------------------------------------------------------------
 
-    async def execute(self, parsed: Parsed, context: ToolContext, default_timeout: float | None = None) -> ToolOutcome:
-        """The execute step: the body on parsed arguments; never raises for anything the body does."""
+    async def execute(self, parsed: Parsed, context: ToolContext, default_timeout: float | None = None,
+                      threads: ToolThreads | None = None) -> ToolOutcome:
+        """The execute step: the body on parsed arguments; never raises for anything the body does.
+        A sync body runs on `threads` (the executor's pool), else on the loop's default executor."""
         limit = self.timeout if self.timeout is not None else default_timeout
         args = parsed.arguments
         template = ToolOutcome(call_id=context.tool_call_id, tool_name=self.name, status="ok", content="",
@@ -262,7 +294,11 @@ class Tool:
         deadline = asyncio.timeout(limit)
         try:
             async with deadline:
-                value = await self._call(args, context)
+                value = await self._call(args, context, threads)
+        except ToolsBusy as exc:
+            message = (f"Tool '{self.name}' is busy and did not run: all {exc.size} threads for tools are in use. "
+                       "Try again later.")
+            return replace(template, status="error", content=message, error_type="tool_busy")
         except TimeoutError as exc:
             if not deadline.expired():
                 return self._failure(exc, template)
@@ -280,13 +316,14 @@ class Tool:
         except Exception as exc:  # a malformed result (say, ToolResult(options=None)) is the tool's fault
             return failure(template, exc)
 
-    async def _call(self, args: dict[str, Any], context: ToolContext) -> Any:
+    async def _call(self, args: dict[str, Any], context: ToolContext, threads: ToolThreads | None) -> Any:
         call = functools.partial(self.function, args)
         if self._call_arity == 2:
             call = functools.partial(call, context)
         if inspect.iscoroutinefunction(self.function):
             return await call()
-        result = await asyncio.to_thread(call)  # keep blocking bodies off the event loop
+        # Blocking bodies run off the event loop.
+        result = await (threads.run(call) if threads is not None else asyncio.to_thread(call))
         return await result if inspect.isawaitable(result) else result
 
     def _failure(self, exc: BaseException, template: ToolOutcome) -> ToolOutcome:
@@ -320,12 +357,12 @@ class Tool:
         return None
 
     async def call(self, args: str | Mapping[str, Any] | None, context: ToolContext,
-                   default_timeout: float | None = None) -> ToolOutcome:
+                   default_timeout: float | None = None, threads: ToolThreads | None = None) -> ToolOutcome:
         """Parse, then execute: the whole call, without the executor's telemetry."""
         parsed = await self.parse_arguments(args, context)
         if isinstance(parsed, Rejection):
             return rejected(context.tool_call_id, self.name, parsed)
-        return await self.execute(parsed, context, default_timeout)
+        return await self.execute(parsed, context, default_timeout, threads)
 
     def openai_spec(self) -> dict[str, Any]:
         """Chat Completions tool shape."""

@@ -95,6 +95,11 @@ class ToolOutcome:
     interrupt_data: Any = None
     error_type: str | None = None
 
+    def __post_init__(self) -> None:
+        # The content goes upstream as JSON, which must be UTF-8: a lone surrogate (a model's
+        # JSON escape echoed back, a file name decoded with surrogateescape) would fail there.
+        object.__setattr__(self, "content", valid_json(self.content))
+
     @property
     def failed(self) -> bool:
         return self.status in ("error", "rejected", "timeout")
@@ -104,6 +109,30 @@ class ToolOutcome:
         if isinstance(self.content, str):
             return self.content
         return "\n".join(str(part.get("text", "")) for part in self.content if isinstance(part, dict))
+
+
+def valid_text(text: str) -> str:
+    """`text` as valid Unicode: each lone surrogate (which JSON escapes can carry and UTF-8
+    cannot) becomes U+FFFD; a surrogate pair split over two code points is joined."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def valid_json(value: Any) -> Any:
+    """`value` with `valid_text` applied to every string in its dicts and lists, keys included
+    (other values are left as they are)."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_json(k): valid_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [valid_json(item) for item in value]
+    return value
 
 
 def exception_text(exc: BaseException) -> str:
@@ -139,6 +168,16 @@ def rejected(call_id: str, tool_name: str, rejection: Rejection) -> ToolOutcome:
 
 def encode(value: Any) -> str:
     """JSON text for a tool's native result; raises ValueError when it cannot be encoded."""
+    try:
+        return _to_json(value)
+    except ValueError as exc:
+        try:
+            return _to_json(valid_json(value))  # lone surrogates in its strings, say: tried again without
+        except (ValueError, RecursionError):
+            raise exc from None
+
+
+def _to_json(value: Any) -> str:
     try:
         return pydantic_core.to_json(value, inf_nan_mode="null").decode()  # NaN is not JSON
     except pydantic_core.PydanticSerializationError as exc:

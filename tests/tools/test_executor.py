@@ -9,11 +9,23 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 import pytest
 
-from gateway.tools import Tool, ToolCall, ToolContext, ToolExecutor, ToolOutcome, ToolRegistry, Turn
+from gateway.tools import (
+    Tool,
+    ToolCall,
+    ToolContext,
+    ToolExecutor,
+    ToolOutcome,
+    ToolRegistry,
+    ToolsBusy,
+    ToolThreads,
+    Turn,
+)
 
 BOUND = 5.0  # seconds; only ever reached when the behaviour under test is broken
 
@@ -205,6 +217,72 @@ async def test_a_timeout_error_raised_by_the_body_itself_is_an_error_not_a_timeo
 
     assert outcome.status == "error"
     assert outcome.content == "ERROR: (TimeoutError) upstream API timed out"
+
+
+# --- the pool of threads for sync bodies ------------------------------------------------------------
+
+
+async def test_a_full_tool_pool_is_a_busy_outcome_at_once_and_the_default_executor_stays_free() -> None:
+    loop = asyncio.get_running_loop()
+    # A default executor as small as the tool pool: two stuck bodies on it would starve it.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
+    release = threading.Event()
+
+    async def on_the_loop(args: dict[str, Any]) -> str:
+        return "async"
+
+    ex = ToolExecutor(ToolRegistry([Tool(name="stuck", function=never_finishing(True, release), timeout=0.05),
+                                    Tool(name="quick", function=lambda args: "quick"),
+                                    Tool(name="async", function=on_the_loop)]), threads=2)
+    try:
+        stuck = await run(ex, calls("stuck", "stuck"))
+        busy_threads = ex.threads.busy
+        busy, unaffected = await run(ex, calls("quick", "async"))
+        elsewhere = await asyncio.wait_for(loop.run_in_executor(None, lambda: "free"), BOUND)
+    finally:
+        release.set()
+        await ex.aclose()
+
+    assert [o.status for o in stuck] == ["timeout", "timeout"]
+    assert busy_threads == 2  # both still taken by the bodies that outlived their timeout
+    assert (busy.status, busy.error_type) == ("error", "tool_busy")
+    assert busy.content == ("Tool 'quick' is busy and did not run: all 2 threads for tools are in use. "
+                            "Try again later.")
+    assert unaffected.content == "async"  # async bodies need no thread
+    assert elsewhere == "free"
+
+
+async def test_a_thread_is_free_again_once_its_body_returns() -> None:
+    threads = ToolThreads(1)
+    release = threading.Event()
+    first = asyncio.ensure_future(threads.run(lambda: release.wait(BOUND)))
+    try:
+        await asyncio.sleep(0)  # one turn of the loop, not a wait: `first` starts and takes the thread
+        assert threads.busy == 1
+        with pytest.raises(ToolsBusy):
+            await threads.run(lambda: "second")
+    finally:
+        release.set()
+    assert await first is True
+    assert threads.busy == 0
+    assert await threads.run(lambda: "again") == "again"
+    threads.close()
+
+
+async def test_a_sync_body_runs_in_the_context_of_its_call() -> None:
+    """As with asyncio.to_thread: context variables (the current span, say) reach the thread."""
+    current: ContextVar[str] = ContextVar("current", default="unset")
+    seen: list[str] = []
+
+    def body(args: dict[str, Any]) -> str:
+        seen.append(current.get())
+        return threading.current_thread().name
+
+    current.set("the call's")
+    async with ToolExecutor(ToolRegistry([Tool(name="body", function=body)]), threads=1) as ex:
+        [outcome] = await run(ex, calls("body"))
+    assert seen == ["the call's"]
+    assert str(outcome.content).startswith("toolspan-tool")
 
 
 # --- lookup and allowlist -------------------------------------------------------------------------

@@ -240,10 +240,11 @@ async def test_json_that_is_not_an_object_is_rejected(raw: str, kind: str) -> No
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ("[" * 100_000, "the arguments are nested too deeply to read"),
+        ("[" * 100_000, "the arguments are nested more than 64 levels deep"),
+        ('{"a": ' * 100_000, "the arguments are nested more than 64 levels deep"),
         ('{"n": ' + "9" * 5000 + "}", "the arguments hold a value too large to read"),
     ],
-    ids=["deep-nesting", "huge-integer"],
+    ids=["deep-array", "deep-object", "huge-integer"],
 )
 async def test_json_python_cannot_read_is_rejected_not_raised(raw: str, message: str) -> None:
     body = Recorder()

@@ -1,0 +1,184 @@
+"""GET /openapi.json: an OpenAPI 3.1 description of the gateway's own routes.
+
+The provider's API passes through under /v1 and /openai unchanged; only what the gateway itself
+answers is described here: the two model APIs it runs tools for, the tool routes, and the
+operational endpoints. Bodies are described as loosely as the gateway reads them (extra fields
+pass on to the provider), so the document is a fair input for a fuzzer such as Schemathesis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from aiohttp import web
+
+from gateway.app_keys import REGISTRY
+from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
+from gateway.tools.results import Status
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+_ERRORS = {"4XX": {"$ref": "#/components/responses/Error"}, "5XX": {"$ref": "#/components/responses/Error"}}
+
+_IDS = [{"$ref": "#/components/parameters/TrajectoryId"}]
+
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {
+            "type": "object", "required": ["message", "type"],
+            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                           "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+    },
+    "Metadata": {"type": "object", "maxProperties": 16, "additionalProperties": {"type": "string", "maxLength": 512},
+                 "description": "Key-value pairs; `trajectory_id` names the trajectory and is not sent on."},
+    "FunctionTool": {
+        "type": "object", "required": ["type", "function"],
+        "properties": {"type": {"const": "function"}, "function": {
+            "type": "object", "required": ["name"],
+            "properties": {"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                           "description": {"type": "string"}, "parameters": {"type": "object"},
+                           "strict": {"type": ["boolean", "null"]}}}},
+    },
+    "ChatMessage": {
+        "type": "object", "required": ["role"],
+        "properties": {
+            "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+            "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}},
+                                  {"type": "null"}]},
+            "name": {"type": "string"},
+            "tool_call_id": {"type": "string"},
+            "tool_calls": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "ChatRequest": {
+        "type": "object", "required": ["model", "messages"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
+            "tools": {"type": "array", "items": _ref("FunctionTool"),
+                      "description": "The caller's own tools, offered beside the gateway's and handed back."},
+            "tool_choice": {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object"}]},
+            "stream": {"type": "boolean"},
+            "stream_options": {"type": "object"},
+            "metadata": _ref("Metadata"),
+        },
+    },
+    "ChatCompletion": {
+        "type": "object", "required": ["object", "choices"],
+        "properties": {"id": {"type": "string"}, "object": {"const": "chat.completion"},
+                       "model": {"type": "string"}, "choices": {"type": "array"}, "usage": {"type": "object"}},
+    },
+    "ResponsesRequest": {
+        "type": "object", "required": ["model"],
+        "properties": {
+            "model": {"type": "string", "minLength": 1},
+            "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+            "instructions": {"type": ["string", "null"]},
+            "tools": {"type": "array", "items": {"type": "object"}},
+            "previous_response_id": {"type": ["string", "null"]},
+            "store": {"type": ["boolean", "null"]},
+            "stream": {"type": "boolean"},
+            "metadata": _ref("Metadata"),
+        },
+    },
+    "Response": {
+        "type": "object", "required": ["object", "output"],
+        "properties": {"id": {"type": "string"}, "object": {"const": "response"}, "status": {"type": "string"},
+                       "output": {"type": "array"}},
+    },
+    "ToolRequest": {
+        "type": "object",
+        "properties": {"arguments": {"anyOf": [{"type": "object"}, {"type": "string"}],
+                                     "description": "The arguments as a model would send them (object or JSON text)."},
+                       "metadata": _ref("Metadata")},
+    },
+    "ToolOutcome": {
+        "type": "object", "required": ["tool_call_id", "tool", "status", "content"],
+        "properties": {"tool_call_id": {"type": "string"}, "tool": {"type": "string"},
+                       "status": {"enum": list(get_args(Status))},
+                       "content": {}, "processed_content": {}, "display_text": {"type": ["string", "null"]},
+                       "error_type": {"type": ["string", "null"]}, "rejection": {"type": "object"},
+                       "arguments_check": {"type": "object"}, "interrupt_data": {}},
+    },
+    "Parsed": {"type": "object", "required": ["valid"],
+               "properties": {"valid": {"type": "boolean"}, "arguments": {"type": "object"},
+                              "reason": {"type": "string"}, "message": {"type": "string"}}},
+    "ToolList": {"type": "object", "required": ["object", "data"],
+                 "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("FunctionTool")}}},
+    "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+}
+
+
+def _operation(summary: str, body: str | None, answer: dict[str, Any], *, parameters: list[Any] = _IDS,
+               ) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
+                                 "responses": {"200": {"description": "OK", "content": answer}, **_ERRORS}}
+    if body is not None:
+        operation["requestBody"] = {"required": True, "content": _json(_ref(body))}
+    return operation
+
+
+def document(tool_names: list[str]) -> dict[str, Any]:
+    """The OpenAPI document, as a JSON-ready dict, naming the tools registered now."""
+    # Each server-sent event, as OpenAPI 3.2 models one: `data` is a JSON chunk or event, or [DONE].
+    event = {"type": "object", "required": ["data"],
+             "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
+    events = {"text/event-stream": {"schema": event}}
+    chat = _operation("Chat Completions, with the gateway's tools run in the loop", "ChatRequest",
+                      {**_json(_ref("ChatCompletion")), **events})
+    responses = _operation("Responses, with the gateway's tools run in the loop", "ResponsesRequest",
+                           {**_json(_ref("Response")), **events})
+    tool_name = {"name": "name", "in": "path", "required": True, "description": "A registered tool's name.",
+                 "schema": {"enum": tool_names} if tool_names else {"type": "string", "minLength": 1}}
+    tool_parameters = [tool_name, *_IDS]
+    plain = {"text/plain": {"schema": {"type": "string"}},
+             "application/openmetrics-text": {"schema": {"type": "string"}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "toolspan", "version": "1",
+                 "description": "The gateway's own routes. Every other path under /v1 and /openai is passed "
+                                "to the provider as it is. Errors are OpenAI-shaped."},
+        "security": [{}, {"gatewayKey": []}],
+        "paths": {
+            "/v1/chat/completions": {"post": chat},
+            "/v1/responses": {"post": responses},
+            "/v1/tools": {"get": _operation("The tools this caller may use", None, _json(_ref("ToolList")))},
+            "/v1/tools/{name}/invoke": {"post": _operation("Parse and execute one call of a tool", "ToolRequest",
+                                                           _json(_ref("ToolOutcome")), parameters=tool_parameters)},
+            "/v1/tools/{name}/parse": {"post": _operation("Parse only: what the tool would receive", "ToolRequest",
+                                                          _json(_ref("Parsed")), parameters=tool_parameters)},
+            "/metrics": {"get": _operation("Prometheus metrics (OpenMetrics when asked)", None, plain,
+                                           parameters=[])},
+            "/healthz": {"get": _operation("Liveness", None, _json(_ref("Status")), parameters=[])},
+            "/readyz": {"get": _operation("Readiness: started, and the provider reachable", None,
+                                          _json(_ref("Status")), parameters=[])},
+            "/openapi.json": {"get": _operation("This document", None, _json({"type": "object"}), parameters=[])},
+        },
+        "components": {
+            "schemas": _SCHEMAS,
+            "parameters": {"TrajectoryId": {
+                "name": TRAJECTORY_HEADER, "in": "header", "required": False,
+                "description": "Names the trajectory this request belongs to; a fresh one when absent.",
+                "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}}},
+            "responses": {"Error": {
+                "description": "An OpenAI-shaped error",
+                "headers": {TRAJECTORY_HEADER: {"schema": {"type": "string"}},
+                            TRACE_HEADER: {"schema": {"type": "string"}}},
+                "content": _json(_ref("Error"))}},
+            "securitySchemes": {"gatewayKey": {"type": "http", "scheme": "bearer",
+                                               "description": "A gateway key, when the operator set keys."}},
+        },
+    }
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(document(sorted(request.app[REGISTRY].names())))
