@@ -16,6 +16,7 @@ from gateway.app_keys import (
     EXECUTOR,
     HELD,
     INSTRUMENTATION,
+    MCP_SOURCES,
     RECORD,
     REGISTRY,
     SETTINGS,
@@ -27,7 +28,8 @@ from gateway.engine import Engine
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
 from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
-from gateway.routes import chat, health, openapi, passthrough, responses, tools
+from gateway.mcp import McpSources
+from gateway.routes import chat, health, mcp, openapi, passthrough, responses, tools
 from gateway.routes.common import CLIENT_GONE
 from gateway.settings import Settings
 from gateway.state import HeldTurns
@@ -57,9 +59,10 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         error: GatewayError | None = None
         try:
             with request.app[ADMISSION].admit(request.path):
-                # Before any body is read; only /v1 routes speak for a caller.
+                # Before any body is read; only /v1 routes and /mcp speak for a caller.
                 request[CALLER] = resolve_caller(request.headers, ids, request.app[SETTINGS].keys,
-                                                 authenticate=request.path.startswith(("/v1/", "/openai/")),
+                                                 authenticate=request.path.startswith(("/v1/", "/openai/"))
+                                                 or request.path == mcp.PATH,
                                                  own_key=request.app[SETTINGS].upstream_api_key is not None)
                 response = await handler(request)
         except GatewayError as exc:
@@ -134,6 +137,9 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
     app[HELD] = HeldTurns(settings.pending_turn_capacity, settings.pending_turn_ttl_seconds)
     app.cleanup_ctx.append(_upstream)
+    # MCP servers' tools join the registry at start-up, and follow their servers while it runs.
+    app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation)
+    app.cleanup_ctx.append(app[MCP_SOURCES].lifetime)
     app.on_response_prepare.append(_stamp)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/responses", responses.create_response)
@@ -151,4 +157,6 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_get("/healthz", health.healthz)
     app.router.add_get("/readyz", health.readyz)
     app.router.add_get("/openapi.json", openapi.openapi)
+    if settings.mcp_endpoint:
+        mcp.mount(app)
     return app

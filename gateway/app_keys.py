@@ -9,6 +9,8 @@ from aiohttp import web
 from gateway.caller import Caller
 from gateway.engine import Engine
 from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
+from gateway.mcp.server import McpEndpoint
+from gateway.mcp.sources import McpSources
 from gateway.settings import Settings
 from gateway.state import HeldTurns
 from gateway.tools import ToolExecutor, ToolRegistry
@@ -21,8 +23,10 @@ EXECUTOR = web.AppKey("executor", ToolExecutor)
 HELD = web.AppKey("held", HeldTurns)
 UPSTREAM = web.AppKey("upstream", Upstream)
 ENGINE = web.AppKey("engine", Engine)
+MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry
+MCP_ENDPOINT = web.AppKey("mcp_endpoint", McpEndpoint)  # the registry as an MCP server, at /mcp
 
-CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes)
+CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes and /mcp)
 TRACE = web.RequestKey("trace", RequestTrace)  # the request's span
 
 RECORD = web.ResponseKey("record", RequestRecord)  # what the handler reports for telemetry

@@ -2,7 +2,9 @@
 
     toolspan serve [--host H] [--port P] [--upstream URL] [--tools module:attr ...] [--config FILE]
                    [--log-level debug|info|warning|error] [--log-format text|json] [--[no-]access-log]
-    toolspan demo [--api chat|responses]
+                   [--mcp-examples]
+    toolspan demo [--api chat|responses] [--mcp]
+    toolspan mcp-examples
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.demo.mcp_server import with_mcp_examples
 from gateway.demo.tools import demo_registry
 from gateway.logs import configure_logging
 from gateway.runtime import CannotListen, gateway, run
@@ -112,9 +115,12 @@ def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_
             f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)"]
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings, mcp_examples: bool = False) -> None:
     if settings.tools:
         registry = load_tools(settings.tools)
+    elif mcp_examples:  # the example tools, through MCP
+        registry = ToolRegistry()
+        settings = with_mcp_examples(settings)
     else:  # the example tools go with the built-in model; a real provider gets none unless asked
         registry = demo_registry() if settings.upstream is None else ToolRegistry()
     stop = asyncio.Event()
@@ -142,9 +148,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=("text", "json"), help="text (default), or one JSON object a line")
     serve.add_argument("--access-log", action=argparse.BooleanOptionalAction,
                        help="one log line per request (default: on)")
+    serve.add_argument("--mcp-examples", action="store_true",
+                       help="offer the example tools through an MCP server over stdio (toolspan mcp-examples)")
     demo = commands.add_parser("demo", help="run a scripted agent session end to end and print its trajectory")
     demo.add_argument("--api", choices=("chat", "responses"), default="chat",
                       help="the API the session uses: Chat Completions (default) or Responses")
+    demo.add_argument("--mcp", action="store_true", help="the example tools come through MCP (toolspan mcp-examples)")
+    commands.add_parser("mcp-examples", help="serve the example tools as an MCP server over stdio")
     return parser
 
 
@@ -155,13 +165,19 @@ def main(argv: list[str] | None = None) -> int:
             from gateway.demo_session import run_demo  # the demo pulls in the openai client
 
             configure_logging("warning")  # its output is the trajectory
-            run(run_demo(api=options.api))
+            run(run_demo(api=options.api, mcp=options.mcp))
+            return 0
+        if options.command == "mcp-examples":
+            from gateway.demo.mcp_server import serve_examples
+
+            configure_logging("warning")  # stdout is the MCP wire; logs go to stderr
+            run(serve_examples())
             return 0
         flags = {"host": options.host, "port": options.port, "upstream": options.upstream, "tools": options.tools,
                  "log_level": options.log_level, "log_format": options.log_format, "access_log": options.access_log}
         settings = load_settings(flags, options.config)
         configure_logging(settings.log_level, settings.log_format)
-        run(_serve(settings))
+        run(_serve(settings, mcp_examples=options.mcp_examples))
     except (StartupError, CannotListen, FileNotFoundError, ValueError) as exc:
         print(f"toolspan: {exc}", file=sys.stderr)
         return 2

@@ -11,8 +11,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from gateway.demo.mcp_server import with_mcp_examples
 from gateway.runtime import gateway
 from gateway.settings import Settings
+from gateway.tools import ToolRegistry
 from telemetry import names
 
 QUESTION = "What is the weather in Lisbon right now, in Fahrenheit?"
@@ -33,8 +35,10 @@ def _describe(span: ReadableSpan) -> str:
         return (f"model turn  {span.name}: finish={reasons} tokens in/out="
                 f"{attrs.get(names.ATTR_INPUT_TOKENS)}/{attrs.get(names.ATTR_OUTPUT_TOKENS)} ({_ms(span):.1f} ms)")
     reason = attrs.get(names.ATTR_REJECTION_REASON)
+    server = attrs.get(names.ATTR_MCP_SERVER)
     line = (f"  tool call {attrs.get(names.ATTR_TOOL_NAME)}: {attrs.get(names.ATTR_OUTCOME)}"
-            f"{f' ({reason})' if reason else ''} ({_ms(span):.2f} ms)")
+            f"{f' ({reason})' if reason else ''} ({_ms(span):.2f} ms)"
+            f"{f' [MCP server {server!r}, {attrs.get(names.ATTR_MCP_METHOD_NAME)}]' if server else ''}")
     if span.status.description:
         line += "\n" + "\n".join(f"      | {text}" for text in span.status.description.splitlines())
     return line
@@ -61,14 +65,18 @@ async def _ask(client: AsyncOpenAI, api: str) -> tuple[str, dict[str, Any], dict
     return completion.choices[0].message.content or "", usage, dict(raw.headers)
 
 
-async def run_demo(out: Callable[[str], None] = print, api: str = "chat") -> str:
-    """Runs the session over the Chat Completions API or the Responses API; returns the final answer."""
+async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: bool = False) -> str:
+    """Runs the session over the Chat Completions API or the Responses API; returns the final answer.
+    With `mcp`, the example tools come from `toolspan mcp-examples`, an MCP server over stdio."""
     exporter = InMemorySpanExporter()
-    settings = Settings(port=0)
-    async with gateway(settings, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
+    settings = with_mcp_examples(Settings(port=0)) if mcp else Settings(port=0)
+    registry = ToolRegistry() if mcp else None  # None: the example tools, registered in this process
+    async with gateway(settings, registry, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
         client = AsyncOpenAI(base_url=f"{url}/v1", api_key="demo-key-not-needed")
         shown = "Responses API" if api == "responses" else "Chat Completions API"
+        tools = "an MCP server over stdio (toolspan mcp-examples)" if mcp else "registered in the gateway"
         out(f"toolspan demo: gateway at {url}/v1 ({shown}), upstream: the built-in scripted model")
+        out(f"tools: {tools}")
         out(f"user: {QUESTION}\n")
         answer, usage, headers = await _ask(client, api)
         trace_id = headers.get("x-trace-id", "")

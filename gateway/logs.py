@@ -47,6 +47,9 @@ def configure_logging(level: str = "info", log_format: str = "text") -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    # The MCP SDK says at INFO what the gateway reports itself (each session opened and closed, its
+    # manager started): its warnings and errors show, its chatter only when debugging.
+    logging.getLogger("mcp").setLevel(logging.NOTSET if level.lower() == "debug" else logging.WARNING)
 
 
 class AccessLogger(AbstractAccessLogger):

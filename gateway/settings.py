@@ -6,10 +6,11 @@ then the defaults below.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -32,6 +33,51 @@ class GatewayKey(BaseModel):
     routes: list[str] | None = Field(
         None, description="Pass-through path prefixes this key may use (e.g. /v1/models, /v1/embeddings); unset: all")
 
+    @field_validator("routes")
+    @classmethod
+    def _paths(cls, routes: list[str] | None) -> list[str] | None:
+        # A prefix without its leading slash would match no path and silently refuse every route.
+        for route in routes or ():
+            if not route.startswith("/"):
+                raise ValueError(f"route {route!r} must be a path starting with '/', such as /v1/models")
+        return routes
+
+
+MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__": that separates server and tool
+
+
+class McpServer(BaseModel):
+    """An MCP server whose tools join the registry: a command run over stdio, or a URL
+    (streamable HTTP, or the legacy SSE transport)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = Field(None, description="Executable to run as an MCP server over stdio")
+    args: list[str] = Field(default_factory=list, description="Arguments of `command`")
+    env: dict[str, SecretStr] = Field(default_factory=dict, description="Environment of `command`, over the "
+                                                                        "MCP SDK's safe default environment")
+    cwd: str | None = Field(None, description="Working directory of `command`")
+    url: str | None = Field(None, description="Endpoint of an MCP server over HTTP, e.g. http://host:8000/mcp")
+    transport: Literal["streamable_http", "sse"] = Field("streamable_http", description="How `url` speaks MCP")
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="HTTP headers sent to `url` "
+                                                                            "(Authorization, say)")
+    timeout_seconds: float | None = Field(None, gt=0, description="Time limit of one call of its tools; "
+                                                                  "unset: tool_timeout_seconds")
+    concurrent: bool = Field(False, description="Its tools' calls of one model turn may run at the same time")
+    connect_timeout_seconds: float = Field(10.0, gt=0, description="Limit on connecting and listing its tools")
+    reconnect_min_seconds: float = Field(0.5, gt=0, description="First wait before reconnecting; doubles per "
+                                                                "failed attempt")
+    reconnect_max_seconds: float = Field(30.0, gt=0, description="Longest wait between reconnection attempts")
+    ping_interval_seconds: float = Field(15.0, ge=0, description="How often an idle connection is checked with "
+                                                                 "a ping (0: never)")
+    required: bool = Field(False, description="GET /readyz answers 503 while this server is unavailable")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of `command` (stdio) or `url` (HTTP)")
+        return self
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TOOLSPAN_", extra="forbid")
@@ -52,6 +98,11 @@ class Settings(BaseSettings):
     upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
     upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
     tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
+    mcp_servers: dict[str, McpServer] = Field(
+        default_factory=dict, description="MCP servers whose tools join the registry, by name (the prefix of "
+                                          "their tools' names); JSON in TOOLSPAN_MCP_SERVERS")
+    mcp_endpoint: bool = Field(True, description="Serve the tool registry to MCP clients at /mcp (streamable "
+                                                  "HTTP), authenticated and allowlisted by the gateway keys")
     keys: dict[str, GatewayKey] = Field(
         default_factory=dict, description="Gateway keys by caller name (JSON in TOOLSPAN_KEYS); when set, "
                                           "every /v1 request needs one, and it never reaches the provider")
@@ -73,9 +124,10 @@ class Settings(BaseSettings):
     pending_turn_ttl_seconds: float = Field(900.0, gt=0, description="How long a mixed turn is held")
     keepalive_seconds: float = Field(5.0, gt=0, description="SSE comment interval while tools run")
     tool_timeout_seconds: float = Field(30.0, gt=0, description="Default time limit of one tool call")
-    tool_threads: int = Field(16, ge=1, description="Threads for sync tool bodies (a body that timed out keeps "
-                                                   "its thread until it returns); when all are taken, a sync "
-                                                   "call's outcome is an error of type tool_busy, at once")
+    tool_threads: int = Field(16, ge=1, description="Threads for sync tool bodies; a call waits for a free one "
+                                                   "within its time limit, but when every thread is held by a "
+                                                   "body that timed out, its outcome is an error of type "
+                                                   "tool_busy, at once")
     record_tool_arguments: bool = Field(False, description="Put raw arguments on every tool.call span")
     argument_max_chars: int = Field(2048, ge=64, description="Raw arguments on spans are cut to this")
     redact_keys: tuple[str, ...] = Field(
@@ -117,6 +169,14 @@ class Settings(BaseSettings):
     otel_sdk_disabled: bool = Field(
         False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled"),
         description="true: no spans (metrics stay); a caller's trace context is still handed on")
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_server_names(cls, servers: dict[str, McpServer]) -> dict[str, McpServer]:
+        for name in servers:
+            if len(name) > 32 or not MCP_SERVER_NAME.fullmatch(name):
+                raise ValueError(f"MCP server name {name!r}: use up to 32 letters, digits, '-' or single '_'")
+        return servers
 
     @field_validator("otel_service_name", "otel_resource_attributes", mode="before")
     @classmethod

@@ -127,8 +127,21 @@ def render_arguments(raw: str, max_chars: int, redact_keys: Sequence[str]) -> st
 
 
 # A line of the message an `args_model` rejection gives the model (gateway.tools.function):
-# `- <field.path>: <what is wrong> (got <the value sent, as JSON, maybe cut>)`.
-_VIOLATION = re.compile(r"^(?P<head>- (?P<where>[^\n]*?): [^\n]*?\(got )[^\n]*\)$", re.MULTILINE)
+# `- <field.path>: <what is wrong> (got <the value sent, as JSON, maybe cut>)`. Read by splitting,
+# not by a pattern: the text may echo what the model sent, and a backtracking pattern over a long
+# crafted line would hold the event loop.
+_VALUE_SENT = " (got "
+
+
+def _masked_violation(line: str, keys: Sequence[str]) -> str:
+    """A rejection line whose field path names a secret, with the value it quotes masked."""
+    if not (line.startswith("- ") and line.endswith(")")) or _VALUE_SENT not in line:
+        return line
+    where, found, problem = line[2:].partition(": ")
+    what, sent, _ = problem.partition(_VALUE_SENT)  # the first: the value may hold the marker too
+    if not (found and sent) or not any(_secret(part, keys) for part in where.split(".")):
+        return line
+    return f"- {where}: {what}{_VALUE_SENT}{MASK})"
 
 
 def _secret_values(value: Any, keys: Sequence[str], under_secret: bool = False) -> Iterator[Any]:
@@ -170,11 +183,8 @@ def mask_message(message: str, raw_arguments: str, redact_keys: Sequence[str], m
     if not keys:
         return message
 
-    def violation(match: re.Match[str]) -> str:
-        where = match["where"].split(".")
-        return f"{match['head']}{MASK})" if any(_secret(part, keys) for part in where) else match[0]
-
-    text = _mask_text(_VIOLATION.sub(violation, message), keys, loose=False)
+    lines = "\n".join(_masked_violation(line, keys) for line in message.split("\n"))
+    text = _mask_text(lines, keys, loose=False)
     for secret in _hunted(raw_arguments, keys, max_chars):
         text = text.replace(secret, MASK)
     return text

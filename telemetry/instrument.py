@@ -17,6 +17,7 @@ from prometheus_client.exposition import choose_encoder
 from gateway.instrumentation import RequestInfo
 from gateway.settings import REDACT_KEYS
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
+from gateway.tools.hooks import ToolOrigin
 from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
@@ -61,6 +62,15 @@ class Telemetry:
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> ToolCallSpan:
         return ToolCallSpan(self, call, tool, turn)
 
+    def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
+        metrics = self.metrics
+        metrics.child(metrics.mcp_server_up, server).set(1 if up else 0)
+        if disconnected:
+            metrics.child(metrics.mcp_server_disconnects, server).inc()
+
+    def inject_context(self, carrier: dict[str, str]) -> None:
+        self._propagation.inject(carrier, otel_context.get_current())
+
     def request(self, info: RequestInfo) -> RequestSpan:
         return RequestSpan(self.tracer, self.metrics, info, self._propagation, self._own_sampling)
 
@@ -77,16 +87,27 @@ class Telemetry:
         return encoder(self.metrics.registry), content_type
 
 
+def _origin_attributes(origin: ToolOrigin) -> dict[str, Any]:
+    """What a tool.call span says of the MCP server behind a tool."""
+    attributes: dict[str, Any] = {names.ATTR_MCP_METHOD_NAME: origin.method, names.ATTR_MCP_SERVER: origin.server,
+                                  names.ATTR_MCP_TOOL_NAME: origin.remote_name,
+                                  names.ATTR_NETWORK_TRANSPORT: origin.transport}
+    if origin.protocol_version is not None:
+        attributes[names.ATTR_MCP_PROTOCOL_VERSION] = origin.protocol_version
+    return attributes
+
+
 class ToolCallSpan:
     """One `tool.call` span, current while the call runs; ends and counts exactly once."""
 
-    __slots__ = ("_call", "_context", "_exemplar", "_inst", "_label", "_outcome", "_retry", "_span", "_start",
-                 "_turn")
+    __slots__ = ("_call", "_context", "_exemplar", "_inst", "_label", "_origin", "_outcome", "_retry", "_span",
+                 "_start", "_turn")
 
     def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
         self._inst = inst
         self._call = call
         self._label = tool.name if tool is not None else names.UNKNOWN_TOOL
+        self._origin = tool.origin if tool is not None else None
         self._turn = turn
         self._outcome: ToolOutcome | None = None
 
@@ -101,6 +122,8 @@ class ToolCallSpan:
         }
         if turn.trajectory_id is not None:
             attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
+        if self._origin is not None:
+            attributes.update(_origin_attributes(self._origin))
         # Retries are tracked per gateway key, under the metric's tool label: names outside the
         # registry (a model can invent any, of any length) are all one.
         self._retry = retry = self._inst.trajectories.classify(turn.trajectory_id, self._label, call.arguments,

@@ -54,6 +54,12 @@ class Metrics:
         self.tool_rounds = Histogram(
             names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.",
             buckets=ROUND_BUCKETS, registry=registry)
+        self.mcp_server_up = Gauge(
+            names.METRIC_MCP_SERVER_UP, "1 while the MCP server is connected and its tools are callable, else 0.",
+            (names.LABEL_SERVER,), registry=registry)
+        self.mcp_server_disconnects = Counter(
+            names.METRIC_MCP_SERVER_DISCONNECTS, "Connections to an MCP server that were lost (it is reconnected "
+            "with backoff).", (names.LABEL_SERVER,), registry=registry)
         # Label children, looked up per call: every label here is bounded (see names.py), so
         # this cache is too, and it saves prometheus_client's lock and validation each time.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}

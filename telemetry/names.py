@@ -43,6 +43,13 @@ ATTR_HTTP_ROUTE: Final = "http.route"
 ATTR_HTTP_STATUS: Final = "http.response.status_code"
 ATTR_URL_PATH: Final = "url.path"
 ATTR_ROUNDS: Final = "toolspan.rounds"
+# A tool an MCP server serves: the MCP conventions' method, protocol version and transport, and
+# which configured server and which of its tools (gen_ai.tool.name is the name the model used).
+ATTR_MCP_METHOD_NAME: Final = "mcp.method.name"
+ATTR_MCP_PROTOCOL_VERSION: Final = "mcp.protocol.version"
+ATTR_NETWORK_TRANSPORT: Final = "network.transport"
+ATTR_MCP_SERVER: Final = "toolspan.mcp.server"
+ATTR_MCP_TOOL_NAME: Final = "toolspan.mcp.tool.name"
 ATTR_ROUND_LIMIT_REACHED: Final = "toolspan.round_limit_reached"
 
 # The HTTP conventions' methods; any other is "_OTHER" on the span, and "HTTP" in its name.
@@ -67,6 +74,8 @@ METRIC_REQUESTS: Final = "toolspan_requests_total"
 METRIC_REQUEST_DURATION: Final = "toolspan_request_duration_seconds"
 METRIC_REQUESTS_IN_FLIGHT: Final = "toolspan_requests_in_flight"
 METRIC_TOOL_ROUNDS: Final = "toolspan_tool_rounds"
+METRIC_MCP_SERVER_UP: Final = "toolspan_mcp_server_up"
+METRIC_MCP_SERVER_DISCONNECTS: Final = "toolspan_mcp_server_disconnects_total"
 
 # --- labels and their bounded values ------------------------------------------------------------
 LABEL_TOOL: Final = "tool"
@@ -77,6 +86,7 @@ LABEL_STATUS: Final = "status"
 LABEL_TYPE: Final = "type"
 LABEL_ROUTE: Final = "route"
 LABEL_KIND: Final = "kind"
+LABEL_SERVER: Final = "server"  # a configured MCP server's name
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
 UNKNOWN_TOOL: Final = "__unknown__"  # every name outside the registry counts as this one

@@ -370,6 +370,20 @@ def test_serve_offers_the_tools_named_on_the_command_line(serve: type[Server]) -
     assert server.stop()[0] == 0
 
 
+def test_serve_offers_the_example_tools_through_mcp(serve: type[Server]) -> None:
+    server = serve("--mcp-examples")
+    url = server.url()
+    with urllib.request.urlopen(f"{url}/tools", timeout=30) as response:
+        listing = json.load(response)
+    assert [t["function"]["name"] for t in listing["data"]] == [
+        "examples__get_weather", "examples__to_fahrenheit", "examples__echo"]
+    with urllib.request.urlopen(f"{url.removesuffix('/v1')}/readyz", timeout=30) as response:
+        ready = json.load(response)
+    [examples] = ready["mcp_servers"]
+    assert (examples["name"], examples["state"], examples["tools"]) == ("examples", "up", 3)
+    assert server.stop()[0] == 0
+
+
 def test_serve_with_unloadable_tools_exits_2() -> None:
     done = run_toolspan("serve", "--port", "0", "--tools", "nosuch:thing")
     assert done.returncode == 2
@@ -378,14 +392,22 @@ def test_serve_with_unloadable_tools_exits_2() -> None:
     assert "listening" not in done.stdout
 
 
+@pytest.mark.parametrize("mcp", [False, True], ids=["registered", "mcp"])
 @pytest.mark.parametrize("api", ["chat", "responses"])
-def test_demo_prints_the_trajectory(api: str) -> None:
-    done = run_toolspan("demo", "--api", api)
+def test_demo_prints_the_trajectory(api: str, mcp: bool) -> None:
+    done = run_toolspan("demo", "--api", api, *(["--mcp"] if mcp else []))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert ("Responses API" in out) is (api == "responses")
     assert out.count("model turn  chat toolspan-demo") == 4
-    assert "tool call get_weather: ok" in out
+    if mcp:  # the same session, its tools served by `toolspan mcp-examples` over stdio
+        assert "tools: an MCP server over stdio (toolspan mcp-examples)" in out
+        assert "tool call examples__get_weather: ok" in out
+        assert "tool call examples__to_fahrenheit: ok" in out
+        assert out.count("[MCP server 'examples', tools/call]") == 3
+    else:
+        assert "tool call get_weather: ok" in out
+        assert "MCP server" not in out
     assert "rejected (missing_arguments)" in out
     assert "did you mean 'city'" in out
     assert re.search(r"^assistant: In \w+ it is .+$", out, re.MULTILINE)

@@ -581,6 +581,8 @@ async def _drive(registry: CollectorRegistry) -> None:
         for index, (name, arguments, allowed) in enumerate(calls):
             await executor.run_turn([ToolCall(f"call_{index}", name, arguments)], turn, allowed)
         request.finish(200, RequestRecord(rounds=2))
+    instrumentation.mcp_server_state("files", True, disconnected=False)  # an MCP server up, then lost
+    instrumentation.mcp_server_state("files", False, disconnected=True)
 
 
 def classic_exposition() -> tuple[CollectorRegistry, bytes]:

@@ -17,6 +17,16 @@ def _offered(body: dict[str, Any]) -> set[str]:
     return {t["function"]["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)}
 
 
+def _base(name: str) -> str:
+    """A tool's name without the prefix an MCP source gives it (`examples__get_weather`)."""
+    return name.rpartition("__")[2]
+
+
+def _named(offered: set[str], base: str) -> str | None:
+    """The offered name of the tool called `base`, with or without an MCP source's prefix."""
+    return next((name for name in sorted(offered) if _base(name) == base), None)
+
+
 def _since_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     return messages[last_user + 1:]
@@ -66,7 +76,8 @@ class DemoPolicy:
         messages = body.get("messages") or []
         offered = _offered(body)
         turns = _since_user(messages)
-        if body.get("tool_choice") == "none" or "get_weather" not in offered:
+        weather_tool, fahrenheit_tool = _named(offered, "get_weather"), _named(offered, "to_fahrenheit")
+        if body.get("tool_choice") == "none" or weather_tool is None:
             return Reply(content=self._answer(messages, turns))
         history = _calls_and_results(turns)
         if history:
@@ -75,20 +86,20 @@ class DemoPolicy:
             if renames:
                 fixed = {renames.get(key, key): value for key, value in arguments.items()}
                 return Reply(tool_calls=[(name, fixed)])
-        done = {name: value for name, _, result in history if (value := _succeeded(result)) is not None}
+        done = {_base(name): value for name, _, result in history if (value := _succeeded(result)) is not None}
         if "get_weather" not in done:
             question = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
             city = match.group(1) if (match := _CITY.search(question)) else "Paris"
-            return Reply(tool_calls=[("get_weather", {"city_name": city})])  # the wrong name, on purpose
+            return Reply(tool_calls=[(weather_tool, {"city_name": city})])  # the wrong name, on purpose
         weather = _weather(done["get_weather"])
-        if (weather is not None and "to_fahrenheit" in offered and "to_fahrenheit" not in done
+        if (weather is not None and fahrenheit_tool is not None and "to_fahrenheit" not in done
                 and weather["unit"] == "celsius"):
-            return Reply(tool_calls=[("to_fahrenheit", {"celsius": weather["temperature"]})])
+            return Reply(tool_calls=[(fahrenheit_tool, {"celsius": weather["temperature"]})])
         return Reply(content=self._answer(messages, turns))
 
     @staticmethod
     def _answer(messages: list[dict[str, Any]], turns: list[dict[str, Any]]) -> str:
-        done = {name: value for name, _, result in _calls_and_results(turns)
+        done = {_base(name): value for name, _, result in _calls_and_results(turns)
                 if (value := _succeeded(result)) is not None}
         weather = _weather(done.get("get_weather"))
         if weather is not None:

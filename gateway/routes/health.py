@@ -6,7 +6,7 @@ import hmac
 
 from aiohttp import web
 
-from gateway.app_keys import ENGINE, INSTRUMENTATION, SETTINGS, UPSTREAM
+from gateway.app_keys import ENGINE, INSTRUMENTATION, MCP_SOURCES, SETTINGS, UPSTREAM
 from gateway.errors import Unauthorized
 
 
@@ -16,12 +16,18 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Ready once the engine is built and the provider takes connections (a gateway that cannot
-    reach its provider should not get traffic)."""
+    reach its provider should not get traffic). With MCP servers configured, `mcp_servers` lists
+    each one's state; only a server marked `required` that is not up makes the gateway unready:
+    the others' tools answer that their server is unavailable, and the rest of the gateway works."""
+    sources = request.app[MCP_SOURCES]
+    servers = {"mcp_servers": sources.status()} if sources.connections else {}
     if ENGINE not in request.app:
-        return web.json_response({"status": "starting"}, status=503)
+        return web.json_response({"status": "starting", **servers}, status=503)
     if not await request.app[UPSTREAM].reachable():
-        return web.json_response({"status": "provider_unreachable"}, status=503)
-    return web.json_response({"status": "ready"})
+        return web.json_response({"status": "provider_unreachable", **servers}, status=503)
+    if sources.required_down():
+        return web.json_response({"status": "mcp_server_unavailable", **servers}, status=503)
+    return web.json_response({"status": "ready", **servers})
 
 
 def _check_scraper(request: web.Request) -> None:

@@ -12,7 +12,7 @@ from typing import Any, get_args
 
 from aiohttp import web
 
-from gateway.app_keys import REGISTRY
+from gateway.app_keys import REGISTRY, SETTINGS
 from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
 from gateway.tools.results import Status
 
@@ -25,103 +25,111 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-_ERRORS = {"4XX": {"$ref": "#/components/responses/Error"}, "5XX": {"$ref": "#/components/responses/Error"}}
+def _errors() -> dict[str, Any]:
+    return {"4XX": {"$ref": "#/components/responses/Error"}, "5XX": {"$ref": "#/components/responses/Error"}}
 
-_IDS = [{"$ref": "#/components/parameters/TrajectoryId"}]
+
+def _ids() -> list[Any]:
+    return [{"$ref": "#/components/parameters/TrajectoryId"}]
 
 
-_SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object", "required": ["error"],
-        "properties": {"error": {
-            "type": "object", "required": ["message", "type"],
-            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                           "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
-    },
-    "Metadata": {"type": "object", "maxProperties": 16, "additionalProperties": {"type": "string", "maxLength": 512},
-                 "description": "Key-value pairs; `trajectory_id` names the trajectory and is not sent on."},
-    "FunctionTool": {
-        "type": "object", "required": ["type", "function"],
-        "properties": {"type": {"const": "function"}, "function": {
-            "type": "object", "required": ["name"],
-            "properties": {"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                           "description": {"type": "string"}, "parameters": {"type": "object"},
-                           "strict": {"type": ["boolean", "null"]}}}},
-    },
-    "ChatMessage": {
-        "type": "object", "required": ["role"],
-        "properties": {
-            "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
-            "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}},
-                                  {"type": "null"}]},
-            "name": {"type": "string"},
-            "tool_call_id": {"type": "string"},
-            "tool_calls": {"type": "array", "items": {"type": "object"}},
+def _shared_schemas() -> dict[str, Any]:
+    """The schemas the document's parts share (built per document: nothing here is module state)."""
+    return {
+        "Error": {
+            "type": "object", "required": ["error"],
+            "properties": {"error": {
+                "type": "object", "required": ["message", "type"],
+                "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                               "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
         },
-    },
-    "ChatRequest": {
-        "type": "object", "required": ["model", "messages"],
-        "properties": {
-            "model": {"type": "string", "minLength": 1},
-            "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
-            "tools": {"type": "array", "items": _ref("FunctionTool"),
-                      "description": "The caller's own tools, offered beside the gateway's and handed back."},
-            "tool_choice": {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object"}]},
-            "stream": {"type": "boolean"},
-            "stream_options": {"type": "object"},
-            "metadata": _ref("Metadata"),
+        "Metadata": {"type": "object", "maxProperties": 16,
+                     "additionalProperties": {"type": "string", "maxLength": 512},
+                     "description": "Key-value pairs; `trajectory_id` names the trajectory and is not sent on."},
+        "FunctionTool": {
+            "type": "object", "required": ["type", "function"],
+            "properties": {"type": {"const": "function"}, "function": {
+                "type": "object", "required": ["name"],
+                "properties": {"name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                               "description": {"type": "string"}, "parameters": {"type": "object"},
+                               "strict": {"type": ["boolean", "null"]}}}},
         },
-    },
-    "ChatCompletion": {
-        "type": "object", "required": ["object", "choices"],
-        "properties": {"id": {"type": "string"}, "object": {"const": "chat.completion"},
-                       "model": {"type": "string"}, "choices": {"type": "array"}, "usage": {"type": "object"}},
-    },
-    "ResponsesRequest": {
-        "type": "object", "required": ["model"],
-        "properties": {
-            "model": {"type": "string", "minLength": 1},
-            "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
-            "instructions": {"type": ["string", "null"]},
-            "tools": {"type": "array", "items": {"type": "object"}},
-            "previous_response_id": {"type": ["string", "null"]},
-            "store": {"type": ["boolean", "null"]},
-            "stream": {"type": "boolean"},
-            "metadata": _ref("Metadata"),
+        "ChatMessage": {
+            "type": "object", "required": ["role"],
+            "properties": {
+                "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+                "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}},
+                                      {"type": "null"}]},
+                "name": {"type": "string"},
+                "tool_call_id": {"type": "string"},
+                "tool_calls": {"type": "array", "items": {"type": "object"}},
+            },
         },
-    },
-    "Response": {
-        "type": "object", "required": ["object", "output"],
-        "properties": {"id": {"type": "string"}, "object": {"const": "response"}, "status": {"type": "string"},
-                       "output": {"type": "array"}},
-    },
-    "ToolRequest": {
-        "type": "object",
-        "properties": {"arguments": {"anyOf": [{"type": "object"}, {"type": "string"}],
-                                     "description": "The arguments as a model would send them (object or JSON text)."},
-                       "metadata": _ref("Metadata")},
-    },
-    "ToolOutcome": {
-        "type": "object", "required": ["tool_call_id", "tool", "status", "content"],
-        "properties": {"tool_call_id": {"type": "string"}, "tool": {"type": "string"},
-                       "status": {"enum": list(get_args(Status))},
-                       "content": {}, "processed_content": {}, "display_text": {"type": ["string", "null"]},
-                       "error_type": {"type": ["string", "null"]}, "rejection": {"type": "object"},
-                       "arguments_check": {"type": "object"}, "interrupt_data": {}},
-    },
-    "Parsed": {"type": "object", "required": ["valid"],
-               "properties": {"valid": {"type": "boolean"}, "arguments": {"type": "object"},
-                              "reason": {"type": "string"}, "message": {"type": "string"}}},
-    "ToolList": {"type": "object", "required": ["object", "data"],
-                 "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("FunctionTool")}}},
-    "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
-}
+        "ChatRequest": {
+            "type": "object", "required": ["model", "messages"],
+            "properties": {
+                "model": {"type": "string", "minLength": 1},
+                "messages": {"type": "array", "minItems": 1, "items": _ref("ChatMessage")},
+                "tools": {"type": "array", "items": _ref("FunctionTool"),
+                          "description": "The caller's own tools, offered beside the gateway's and handed back."},
+                "tool_choice": {"anyOf": [{"enum": ["none", "auto", "required"]}, {"type": "object"}]},
+                "stream": {"type": "boolean"},
+                "stream_options": {"type": "object"},
+                "metadata": _ref("Metadata"),
+            },
+        },
+        "ChatCompletion": {
+            "type": "object", "required": ["object", "choices"],
+            "properties": {"id": {"type": "string"}, "object": {"const": "chat.completion"},
+                           "model": {"type": "string"}, "choices": {"type": "array"}, "usage": {"type": "object"}},
+        },
+        "ResponsesRequest": {
+            "type": "object", "required": ["model"],
+            "properties": {
+                "model": {"type": "string", "minLength": 1},
+                "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+                "instructions": {"type": ["string", "null"]},
+                "tools": {"type": "array", "items": {"type": "object"}},
+                "previous_response_id": {"type": ["string", "null"]},
+                "store": {"type": ["boolean", "null"]},
+                "stream": {"type": "boolean"},
+                "metadata": _ref("Metadata"),
+            },
+        },
+        "Response": {
+            "type": "object", "required": ["object", "output"],
+            "properties": {"id": {"type": "string"}, "object": {"const": "response"}, "status": {"type": "string"},
+                           "output": {"type": "array"}},
+        },
+        "ToolRequest": {
+            "type": "object",
+            "properties": {"arguments": {
+                "anyOf": [{"type": "object"}, {"type": "string"}],
+                "description": "The arguments as a model would send them (object or JSON text)."},
+                           "metadata": _ref("Metadata")},
+        },
+        "ToolOutcome": {
+            "type": "object", "required": ["tool_call_id", "tool", "status", "content"],
+            "properties": {"tool_call_id": {"type": "string"}, "tool": {"type": "string"},
+                           "status": {"enum": list(get_args(Status))},
+                           "content": {}, "processed_content": {}, "display_text": {"type": ["string", "null"]},
+                           "error_type": {"type": ["string", "null"]}, "rejection": {"type": "object"},
+                           "arguments_check": {"type": "object"}, "interrupt_data": {}},
+        },
+        "Parsed": {"type": "object", "required": ["valid"],
+                   "properties": {"valid": {"type": "boolean"}, "arguments": {"type": "object"},
+                                  "reason": {"type": "string"}, "message": {"type": "string"}}},
+        "ToolList": {"type": "object", "required": ["object", "data"],
+                     "properties": {"object": {"const": "list"},
+                                    "data": {"type": "array", "items": _ref("FunctionTool")}}},
+        "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+    }
 
 
-def _operation(summary: str, body: str | None, answer: dict[str, Any], *, parameters: list[Any] = _IDS,
+def _operation(summary: str, body: str | None, answer: dict[str, Any], *, parameters: list[Any] | None = None,
                ) -> dict[str, Any]:
-    operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
-                                 "responses": {"200": {"description": "OK", "content": answer}, **_ERRORS}}
+    operation: dict[str, Any] = {"summary": summary, "parameters": _ids() if parameters is None else parameters,
+                                 "responses": {"200": {"description": "OK", "content": answer}, **_errors()}}
     if body is not None:
         operation["requestBody"] = {"required": True, "content": _json(_ref(body))}
     return operation
@@ -139,7 +147,7 @@ def document(tool_names: list[str]) -> dict[str, Any]:
                            {**_json(_ref("Response")), **events})
     tool_name = {"name": "name", "in": "path", "required": True, "description": "A registered tool's name.",
                  "schema": {"enum": tool_names} if tool_names else {"type": "string", "minLength": 1}}
-    tool_parameters = [tool_name, *_IDS]
+    tool_parameters = [tool_name, *_ids()]
     plain = {"text/plain": {"schema": {"type": "string"}},
              "application/openmetrics-text": {"schema": {"type": "string"}}}
     return {
@@ -164,7 +172,7 @@ def document(tool_names: list[str]) -> dict[str, Any]:
             "/openapi.json": {"get": _operation("This document", None, _json({"type": "object"}), parameters=[])},
         },
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": _shared_schemas(),
             "parameters": {"TrajectoryId": {
                 "name": TRAJECTORY_HEADER, "in": "header", "required": False,
                 "description": "Names the trajectory this request belongs to; a fresh one when absent.",
@@ -181,4 +189,7 @@ def document(tool_names: list[str]) -> dict[str, Any]:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(document(sorted(request.app[REGISTRY].names())))
+    """The document; with gateway keys set, it names no tools (which tools a key may use is for
+    that key's GET /v1/tools to say)."""
+    names = [] if request.app[SETTINGS].keys else sorted(request.app[REGISTRY].names())
+    return web.json_response(document(names))

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.tools.hooks import ToolOrigin
 from gateway.tools.params import (
     NameCheck,
     Param,
@@ -40,6 +41,7 @@ from gateway.tools.results import (
     rescued_message,
     valid_json,
 )
+from gateway.tools.schema import closed_to_other_names, describe_problems, schema_validator, value_problems
 from gateway.tools.strict import drop_optional_nulls, required_nulls, strict_schema
 from gateway.tools.threads import ToolsBusy, ToolThreads
 
@@ -147,7 +149,8 @@ class Tool:
     """A callable the model may use. Declare arguments with at most one of `parameters`,
     `parameters_schema` or `args_model`. With `strict=True` the model is offered strict mode's
     form of the declaration (gateway.tools.strict), and its nulls for optional parameters are
-    read as "not sent"."""
+    read as "not sent". With `validate_schema=True` the parse step also checks the values against
+    the declared schema, and refuses names it does not list (gateway.tools.schema)."""
 
     name: str
     function: Callable[..., Any]
@@ -161,12 +164,15 @@ class Tool:
     display_text: str | None = None
     strict: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+    validate_schema: bool = False
+    origin: ToolOrigin | None = None
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the model is offered
     declared_schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the tool declared
     required_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
     accepted_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _call_arity: int = field(init=False, repr=False, compare=False)
     _parser_arity: int = field(init=False, repr=False, compare=False)
+    _validator: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
@@ -191,6 +197,10 @@ class Tool:
         setattr_("_parser_arity", 0 if parser is None else _positional_arity(parser, "parse_args", self.name))
         if self.parameters is not None:
             setattr_("parameters", tuple(self.parameters))
+        if self.validate_schema and (self.parse_args is not None or self.args_model is not None):
+            raise ToolDeclarationError(f"tool {self.name!r}: validate_schema is for a declared schema; "
+                                       "parse_args and args_model check arguments themselves")
+        setattr_("_validator", schema_validator(self.name, declared) if self.validate_schema else None)
 
     def _build_schema(self) -> dict[str, Any]:
         styles = [n for n in ("parameters", "parameters_schema", "args_model") if getattr(self, n) is not None]
@@ -240,6 +250,8 @@ class Tool:
         check = check_names(decoded, self.required_names, self.accepted_names)
         if self.args_model is not None:
             return self._validate_model(decoded, check)
+        if self._validator is not None:
+            return self._validate_values(decoded, check)
         if self.strict and (nulls := required_nulls(decoded, self.declared_schema)):
             return self._null_rejection(decoded, nulls)
         if check.missing:
@@ -272,6 +284,14 @@ class Tool:
                           "it must return None or a dict, or raise ToolError")
         return Rejection("parser", rescued_message(error), exception=error, traceback=format_traceback(error))
 
+    def _validate_values(self, args: dict[str, Any], check: NameCheck) -> Parsed | Rejection:
+        problems = value_problems(self._validator, args, check)
+        refuse_unrecognized = bool(check.unrecognized) and closed_to_other_names(self.declared_schema)
+        if not (problems or check.missing or refuse_unrecognized):
+            return Parsed(args)
+        reason: RejectionReason = "missing_arguments" if check.missing else "parser"
+        return Rejection(reason, describe_problems(self.name, check, problems, refuse_unrecognized), check)
+
     def _validate_model(self, args: dict[str, Any], check: NameCheck) -> Parsed | Rejection:
         assert self.args_model is not None
         try:
@@ -296,8 +316,8 @@ class Tool:
             async with deadline:
                 value = await self._call(args, context, threads)
         except ToolsBusy as exc:
-            message = (f"Tool '{self.name}' is busy and did not run: all {exc.size} threads for tools are in use. "
-                       "Try again later.")
+            message = (f"Tool '{self.name}' is busy and did not run: all {exc.size} threads for tools are held by "
+                       "earlier calls that did not finish. Try again later.")
             return replace(template, status="error", content=message, error_type="tool_busy")
         except TimeoutError as exc:
             if not deadline.expired():

@@ -16,6 +16,19 @@ Step = Literal["parse", "execute"]
 
 
 @dataclass(frozen=True)
+class ToolOrigin:
+    """Where the body of a tool runs when another program serves it (an MCP server's tool):
+    what its `tool.call` span says about that program."""
+
+    protocol: str  # "mcp"
+    server: str  # the server's name in the settings
+    method: str  # the request that runs the tool, "tools/call"
+    remote_name: str  # the tool's name on that server
+    transport: str  # "pipe" (stdio) or "tcp"
+    protocol_version: str | None = None
+
+
+@dataclass(frozen=True)
 class ToolCall:
     """One call as the model sent it: `arguments` is the raw JSON text."""
 
@@ -56,6 +69,14 @@ class ToolHooks(Protocol):
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AbstractContextManager[ToolCallTrace]:
         """The scope of one call from lookup to outcome; `tool` is None for an unknown name."""
 
+    def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
+        """An MCP server whose tools are in the registry came up, or is not up (`disconnected`:
+        it was up, and the connection was lost)."""
+
+    def inject_context(self, carrier: dict[str, str]) -> None:
+        """Write the current trace context into `carrier`: a tool body that calls another program
+        (an MCP server's tool) hands it on, so that program's spans join the trace."""
+
 
 class _NoTrace:
     def step(self, name: Step) -> AbstractContextManager[None]:
@@ -71,3 +92,9 @@ class NoHooks:
     @contextmanager
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> Iterator[ToolCallTrace]:
         yield _NoTrace()
+
+    def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
+        return None
+
+    def inject_context(self, carrier: dict[str, str]) -> None:
+        return None

@@ -10,11 +10,16 @@ from gateway.tools.params import ToolDeclarationError
 
 
 class ToolRegistry:
-    """Tools by name, in registration order. A name can be registered once."""
+    """Tools by name, in registration order. A name can be registered once.
+
+    A source (an MCP server) may replace its own tools while requests are served: every change
+    puts a new dict in place rather than changing the one a request may be iterating, and starts
+    new spec caches."""
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
-        # Specs and names by allowlist, built once: every request offers them. Registering clears them.
+        self._sources: dict[str, str] = {}  # tool name -> the source that registered it
+        # Specs and names by allowlist, built once: every request offers them. Any change drops them.
         self._specs: dict[tuple[str, frozenset[str] | None], list[dict[str, Any]]] = {}
         self._names: dict[frozenset[str] | None, frozenset[str]] = {}
         for item in tools:
@@ -26,10 +31,33 @@ class ToolRegistry:
             raise ToolDeclarationError(f"only Tool objects can be registered, not {type(tool).__name__}")
         if tool.name in self._tools:
             raise ToolDeclarationError(f"tool {tool.name!r} is already registered")
-        self._tools[tool.name] = tool
-        self._specs.clear()
-        self._names.clear()
+        self._swap({**self._tools, tool.name: tool})
         return tool
+
+    def replace_source(self, source: str, tools: Iterable[Tool]) -> list[str]:
+        """Make `tools` the whole set of `source`'s tools (none: it has no tools now). Returns the
+        names it could not take because a tool of another origin already has them."""
+        kept = {name: t for name, t in self._tools.items() if self._sources.get(name) != source}
+        sources = {name: s for name, s in self._sources.items() if s != source}
+        refused = []
+        for item in tools:
+            if item.name in kept:
+                refused.append(item.name)
+                continue
+            kept[item.name] = item
+            sources[item.name] = source
+        self._sources = sources
+        self._swap(kept)
+        return refused
+
+    def source_of(self, name: str) -> str | None:
+        """The source that registered tool `name`; None for a tool registered by itself."""
+        return self._sources.get(name)
+
+    def _swap(self, tools: dict[str, Tool]) -> None:
+        self._tools = tools
+        self._specs = {}
+        self._names = {}
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

@@ -45,6 +45,7 @@ class ToolResult:
     is_error: bool = False
     display_text: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    error_type: str | None = None  # with is_error: the outcome's error type (default "tool_error")
 
 
 @dataclass(frozen=True)
@@ -223,5 +224,5 @@ def _from_tool_result(value: ToolResult, template: ToolOutcome) -> ToolOutcome:
         processed_content=value.processed_content,
         options=dict(value.options),
         display_text=value.display_text or template.display_text,
-        error_type="tool_error" if value.is_error else None,
+        error_type=(value.error_type or "tool_error") if value.is_error else None,
     )

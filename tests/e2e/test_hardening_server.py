@@ -23,7 +23,7 @@ from aiohttp import web
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply, ScriptedModel
@@ -499,6 +499,12 @@ async def test_a_key_reaches_only_its_pass_through_routes(aiohttp_server: Aiohtt
         assert response.status == 200  # no list: every route
     assert [seen.path for seen in found.provider.received] == ["/v1/models", "/v1/models/gpt-4o", "/v1/embeddings",
                                                                "/v1/files"]
+
+
+def test_a_route_prefix_without_its_slash_fails_at_start_up() -> None:
+    """`v1/models` would match no path and refuse every route: the operator hears of it at once."""
+    with pytest.raises(ValidationError, match="must be a path starting with '/'"):
+        GatewayKey(key=SecretStr(KEY), routes=["v1/models"])
 
 
 # --- graceful shutdown ---------------------------------------------------------------------------------

@@ -189,8 +189,8 @@ async def test_a_full_tool_pool_is_a_busy_outcome_not_a_stall(make_stack: StackF
         assert answer.content == "done"
         results = [m["content"] for m in tool_messages(stack.upstream_requests[1])]
         assert [r.startswith("Tool 'stuck' did not finish") for r in results[:2]] == [True, True]
-        assert results[2] == ("Tool 'read_file' is busy and did not run: all 2 threads for tools are in use. "
-                              "Try again later.")
+        assert results[2] == ("Tool 'read_file' is busy and did not run: all 2 threads for tools are held by "
+                              "earlier calls that did not finish. Try again later.")
         trace = answer.headers["x-trace-id"]
         assert tool_outcomes(stack, trace) == [("stuck", "timeout"), ("stuck", "timeout"), ("read_file", "error")]
         [busy] = [s for s in stack.spans(trace) if s.name == names.SPAN_TOOL_CALL

@@ -39,6 +39,20 @@ async def test_health_and_metrics_need_no_key(keyed: Stack) -> None:
             assert response.status == 200
 
 
+async def test_the_openapi_document_names_no_tools_when_keys_are_set(keyed: Stack, make_stack: StackFactory) -> None:
+    """Which tools a key may use is for its own GET /v1/tools to say, not for an open document."""
+    def tool_names(document: dict[str, Any]) -> Any:
+        parameters = document["paths"]["/v1/tools/{name}/invoke"]["post"]["parameters"]
+        [name] = [p for p in parameters if p.get("in") == "path"]
+        return name["schema"].get("enum")
+
+    async with keyed.http.get("/openapi.json") as response:
+        assert tool_names(await response.json()) is None
+    open_stack = await make_stack()
+    async with open_stack.http.get("/openapi.json") as response:
+        assert "read_file" in tool_names(await response.json())
+
+
 async def test_a_key_sees_and_offers_only_its_tools(keyed: Stack) -> None:
     listed = await keyed.client.get("/tools", cast_to=dict)  # type: ignore[type-var]
     assert [t["function"]["name"] for t in listed["data"]] == ["read_file"]

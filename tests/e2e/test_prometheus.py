@@ -23,6 +23,7 @@ import pytest
 from gateway.demo.model import Reply
 from telemetry import names
 from tests.conftest import AUTH, TEST_KEY, USER, Stack, StackFactory, every_outcome_registry, free_port
+from tests.mcp.conftest import Recorded, lose_once, stdio_server
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 GRAFANA_VARIABLES = {"__rate_interval": "20s", "__interval": "5s", "__range": "5m", "__range_s": "300",
@@ -91,10 +92,13 @@ async def prometheus(tmp_path: Path, stack_with_tools: Stack) -> AsyncIterator[s
 
 
 @pytest.fixture
-async def stack_with_tools(make_stack: StackFactory) -> Stack:
+async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     registry = every_outcome_registry()
     allowed = [name for name in registry.names() if name != "admin"]  # so that not_allowed happens too
-    return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed}})
+    # An MCP server too, for the MCP panels (test_every_dashboard_query_returns_data loses it once).
+    mcp = stdio_server(Recorded(tmp_path / "mcp.jsonl"), reconnect_min_seconds=0.05, ping_interval_seconds=0)
+    return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed}},
+                            mcp_servers={"files": mcp})
 
 
 async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,
@@ -155,8 +159,9 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
     return traces
 
 
-async def test_every_dashboard_query_returns_data(stack_with_tools: Stack, prometheus: str) -> None:
+async def test_every_dashboard_query_returns_data(stack_with_tools: Stack, prometheus: str, tmp_path: Path) -> None:
     stack = stack_with_tools
+    await lose_once(stack, Recorded(tmp_path / "mcp.jsonl"))
     traces = await run_session(stack, prometheus)
     outcomes = await query(prometheus, f"sum by (outcome) ({names.METRIC_TOOL_CALLS})")
     assert {s["metric"]["outcome"] for s in outcomes["data"]["result"]} == {

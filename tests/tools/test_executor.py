@@ -7,10 +7,14 @@ would never end is bounded by `asyncio.wait_for` so the test fails instead of ha
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -246,27 +250,77 @@ async def test_a_full_tool_pool_is_a_busy_outcome_at_once_and_the_default_execut
     assert [o.status for o in stuck] == ["timeout", "timeout"]
     assert busy_threads == 2  # both still taken by the bodies that outlived their timeout
     assert (busy.status, busy.error_type) == ("error", "tool_busy")
-    assert busy.content == ("Tool 'quick' is busy and did not run: all 2 threads for tools are in use. "
-                            "Try again later.")
+    assert busy.content == ("Tool 'quick' is busy and did not run: all 2 threads for tools are held by "
+                            "earlier calls that did not finish. Try again later.")
     assert unaffected.content == "async"  # async bodies need no thread
     assert elsewhere == "free"
 
 
-async def test_a_thread_is_free_again_once_its_body_returns() -> None:
+async def test_a_call_waits_for_a_thread_that_a_running_body_holds() -> None:
+    """Busy with bodies still within their time, the pool queues: a healthy burst is not refused."""
     threads = ToolThreads(1)
-    release = threading.Event()
-    first = asyncio.ensure_future(threads.run(lambda: release.wait(BOUND)))
+    started, release = threading.Event(), threading.Event()
+
+    def first_body() -> str:
+        started.set()
+        release.wait(BOUND)
+        return "first"
+
     try:
-        await asyncio.sleep(0)  # one turn of the loop, not a wait: `first` starts and takes the thread
+        first = asyncio.ensure_future(threads.run(first_body))
+        assert await asyncio.to_thread(started.wait, BOUND)
+        second = asyncio.ensure_future(threads.run(lambda: "second"))
+        await asyncio.sleep(0)  # one turn of the loop: `second` is queued, not refused
         assert threads.busy == 1
-        with pytest.raises(ToolsBusy):
-            await threads.run(lambda: "second")
+        assert not second.done()
+        release.set()
+        assert (await first, await second) == ("first", "second")
     finally:
         release.set()
-    assert await first is True
-    assert threads.busy == 0
-    assert await threads.run(lambda: "again") == "again"
-    threads.close()
+        threads.close()
+
+
+async def test_a_pool_held_by_abandoned_bodies_refuses_at_once() -> None:
+    threads = ToolThreads(1)
+    started, release = threading.Event(), threading.Event()
+
+    def stuck() -> None:
+        started.set()
+        release.wait(BOUND)
+
+    try:
+        waiting = asyncio.ensure_future(threads.run(stuck))
+        assert await asyncio.to_thread(started.wait, BOUND)
+        waiting.cancel()  # the call gives up (its time ran out); the body runs on
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(ToolsBusy):
+            await threads.run(lambda: "refused")
+    finally:
+        release.set()
+        threads.close()
+
+
+def test_a_body_that_never_returns_does_not_keep_the_process_alive(tmp_path: Path) -> None:
+    """The pool's threads are daemons: a process whose tool body hangs for ever still exits."""
+    script = tmp_path / "hang.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio, threading
+        from gateway.tools import ToolThreads
+
+        async def main():
+            threads = ToolThreads(1)
+            try:
+                await asyncio.wait_for(threads.run(threading.Event().wait), 0.05)
+            except TimeoutError:
+                print("gave up")
+            threads.close()
+
+        asyncio.run(main())
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[2])
+    assert (done.returncode, done.stdout.strip()) == (0, "gave up"), done.stderr
 
 
 async def test_a_sync_body_runs_in_the_context_of_its_call() -> None:

@@ -1,0 +1,268 @@
+"""One MCP server as a source of tools: connect, list its tools into the registry, keep them current
+on `notifications/tools/list_changed`, call them, and reconnect with backoff when the server goes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Literal, cast
+
+import httpx2
+import mcp_types
+from mcp import Client
+from mcp.client import Transport
+from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from gateway.mcp.tools import METHOD_CALL_TOOL, build_tool, tool_result
+from gateway.settings import McpServer
+from gateway.tools import ToolDeclarationError, ToolHooks, ToolRegistry, ToolResult
+from gateway.tools.hooks import ToolOrigin
+
+log = logging.getLogger("toolspan.mcp")
+State = Literal["connecting", "up", "down"]
+UNAVAILABLE = "mcp_server_unavailable"  # the error type of a call its server could not take
+_LIST_PAGES = 100  # a server whose tools/list never ends cannot hold the connection up
+
+
+class McpConnection:
+    """The connection to one configured MCP server, kept by `run()` (a task of its own).
+
+    Its tools stay registered while the server is down, so that calling one says the server is
+    unavailable rather than that no such tool exists; they are listed afresh on reconnecting."""
+
+    def __init__(self, name: str, config: McpServer, registry: ToolRegistry, hooks: ToolHooks,
+                 client_info: mcp_types.Implementation) -> None:
+        self.name = name
+        self.config = config
+        self.state: State = "connecting"
+        self.error: str | None = None  # why it is not up, when it is not
+        self.protocol_version: str | None = None
+        self.tools: tuple[str, ...] = ()  # the registered names of its tools
+        self.disconnects = 0
+        self._registry = registry
+        self._hooks = hooks
+        self._client_info = client_info
+        self._client: Client | None = None
+        self._wake = asyncio.Event()  # the session loop has something to do
+        self._lost: str | None = None  # why the connection is gone, once it is
+        self._relist = False
+        self._changed = asyncio.Event()
+
+    @property
+    def source(self) -> str:
+        """Its name as a source of the registry's tools."""
+        return f"mcp:{self.name}"
+
+    @property
+    def transport_name(self) -> str:
+        """network.transport, as the MCP semantic conventions name it."""
+        return "pipe" if self.config.command is not None else "tcp"
+
+    async def wait_until(self, check: Callable[[McpConnection], bool]) -> None:
+        """Return once `check(self)` holds; it is tried again at every change of state or tools."""
+        while True:
+            changed = self._changed
+            if check(self):
+                return
+            await changed.wait()
+
+    def _announce(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # --- the connection's life ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect after a failure, waiting twice as long after each failed
+        attempt (from `reconnect_min_seconds` up to `reconnect_max_seconds`), until cancelled."""
+        delay = self.config.reconnect_min_seconds
+        while True:
+            try:
+                await self._session()
+            except Exception as exc:  # every way a server can fail: refused, died, spoke nonsense
+                self._lost = self._lost or _reason(exc)
+            disconnected = self.state == "up"
+            if disconnected:
+                self.disconnects += 1
+                delay = self.config.reconnect_min_seconds
+            self._hooks.mcp_server_state(self.name, False, disconnected)
+            self._client = None
+            self.state, self.error = "down", self._lost or "the connection ended"
+            log.warning("MCP server %r is unavailable (%s); reconnecting in %.1f s", self.name, self.error, delay)
+            self._announce()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.config.reconnect_max_seconds)
+
+    async def _session(self) -> None:
+        """One connection, from connecting to its loss."""
+        self._lost, self._relist = None, False
+        async with AsyncExitStack() as stack:
+            transport = await self._transport(stack)
+            client = Client(_watched(transport, self._lose), message_handler=self._on_message,
+                            client_info=self._client_info, cache=None)
+            async with asyncio.timeout(self.config.connect_timeout_seconds):
+                await stack.enter_async_context(client)
+                self.protocol_version = client.protocol_version
+                await self._list_tools(client)
+                capabilities = client.server_capabilities.tools
+                if self.protocol_version in MODERN_PROTOCOL_VERSIONS and capabilities and capabilities.list_changed:
+                    # Since 2026-07-28 a server sends change notifications only on a listen stream.
+                    await stack.enter_async_context(client.listen(tools_list_changed=True))
+            self._client = client
+            self.state, self.error = "up", None
+            self._hooks.mcp_server_state(self.name, True, False)
+            log.info("MCP server %r is up: %d tools", self.name, len(self.tools))
+            self._announce()
+            await self._serve(client)
+
+    async def _serve(self, client: Client) -> None:
+        """Wait for a change of its tools, a lost connection, or the time to ping it."""
+        interval = self.config.ping_interval_seconds or None
+        while self._lost is None:
+            try:
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                async with asyncio.timeout(self.config.connect_timeout_seconds):
+                    await client.send_ping()
+                continue
+            self._wake.clear()
+            if self._relist and self._lost is None:
+                self._relist = False
+                async with asyncio.timeout(self.config.connect_timeout_seconds):
+                    await self._list_tools(client)
+                self._announce()
+
+    async def _transport(self, stack: AsyncExitStack) -> Transport:
+        config = self.config
+        if config.command is not None:
+            env = {key: value.get_secret_value() for key, value in config.env.items()}
+            return stdio_client(StdioServerParameters(command=config.command, args=config.args, env=env or None,
+                                                      cwd=config.cwd))
+        assert config.url is not None  # the settings require a command or a URL
+        headers = {key: value.get_secret_value() for key, value in config.headers.items()}
+        if config.transport == "sse":
+            return sse_client(config.url, headers=headers, timeout=config.connect_timeout_seconds)
+        # Responses may stream for as long as a tool runs: only connecting is limited here.
+        timeout = httpx2.Timeout(config.connect_timeout_seconds, read=None)
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
+        return streamable_http_client(config.url, http_client=http)
+
+    async def _list_tools(self, client: Client) -> None:
+        listed: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        tools = []
+        for item in listed:
+            origin = ToolOrigin("mcp", self.name, METHOD_CALL_TOOL, item.name, self.transport_name,
+                                self.protocol_version)
+            try:
+                tools.append(build_tool(origin, item, self.call, self.config.concurrent, self.config.timeout_seconds))
+            except ToolDeclarationError as exc:
+                log.warning("MCP server %r: tool %r left out: %s", self.name, item.name, exc)
+        refused = self._registry.replace_source(self.source, tools)
+        for name in refused:
+            log.warning("MCP server %r: tool %r left out: a tool of that name is already registered", self.name, name)
+        self.tools = tuple(t.name for t in tools if t.name not in refused)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._relist = True
+            self._wake.set()
+        elif isinstance(message, Exception):
+            self._lose(_reason(message))
+
+    def _lose(self, reason: str) -> None:
+        """The connection is gone (or no longer to be trusted): the session loop ends it."""
+        if self._lost is None:
+            self._lost = reason
+        self._wake.set()
+
+    # --- calls ----------------------------------------------------------------------------------
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """`tools/call` with the trace context in `params._meta`; a server that is not there, or
+        goes during the call, makes an error result saying so."""
+        client = self._client
+        if client is None or self.state != "up":
+            return self._unavailable(f"it is not connected ({self.error or 'connecting'})")
+        meta: dict[str, str] = {}
+        self._hooks.inject_context(meta)
+        try:
+            result = await client.call_tool(tool, arguments, meta=cast(mcp_types.RequestParamsMeta, meta) or None)
+        except MCPError as exc:
+            if exc.error.code != mcp_types.CONNECTION_CLOSED:
+                return ToolResult(content=f"MCP server '{self.name}' refused the call of its tool '{tool}': "
+                                          f"{exc.error.message}", is_error=True, error_type="mcp_error")
+            self._lose("the server closed the connection")
+            return self._unavailable("the connection closed during the call; whether the tool ran is unknown")
+        except Exception as exc:  # the transport failed under the call
+            self._lose(_reason(exc))
+            return self._unavailable("the connection failed during the call; whether the tool ran is unknown")
+        return tool_result(result)
+
+    def _unavailable(self, why: str) -> ToolResult:
+        return ToolResult(content=f"MCP server '{self.name}' is unavailable: {why}. The gateway reconnects to it "
+                                  "on its own; try the call again later.", is_error=True, error_type=UNAVAILABLE)
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure in a few words, the first of a group's (anyio raises groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+class _WatchedStream:
+    """The server's side of a transport, telling when it ends (a stdio server that exited)."""
+
+    def __init__(self, inner: Any, ended: Callable[[str], None]) -> None:
+        self._inner = inner
+        self._ended = ended
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except Exception:
+            self._ended("the server closed the connection")
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._inner.__anext__()
+        except StopAsyncIteration:
+            self._ended("the server closed the connection")
+            raise
+
+    async def __aenter__(self) -> _WatchedStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+@asynccontextmanager
+async def _watched(transport: Transport, ended: Callable[[str], None]) -> AsyncIterator[Any]:
+    async with transport as (read_stream, write_stream):
+        yield _WatchedStream(read_stream, ended), write_stream

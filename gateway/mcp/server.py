@@ -1,0 +1,157 @@
+"""The gateway's tool registry as an MCP server, built on the official SDK's low-level `Server`
+and its streamable HTTP session manager (an ASGI app; gateway.routes.mcp serves it at /mcp).
+
+`tools/list` offers the tools the caller's key allows, each with the schema the model is offered
+and its description, read from the registry at every request (MCP sources change it while the
+gateway runs). `tools/call` runs through the gateway's ToolExecutor, like every other call: the
+same `tool.call` span, metrics, rejection diagnostics and retry classification. A rejected or
+failed call is a result with `isError: true` whose text the model can act on; a name the caller
+has no tool by (unknown, or outside its allowlist) is a JSON-RPC "invalid params" error, as the
+MCP specification asks for an unknown tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import json
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import mcp_types as types
+import pydantic_core
+from aiohttp import web
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.types import Receive, Scope, Send
+
+from gateway.caller import Caller
+from gateway.settings import Settings
+from gateway.tools import ToolCall, ToolExecutor, ToolOutcome, ToolRegistry
+
+# The route puts the request's Caller in the ASGI scope under this key; a handler reads it off the
+# HTTP request the SDK hands it. (The SDK also runs each handler in the context of the HTTP request
+# that carried its message, so the tool.call spans nest under that request's span.)
+CALLER_SCOPE_KEY = "toolspan.caller"
+_NO_SUCH_TOOL = ("unknown_tool", "not_allowed")  # for this caller: a JSON-RPC error, as for an unknown tool
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("toolspan")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _security(settings: Settings) -> TransportSecuritySettings | None:
+    """On a loopback address, the Host and Origin checks against DNS rebinding that the MCP
+    specification asks for (a web page must not reach a local gateway's tools); the SDK's own
+    default for such servers."""
+    if settings.host not in _LOOPBACK:
+        return None
+    return TransportSecuritySettings(
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+
+
+def _caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
+    found = getattr(ctx.request, "scope", {}).get(CALLER_SCOPE_KEY)
+    if not isinstance(found, Caller):  # only if the app were served other than by gateway.routes.mcp
+        raise MCPError(code=types.INTERNAL_ERROR, message="the request reached the MCP server without its caller")
+    return found
+
+
+def _block(part: dict[str, Any]) -> types.TextContent | types.ImageContent:
+    """One content part of an outcome (OpenAI's shape) as an MCP content block."""
+    if part.get("type") == "text":
+        return types.TextContent(text=str(part.get("text", "")))
+    url = str(part.get("image_url", {}).get("url", "")) if part.get("type") == "image_url" else ""
+    head, _, data = url.partition(";base64,")
+    if head.startswith("data:") and data:
+        return types.ImageContent(data=data, mime_type=head.removeprefix("data:"))
+    return types.TextContent(text=json.dumps(part, ensure_ascii=False))
+
+
+def call_result(outcome: ToolOutcome) -> types.CallToolResult:
+    """An outcome as MCP returns it: the model-facing content; a native dict result (or an MCP
+    tool's structured content) as `structuredContent`; anything but ok is an error."""
+    content = outcome.content
+    blocks = [types.TextContent(text=content)] if isinstance(content, str) else [_block(p) for p in content]
+    processed = outcome.processed_content
+    structured = pydantic_core.to_jsonable_python(processed, fallback=repr) if isinstance(processed, dict) else None
+    return types.CallToolResult(content=list(blocks), structured_content=structured,
+                                is_error=outcome.status != "ok")
+
+
+class McpEndpoint:
+    """The MCP server and its session manager, for the life of the app: `lifetime` is the app's
+    cleanup context, `handle` the ASGI app, `closing` ends event streams at shutdown."""
+
+    def __init__(self, registry: ToolRegistry, executor: ToolExecutor, settings: Settings) -> None:
+        self.registry = registry
+        self.executor = executor
+        server: Server[Any] = Server("toolspan", version=_version(), on_list_tools=self._list_tools,
+                                     on_call_tool=self._call_tool)
+        # The SDK's own per-message SERVER span would be a second root beside the gateway's
+        # request span; the request span and the tool.call spans are the telemetry contract.
+        server.middleware.clear()
+        # One JSON answer per POST: no event stream to keep open per call.
+        self.sessions = StreamableHTTPSessionManager(server, json_response=True, security_settings=_security(settings),
+                                                     max_request_body_size=settings.max_body_bytes)
+        self.closing = asyncio.Event()
+
+    def scope_of(self, caller: Caller) -> dict[str, Any]:
+        """What the ASGI scope of a request by `caller` carries: the caller, and its key as the
+        SDK's user, so that a session answers only the key that opened it."""
+        scope: dict[str, Any] = {CALLER_SCOPE_KEY: caller}
+        if caller.principal is not None:  # the key's name stands for it: the secret stays out
+            scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=caller.principal, scopes=[]))
+        return scope
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.sessions.handle_request(scope, receive, send)
+
+    async def lifetime(self, app: web.Application) -> AsyncIterator[None]:
+        """Runs the session manager on a task of its own: its task group must end on the task
+        that started it, and aiohttp may clean up on another one."""
+        stop = asyncio.Event()
+        running = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            async with self.sessions.run():
+                running.set_result(None)
+                await stop.wait()
+
+        task = asyncio.create_task(run())
+        await asyncio.wait([task, running], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # it failed to start: say why
+        yield
+        stop.set()
+        await task
+
+    async def close_streams(self, app: web.Application) -> None:
+        self.closing.set()
+
+    async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
+                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        allowed = _caller_of(ctx).allowed
+        return types.ListToolsResult(tools=[
+            types.Tool(name=tool.name, description=tool.description or None, input_schema=tool.schema)
+            for tool in self.registry if allowed is None or tool.name in allowed])
+
+    async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.CallToolRequestParams) -> types.CallToolResult:
+        caller = _caller_of(ctx)
+        call = ToolCall(f"call_{secrets.token_hex(12)}", params.name, json.dumps(params.arguments or {}))
+        outcome = await self.executor.run_call(call, caller.turn(0), caller.allowed)
+        if outcome.rejection is not None and outcome.rejection.reason in _NO_SUCH_TOOL:
+            raise MCPError(code=types.INVALID_PARAMS, message=outcome.content_text())
+        return call_result(outcome)

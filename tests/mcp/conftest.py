@@ -1,0 +1,97 @@
+"""MCP servers for the tests: tests/mcp/servers/files.py over stdio, or served over streamable HTTP
+by a process of its own, and what such a server recorded of the calls it received."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app_keys import MCP_SOURCES
+from gateway.mcp import McpConnection
+from tests.conftest import Gateway, Stack
+
+FILES_SERVER = Path(__file__).parent / "servers" / "files.py"
+
+
+@dataclass
+class Recorded:
+    """The JSON lines a test server wrote: its process ids, and each call it received."""
+
+    path: Path
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines()]
+
+    def calls(self) -> list[dict[str, Any]]:
+        return [entry for entry in self.entries() if "tool" in entry]
+
+    def pids(self) -> list[int]:
+        return [entry["pid"] for entry in self.entries() if "pid" in entry]
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Recorded:
+    return Recorded(tmp_path / "calls.jsonl")
+
+
+def stdio_server(recorded: Recorded, **settings: Any) -> dict[str, Any]:
+    """The settings of the test server run over stdio."""
+    return {"command": sys.executable, "args": [str(FILES_SERVER)], "env": {"RECORD": str(recorded.path)},
+            **settings}
+
+
+@dataclass
+class HttpServer:
+    url: str
+    process: asyncio.subprocess.Process
+
+
+async def start_http_server(recorded: Recorded, port: int = 0) -> HttpServer:
+    """The test server over streamable HTTP; it listens once its first line (its port) is out."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(FILES_SERVER), "http", str(port), stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "RECORD": str(recorded.path)})
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 30)
+    return HttpServer(f"http://127.0.0.1:{int(line)}/mcp", process)
+
+
+@pytest.fixture
+async def http_server(recorded: Recorded) -> AsyncIterator[HttpServer]:
+    server = await start_http_server(recorded)
+    yield server
+    if server.process.returncode is None:
+        server.process.kill()
+    await server.process.wait()
+
+
+@pytest.fixture(params=["stdio", "http"])
+def files_server(request: pytest.FixtureRequest, recorded: Recorded) -> dict[str, Any]:
+    """The settings of the test server, over stdio and over streamable HTTP."""
+    if request.param == "stdio":
+        return stdio_server(recorded)
+    server: HttpServer = request.getfixturevalue("http_server")
+    return {"url": server.url}
+
+
+def connection(gateway: Stack | Gateway, name: str = "files") -> McpConnection:
+    return gateway.http.server.app[MCP_SOURCES].connections[name]
+
+
+async def lose_once(gateway: Stack | Gateway, recorded: Recorded, name: str = "files") -> None:
+    """Kill the stdio server `name` and wait until the gateway has reconnected to a new one."""
+    source = connection(gateway, name)
+    lost = source.disconnects
+    os.kill(recorded.pids()[-1], signal.SIGKILL)
+    await source.wait_until(lambda c: c.disconnects > lost and c.state == "up")
