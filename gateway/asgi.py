@@ -41,29 +41,19 @@ def _scope(request: web.Request, extra: Mapping[str, Any]) -> Scope:
 
 
 class _Exchange:
-    """The `receive` and `send` of one request."""
+    """The `receive` and `send` of one request, whose body the gateway has read already."""
 
-    def __init__(self, request: web.Request, read_timeout: float, closing: asyncio.Event | None) -> None:
+    def __init__(self, request: web.Request, body: bytes, closing: asyncio.Event | None) -> None:
         self.request = request
         self.response: web.StreamResponse | None = None
-        self._read_timeout = read_timeout
+        self._body: bytes | None = body
         self._closing = closing
-        self._body_read = False
-        self._gone = False
         self._answered = asyncio.Event()
 
     async def receive(self) -> Message:
-        if not self._body_read:
-            try:
-                async with asyncio.timeout(self._read_timeout):
-                    chunk = await self.request.content.readany()
-            except (TimeoutError, web.RequestPayloadError):
-                self._body_read = self._gone = True  # a client that stalls or sends a broken body is gone
-                return {"type": "http.disconnect"}
-            self._body_read = self.request.content.at_eof()
-            return {"type": "http.request", "body": chunk, "more_body": not self._body_read}
-        if self._gone:
-            return {"type": "http.disconnect"}
+        if self._body is not None:
+            body, self._body = self._body, None
+            return {"type": "http.request", "body": body, "more_body": False}
         # Wait for the end: aiohttp gives a handler no disconnect event, but with handler
         # cancellation on (as `toolspan serve` runs) a client that leaves cancels this wait.
         waits = [asyncio.ensure_future(self._answered.wait())]
@@ -90,12 +80,13 @@ class _Exchange:
                 self._answered.set()
 
 
-async def serve_asgi(app: ASGIApp, request: web.Request, extra_scope: Mapping[str, Any], *,
-                     read_timeout: float, closing: asyncio.Event | None = None) -> web.StreamResponse:
-    """`request` answered by `app`, with `extra_scope` added to its ASGI scope. A body that stalls
-    for `read_timeout` seconds reads as a disconnect; so does `closing` being set, once the body
-    is read (for long-lived event streams, when the gateway shuts down)."""
-    exchange = _Exchange(request, read_timeout, closing)
+async def serve_asgi(app: ASGIApp, request: web.Request, body: bytes, extra_scope: Mapping[str, Any], *,
+                     closing: asyncio.Event | None = None) -> web.StreamResponse:
+    """`request`, whose `body` the caller read (within the gateway's limits: a body that stalls
+    or is too large is the caller's 408 or 413, before the app sees anything), answered by `app`
+    with `extra_scope` added to its ASGI scope. `closing` being set reads as a disconnect (for
+    long-lived event streams, when the gateway shuts down)."""
+    exchange = _Exchange(request, body, closing)
     try:
         await app(_scope(request, extra_scope), exchange.receive, exchange.send)
     except Exception:

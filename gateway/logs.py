@@ -48,8 +48,11 @@ def configure_logging(level: str = "info", log_format: str = "text") -> None:
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # The MCP SDK says at INFO what the gateway reports itself (each session opened and closed, its
-    # manager started): its warnings and errors show, its chatter only when debugging.
-    logging.getLogger("mcp").setLevel(logging.NOTSET if level.lower() == "debug" else logging.WARNING)
+    # manager started), and its HTTP client logs every request with its whole URL (an MCP server's
+    # URL may hold its key): their warnings and errors show, their chatter only when debugging.
+    quiet = logging.NOTSET if level.lower() == "debug" else logging.WARNING
+    for chatty in ("mcp", "httpx", "httpx2"):
+        logging.getLogger(chatty).setLevel(quiet)
 
 
 class AccessLogger(AbstractAccessLogger):

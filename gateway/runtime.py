@@ -121,7 +121,7 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
                                     tracer_provider)
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
-        app = create_app(settings, registry or ToolRegistry(), telemetry.instrumentation)
+        app = create_app(settings, registry if registry is not None else ToolRegistry(), telemetry.instrumentation)
         # The app's own shutdown handler gives requests their grace period; the runner then only
         # cancels what outlived it, after a second.
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal, cast
 
+import anyio
 import httpx2
 import mcp_types
 from mcp import Client
@@ -53,6 +56,7 @@ class McpConnection:
         self._lost: str | None = None  # why the connection is gone, once it is
         self._relist = False
         self._changed = asyncio.Event()
+        self._up_since = 0.0  # when the connection last came up (time.monotonic)
 
     @property
     def source(self) -> str:
@@ -87,10 +91,18 @@ class McpConnection:
                 await self._session()
             except Exception as exc:  # every way a server can fail: refused, died, spoke nonsense
                 self._lost = self._lost or _reason(exc)
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # A stop that came during a failing connect: the transport's task group raised the
+                    # connection error and dropped the cancellation, which must not be lost here.
+                    raise asyncio.CancelledError from exc
             disconnected = self.state == "up"
             if disconnected:
                 self.disconnects += 1
-                delay = self.config.reconnect_min_seconds
+                # Back to the shortest wait only after a connection that held: one that fails as soon
+                # as it is up (a server that crashes on its first call) keeps backing off.
+                if time.monotonic() - self._up_since >= self.config.reconnect_max_seconds:
+                    delay = self.config.reconnect_min_seconds
             self._hooks.mcp_server_state(self.name, False, disconnected)
             self._client = None
             self.state, self.error = "down", self._lost or "the connection ended"
@@ -115,7 +127,7 @@ class McpConnection:
                     # Since 2026-07-28 a server sends change notifications only on a listen stream.
                     await stack.enter_async_context(client.listen(tools_list_changed=True))
             self._client = client
-            self.state, self.error = "up", None
+            self.state, self.error, self._up_since = "up", None, time.monotonic()
             self._hooks.mcp_server_state(self.name, True, False)
             log.info("MCP server %r is up: %d tools", self.name, len(self.tools))
             self._announce()
@@ -174,12 +186,17 @@ class McpConnection:
         refused = self._registry.replace_source(self.source, tools)
         for name in refused:
             log.warning("MCP server %r: tool %r left out: a tool of that name is already registered", self.name, name)
-        self.tools = tuple(t.name for t in tools if t.name not in refused)
+        # What it has in the registry now (a server may list a name twice: the first one counts).
+        self.tools = tuple(name for name in dict.fromkeys(t.name for t in tools)
+                           if self._registry.source_of(name) == self.source)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._relist = True
             self._wake.set()
+        elif isinstance(message, ValueError):  # a line that is not a JSON-RPC message (a stray print, say)
+            log.warning("MCP server %r sent something that is not an MCP message; ignored: %s", self.name,
+                        _reason(message))
         elif isinstance(message, Exception):
             self._lose(_reason(message))
 
@@ -207,9 +224,13 @@ class McpConnection:
                                           f"{exc.error.message}", is_error=True, error_type="mcp_error")
             self._lose("the server closed the connection")
             return self._unavailable("the connection closed during the call; whether the tool ran is unknown")
-        except Exception as exc:  # the transport failed under the call
+        except _TRANSPORT_FAILURES as exc:  # the connection failed under the call
             self._lose(_reason(exc))
             return self._unavailable("the connection failed during the call; whether the tool ran is unknown")
+        except Exception as exc:  # an answer the client would not take (one that breaks its outputSchema, say)
+            return ToolResult(content=f"MCP server '{self.name}' answered the call of its tool '{tool}' with a "
+                                      f"result that could not be read: {_reason(exc)}", is_error=True,
+                              error_type="mcp_error")
         return tool_result(result)
 
     def _unavailable(self, why: str) -> ToolResult:
@@ -217,11 +238,18 @@ class McpConnection:
                                   "on its own; try the call again later.", is_error=True, error_type=UNAVAILABLE)
 
 
+# How a transport fails under a call; anything else a call raises is about the answer itself.
+_TRANSPORT_FAILURES = (OSError, httpx2.TransportError, httpx2.HTTPStatusError, anyio.ClosedResourceError,
+                       anyio.BrokenResourceError, anyio.EndOfStream, BaseExceptionGroup)
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+
+
 def _reason(exc: BaseException) -> str:
-    """A failure in a few words, the first of a group's (anyio raises groups)."""
+    """A failure in a few words, the first of a group's (anyio raises groups). URLs are left out:
+    a server's URL may hold its key, and these words reach the log and /readyz."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    text = str(exc) or type(exc).__name__
+    text = _URL.sub("<url>", str(exc)) or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."
 
 

@@ -16,7 +16,7 @@ from gateway.app_keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.asgi import serve_asgi
 from gateway.caller import Caller, is_trajectory_id
 from gateway.mcp.server import McpEndpoint
-from gateway.routes.common import reported
+from gateway.routes.common import body_parts, reported
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
@@ -33,8 +33,8 @@ async def serve(request: web.Request) -> web.StreamResponse:
     caller = request[CALLER] = _trajectory(request[CALLER], request.headers.get(SESSION_HEADER))
     # An event stream (GET) ends when the gateway shuts down; calls under way run to their end.
     closing = endpoint.closing if request.method == "GET" else None
-    response = await serve_asgi(endpoint.handle, request, endpoint.scope_of(caller),
-                                read_timeout=request.app[SETTINGS].body_read_timeout_seconds, closing=closing)
+    body = b"".join([part async for part in body_parts(request)])  # held to the gateway's limits
+    response = await serve_asgi(endpoint.handle, request, body, endpoint.scope_of(caller), closing=closing)
     return reported(response, caller)
 
 
@@ -45,4 +45,7 @@ def mount(app: web.Application) -> None:
     # First of the shutdown handlers: the one that waits for requests under way to end would
     # otherwise wait its whole grace period for event streams that never end by themselves.
     app.on_shutdown.insert(0, endpoint.close_streams)
-    app.router.add_route("*", PATH, serve)
+    # The transport's three methods; not HEAD: the SDK would answer it with a body.
+    app.router.add_get(PATH, serve, allow_head=False)
+    app.router.add_post(PATH, serve)
+    app.router.add_delete(PATH, serve)

@@ -25,8 +25,27 @@ def schema_validator(tool: str, schema: Mapping[str, Any]) -> Validator:
     except SchemaError as exc:
         raise ToolDeclarationError(f"tool {tool!r}: its parameters schema is not valid JSON Schema "
                                    f"({exc.message})") from exc
-    validator: Validator = cls(schema)
+    validator: Validator = _without_patterns(cls)(schema)
     return validator
+
+
+def _unchecked(validator: Validator, value: Any, instance: Any, schema: Mapping[str, Any]) -> None:
+    return None
+
+
+def _without_patterns(cls: type[Validator]) -> type[Validator]:
+    """`cls` checking no regular expression: a schema's pattern comes from a third party (an MCP
+    server), the text it would run on from the model, and Python's backtracking engine on a
+    pattern such as `^(a+)+$` holds the event loop for seconds. The server checks its own patterns;
+    here, names and types. Which names `patternProperties` allow is left to the server too."""
+    check_additional = cls.VALIDATORS["additionalProperties"]
+
+    def additional(validator: Validator, value: Any, instance: Any, schema: Mapping[str, Any]) -> Any:
+        return None if "patternProperties" in schema else check_additional(validator, value, instance, schema)
+
+    extended: type[Validator] = validators.extend(cls, {"pattern": _unchecked, "patternProperties": _unchecked,
+                                                        "additionalProperties": additional})
+    return extended
 
 
 def closed_to_other_names(schema: Mapping[str, Any]) -> bool:
@@ -34,14 +53,18 @@ def closed_to_other_names(schema: Mapping[str, Any]) -> bool:
     in so many words, a name it does not list is taken for a misnamed argument (a server that
     ignores it would hide the model's mistake)."""
     extra = schema.get("additionalProperties", False)
-    return extra is False
+    return extra is False and "patternProperties" not in schema
 
 
 def value_problems(validator: Validator, args: Mapping[str, Any], check: NameCheck) -> list[str]:
     """One line per value that does not fit the schema. Missing and unrecognized top-level names
     are left out: `check` reports them, with did-you-mean hints."""
     problems = []
-    for error in validator.iter_errors(dict(args)):
+    try:
+        errors = list(validator.iter_errors(dict(args)))
+    except Exception:  # a schema it cannot follow (a $ref to nowhere): the names are checked, the server does the rest
+        return []
+    for error in errors:
         at_top = not error.absolute_path
         if at_top and (error.validator == "required" or (error.validator == "additionalProperties" and check.accepted)):
             continue

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -56,24 +57,41 @@ class HttpServer:
     url: str
     process: asyncio.subprocess.Process
 
+    @property
+    def port(self) -> int:
+        port = urlsplit(self.url).port
+        assert port is not None
+        return port
 
-async def start_http_server(recorded: Recorded, port: int = 0) -> HttpServer:
-    """The test server over streamable HTTP; it listens once its first line (its port) is out."""
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
+
+async def start_http_server(recorded: Recorded, port: int = 0, transport: str = "http") -> HttpServer:
+    """The test server over streamable HTTP (`transport="http"`) or the legacy SSE transport
+    (`"sse"`); it listens once its first line (its port) is out."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(FILES_SERVER), "http", str(port), stdout=asyncio.subprocess.PIPE,
+        sys.executable, str(FILES_SERVER), transport, str(port), stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "RECORD": str(recorded.path)})
     assert process.stdout is not None
     line = await asyncio.wait_for(process.stdout.readline(), 30)
-    return HttpServer(f"http://127.0.0.1:{int(line)}/mcp", process)
+    return HttpServer(f"http://127.0.0.1:{int(line)}/{'sse' if transport == 'sse' else 'mcp'}", process)
 
 
 @pytest.fixture
 async def http_server(recorded: Recorded) -> AsyncIterator[HttpServer]:
     server = await start_http_server(recorded)
     yield server
-    if server.process.returncode is None:
-        server.process.kill()
-    await server.process.wait()
+    await server.stop()
+
+
+@pytest.fixture
+async def sse_server(recorded: Recorded) -> AsyncIterator[HttpServer]:
+    server = await start_http_server(recorded, transport="sse")
+    yield server
+    await server.stop()
 
 
 @pytest.fixture(params=["stdio", "http"])

@@ -1,8 +1,10 @@
 """MCP servers as tool sources, end to end: real MCP servers (tests/mcp/servers/files.py) over
-stdio and streamable HTTP, the gateway with its scripted provider, the official openai client."""
+stdio, streamable HTTP and the legacy SSE transport, the gateway with its scripted provider, the
+official openai client."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,9 +16,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from gateway.demo.model import Reply
+from gateway.mcp.connection import UNAVAILABLE
 from telemetry import names
 from tests.conftest import TEST_KEY, StackFactory, tool_messages, tool_outcomes
-from tests.mcp.conftest import Recorded, connection, stdio_server
+from tests.mcp.conftest import HttpServer, Recorded, connection, start_http_server, stdio_server
 
 
 async def test_its_tools_are_listed_and_offered_to_the_provider(make_stack: StackFactory,
@@ -177,3 +180,67 @@ async def test_key_allowlists_hold_for_mcp_tools_on_v1_and_on_mcp(make_stack: St
     assert (result.is_error, [getattr(block, "text", "") for block in result.content]) == (
         False, ["contents of notes.txt from 0"])
     assert [call["tool"] for call in recorded.calls()] == ["read_file"]
+
+
+async def test_a_killed_http_server_is_unavailable_then_reconnected(make_stack: StackFactory, recorded: Recorded,
+                                                                    http_server: HttpServer) -> None:
+    stack = await make_stack(mcp_servers={"files": {
+        "url": http_server.url, "reconnect_min_seconds": 0.05, "reconnect_max_seconds": 0.1,
+        "ping_interval_seconds": 0}})
+    source = connection(stack)
+    assert source.state == "up"
+
+    await http_server.stop()  # mid-session: the gateway may learn of it only from its next call
+    async with stack.http.post("/v1/tools/files__read_file/invoke", json={"arguments": {"path": "a"}}) as response:
+        assert response.status == 200
+        outcome = await response.json()
+    assert (outcome["status"], outcome["error_type"]) == ("error", UNAVAILABLE)
+    assert outcome["content"].startswith("MCP server 'files' is unavailable")
+    async with asyncio.timeout(10):  # a bound, so that a gateway that never notices fails the test
+        await source.wait_until(lambda c: c.state == "down")
+    assert stack.metric(names.METRIC_MCP_SERVER_DISCONNECTS, server="files") == 1
+    assert stack.metric(names.METRIC_MCP_SERVER_UP, server="files") == 0
+    async with stack.http.get("/readyz") as response:
+        [status] = (await response.json())["mcp_servers"]
+    assert status | {"name": "files", "state": "down", "transport": "tcp", "disconnects": 1} == status
+    assert [call["tool"] for call in recorded.calls()] == []
+
+    again = await start_http_server(recorded, http_server.port)  # the same URL, a new process
+    try:
+        async with asyncio.timeout(10):  # reconnecting on its own, within its backoff of 0.1 s at most
+            await source.wait_until(lambda c: c.state == "up")
+        async with stack.http.post("/v1/tools/files__read_file/invoke",
+                                   json={"arguments": {"path": "b"}}) as response:
+            assert (response.status, (await response.json())["status"]) == (200, "ok")
+        assert [call["args"] for call in recorded.calls()] == [{"path": "b", "offset": 0}]
+        assert len(recorded.pids()) == 2  # served by the new process
+        assert stack.metric(names.METRIC_MCP_SERVER_UP, server="files") == 1
+        async with stack.http.get("/readyz") as response:
+            [status] = (await response.json())["mcp_servers"]
+        assert status | {"state": "up", "disconnects": 1} == status
+    finally:
+        await again.stop()
+
+
+async def test_the_legacy_sse_transport(make_stack: StackFactory, sse_server: HttpServer,
+                                        recorded: Recorded) -> None:
+    stack = await make_stack(mcp_servers={"files": {"url": sse_server.url, "transport": "sse"}})
+    async with stack.http.get("/v1/tools") as response:
+        listed = {t["function"]["name"] for t in (await response.json())["data"]}
+    assert {"files__read_file", "files__fail", "files__hang", "files__grow"} <= listed
+    stack.script.then(Reply(tool_calls=[("files__read_file", {"path": "notes.txt", "offset": 2})]),
+                      Reply(content="It says hi."))
+    answer = await stack.ask(False, messages=[{"role": "user", "content": "read notes"}])
+    assert answer.content == "It says hi."
+    [message] = tool_messages(stack.upstream_requests[1])
+    assert message["content"] == "contents of notes.txt from 2"
+    trace_id = answer.headers["x-trace-id"]
+    assert tool_outcomes(stack, trace_id) == [("files__read_file", "ok")]
+    [call] = recorded.calls()
+    assert call["args"] == {"path": "notes.txt", "offset": 2}
+    [execute] = [s for s in stack.spans(trace_id) if s.name == names.SPAN_TOOL_EXECUTE]
+    assert call["meta"]["traceparent"].startswith(f"00-{trace_id}-{execute.context.span_id:016x}-")
+    [span] = [s for s in stack.spans(trace_id) if s.name == names.SPAN_TOOL_CALL]
+    attributes = span.attributes or {}
+    assert attributes[names.ATTR_NETWORK_TRANSPORT] == "tcp"
+    assert attributes[names.ATTR_MCP_PROTOCOL_VERSION] == connection(stack).protocol_version

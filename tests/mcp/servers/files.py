@@ -1,7 +1,8 @@
 """A small MCP server for the tests, written with the `mcp` package. Every call it receives is
 written as a JSON line to the file named by $RECORD (its tool, arguments and `_meta`), and so is its
 process id when it starts. `python files.py` serves over stdio; `python files.py http [PORT]`
-serves streamable HTTP on 127.0.0.1, writing its port to stdout once it listens."""
+serves streamable HTTP on 127.0.0.1 (at /mcp), and `python files.py sse [PORT]` the legacy SSE
+transport (at /sse), writing its port to stdout once it listens."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
-def serve_http(port: int) -> None:
+def serve_http(transport: str, port: int) -> None:
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -91,13 +92,14 @@ def serve_http(port: int) -> None:
     # Connections made from now on wait in the backlog until the app is up: whoever reads this
     # line can connect at once, with no need to poll.
     print(listener.getsockname()[1], flush=True)
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    app = server.sse_app() if transport == "sse" else server.streamable_http_app()
+    config = uvicorn.Config(app, log_level="warning")
     anyio.run(uvicorn.Server(config).serve, [listener])
 
 
 if __name__ == "__main__":
     record({"pid": os.getpid()})
-    if sys.argv[1:2] == ["http"]:
-        serve_http(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    if sys.argv[1:2] in (["http"], ["sse"]):
+        serve_http(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     else:
         server.run()
