@@ -19,11 +19,9 @@ import asyncio
 import gc
 import statistics
 import time
-from collections.abc import Sequence
-from typing import Any
 
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from prometheus_client import CollectorRegistry
+from tool_pipeline import DropExporter  # bench/, beside this file
 
 from gateway.demo.mcp_server import SOURCE_NAME, with_mcp_examples
 from gateway.demo.tools import demo_registry
@@ -35,11 +33,6 @@ from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
 
 TARGET_MS = 2.0
-
-
-class DropExporter(SpanExporter):
-    def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        return SpanExportResult.SUCCESS
 
 
 async def per_call_seconds(executor: ToolExecutor, call: ToolCall, turn: Turn, count: int) -> float:

@@ -94,11 +94,14 @@ async def sse_server(recorded: Recorded) -> AsyncIterator[HttpServer]:
     await server.stop()
 
 
-@pytest.fixture(params=["stdio", "http"])
+@pytest.fixture(params=["stdio", "http", "sse"])
 def files_server(request: pytest.FixtureRequest, recorded: Recorded) -> dict[str, Any]:
-    """The settings of the test server, over stdio and over streamable HTTP."""
+    """The settings of the test server, over stdio, streamable HTTP and the legacy SSE transport."""
     if request.param == "stdio":
         return stdio_server(recorded)
+    if request.param == "sse":
+        sse: HttpServer = request.getfixturevalue("sse_server")
+        return {"url": sse.url, "transport": "sse"}
     server: HttpServer = request.getfixturevalue("http_server")
     return {"url": server.url}
 

@@ -220,27 +220,3 @@ async def test_a_killed_http_server_is_unavailable_then_reconnected(make_stack: 
         assert status | {"state": "up", "disconnects": 1} == status
     finally:
         await again.stop()
-
-
-async def test_the_legacy_sse_transport(make_stack: StackFactory, sse_server: HttpServer,
-                                        recorded: Recorded) -> None:
-    stack = await make_stack(mcp_servers={"files": {"url": sse_server.url, "transport": "sse"}})
-    async with stack.http.get("/v1/tools") as response:
-        listed = {t["function"]["name"] for t in (await response.json())["data"]}
-    assert {"files__read_file", "files__fail", "files__hang", "files__grow"} <= listed
-    stack.script.then(Reply(tool_calls=[("files__read_file", {"path": "notes.txt", "offset": 2})]),
-                      Reply(content="It says hi."))
-    answer = await stack.ask(False, messages=[{"role": "user", "content": "read notes"}])
-    assert answer.content == "It says hi."
-    [message] = tool_messages(stack.upstream_requests[1])
-    assert message["content"] == "contents of notes.txt from 2"
-    trace_id = answer.headers["x-trace-id"]
-    assert tool_outcomes(stack, trace_id) == [("files__read_file", "ok")]
-    [call] = recorded.calls()
-    assert call["args"] == {"path": "notes.txt", "offset": 2}
-    [execute] = [s for s in stack.spans(trace_id) if s.name == names.SPAN_TOOL_EXECUTE]
-    assert call["meta"]["traceparent"].startswith(f"00-{trace_id}-{execute.context.span_id:016x}-")
-    [span] = [s for s in stack.spans(trace_id) if s.name == names.SPAN_TOOL_CALL]
-    attributes = span.attributes or {}
-    assert attributes[names.ATTR_NETWORK_TRANSPORT] == "tcp"
-    assert attributes[names.ATTR_MCP_PROTOCOL_VERSION] == connection(stack).protocol_version
