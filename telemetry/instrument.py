@@ -17,7 +17,7 @@ from prometheus_client.exposition import choose_encoder
 from gateway.instrumentation import RequestInfo
 from gateway.settings import REDACT_KEYS
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
-from gateway.tools.hooks import ToolOrigin
+from gateway.tools.results import ToolOrigin
 from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8

@@ -25,7 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from gateway.mcp.tools import METHOD_CALL_TOOL, build_tool, tool_result
 from gateway.settings import McpServer
 from gateway.tools import ToolDeclarationError, ToolHooks, ToolRegistry, ToolResult
-from gateway.tools.hooks import ToolOrigin
+from gateway.tools.results import ToolOrigin
 
 log = logging.getLogger("toolspan.mcp")
 State = Literal["connecting", "up", "down"]

@@ -12,8 +12,8 @@ from typing import Any
 import mcp_types
 
 from gateway.tools import Tool, ToolResult
-from gateway.tools.hooks import ToolOrigin
 from gateway.tools.params import without_titles
+from gateway.tools.results import ToolOrigin
 
 NAME_LIMIT = 64  # OpenAI's function names: ^[a-zA-Z0-9_-]{1,64}$
 _HASH_CHARS = 8

@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.tools.hooks import ToolOrigin
 from gateway.tools.params import (
     NameCheck,
     Param,
@@ -32,6 +31,7 @@ from gateway.tools.results import (
     RejectionReason,
     ToolContext,
     ToolError,
+    ToolOrigin,
     ToolOutcome,
     exception_text,
     failure,

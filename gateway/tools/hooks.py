@@ -16,19 +16,6 @@ Step = Literal["parse", "execute"]
 
 
 @dataclass(frozen=True)
-class ToolOrigin:
-    """Where the body of a tool runs when another program serves it (an MCP server's tool):
-    what its `tool.call` span says about that program."""
-
-    protocol: str  # "mcp"
-    server: str  # the server's name in the settings
-    method: str  # the request that runs the tool, "tools/call"
-    remote_name: str  # the tool's name on that server
-    transport: str  # "pipe" (stdio) or "tcp"
-    protocol_version: str | None = None
-
-
-@dataclass(frozen=True)
 class ToolCall:
     """One call as the model sent it: `arguments` is the raw JSON text."""
 
