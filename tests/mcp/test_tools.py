@@ -10,7 +10,7 @@ import mcp_types
 from gateway.mcp import registered_name, tool_result
 from gateway.mcp.tools import build_tool
 from gateway.tools import Parsed, Rejection, ToolContext, ToolResult
-from gateway.tools.hooks import ToolOrigin
+from gateway.tools.results import ToolOrigin
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ORIGIN = ToolOrigin("mcp", "files", "tools/call", "search", "pipe")
