@@ -29,7 +29,7 @@ from gateway.errors import GatewayError, error_response, from_http_exception, in
 from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
-from gateway.routes import chat, health, mcp, openapi, passthrough, responses, tools
+from gateway.routes import chat, health, mcp, openapi, passthrough, responses, tools, ui
 from gateway.routes.common import CLIENT_GONE
 from gateway.settings import Settings
 from gateway.state import HeldTurns
@@ -120,8 +120,10 @@ async def _wind_down(app: web.Application) -> None:
     await admission.drained(SHUTDOWN_WRAP_UP_SECONDS)
 
 
-def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Instrumentation) -> web.Application:
-    """The gateway as an aiohttp application; its provider client opens when the app starts."""
+def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Instrumentation,
+               trajectories: ui.TrajectoryReader | None = None) -> web.Application:
+    """The gateway as an aiohttp application; its provider client opens when the app starts.
+    `trajectories` reads the trajectory store for the page at /ui (None: the store is off)."""
     if not settings.upstream:
         raise ValueError("settings.upstream is not set: give a provider URL or start the built-in model")
     # aiohttp closes a connection that has not sent a whole request head this long after it opened
@@ -159,4 +161,6 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_get("/openapi.json", openapi.openapi)
     if settings.mcp_endpoint:
         mcp.mount(app)
+    if settings.ui:
+        ui.mount(app, trajectories)
     return app

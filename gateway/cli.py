@@ -5,6 +5,7 @@
                    [--mcp-examples]
     toolspan demo [--api chat|responses] [--mcp]
     toolspan mcp-examples
+    toolspan trajectories list|show|report|import|export   (see gateway.cli_trajectories)
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import asyncio
 import importlib
 import logging
 import signal
+import sqlite3
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.cli_trajectories import add_parser as add_trajectories_parser
+from gateway.cli_trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
 from gateway.demo.tools import demo_registry
 from gateway.logs import configure_logging
@@ -155,6 +159,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="the API the session uses: Chat Completions (default) or Responses")
     demo.add_argument("--mcp", action="store_true", help="the example tools come through MCP (toolspan mcp-examples)")
     commands.add_parser("mcp-examples", help="serve the example tools as an MCP server over stdio")
+    add_trajectories_parser(commands)
     return parser
 
 
@@ -167,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             configure_logging("warning")  # its output is the trajectory
             run(run_demo(api=options.api, mcp=options.mcp))
             return 0
+        if options.command == "trajectories":
+            return run_trajectories(options)
         if options.command == "mcp-examples":
             from gateway.demo.mcp_server import serve_examples
 
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(flags, options.config)
         configure_logging(settings.log_level, settings.log_format)
         run(_serve(settings, mcp_examples=options.mcp_examples))
-    except (StartupError, CannotListen, FileNotFoundError, ValueError) as exc:
+    except (StartupError, CannotListen, FileNotFoundError, ValueError, sqlite3.Error) as exc:
         print(f"toolspan: {exc}", file=sys.stderr)
         return 2
     return 0

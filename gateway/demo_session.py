@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -15,40 +16,22 @@ from gateway.demo.mcp_server import with_mcp_examples
 from gateway.runtime import gateway
 from gateway.settings import Settings
 from gateway.tools import ToolRegistry
-from telemetry import names
+from telemetry.records import SCHEMA, record_of, write
+from telemetry.report import trajectory
+from telemetry.report_text import timeline
 
 QUESTION = "What is the weather in Lisbon right now, in Fahrenheit?"
 
 
-def _ms(span: ReadableSpan) -> float:
-    return ((span.end_time or 0) - (span.start_time or 0)) / 1e6
-
-
-def _is_chat(span: ReadableSpan) -> bool:
-    return span.name.startswith(names.SPAN_CHAT_PREFIX + " ")
-
-
-def _describe(span: ReadableSpan) -> str:
-    attrs: dict[str, Any] = dict(span.attributes or {})
-    if _is_chat(span):
-        reasons = ",".join(attrs.get(names.ATTR_FINISH_REASONS, ()))
-        return (f"model turn  {span.name}: finish={reasons} tokens in/out="
-                f"{attrs.get(names.ATTR_INPUT_TOKENS)}/{attrs.get(names.ATTR_OUTPUT_TOKENS)} ({_ms(span):.1f} ms)")
-    reason = attrs.get(names.ATTR_REJECTION_REASON)
-    server = attrs.get(names.ATTR_MCP_SERVER)
-    line = (f"  tool call {attrs.get(names.ATTR_TOOL_NAME)}: {attrs.get(names.ATTR_OUTCOME)}"
-            f"{f' ({reason})' if reason else ''} ({_ms(span):.2f} ms)"
-            f"{f' [MCP server {server!r}, {attrs.get(names.ATTR_MCP_METHOD_NAME)}]' if server else ''}")
-    if span.status.description:
-        line += "\n" + "\n".join(f"      | {text}" for text in span.status.description.splitlines())
-    return line
-
-
-def print_trajectory(spans: list[ReadableSpan], trace_id: str, out: Callable[[str], None]) -> None:
-    mine = [s for s in spans if format(s.context.trace_id, "032x") == trace_id]
-    for span in sorted(mine, key=lambda s: s.start_time or 0):
-        if _is_chat(span) or span.name == names.SPAN_TOOL_CALL:
-            out(_describe(span))
+def print_trajectory(spans: list[ReadableSpan], trajectory_id: str, out: Callable[[str], None]) -> None:
+    """The trajectory as `toolspan trajectories show` prints it: the spans go through the store's
+    schema (a database in memory) and its timeline, so both print exactly the same."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(SCHEMA)
+    write(db, sorted((record_of(s) for s in spans), key=lambda r: r.end_ns))
+    found = trajectory(db, trajectory_id)
+    for line in timeline(found, events_only=True) if found is not None else ():
+        out(line)
 
 
 async def _ask(client: AsyncOpenAI, api: str) -> tuple[str, dict[str, Any], dict[str, str]]:
@@ -69,7 +52,9 @@ async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: b
     """Runs the session over the Chat Completions API or the Responses API; returns the final answer.
     With `mcp`, the example tools come from `toolspan mcp-examples`, an MCP server over stdio."""
     exporter = InMemorySpanExporter()
-    settings = with_mcp_examples(Settings(port=0)) if mcp else Settings(port=0)
+    # Content capture on: the demo's store keeps the messages, for `toolspan trajectories show`.
+    settings = Settings(port=0, capture_message_content=True)
+    settings = with_mcp_examples(settings) if mcp else settings
     registry = ToolRegistry() if mcp else None  # None: the example tools, registered in this process
     async with gateway(settings, registry, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
         client = AsyncOpenAI(base_url=f"{url}/v1", api_key="demo-key-not-needed")
@@ -80,7 +65,7 @@ async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: b
         out(f"user: {QUESTION}\n")
         answer, usage, headers = await _ask(client, api)
         trace_id = headers.get("x-trace-id", "")
-        print_trajectory(list(exporter.get_finished_spans()), trace_id, out)
+        print_trajectory(list(exporter.get_finished_spans()), headers.get("x-trajectory-id", ""), out)
         out(f"\nassistant: {answer}")
         out(f"usage (all rounds): {json.dumps(usage, separators=(',', ':'))}")
         out(f"rounds: {headers.get('x-toolspan-rounds')}  trajectory: {headers.get('x-trajectory-id')}"

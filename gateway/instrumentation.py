@@ -4,10 +4,10 @@ it with spans and metrics; `NoInstrumentation` is what runs when telemetry is of
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.tools import NoHooks, ToolHooks
 
@@ -39,6 +39,15 @@ class RequestRecord:
 
 class ModelAnswer(Protocol):
     """What a provider call's span records of its answer (engine.turn.ModelTurn is one)."""
+
+    @property
+    def api(self) -> str:
+        """chat or responses: the shape of `output`."""
+
+    @property
+    def output(self) -> Sequence[Mapping[str, Any]]:
+        """Chat: the answer's message; Responses: its output items (read only when message
+        content is captured)."""
 
     @property
     def response_id(self) -> str | None:
@@ -82,6 +91,10 @@ class ChatTrace(Protocol):
     def inject(self, headers: dict[str, str]) -> None:
         """Write this call's trace context into the provider request's headers."""
 
+    def sent(self, api: str, body: Mapping[str, Any]) -> None:
+        """The request as it goes upstream (chat or responses); kept by reference, and read only
+        when message content is captured."""
+
     def answered(self, answer: ModelAnswer) -> None:
         """The provider answered (a whole stream, when streamed)."""
 
@@ -115,6 +128,9 @@ class _NoRequestTrace:
 
 class _NoChatTrace:
     def inject(self, headers: dict[str, str]) -> None:
+        return None
+
+    def sent(self, api: str, body: Mapping[str, Any]) -> None:
         return None
 
     def answered(self, answer: ModelAnswer) -> None:

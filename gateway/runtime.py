@@ -29,8 +29,11 @@ from gateway.settings import Settings
 from gateway.tools import ToolRegistry
 from gateway.upstream import PROVIDER_NAMES
 from telemetry.instrument import ArgumentCapture, Telemetry
+from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics
 from telemetry.propagation import build_propagator
+from telemetry.store import TrajectoryStore
+from telemetry.store_reader import StoreReader
 from telemetry.tracing import build_provider, build_resource, exporters_for, tracer_of
 
 T = TypeVar("T")
@@ -38,35 +41,58 @@ T = TypeVar("T")
 
 @dataclass
 class Observability:
-    """The instrumentation handed to the app, and the tracer provider this process made (None
-    when telemetry is off or the host application brought its own)."""
+    """The instrumentation handed to the app, the tracer provider this process made (None when
+    telemetry is off or the host application brought its own), and the trajectory store its spans
+    feed (None when off)."""
 
     instrumentation: Instrumentation
     provider: TracerProvider | None
+    store: TrajectoryStore | None = None
+
+    def trajectory_reader(self) -> StoreReader | None:
+        """The store as the page at /ui reads it (None when there is no store)."""
+        return StoreReader(self.store.path) if self.store is not None else None
+
+
+def build_store(settings: Settings, metrics: Metrics) -> TrajectoryStore | None:
+    """The trajectory store the settings ask for; its losses counted in `metrics`."""
+    if not settings.trajectory_store:
+        return None
+    counter = metrics.trajectory_store_dropped
+    return TrajectoryStore(settings.store_path(), max_bytes=settings.trajectory_store_max_bytes,
+                           max_age_days=settings.trajectory_store_max_age_days,
+                           dropped=lambda reason, count: counter.labels(reason).inc(count))
 
 
 def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (), provider_name: str = "openai",
                     tracer_provider: AnyTracerProvider | None = None) -> Observability:
     """Spans and metrics as the settings ask. A host application may hand in its own tracer
     provider: toolspan's spans then go wherever that provider sends them, and it stays the
-    host's to shut down. OTEL_SDK_DISABLED turns spans off, not metrics."""
+    host's to shut down (no trajectory store then: it is fed by a provider of toolspan's own).
+    OTEL_SDK_DISABLED turns spans off, not metrics."""
     if not settings.telemetry:
         return Observability(NoInstrumentation(), None)
     propagator = build_propagator(settings.otel_propagators)  # an unknown name fails here, at start-up
+    metrics = Metrics(CollectorRegistry())
     owned: TracerProvider | None = None
+    store: TrajectoryStore | None = None
     if tracer_provider is None and settings.otel_sdk_disabled:
         tracer_provider = NoOpTracerProvider()  # no spans; a caller's trace context still goes on
     elif tracer_provider is None:
         exporters = exporters_for(settings.otel_traces_exporter, settings.otel_exporter_otlp_endpoint,
                                   settings.otel_exporter_otlp_traces_endpoint, settings.otel_exporter_otlp_protocol)
         resource = build_resource(settings.otel_service_name, settings.otel_resource_attributes)
+        store = build_store(settings, metrics)
+        processors = [*processors, store] if store is not None else processors
         tracer_provider = owned = build_provider(resource, exporters, processors)
     capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
-    telemetry = Telemetry(tracer_of(tracer_provider), Metrics(CollectorRegistry()), capture, provider_name,
+    telemetry = Telemetry(tracer_of(tracer_provider), metrics, capture, provider_name,
                           settings.metrics_max_models, propagator=propagator,
                           max_label_chars=settings.metrics_max_label_chars,
-                          own_sampling=settings.trace_sampling == "own")
-    return Observability(telemetry, owned)
+                          own_sampling=settings.trace_sampling == "own",
+                          messages=MessageCapture(settings.message_content_max_chars, settings.redact_keys)
+                          if settings.capture_message_content else None)
+    return Observability(telemetry, owned, store)
 
 
 class CannotListen(Exception):
@@ -121,7 +147,8 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
                                     tracer_provider)
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
-        app = create_app(settings, registry if registry is not None else ToolRegistry(), telemetry.instrumentation)
+        app = create_app(settings, registry if registry is not None else ToolRegistry(), telemetry.instrumentation,
+                         telemetry.trajectory_reader())
         # The app's own shutdown handler gives requests their grace period; the runner then only
         # cancels what outlived it, after a second.
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0)

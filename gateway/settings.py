@@ -6,6 +6,7 @@ then the defaults below.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -139,10 +140,28 @@ class Settings(BaseSettings):
     metrics_key: SecretStr | None = Field(
         None, min_length=8,
         description="When set, GET /metrics needs Authorization: Bearer <metrics_key> (401 otherwise)")
+    ui: bool = Field(True, description="Serve the trajectory page at /ui (the gateway keys open it, when set)")
+    trace_ui_url: str | None = Field(
+        None, description="Where the page links trace ids: an http(s) URL template with {trace_id}, e.g. "
+                          "Grafana Explore on Tempo or Jaeger's http://jaeger:16686/trace/{trace_id}; unset: no links")
     trace_sampling: Literal["follow", "own"] = Field(
         "follow", description="follow: a caller's traceparent decides whether a request is sampled; own: each "
                               "request is a root span sampled by the configured sampler, linked to the caller's")
     telemetry: bool = Field(True, description="Spans and metrics on")
+    trajectory_store: bool = Field(True, description="Record every trajectory into the embedded store "
+                                                     "(SQLite) that `toolspan trajectories` and /ui read")
+    trajectory_store_path: Path | None = Field(
+        None, description="The store's file; unset: $XDG_DATA_HOME/toolspan/trajectories.sqlite3, "
+                          "else ~/.local/share/toolspan/trajectories.sqlite3")
+    trajectory_store_max_bytes: int = Field(256 * 2**20, ge=64 * 1024, description="Size limit of the store; "
+                                                                                  "the oldest trajectories go first")
+    trajectory_store_max_age_days: float = Field(30.0, gt=0, description="Trajectories older than this are deleted")
+    capture_message_content: bool = Field(
+        False, description="Put the messages sent to the model and its answers on the chat spans (and so in the "
+                           "store), as the OpenTelemetry GenAI conventions' opt-in content capture")
+    message_content_max_chars: int = Field(
+        16384, ge=256, description="Captured message content per span attribute, at most: longer texts are cut "
+                                   "and the oldest messages left out")
     access_log: bool = Field(True, description="One line per request on the toolspan.access logger")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Least severe level logged")
     log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object each")
@@ -170,6 +189,14 @@ class Settings(BaseSettings):
         False, validation_alias=AliasChoices("OTEL_SDK_DISABLED", "otel_sdk_disabled"),
         description="true: no spans (metrics stay); a caller's trace context is still handed on")
 
+    def store_path(self) -> Path:
+        """Where the trajectory store lives: the setting, else the user's data directory (XDG)."""
+        if self.trajectory_store_path is not None:
+            return self.trajectory_store_path
+        data = os.environ.get("XDG_DATA_HOME", "").strip()
+        base = Path(data) if data and Path(data).is_absolute() else Path.home() / ".local" / "share"
+        return base / "toolspan" / "trajectories.sqlite3"
+
     @field_validator("mcp_servers")
     @classmethod
     def _mcp_server_names(cls, servers: dict[str, McpServer]) -> dict[str, McpServer]:
@@ -177,6 +204,16 @@ class Settings(BaseSettings):
             if len(name) > 32 or not MCP_SERVER_NAME.fullmatch(name):
                 raise ValueError(f"MCP server name {name!r}: use up to 32 letters, digits, '-' or single '_'")
         return servers
+
+    @field_validator("trace_ui_url", mode="before")
+    @classmethod
+    def _trace_link(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        # A link the page renders: only a web address, and one that names the trace.
+        if isinstance(value, str) and (not value.startswith(("http://", "https://")) or "{trace_id}" not in value):
+            raise ValueError("trace_ui_url must be an http(s) URL containing {trace_id}")
+        return value
 
     @field_validator("otel_service_name", "otel_resource_attributes", mode="before")
     @classmethod

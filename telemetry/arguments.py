@@ -107,6 +107,20 @@ def _mask_text(raw: str, keys: Sequence[str], loose: bool = True) -> str:
     return "".join(parts)
 
 
+def masked(value: Any, redact_keys: Sequence[str]) -> Any:
+    """Decoded JSON (or text) with the values under secret keys masked, as `render_arguments` masks."""
+    keys = [_normal(k) for k in redact_keys]
+    if not keys:
+        return value
+    return _mask_text(value, keys) if isinstance(value, str) else _mask(value, keys)
+
+
+def mask_text(text: str, redact_keys: Sequence[str]) -> str:
+    """Free text (a message's content) with its quoted secret pairs masked (`"api_key": "..."`)."""
+    keys = [_normal(k) for k in redact_keys]
+    return _mask_text(text, keys, loose=False) if keys else text
+
+
 def render_arguments(raw: str, max_chars: int, redact_keys: Sequence[str]) -> str:
     """`raw` with values under keys containing any of `redact_keys` masked, cut to `max_chars`."""
     keys = [_normal(k) for k in redact_keys]

@@ -21,6 +21,7 @@ from gateway.tools.results import ToolOrigin
 from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
+from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics
 from telemetry.propagation import Propagation, build_propagator
 from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar
@@ -49,7 +50,8 @@ class Telemetry:
     def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None,
                  provider_name: str = "openai", max_models: int = 50,
                  trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None,
-                 max_label_chars: int = 128, own_sampling: bool = False) -> None:
+                 max_label_chars: int = 128, own_sampling: bool = False,
+                 messages: MessageCapture | None = None) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
@@ -58,6 +60,7 @@ class Telemetry:
         self._model_label = ModelLabels(max_models, max_label_chars)
         self._propagation = Propagation(propagator if propagator is not None else build_propagator())
         self._own_sampling = own_sampling
+        self.messages = messages  # message content on the chat spans: None unless opted in
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> ToolCallSpan:
         return ToolCallSpan(self, call, tool, turn)
@@ -76,7 +79,7 @@ class Telemetry:
 
     def chat(self, model: str, stream: bool) -> ChatSpan:
         return ChatSpan(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name,
-                        self._propagation)
+                        self._propagation, self.messages)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""

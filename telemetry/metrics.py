@@ -60,6 +60,12 @@ class Metrics:
         self.mcp_server_disconnects = Counter(
             names.METRIC_MCP_SERVER_DISCONNECTS, "Connections to an MCP server that were lost (it is reconnected "
             "with backoff).", (names.LABEL_SERVER,), registry=registry)
+        self.trajectory_store_dropped = Counter(
+            names.METRIC_TRAJECTORY_STORE_DROPPED, "Spans the trajectory store could not keep, by reason "
+            "(write_failed: disk full or broken, file read-only or gone; backlog: the writer fell behind).",
+            (names.LABEL_REASON,), registry=registry)
+        for reason in (names.STORE_DROP_WRITE, names.STORE_DROP_BACKLOG):  # at 0 from the start: an alert
+            self.trajectory_store_dropped.labels(reason)  # on its increase sees the first loss
         # Label children, looked up per call: every label here is bounded (see names.py), so
         # this cache is too, and it saves prometheus_client's lock and validation each time.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}

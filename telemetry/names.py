@@ -51,6 +51,10 @@ ATTR_NETWORK_TRANSPORT: Final = "network.transport"
 ATTR_MCP_SERVER: Final = "toolspan.mcp.server"
 ATTR_MCP_TOOL_NAME: Final = "toolspan.mcp.tool.name"
 ATTR_ROUND_LIMIT_REACHED: Final = "toolspan.round_limit_reached"
+# Message content (GenAI conventions; opt-in): the chat history sent and the model's answer, as JSON.
+ATTR_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+ATTR_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+ATTR_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"  # instructions sent apart from the history
 
 # The HTTP conventions' methods; any other is "_OTHER" on the span, and "HTTP" in its name.
 HTTP_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
@@ -76,6 +80,7 @@ METRIC_REQUESTS_IN_FLIGHT: Final = "toolspan_requests_in_flight"
 METRIC_TOOL_ROUNDS: Final = "toolspan_tool_rounds"
 METRIC_MCP_SERVER_UP: Final = "toolspan_mcp_server_up"
 METRIC_MCP_SERVER_DISCONNECTS: Final = "toolspan_mcp_server_disconnects_total"
+METRIC_TRAJECTORY_STORE_DROPPED: Final = "toolspan_trajectory_store_dropped_total"
 
 # --- labels and their bounded values ------------------------------------------------------------
 LABEL_TOOL: Final = "tool"
@@ -98,3 +103,7 @@ TOKEN_OUTPUT: Final = "output"
 OUTCOMES: Final = (*get_args(Status), "cancelled")
 RETRY_KINDS: Final = get_args(RetryKind)
 REJECTION_REASONS: Final = get_args(RejectionReason)
+# Why the trajectory store lost spans: a write failed (disk full or broken, file read-only or
+# gone), or the writer fell too far behind.
+STORE_DROP_WRITE: Final = "write_failed"
+STORE_DROP_BACKLOG: Final = "backlog"

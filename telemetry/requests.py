@@ -7,6 +7,8 @@ client has the whole answer, its spans and metrics are recorded.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from time import perf_counter
 from types import TracebackType
 from typing import Any
@@ -19,8 +21,11 @@ from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, Stat
 from gateway.instrumentation import ModelAnswer, RequestInfo, RequestRecord
 from telemetry import names
 from telemetry.bounds import bounded
+from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics
 from telemetry.propagation import Propagation
+
+log = logging.getLogger("toolspan.telemetry")
 
 
 def exemplar(span: Span) -> dict[str, str] | None:
@@ -159,8 +164,10 @@ class ChatSpan:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model_label: str, model: str, stream: bool,
-                 provider: str, propagation: Propagation) -> None:
+                 provider: str, propagation: Propagation, capture: MessageCapture | None = None) -> None:
         self._tracer = tracer
+        self._capture = capture
+        self._sent: tuple[str, Mapping[str, Any]] | None = None
         self._metrics = metrics
         self._propagation = propagation
         self._label = model_label
@@ -182,6 +189,10 @@ class ChatSpan:
 
     def inject(self, headers: dict[str, str]) -> None:
         self._propagation.inject(headers, self._context)
+
+    def sent(self, api: str, body: Mapping[str, Any]) -> None:
+        if self._capture is not None:
+            self._sent = api, body
 
     def answered(self, answer: ModelAnswer) -> None:
         self._answer = answer
@@ -206,6 +217,8 @@ class ChatSpan:
         tokens: dict[str, int] = {}
         try:
             attributes = self._attributes(tokens)
+            if self._capture is not None:
+                attributes.update(self._content(self._capture))
             if failure is not None:
                 attributes.update(failure[0])
                 span.set_status(Status(StatusCode.ERROR, failure[1]))
@@ -216,6 +229,20 @@ class ChatSpan:
             metrics.child(metrics.tokens, self._label, kind).inc(count)
         metrics.child(metrics.upstream_requests, self._label, self._status or "error").inc()
         metrics.child(metrics.upstream_duration, self._label).observe(elapsed, self._exemplar)
+
+    def _content(self, capture: MessageCapture) -> dict[str, str]:
+        """The messages sent and the answer (opt-in). Content the conversion cannot read is left
+        out rather than failing the call it describes."""
+        content: dict[str, str] = {}
+        answer = self._answer
+        try:
+            if self._sent is not None:
+                content.update(capture.request_attributes(*self._sent))
+            if answer is not None:
+                content.update(capture.answer_attributes(answer.api, answer.output, answer.finish_reason))
+        except Exception:  # best effort: what describes a call must not fail it
+            log.warning("chat span: message content not captured", exc_info=True)
+        return content
 
     def _attributes(self, tokens: dict[str, int]) -> dict[str, Any]:
         """The span's attributes; the token counts of the answer go into `tokens` as well."""

@@ -4,11 +4,13 @@ in-process scripted upstream, the real openai client, and an aiohttp test client
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -28,6 +30,32 @@ from gateway.runtime import Observability, build_telemetry
 from gateway.settings import Settings
 from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
+from telemetry.store import TrajectoryStore
+
+HOME_STORE = Path.home() / ".local" / "share" / "toolspan"  # the real user's: no test may write there
+
+
+def _home_store_state() -> list[tuple[str, int, int]]:
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in HOME_STORE.glob("*")) \
+        if HOME_STORE.is_dir() else []
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _home_store_untouched() -> Iterator[None]:
+    """Fails the run if any test wrote a trajectory store into the real data directory."""
+    before = _home_store_state()
+    yield
+    assert _home_store_state() == before, f"a test wrote into {HOME_STORE}"
+
+
+@pytest.fixture(autouse=True)
+def _data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's (and its subprocesses') user data directory is a temporary one: a gateway's
+    trajectory store, on by default, lands there."""
+    data = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    return data
+
 
 USER = [{"role": "user", "content": "hello"}]  # the one user message a request needs
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -164,6 +192,11 @@ class Stack:
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.get_sample_value(name, labels) or 0.0
+
+    @property
+    def store(self) -> TrajectoryStore:
+        assert self.observability.store is not None, "this stack has no trajectory store"
+        return self.observability.store
 
     async def ask(self, stream: bool, **request: Any) -> Answer:
         request.setdefault("model", "test-model")
@@ -306,7 +339,8 @@ async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, a
     observability = build_telemetry(settings, [SimpleSpanProcessor(exporter)], provider_name)
     if observability.provider is not None:
         exits.callback(observability.provider.shutdown)
-    app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation)
+    app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation,
+                     observability.trajectory_reader())
     server = await aiohttp_server(app)
     url = str(server.make_url("")).rstrip("/")
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key=TEST_KEY, max_retries=0, timeout=20)
@@ -321,10 +355,14 @@ GatewayFactory = Callable[..., Awaitable[Gateway]]
 
 
 @pytest.fixture
-async def make_stack(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient) -> AsyncIterator[StackFactory]:
-    """Builds a stack; keyword arguments are Settings overrides, `registry=` the tools."""
+async def make_stack(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient,
+                     tmp_path: Path) -> AsyncIterator[StackFactory]:
+    """Builds a stack; keyword arguments are Settings overrides, `registry=` the tools. Its
+    trajectory store is a file of its own under the test's tmp_path."""
+    built = itertools.count()
     async with AsyncExitStack() as exits:
         async def build(registry: ToolRegistry | None = None, **overrides: Any) -> Stack:
+            overrides.setdefault("trajectory_store_path", tmp_path / f"store-{next(built)}.sqlite3")
             script = Script()
             model = ScriptedModel(script)
             upstream = await aiohttp_server(model.app())

@@ -412,7 +412,7 @@ def test_demo_prints_the_trajectory(api: str, mcp: bool) -> None:
     assert "did you mean 'city'" in out
     assert re.search(r"^assistant: In \w+ it is .+$", out, re.MULTILINE)
     assert re.search(r"trace id: [0-9a-f]{32}$", out, re.MULTILINE)
-    assert out.index("rejected (missing_arguments)") < out.index("assistant:")
+    assert out.index("rejected (missing_arguments)") < out.index("\nassistant:")
     assert "toolspan.access" not in done.stderr  # no log lines: the trajectory is the output
 
 
@@ -503,3 +503,57 @@ def test_startup_lines_name_the_upstream_the_tools_and_where_traces_go(serve: ty
     for line in ("upstream: openai at http://127.0.0.1:9/v1", "tools: shout, whisper",
                  "traces: OTLP to http://127.0.0.1:9/v1/traces", f"metrics: {base}/metrics"):
         assert f" INFO toolspan: {line}\n" in output
+
+
+# --- toolspan trajectories ------------------------------------------------------------------------
+
+def test_trajectories_after_the_demo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo records its trajectory; the report shows its rename, rejection, corrected retry and
+    recovery; `show` prints the timeline the demo printed."""
+    store = tmp_path / "demo.sqlite3"
+    monkeypatch.setenv("TOOLSPAN_TRAJECTORY_STORE_PATH", str(store))
+    assert main(["demo"]) == 0
+    demo = capsys.readouterr().out
+    assert main(["trajectories", "report", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    weather = next(t for t in figures["tools"] if t["tool"] == "get_weather")
+    assert weather["renames"] == [{"from": "city_name", "to": "city", "count": 1}]
+    assert (weather["rejections"], weather["retries"]["corrected"], weather["recoveries"]) == (1, 1, 1)
+    assert figures["overall"]["rejections"] == 1
+    [listed] = json.loads(_run_cli(capsys, "trajectories", "list", "--json"))
+    assert f"trajectory: {listed['id']}" in demo
+    shown = _run_cli(capsys, "trajectories", "show", listed["id"])
+    timeline = [line for line in demo.splitlines() if line.startswith(("model turn", "  tool call", "    "))]
+    assert len(timeline) > 8
+    assert "\n".join(timeline) in shown
+    # Content capture is on in the demo: the question, the model's calls and its final answer.
+    assert "    user: What is the weather in Lisbon right now, in Fahrenheit?" in shown
+    assert 'assistant: calls get_weather({"city_name": "Lisbon"})' in shown
+    final = demo.split("\nassistant: ", 1)[1].splitlines()[0]
+    assert shown.rstrip().endswith(f"      assistant: {final}")
+    assert "city_name" in _run_cli(capsys, "trajectories", "report")
+
+
+def _run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_trajectories_export_and_import(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TOOLSPAN_TRAJECTORY_STORE_PATH", str(tmp_path / "a.sqlite3"))
+    assert main(["demo"]) == 0
+    capsys.readouterr()
+    _run_cli(capsys, "trajectories", "export", str(tmp_path / "traces.jsonl"))
+    copy = str(tmp_path / "b.sqlite3")
+    assert "spans recorded" in _run_cli(capsys, "trajectories", "import", "--db", copy, str(tmp_path / "traces.jsonl"))
+    assert _run_cli(capsys, "trajectories", "list", "--db", copy) == _run_cli(capsys, "trajectories", "list")
+
+
+def test_trajectories_without_a_store_or_trajectory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trajectories", "list", "--db", str(tmp_path / "none.sqlite3")]) == 2
+    assert "no trajectory store at" in capsys.readouterr().err
+    assert not (tmp_path / "none.sqlite3").exists()
+    assert main(["trajectories", "import", "--db", str(tmp_path / "x.sqlite3"), str(tmp_path / "x.sqlite3")]) == 2
+    assert main(["trajectories", "show", "nope", "--db", str(tmp_path / "x.sqlite3")]) == 1

@@ -154,6 +154,7 @@ class Engine:
     async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any]) -> ModelTurn:
         """One provider call, not streamed: its answer as a turn."""
         with self.instrumentation.chat(plan.model, False) as trace:
+            trace.sent(plan.api, body)
             try:
                 path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
@@ -169,6 +170,7 @@ class Engine:
         """One streamed provider call: the pieces the client may see at once, then the turn."""
         reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
         with self.instrumentation.chat(plan.model, True) as trace:
+            trace.sent(plan.api, body)
             try:
                 path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:

@@ -1,0 +1,114 @@
+"""`toolspan trajectories list|show|report|import|export`: the embedded trajectory store, read in
+the terminal (telemetry.report answers, telemetry.report_text prints).
+
+    toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N]
+    toolspan trajectories show ID
+    toolspan trajectories report [--since ...]
+    toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
+    toolspan trajectories export [FILE]       (the same format; default: stdout)
+Each takes --db PATH (default: the settings' store path) and --json (list, show, report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.settings import load_settings
+from telemetry import otlp, report, report_text
+from telemetry.records import connect
+
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def since_seconds(text: str, now: float | None = None) -> float:
+    """`--since`: an age (`90s`, `30m`, `2h`, `7d`) or an ISO date or time, as epoch seconds."""
+    if (match := _AGO.match(text.strip())) is not None:
+        return (time.time() if now is None else now) - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--since {text!r}: give an age such as 2h or 7d, or a date such as "
+                                         "2024-05-01") from None
+
+
+def add_parser(commands: Any) -> None:
+    """The `trajectories` command and its subcommands, on the top-level parser's subparsers."""
+    parser = commands.add_parser("trajectories", help="list, show and report the recorded trajectories")
+    sub = parser.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", type=Path, help="the store's file (default: the settings' trajectory_store_path)")
+    shown = argparse.ArgumentParser(add_help=False, parents=[common])
+    shown.add_argument("--json", action="store_true", help="JSON instead of text")
+    listing = sub.add_parser("list", parents=[shown], help="trajectories, newest first")
+    listing.add_argument("--tool")
+    listing.add_argument("--outcome")
+    listing.add_argument("--model")
+    listing.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    listing.add_argument("--limit", type=int, default=50)
+    show = sub.add_parser("show", parents=[shown], help="one trajectory's timeline")
+    show.add_argument("id")
+    summary = sub.add_parser("report", parents=[shown], help="per tool and per model: rejections, renames, "
+                                                               "retries, recoveries")
+    summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    imports = sub.add_parser("import", parents=[common], help="add OTLP JSON trace files to the store")
+    imports.add_argument("files", nargs="+", type=Path)
+    exports = sub.add_parser("export", parents=[common], help="write the store as OTLP JSON")
+    exports.add_argument("file", nargs="?", type=Path, help="default: stdout")
+
+
+def _open(path: Path, writing: bool) -> sqlite3.Connection:
+    if writing:
+        return connect(str(path))
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectory store at {path} (run the gateway, or pass --db)")
+    return report.open_readonly(str(path))
+
+
+def _print(value: Any, as_json: bool, lines: list[str]) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False) if as_json else "\n".join(lines))
+
+
+def run_trajectories(options: argparse.Namespace) -> int:
+    """Runs one `toolspan trajectories` subcommand; the exit status."""
+    path = options.db if options.db is not None else load_settings().store_path()
+    db = _open(path, writing=options.action == "import")
+    try:
+        return _run(db, options)
+    finally:
+        db.close()
+
+
+def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
+    action = options.action
+    if action == "list":
+        found = report.list_trajectories(db, tool=options.tool, outcome=options.outcome, since=options.since,
+                                         model=options.model, limit=options.limit)
+        _print(found, options.json, report_text.trajectory_list(found))
+    elif action == "show":
+        one = report.trajectory(db, options.id)
+        if one is None:
+            print(f"toolspan: no trajectory {options.id!r} in the store", file=sys.stderr)
+            return 1
+        _print(one, options.json, report_text.timeline(one))
+    elif action == "report":
+        figures = report.report(db, since=options.since)
+        _print(figures, options.json, report_text.report(figures))
+    elif action == "import":
+        for file in options.files:
+            with file.open(encoding="utf-8") as lines:
+                print(f"{file}: {otlp.import_file(db, lines)} spans recorded")
+    elif options.file is None:
+        otlp.export(db, sys.stdout)
+    else:
+        with options.file.open("w", encoding="utf-8") as out:
+            print(f"{options.file}: {otlp.export(db, out)} spans written", file=sys.stderr)
+    return 0

@@ -1,0 +1,211 @@
+"""GET /ui: the trajectory page. Server-rendered HTML (see ui_report and ui_timeline) over the
+embedded trajectory store, read through the `TrajectoryReader` the composition root hands in;
+a stylesheet and a small script of its own, and a Content-Security-Policy that allows nothing else.
+
+Routes: /ui (the report), /ui/trajectories (the list, with filters), /ui/trajectories/{id} (one
+timeline), /ui/login and /ui/logout (the session cookie, see ui_auth), /ui/assets/{name}."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from importlib import resources
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+from aiohttp import web
+
+from gateway.app_keys import SETTINGS
+from gateway.routes.common import body_parts
+from gateway.routes.ui_auth import (
+    HOME,
+    end_session,
+    key_name,
+    page_after_sign_in,
+    same_origin,
+    set_session,
+    signed_in,
+)
+from gateway.routes.ui_layout import notice, page
+from gateway.routes.ui_markup import Html, render, when
+from gateway.routes.ui_report import ListFilters, list_page, report_page
+from gateway.routes.ui_timeline import timeline_page
+
+# Scripts, styles and forms of this origin only; no inline script or style, no frames, no plugins.
+CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                           "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+RECENT = 10
+LIST_LIMIT = 200
+FINE_BUCKET_SECONDS, COARSE_BUCKET_SECONDS = 60.0, 3600.0
+_ASSET_TYPES = {"ui.css": "text/css", "ui.js": "text/javascript"}
+
+
+class TrajectoryReader(Protocol):
+    """The trajectory store's questions (`telemetry.report`), in its shapes. Blocking calls: the
+    page runs them on a thread. `sqlite3.Error` means there is nothing to read (yet)."""
+
+    def report(self) -> dict[str, Any]: ...
+
+    def rejections_over_time(self, bucket_seconds: float) -> list[dict[str, Any]]: ...
+
+    def list_trajectories(self, *, tool: str | None, outcome: str | None, since: float | None,
+                          model: str | None, limit: int) -> list[dict[str, Any]]: ...
+
+    def trajectory(self, trajectory_id: str) -> dict[str, Any] | None: ...
+
+
+class UiAssets:
+    """The stylesheet and the script, read once when the routes are mounted."""
+
+    def __init__(self) -> None:
+        folder = resources.files("gateway.routes") / "ui_assets"
+        self.files = {name: (folder / name).read_bytes() for name in _ASSET_TYPES}
+
+
+TRAJECTORIES = web.AppKey("trajectories", TrajectoryReader)
+ASSETS = web.AppKey("ui_assets", UiAssets)
+
+
+def _secured(response: web.Response) -> web.Response:
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"  # trace links leak no page address; own forms keep their Origin
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _html(markup: Html, status: int = 200) -> web.Response:
+    return _secured(web.Response(text=markup, status=status, content_type="text/html", charset="utf-8"))
+
+
+def _sign_in_page(next_path: str, message: str | None = None) -> web.Response:
+    """The 401 answer: a form that takes a gateway key once and comes back to the page asked for."""
+    form = render(
+        '<section class="card login"><p>This gateway has keys: sign in with one of them to see its '
+        'trajectories. (Scripts can send it as <code>Authorization: Bearer</code> instead.)</p>{message}'
+        '<form method="post" action="/ui/login"><input type="hidden" name="next" value="{next}">'
+        '<label>Gateway key<input name="key" type="password" autocomplete="current-password" required></label>'
+        '<button type="submit">Sign in</button></form></section>',
+        next=next_path, message=when(message, render('<p class="notice">{m}</p>', m=message)))
+    response = _html(page("Sign in", form), status=401)
+    response.headers["WWW-Authenticate"] = 'Bearer realm="toolspan"'
+    return response
+
+
+async def _ask(request: web.Request, question: str, *args: Any, **kwargs: Any) -> Any:
+    """A question to the store, off the event loop; None when there is no store to ask, or it
+    cannot be read."""
+    reader = request.app.get(TRAJECTORIES)
+    if reader is None:
+        return None
+    try:
+        return await asyncio.to_thread(getattr(reader, question), *args, **kwargs)
+    except sqlite3.Error:
+        return None
+
+
+_NO_STORE = "The trajectory store is off or has recorded nothing yet: nothing to show."
+
+
+async def report_view(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    if not signed_in(request, settings.keys):
+        return _sign_in_page(request.path_qs)
+    report = await _ask(request, "report")
+    if report is None:
+        return _html(page("Trajectory report", notice(_NO_STORE), HOME, bool(settings.keys)))
+    hourly = await _ask(request, "rejections_over_time", COARSE_BUCKET_SECONDS) or []
+    starts = [row["bucket_start"] for row in hourly]
+    # Less than a day of calls: minutes are the finer steps for the chart.
+    if starts and max(starts) - min(starts) < 86400:
+        hourly = await _ask(request, "rejections_over_time", FINE_BUCKET_SECONDS) or []
+    recent = await _ask(request, "list_trajectories", tool=None, outcome=None, since=None, model=None,
+                        limit=RECENT) or []
+    body = report_page(report, hourly, recent, settings.trace_ui_url)
+    return _html(page("Trajectory report", body, HOME, bool(settings.keys)))
+
+
+def _filters(request: web.Request) -> ListFilters:
+    query = request.query
+    since = query.get("since", "")
+    return ListFilters(tool=query.get("tool") or None, outcome=query.get("outcome") or None,
+                       model=query.get("model") or None, within_seconds=int(since) if since.isdigit() else None)
+
+
+async def list_view(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    if not signed_in(request, settings.keys):
+        return _sign_in_page(request.path_qs)
+    filters = _filters(request)
+    since = time.time() - filters.within_seconds if filters.within_seconds else None
+    rows = await _ask(request, "list_trajectories", tool=filters.tool, outcome=filters.outcome, since=since,
+                      model=filters.model, limit=LIST_LIMIT)
+    body = notice(_NO_STORE) if rows is None else list_page(rows, filters, settings.trace_ui_url)
+    return _html(page("Trajectories", body, "/ui/trajectories", bool(settings.keys)))
+
+
+async def trajectory_view(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    if not signed_in(request, settings.keys):
+        return _sign_in_page(request.path_qs)
+    trajectory_id = request.match_info["id"]
+    found = await _ask(request, "trajectory", trajectory_id)
+    if found is None:
+        body = notice("The store has no trajectory with this id (it may have aged out).")
+        return _html(page(f"Trajectory {trajectory_id}", body, None, bool(settings.keys)), status=404)
+    body = timeline_page(found, settings.trace_ui_url)
+    return _html(page(f"Trajectory {trajectory_id}", body, None, bool(settings.keys)))
+
+
+async def _form(request: web.Request) -> dict[str, str]:
+    raw = b"".join([part async for part in body_parts(request)])
+    return {name: values[0] for name, values in parse_qs(raw.decode("utf-8", "replace")).items()}
+
+
+async def login(request: web.Request) -> web.Response:
+    """The sign-in form's post: a gateway key, once; a session cookie and the page asked for."""
+    if not same_origin(request):
+        return _html(page("Sign in", notice("Sign-in is only taken from this gateway's own page.")), status=403)
+    form = await _form(request)
+    keys = request.app[SETTINGS].keys
+    target = page_after_sign_in(form.get("next"))
+    response = _secured(web.Response(status=303, headers={"Location": target}))
+    if not keys:
+        return response
+    sent = form.get("key", "").strip()
+    if key_name(sent, keys) is None:
+        return _sign_in_page(target, "That is not one of this gateway's keys.")
+    set_session(response, sent, secure=request.secure)
+    return response
+
+
+async def logout(request: web.Request) -> web.Response:
+    if not same_origin(request):
+        return _html(page("Sign out", notice("Sign-out is only taken from this gateway's own page.")), status=403)
+    response = _secured(web.Response(status=303, headers={"Location": HOME}))
+    end_session(response)
+    return response
+
+
+async def asset(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in _ASSET_TYPES:
+        raise web.HTTPNotFound()
+    body = request.app[ASSETS].files[name]
+    response = web.Response(body=body, content_type=_ASSET_TYPES[name], charset="utf-8")
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
+    """The page's routes; without a reader (the store is off) the page says so."""
+    app[ASSETS] = UiAssets()
+    if reader is not None:
+        app[TRAJECTORIES] = reader
+    app.router.add_get("/ui", report_view)
+    app.router.add_get("/ui/trajectories", list_view)
+    app.router.add_get("/ui/trajectories/{id}", trajectory_view)
+    app.router.add_post("/ui/login", login)
+    app.router.add_post("/ui/logout", logout)
+    app.router.add_get("/ui/assets/{name}", asset)

@@ -1,0 +1,75 @@
+"""Who may open /ui: with gateway keys configured, whoever holds one of them, and nobody else.
+
+A script sends the key as on /v1 (`Authorization: Bearer <key>`). A browser cannot, so the page
+offers a sign-in form: the key is posted once (never put in a URL, where it would stay in the
+history and the access log) and the answer sets a session cookie, HttpOnly and SameSite=Strict,
+scoped to /ui. The cookie holds no key: it is an HMAC of a fixed text under the key, so it is the
+same in every worker and after a restart, and it stops working when its key is removed."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from gateway.settings import GatewayKey
+
+SESSION_COOKIE = "toolspan_ui"
+_SESSION_TEXT = b"toolspan /ui session"
+HOME = "/ui"
+
+
+def session_token(key: str) -> str:
+    return hmac.new(key.encode(), _SESSION_TEXT, hashlib.sha256).hexdigest()
+
+
+def key_name(sent: str, keys: Mapping[str, GatewayKey]) -> str | None:
+    """The name of the gateway key `sent` is, if it is one."""
+    for name, spec in keys.items():
+        if sent and hmac.compare_digest(sent.encode(), spec.key.get_secret_value().encode()):
+            return name
+    return None
+
+
+def _session_key_name(cookie: str, keys: Mapping[str, GatewayKey]) -> str | None:
+    for name, spec in keys.items():
+        if cookie and hmac.compare_digest(cookie.encode(), session_token(spec.key.get_secret_value()).encode()):
+            return name
+    return None
+
+
+def signed_in(request: web.Request, keys: Mapping[str, GatewayKey]) -> bool:
+    """Without gateway keys the page is as open as the gateway; with them, a request must carry
+    one as a bearer token, or the session cookie one of them made."""
+    if not keys:
+        return True
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and key_name(token.strip(), keys) is not None:
+        return True
+    return _session_key_name(request.cookies.get(SESSION_COOKIE, ""), keys) is not None
+
+
+def same_origin(request: web.Request) -> bool:
+    """A form post from a page of this gateway (or from a client that sends no Origin): another
+    site must not sign a browser in, nor out."""
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
+def page_after_sign_in(requested: str | None) -> str:
+    """Where to go after signing in: the page asked for, when it is one of ours."""
+    if requested and requested.startswith(HOME) and not requested.startswith("//") and "\\" not in requested:
+        return requested
+    return HOME
+
+
+def set_session(response: web.StreamResponse, key: str, secure: bool) -> None:
+    response.set_cookie(SESSION_COOKIE, session_token(key), path=HOME, httponly=True, samesite="Strict",
+                        secure=secure)
+
+
+def end_session(response: web.StreamResponse) -> None:
+    response.del_cookie(SESSION_COOKIE, path=HOME)

@@ -1,0 +1,300 @@
+"""Questions asked of the trajectory database (`telemetry.records`): pure functions over a sqlite3
+connection, returning plain dicts and lists (JSON-ready) that the terminal (`toolspan
+trajectories`) and the web page (`GET /ui`) both render.
+
+Times are seconds since the epoch, durations milliseconds. Rates are fractions (0..1), None when
+there is nothing to divide by. The shapes are stable: new keys may appear, none go away.
+
+Definitions, per tool (and the same per model: the model whose turn made the call):
+- rejection rate: rejected calls / calls; by reason, each reason's calls / calls;
+- renames: unrecognized argument names the model sent, with the accepted name suggested for each
+  (None when nothing was close), most frequent first;
+- retry rates: calls that retried a failed call of the same tool in the trajectory, verbatim (same
+  arguments) or corrected, / failed calls;
+- recovery: a failure (a run of failed calls of the tool in a trajectory) recovers when a later call
+  of the tool in that trajectory is ok; rounds to recover counts the model turns from the first failed
+  call to the ok one; recovery rate: recovered failures / failures;
+- stuck: a trajectory where a tool's failed call was re-sent verbatim at least STUCK_VERBATIM times
+  in a row.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from bisect import bisect_right
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+STUCK_VERBATIM = 2  # as telemetry.trajectory warns: the second verbatim retry of one failure
+FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a failed call ("interrupted" waits)
+
+_CALL_COLUMNS = ("span_id", "trace_id", "request_span_id", "trajectory_id", "round", "tool", "call_id", "outcome",
+                 "rejection_reason", "error_type", "missing", "unrecognized", "suggestions", "retry_kind",
+                 "retries_trace_id", "retries_span_id", "diagnostic", "arguments", "mcp_server", "mcp_method",
+                 "started", "duration_ms")
+_TURN_COLUMNS = ("span_id", "trace_id", "request_span_id", "round", "model", "response_model", "provider",
+                 "response_id", "finish_reasons", "stream", "input_tokens", "output_tokens", "error_type",
+                 "error_message", "input_messages", "output_messages", "started", "duration_ms")
+_JSON_COLUMNS = frozenset({"missing", "unrecognized", "suggestions", "finish_reasons", "input_messages",
+                           "output_messages"})
+
+
+def _rows(db: sqlite3.Connection, sql: str, columns: Sequence[str], params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Rows as dicts, the JSON columns decoded."""
+    found = []
+    for row in db.execute(sql, params):
+        item = dict(zip(columns, row, strict=True))
+        for key in _JSON_COLUMNS.intersection(item):
+            item[key] = _decoded(item[key])
+        found.append(item)
+    return found
+
+
+def _decoded(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:  # content an importer wrote as plain text
+        return text
+
+
+def _suggestions(pairs: Iterable[str] | None) -> dict[str, str]:
+    """`toolspan.args.suggestions` ("sent->accepted") as a mapping."""
+    return dict(pair.rsplit("->", 1) for pair in pairs or () if "->" in pair)
+
+
+def _selected(db: sqlite3.Connection, table: str, columns: Sequence[str], where: str = "",
+              params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    sql = f"SELECT {', '.join(columns)} FROM {table} {where} ORDER BY started"
+    return _rows(db, sql, columns, params)
+
+
+# --- the list ---------------------------------------------------------------------------------------
+
+def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcome: str | None = None,
+                      since: float | None = None, model: str | None = None,
+                      limit: int = 50) -> list[dict[str, Any]]:
+    """Trajectories, newest (last active) first: those with a call of `tool`, a call with
+    `outcome`, activity at or after `since`, a turn of `model` (each filter when given).
+
+    Each: {"id", "started", "ended", "requests", "model_turns", "tool_calls", "failed_calls",
+    "rejections", "retries", "input_tokens", "output_tokens", "models": [...], "tools": [...],
+    "outcomes": {outcome: calls}, "trace_ids": [...], "stuck": bool}."""
+    where: list[str] = ["1 = 1"]
+    params: list[Any] = []
+    if since is not None:
+        where.append("t.ended >= ?")
+        params.append(since)
+    if tool is not None or outcome is not None:
+        where.append("EXISTS (SELECT 1 FROM tool_calls c WHERE c.trajectory_id = t.id AND (? IS NULL OR c.tool = ?) "
+                     "AND (? IS NULL OR c.outcome = ?))")
+        params += [tool, tool, outcome, outcome]
+    if model is not None:
+        where.append("EXISTS (SELECT 1 FROM model_turns m JOIN requests r ON m.request_span_id = r.span_id "
+                     "WHERE r.trajectory_id = t.id AND m.model = ?)")
+        params.append(model)
+    sql = (f"SELECT id, started, ended FROM trajectories t WHERE {' AND '.join(where)} "
+           "ORDER BY ended DESC LIMIT ?")
+    return [_summary(db, *row) for row in db.execute(sql, (*params, limit)).fetchall()]
+
+
+def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: float) -> dict[str, Any]:
+    calls = _selected(db, "tool_calls", _CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
+    turns = _turns_of(db, trajectory_id)
+    traces = [row[0] for row in db.execute(
+        "SELECT trace_id FROM requests WHERE trajectory_id = ? ORDER BY started", (trajectory_id,))]
+    return {"id": trajectory_id, "started": started, "ended": ended, "requests": len(traces),
+            "model_turns": len(turns), "tool_calls": len(calls),
+            "failed_calls": sum(c["outcome"] in FAILED for c in calls),
+            "rejections": sum(c["outcome"] == "rejected" for c in calls),
+            "retries": sum(c["retry_kind"] is not None for c in calls),
+            "input_tokens": sum(t["input_tokens"] or 0 for t in turns),
+            "output_tokens": sum(t["output_tokens"] or 0 for t in turns),
+            "models": sorted({t["model"] for t in turns if t["model"]}),
+            "tools": sorted({c["tool"] for c in calls}),
+            "outcomes": dict(Counter(c["outcome"] for c in calls)), "trace_ids": list(dict.fromkeys(traces)),
+            "stuck": bool(_stuck(calls))}
+
+
+def _turns_of(db: sqlite3.Connection, trajectory_id: str) -> list[dict[str, Any]]:
+    columns = ", ".join(f"m.{c}" for c in _TURN_COLUMNS)
+    sql = (f"SELECT {columns} FROM model_turns m JOIN requests r ON m.request_span_id = r.span_id "
+           "WHERE r.trajectory_id = ? ORDER BY m.started")
+    return _rows(db, sql, _TURN_COLUMNS, (trajectory_id,))
+
+
+# --- one trajectory ---------------------------------------------------------------------------------
+
+def trajectory(db: sqlite3.Connection, trajectory_id: str) -> dict[str, Any] | None:
+    """One trajectory's timeline, None when the store has no such trajectory:
+    {"id", "started", "ended", "requests": [{"span_id", "trace_id", "name", "route", "status",
+    "rounds", "limit_reached", "error_type", "started", "duration_ms", "events": [event, ...]}]}.
+
+    Events, in the order they started: {"type": "model_turn", "span_id", "round", "model",
+    "response_model", "provider", "response_id", "finish_reasons", "stream", "input_tokens",
+    "output_tokens", "error_type", "error_message", "input_messages", "output_messages" (the GenAI
+    messages where content was captured, else None), "started", "duration_ms", ...} and
+    {"type": "tool_call", "span_id", "round", "tool", "call_id", "outcome", "rejection_reason",
+    "error_type", "missing", "unrecognized", "suggestions": {sent: accepted}, "retry_kind",
+    "retries_span_id" (the failed call it retries), "diagnostic" (what the model was told),
+    "arguments" (masked; failed calls, or all when recorded), "mcp_server", "mcp_method", "started",
+    "duration_ms", ...}."""
+    found = db.execute("SELECT id, started, ended FROM trajectories WHERE id = ?", (trajectory_id,)).fetchone()
+    if found is None:
+        return None
+    columns = ("span_id", "trace_id", "name", "route", "status", "rounds", "limit_reached", "error_type", "started",
+               "duration_ms")
+    requests = _selected(db, "requests", columns, "WHERE trajectory_id = ?", (trajectory_id,))
+    for request in requests:
+        turns = _selected(db, "model_turns", _TURN_COLUMNS, "WHERE request_span_id = ?", (request["span_id"],))
+        calls = _selected(db, "tool_calls", _CALL_COLUMNS, "WHERE request_span_id = ?", (request["span_id"],))
+        for call in calls:
+            call["suggestions"] = _suggestions(call["suggestions"])
+        events = [{"type": "model_turn", **t} for t in turns] + [{"type": "tool_call", **c} for c in calls]
+        request["events"] = sorted(events, key=lambda e: e["started"])
+    return {"id": found[0], "started": found[1], "ended": found[2], "requests": requests}
+
+
+# --- the report -------------------------------------------------------------------------------------
+
+def report(db: sqlite3.Connection, *, since: float | None = None) -> dict[str, Any]:
+    """The figures per tool and per model, over the trajectories active at or after `since`:
+    {"trajectories", "tool_calls", "model_turns", "input_tokens", "output_tokens",
+     "overall": figures, "tools": [{"tool", **figures}], "models": [{"model", **figures}],
+     "stuck": [{"trajectory_id", "tool", "model", "verbatim_retries"}]}, where figures is
+    {"calls", "outcomes": {outcome: n}, "failed", "rejections", "rejection_rate",
+     "rejections_by_reason": {reason: {"count", "rate"}}, "renames": [{"from", "to", "count"}],
+     "retries": {"verbatim", "corrected", "verbatim_rate", "corrected_rate"},
+     "failures", "recoveries", "recovery_rate", "rounds_to_recover": {"mean", "max"} or None,
+     "stuck_trajectories": [ids]}. Tools and models are sorted by calls, most first."""
+    ids = [row[0] for row in db.execute("SELECT id FROM trajectories WHERE ended >= ?",
+                                        (since if since is not None else float("-inf"),))]
+    calls: list[dict[str, Any]] = []
+    turn_count = input_tokens = output_tokens = 0
+    for trajectory_id in ids:
+        found, turns = _calls_with_models(db, trajectory_id)
+        calls += found
+        turn_count += len(turns)
+        input_tokens += sum(t["input_tokens"] or 0 for t in turns)
+        output_tokens += sum(t["output_tokens"] or 0 for t in turns)
+    by_tool, by_model = defaultdict(list), defaultdict(list)
+    for call in calls:
+        by_tool[call["tool"]].append(call)
+        by_model[call["model"] or "(none)"].append(call)
+    return {"trajectories": len(ids), "tool_calls": len(calls), "model_turns": turn_count,
+            "input_tokens": input_tokens, "output_tokens": output_tokens, "overall": figures(calls),
+            "tools": _grouped(by_tool, "tool"), "models": _grouped(by_model, "model"), "stuck": _stuck(calls)}
+
+
+def _grouped(groups: dict[str, list[dict[str, Any]]], key: str) -> list[dict[str, Any]]:
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    return [{key: name, **figures(calls)} for name, calls in ordered]
+
+
+def _calls_with_models(db: sqlite3.Connection, trajectory_id: str) -> tuple[list[dict[str, Any]],
+                                                                            list[dict[str, Any]]]:
+    """The trajectory's calls in order, each with "model" (of the turn that made it) and "turn"
+    (how many model turns of the trajectory had started before it: rounds across requests)."""
+    turns = _turns_of(db, trajectory_id)
+    model_of = {(t["request_span_id"], t["round"]): t["model"] for t in turns}
+    starts = [t["started"] for t in turns]
+    calls = _selected(db, "tool_calls", _CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
+    for call in calls:
+        call["model"] = model_of.get((call["request_span_id"], call["round"]))
+        call["turn"] = bisect_right(starts, call["started"])
+    return calls, turns
+
+
+def figures(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The report's figures for some tool calls (with "turn", as `report` reads them), in order."""
+    total = len(calls)
+    failed = sum(c["outcome"] in FAILED for c in calls)
+    reasons = Counter(c["rejection_reason"] for c in calls if c["rejection_reason"])
+    kinds = Counter(c["retry_kind"] for c in calls if c["retry_kind"])
+    episodes = _failures(calls)
+    recovered = [rounds for rounds in episodes if rounds is not None]
+    return {"calls": total, "outcomes": dict(Counter(c["outcome"] for c in calls)), "failed": failed,
+            "rejections": sum(reasons.values()), "rejection_rate": _rate(sum(reasons.values()), total),
+            "rejections_by_reason": {r: {"count": n, "rate": _rate(n, total)} for r, n in reasons.most_common()},
+            "renames": _renames(calls),
+            "retries": {"verbatim": kinds["verbatim"], "corrected": kinds["corrected"],
+                        "verbatim_rate": _rate(kinds["verbatim"], failed),
+                        "corrected_rate": _rate(kinds["corrected"], failed)},
+            "failures": len(episodes), "recoveries": len(recovered), "recovery_rate": _rate(len(recovered),
+                                                                                            len(episodes)),
+            "rounds_to_recover": {"mean": sum(recovered) / len(recovered), "max": max(recovered)} if recovered
+            else None,
+            "stuck_trajectories": sorted({s["trajectory_id"] for s in _stuck(calls)})}
+
+
+def _rate(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def _renames(calls: Iterable[dict[str, Any]], top: int = 10) -> list[dict[str, Any]]:
+    counts: Counter[tuple[str, str | None]] = Counter()
+    for call in calls:
+        suggested = call["suggestions"] if isinstance(call["suggestions"], dict) else _suggestions(call["suggestions"])
+        for name in call["unrecognized"] or ():
+            counts[(name, suggested.get(name))] += 1
+    return [{"from": sent, "to": accepted, "count": n} for (sent, accepted), n in counts.most_common(top)]
+
+
+def _by_trajectory_tool(calls: Iterable[dict[str, Any]]) -> dict[tuple[str | None, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str | None, str], list[dict[str, Any]]] = defaultdict(list)
+    for call in calls:
+        groups[(call["trajectory_id"], call["tool"])].append(call)
+    return groups
+
+
+def _failures(calls: Iterable[dict[str, Any]]) -> list[int | None]:
+    """One entry per failure (a run of failed calls of a tool in a trajectory): the model turns it
+    took to recover, or None when no later call of the tool succeeded."""
+    episodes: list[int | None] = []
+    for group in _by_trajectory_tool(calls).values():
+        first: dict[str, Any] | None = None
+        for call in group:
+            if call["outcome"] in FAILED:
+                first = first or call
+            elif first is not None and call["outcome"] == "ok":
+                episodes.append(call["turn"] - first["turn"])
+                first = None
+        if first is not None:
+            episodes.append(None)
+    return episodes
+
+
+def _stuck(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trajectories and tools where the model re-sent one failed call verbatim STUCK_VERBATIM times
+    or more in a row; the longest run of each."""
+    found = []
+    for (trajectory_id, tool), group in _by_trajectory_tool(calls).items():
+        run = longest = 0
+        for call in group:
+            run = run + 1 if call["retry_kind"] == "verbatim" else 0
+            longest = max(longest, run)
+        if longest >= STUCK_VERBATIM:
+            found.append({"trajectory_id": trajectory_id, "tool": tool, "model": group[-1].get("model"),
+                          "verbatim_retries": longest})
+    return found
+
+
+def rejections_over_time(db: sqlite3.Connection, *, bucket_seconds: float = 3600.0,
+                         since: float | None = None) -> list[dict[str, Any]]:
+    """Calls and rejections per tool per time bucket, oldest first (for a chart):
+    [{"tool", "bucket_start", "calls", "rejections", "rejection_rate"}]."""
+    sql = ("SELECT tool, CAST(started / ? AS INTEGER) * ? AS bucket, COUNT(*), "
+           "SUM(outcome = 'rejected') FROM tool_calls WHERE started >= ? GROUP BY tool, bucket ORDER BY bucket, tool")
+    rows = db.execute(sql, (bucket_seconds, bucket_seconds, since if since is not None else float("-inf")))
+    return [{"tool": tool, "bucket_start": float(bucket), "calls": n, "rejections": int(rejected or 0),
+             "rejection_rate": _rate(int(rejected or 0), n)} for tool, bucket, n, rejected in rows]
+
+
+def open_readonly(path: str) -> sqlite3.Connection:
+    """A connection that reads the store at `path` without creating or changing it."""
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    return sqlite3.connect(uri, uri=True)

@@ -1,0 +1,149 @@
+"""The report's answers as terminal text: the timeline `toolspan demo` and `toolspan trajectories
+show` both print, the list and the report tables. Input: the dicts of `telemetry.report`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{100 * rate:.0f}%"
+
+
+def _quoted(lines: str | None, prefix: str = "      | ") -> list[str]:
+    return [prefix + line for line in (lines or "").splitlines()]
+
+
+def _part(part: Any) -> str:
+    """One part of a GenAI message as a line: text, a tool call, a tool's answer, or its type."""
+    if not isinstance(part, dict):
+        return json.dumps(part, ensure_ascii=False)
+    kind = part.get("type")
+    if kind == "text":
+        return str(part.get("content", ""))
+    if kind == "tool_call":
+        arguments = part.get("arguments")
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        return f"calls {part.get('name')}({shown})"
+    if kind == "tool_call_response":
+        return f"result: {part.get('response', '')}"
+    return f"[{kind}]"
+
+
+def _message_lines(messages: Any, indent: str = "    ") -> list[str]:
+    """GenAI messages ({"role", "parts"}), one line a part; text as it came (an importer's)."""
+    if isinstance(messages, str):
+        return [f"{indent}{messages}"]
+    lines = []
+    for message in messages if isinstance(messages, list) else []:
+        role = message.get("role", "?") if isinstance(message, dict) else "?"
+        parts = message.get("parts", []) if isinstance(message, dict) else [message]
+        for part in parts or [{"type": "text", "content": ""}]:
+            text = _part(part).replace("\n", f"\n{indent}  ")
+            lines.append(f"{indent}{role}: {text}")
+    return lines
+
+
+def _new_messages(sent: Any, before: list[Any]) -> Any:
+    """The messages of a turn not already shown in its request: the history sent the previous
+    time and the answer it got (which comes back as the first message after it)."""
+    if not isinstance(sent, list) or not before or sent[:len(before)] != before:
+        return sent
+    rest = sent[len(before):]
+    return rest[1:] if rest and isinstance(rest[0], dict) and rest[0].get("role") == "assistant" else rest
+
+
+def _model_turn(event: dict[str, Any], before: list[Any]) -> list[str]:
+    reasons = ",".join(event["finish_reasons"] or ())
+    line = (f"model turn  chat {event['model']}: finish={reasons} tokens in/out="
+            f"{event['input_tokens']}/{event['output_tokens']} ({event['duration_ms']:.1f} ms)")
+    if event["error_type"]:
+        line += f" failed: {event['error_type']}"
+    lines = [line]
+    if event["input_messages"] is not None:
+        lines += _message_lines(_new_messages(event["input_messages"], before))
+    if event["output_messages"] is not None:
+        lines += ["    answer:", *_message_lines(event["output_messages"], "      ")]
+    return lines
+
+
+def _tool_call(event: dict[str, Any]) -> list[str]:
+    reason, server, method = event["rejection_reason"], event["mcp_server"], event["mcp_method"]
+    line = (f"  tool call {event['tool']}: {event['outcome']}{f' ({reason})' if reason else ''}"
+            f" ({event['duration_ms']:.2f} ms){f' [MCP server {server!r}, {method}]' if server else ''}")
+    if event["retry_kind"]:
+        line += f" [{event['retry_kind']} retry of span {event['retries_span_id']}]"
+    lines = [line, *_quoted(event["diagnostic"])]
+    if event["arguments"] is not None and event["outcome"] != "ok":
+        lines.append(f"      arguments sent: {event['arguments']}")
+    return lines
+
+
+def timeline(trajectory: dict[str, Any], events_only: bool = False) -> list[str]:
+    """One trajectory, event by event: each model turn, and under it the tool calls it made with
+    their outcome, the diagnostic the model got and the retry they are. `events_only` leaves out
+    the header lines of the trajectory and its requests (the demo prints its own)."""
+    lines = [] if events_only else [f"trajectory {trajectory['id']}  started {_when(trajectory['started'])}"]
+    for request in trajectory["requests"]:
+        if not events_only:
+            lines.append(f"\nrequest {request['name']} -> {request['status']}  rounds: {request['rounds']}  "
+                         f"trace id: {request['trace_id']}")
+        before: list[Any] = []  # the history of the request's last turn, already shown
+        for event in request["events"]:
+            if event["type"] != "model_turn":
+                lines += _tool_call(event)
+                continue
+            lines += _model_turn(event, before)
+            sent = event["input_messages"]
+            before = sent if isinstance(sent, list) else []
+    return lines
+
+
+def trajectory_list(items: Iterable[dict[str, Any]]) -> list[str]:
+    lines = [f"{'last active':19}  {'trajectory':32}  req turns calls failed retries  models / tools"]
+    for item in items:
+        flag = "  STUCK (verbatim retries)" if item["stuck"] else ""
+        lines.append(f"{_when(item['ended'])}  {item['id'][:32]:32}  {item['requests']:3} {item['model_turns']:5} "
+                     f"{item['tool_calls']:5} {item['failed_calls']:6} {item['retries']:7}  "
+                     f"{','.join(item['models'])} / {','.join(item['tools'])}{flag}")
+    return lines
+
+
+def _figures(name: str, f: dict[str, Any]) -> list[str]:
+    retries, recover = f["retries"], f["rounds_to_recover"]
+    reasons = ", ".join(f"{r} {v['count']} ({_percent(v['rate'])})" for r, v in f["rejections_by_reason"].items())
+    lines = [f"{name}: {f['calls']} calls, {f['rejections']} rejected ({_percent(f['rejection_rate'])})"
+             f"{f': {reasons}' if reasons else ''}",
+             f"    retries: {retries['verbatim']} verbatim ({_percent(retries['verbatim_rate'])} of failed calls), "
+             f"{retries['corrected']} corrected ({_percent(retries['corrected_rate'])})",
+             f"    recovered: {f['recoveries']} of {f['failures']} failures ({_percent(f['recovery_rate'])})"
+             + (f", in {recover['mean']:.1f} rounds on average (at most {recover['max']})" if recover else "")]
+    for rename in f["renames"]:
+        lines.append(f"    invented argument {rename['from']!r} -> {rename['to'] or '(no close name)'!s}"
+                     f" x{rename['count']}")
+    if f["stuck_trajectories"]:
+        lines.append(f"    stuck in verbatim retries: {', '.join(f['stuck_trajectories'])}")
+    return lines
+
+
+def report(figures: dict[str, Any]) -> list[str]:
+    lines = [f"{figures['trajectories']} trajectories, {figures['model_turns']} model turns, "
+             f"{figures['tool_calls']} tool calls, tokens in/out {figures['input_tokens']}/{figures['output_tokens']}",
+             "", "per tool:"]
+    for item in figures["tools"]:
+        lines += ["  " + line for line in _figures(item["tool"], item)]
+    lines += ["", "per model:"]
+    for item in figures["models"]:
+        lines += ["  " + line for line in _figures(item["model"], item)]
+    if figures["stuck"]:
+        lines += ["", "stuck in verbatim retries:"]
+        lines += [f"  {s['trajectory_id']}  {s['tool']} re-sent {s['verbatim_retries']} times"
+                  for s in figures["stuck"]]
+    return lines

@@ -1,0 +1,208 @@
+"""The embedded trajectory store: a span processor that writes the `tool.call`, `chat` and request
+spans into SQLite (`telemetry.records`), so the store says exactly what the traces say.
+
+The request path only puts the ended span on a queue. One thread of the store's own takes the
+spans off in batches, turns them into rows and writes each batch in one transaction, then keeps the
+file within its bounds: trajectories older than the age limit go, and the oldest go first when the
+rows near the size limit (which SQLite also enforces as a page cap, so the file never outgrows it).
+
+A store that cannot write (disk full or broken, file read-only or its directory gone) never fails a
+request: the spans are dropped, counted (`dropped(reason, n)`) and logged once per run of failures.
+A file deleted under it is created anew. A file whose write permission was taken away (chmod) is
+treated as read-only even by root, who could still write it: that is what the operator asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from queue import Empty, SimpleQueue
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanKind
+
+from telemetry import names
+from telemetry.records import SpanRecord, connect, kind_of, prune, prune_orphans, record_of, used_bytes, write
+
+log = logging.getLogger("toolspan.store")
+
+_HIGH, _LOW = 0.9, 0.7  # past _HIGH of the size limit, the oldest trajectories go until under _LOW
+_ORPHAN_CHECK_SECONDS = 60.0
+_Item = ReadableSpan | threading.Event | None  # a span; a flush marker; None: stop
+
+
+class _ReadOnly(OSError):
+    pass
+
+
+def _wanted(span: ReadableSpan) -> bool:
+    """A cheap first cut on the request path; the writer decides exactly (records.kind_of)."""
+    return (span.name == names.SPAN_TOOL_CALL or span.kind is SpanKind.SERVER
+            or (span.kind is SpanKind.CLIENT and span.name.startswith(names.SPAN_CHAT_PREFIX)))
+
+
+class TrajectoryStore(SpanProcessor):
+    def __init__(self, path: Path, *, max_bytes: int = 256 * 2**20, max_age_days: float = 30.0,
+                 dropped: Callable[[str, int], None] | None = None, max_pending: int = 100_000,
+                 batch_size: int = 1024, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._max_bytes = max_bytes
+        self._max_age = max_age_days * 86400.0
+        self._dropped = dropped or (lambda reason, count: None)
+        self._max_pending = max_pending
+        self._batch_size = batch_size
+        self._clock = clock
+        self._queue: SimpleQueue[_Item] = SimpleQueue()
+        self._db: sqlite3.Connection | None = None  # the writer thread's alone
+        self._inode: int | None = None
+        self._failing = False
+        self._orphans_at = float("-inf")
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="toolspan-trajectory-store", daemon=True)
+        self._thread.start()
+
+    # --- the request path ------------------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not _wanted(span) or self._stopped:
+            return
+        if self._queue.qsize() >= self._max_pending:  # the writer cannot keep up: memory stays bounded
+            self._dropped(names.STORE_DROP_BACKLOG, 1)
+            return
+        self._queue.put(span)
+
+    # --- flushing and stopping -------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Waits until every span ended before the call is written (or dropped)."""
+        if self._stopped:
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    async def flushed(self) -> bool:
+        """`flush`, awaited without blocking the event loop."""
+        return await asyncio.to_thread(self.flush)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.flush(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._queue.put(None)
+        self._thread.join(30.0)
+
+    # --- the writer thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            while len(items) < self._batch_size:
+                try:
+                    items.append(self._queue.get_nowait())
+                except Empty:
+                    break
+            spans = [item for item in items if isinstance(item, ReadableSpan)]
+            if spans:
+                self._write([record_of(span) for span in spans])
+            for item in items:
+                if isinstance(item, threading.Event):
+                    item.set()
+            if any(item is None for item in items):
+                self._close()
+                return
+
+    def _write(self, records: list[SpanRecord]) -> None:
+        try:
+            db = self._open()
+            try:
+                self._transaction(db, records)
+            except sqlite3.OperationalError as exc:
+                if "full" not in str(exc):
+                    raise
+                prune(db, oldest=max(1, self._count(db) // 4))  # make room, then try once more
+                self._transaction(db, records)
+            self._maintain(db)
+        except (sqlite3.Error, OSError) as exc:
+            self._lost(records, exc)
+            self._close()  # the next batch opens afresh: the file may be back, or writable again
+            return
+        if self._failing:
+            log.warning("trajectory store %s: writing again", self.path)
+        self._failing = False
+
+    def _transaction(self, db: sqlite3.Connection, records: list[SpanRecord]) -> None:
+        """The batch, and the trajectories past the age limit gone (an index lookup: cheap enough
+        for every batch, so that nothing older is ever read)."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            write(db, records)
+            prune(db, before=self._clock() - self._max_age)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def _open(self) -> sqlite3.Connection:
+        """The connection, opened anew when the file was deleted or replaced."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            stat = None
+        if self._db is not None and (stat is None or stat.st_ino != self._inode):
+            self._close()
+        if stat is not None and not stat.st_mode & 0o222:
+            raise _ReadOnly(f"{self.path} is read-only")
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = connect(str(self.path), self._max_bytes)
+            self._inode = os.stat(self.path).st_ino
+        return self._db
+
+    def _maintain(self, db: sqlite3.Connection) -> None:
+        now = self._clock()
+        if now - self._orphans_at >= _ORPHAN_CHECK_SECONDS:  # a scan of the turns: not every batch
+            self._orphans_at = now
+            prune_orphans(db, before=now - self._max_age)
+        while used_bytes(db) > _HIGH * self._max_bytes and (count := self._count(db)) > 0:
+            target = _LOW * self._max_bytes / used_bytes(db)  # the share of trajectories to keep, roughly
+            db.execute("BEGIN IMMEDIATE")
+            prune(db, oldest=max(1, int(count * (1 - target))))
+            db.execute("COMMIT")
+
+    @staticmethod
+    def _count(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT COUNT(*) FROM trajectories").fetchone()[0])
+
+    def _lost(self, records: list[SpanRecord], exc: BaseException) -> None:
+        kinds = [kind_of(r) for r in records]
+        parents = {r.parent_span_id for r, k in zip(records, kinds, strict=True) if k in ("tool_call", "model_turn")}
+        lost = sum(k in ("tool_call", "model_turn") or (k == "request" and r.span_id in parents)
+                   for r, k in zip(records, kinds, strict=True))
+        if lost:
+            self._dropped(names.STORE_DROP_WRITE, lost)
+        if not self._failing:
+            log.warning("trajectory store %s: cannot write (%s); trajectories are dropped (and counted in %s) "
+                        "until it can", self.path, exc, names.METRIC_TRAJECTORY_STORE_DROPPED)
+        self._failing = True
+
+    def _close(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None

@@ -1,0 +1,38 @@
+"""The trajectory store's file as the page (`GET /ui`) reads it: `telemetry.report`'s questions,
+each on a read-only connection of its own (the store's writer thread keeps its own; in WAL mode
+readers never wait for it). A file not written yet raises sqlite3.Error, as a broken one does."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any, TypeVar
+
+from telemetry import report
+
+T = TypeVar("T")
+
+
+class StoreReader:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self, question: Callable[[sqlite3.Connection], T]) -> T:
+        with closing(report.open_readonly(str(self.path))) as db:
+            return question(db)
+
+    def report(self) -> dict[str, Any]:
+        return self._read(report.report)
+
+    def rejections_over_time(self, bucket_seconds: float) -> list[dict[str, Any]]:
+        return self._read(lambda db: report.rejections_over_time(db, bucket_seconds=bucket_seconds))
+
+    def list_trajectories(self, *, tool: str | None, outcome: str | None, since: float | None,
+                          model: str | None, limit: int) -> list[dict[str, Any]]:
+        return self._read(lambda db: report.list_trajectories(db, tool=tool, outcome=outcome, since=since,
+                                                              model=model, limit=limit))
+
+    def trajectory(self, trajectory_id: str) -> dict[str, Any] | None:
+        return self._read(lambda db: report.trajectory(db, trajectory_id))

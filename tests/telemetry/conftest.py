@@ -1,0 +1,78 @@
+"""Scripted sessions for the trajectory store and report tests: every outcome, every rejection
+reason, a verbatim-retry loop and a trajectory spanning two requests, all through the gateway."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+
+from gateway.demo.model import Reply
+from telemetry import names
+from tests.conftest import TEST_KEY, USER, Stack, StackFactory, every_outcome_registry
+
+ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict"]  # not "admin": not_allowed
+KEYS = {"agent": {"key": TEST_KEY, "tools": ALLOWED}}
+ACROSS = "traj-across-requests"  # the X-Trajectory-Id two requests share
+
+# Each round's calls; the comment says what the span will say.
+EVERY_OUTCOME: list[list[tuple[str, Any]]] = [
+    [("read_file", {"file_path": "/a"}),  # rejected: missing_arguments, file_path -> path
+     ("add", '{"a": 1,'),  # rejected: invalid_json
+     ("strict", {"path": "relative"}),  # rejected: parser
+     ("no_such_tool", {}),  # rejected: unknown_tool
+     ("admin", {})],  # rejected: not_allowed
+    [("read_file", {"path": "/a"}),  # ok: a corrected retry, the recovery
+     ("locked", {"password": "hunter22"})],  # error (ToolError); its password masked
+    [("locked", {"password": "hunter22"})],  # error: verbatim retry 1
+    [("locked", {"password": "hunter22"})],  # error: verbatim retry 2 -> stuck
+    [("crash", {}), ("slow", {})],  # error (exception), timeout
+    [("review", {})],  # interrupted: the loop pauses, the request ends here
+]
+
+
+@dataclass
+class Session:
+    stack: Stack
+    db: sqlite3.Connection
+    trace_ids: list[str]
+
+    def spans(self) -> list[ReadableSpan]:
+        return [s for t in self.trace_ids for s in self.stack.spans(t)]
+
+    def tool_spans(self) -> list[ReadableSpan]:
+        return [s for s in self.spans() if s.name == names.SPAN_TOOL_CALL]
+
+
+def attr(span: ReadableSpan, key: str) -> Any:
+    return (span.attributes or {}).get(key)
+
+
+def hex_id(value: int, width: int = 16) -> str:
+    return format(value, f"0{width}x")
+
+
+async def drive(stack: Stack) -> list[str]:
+    """The every-outcome session (one request), then a trajectory of two requests where the second
+    retries and corrects the first's failed call. Returns the trace ids."""
+    stack.script.then(*(Reply(tool_calls=calls) for calls in EVERY_OUTCOME))
+    first = await stack.ask(False, messages=USER)
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1})]), Reply(content="oops"),
+                      Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    across = [await stack.ask(stream, messages=USER, extra_headers={"X-Trajectory-Id": ACROSS})
+              for stream in (False, True)]
+    await stack.store.flushed()
+    return [answer.headers["x-trace-id"] for answer in (first, *across)]
+
+
+@pytest.fixture
+async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
+    stack = await make_stack(registry=every_outcome_registry(), keys=KEYS)
+    trace_ids = await drive(stack)
+    db = sqlite3.connect(stack.store.path)
+    yield Session(stack, db, trace_ids)
+    db.close()

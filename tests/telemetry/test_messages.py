@@ -1,0 +1,152 @@
+"""Message content on the chat spans (opt-in, as the OpenTelemetry GenAI conventions have it):
+the messages each provider call sent and the answer it got, for both APIs, masked and bounded,
+kept by the trajectory store; and none of it when capture is off (the default)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+
+from gateway.demo.model import Reply
+from telemetry import names
+from telemetry.messages import MessageCapture, output_message, responses_input
+from tests.conftest import STREAM, USER, Stack, StackFactory
+from tests.telemetry.conftest import attr
+
+CONTENT = (names.ATTR_INPUT_MESSAGES, names.ATTR_OUTPUT_MESSAGES, names.ATTR_SYSTEM_INSTRUCTIONS)
+
+
+def _chat_spans(stack: Stack, trace_id: str) -> list[ReadableSpan]:
+    spans = [s for s in stack.spans(trace_id) if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")]
+    return sorted(spans, key=lambda s: s.start_time or 0)
+
+
+def _content(span: ReadableSpan, key: str) -> Any:
+    value = attr(span, key)
+    assert isinstance(value, str), f"{span.name} has no {key}"
+    return json.loads(value)
+
+
+def _script_two_rounds(stack: Stack) -> None:
+    """A call to read_file (with a secret among its arguments), then the final answer."""
+    stack.script.then(Reply(tool_calls=[("read_file", {"path": "/a", "api_key": "sk-live-123456"})]),
+                      Reply(content="The file says hi."))
+
+
+@STREAM
+async def test_chat_spans_carry_the_messages_sent_and_the_answer(make_stack: StackFactory, stream: bool) -> None:
+    stack = await make_stack(capture_message_content=True)
+    _script_two_rounds(stack)
+    answer = await stack.ask(stream, messages=[{"role": "system", "content": "Be brief."}, *USER])
+    first, second = _chat_spans(stack, answer.headers["x-trace-id"])
+
+    system, user = {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]}, \
+        {"role": "user", "parts": [{"type": "text", "content": "hello"}]}
+    assert _content(first, names.ATTR_INPUT_MESSAGES) == [system, user]
+    [asked] = _content(first, names.ATTR_OUTPUT_MESSAGES)
+    [call] = asked["parts"]
+    assert asked["role"] == "assistant"
+    assert asked["finish_reason"] == "tool_call"
+    assert call["type"] == "tool_call"
+    assert call["name"] == "read_file"
+    assert call["arguments"] == {"path": "/a", "api_key": "[REDACTED]"}  # masked as tool arguments are
+
+    sent = _content(second, names.ATTR_INPUT_MESSAGES)
+    assert sent[:2] == [system, user]
+    assert sent[2] == {"role": "assistant", "parts": [call]}
+    assert sent[3] == {"role": "tool", "parts": [{"type": "tool_call_response", "id": call["id"],
+                                                  "response": "contents of /a"}]}
+    assert _content(second, names.ATTR_OUTPUT_MESSAGES) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "The file says hi."}], "finish_reason": "stop"}]
+    assert "sk-live-123456" not in json.dumps([dict(s.attributes or {}) for s in stack.spans()])
+    assert attr(first, names.ATTR_SYSTEM_INSTRUCTIONS) is None  # Chat's system message stays in the history
+
+    await stack.store.flushed()
+    db = sqlite3.connect(stack.store.path)
+    stored = db.execute("SELECT input_messages, output_messages FROM model_turns ORDER BY round").fetchall()
+    assert stored == [(attr(s, names.ATTR_INPUT_MESSAGES), attr(s, names.ATTR_OUTPUT_MESSAGES))
+                      for s in (first, second)]
+
+
+@STREAM
+async def test_responses_spans_carry_items_and_instructions(make_stack: StackFactory, stream: bool) -> None:
+    stack = await make_stack(capture_message_content=True)
+    _script_two_rounds(stack)
+    answer = await stack.respond(stream, input="hello", instructions="Answer in English.")
+    first, second = _chat_spans(stack, answer.headers["x-trace-id"])
+
+    assert _content(first, names.ATTR_SYSTEM_INSTRUCTIONS) == [{"type": "text", "content": "Answer in English."}]
+    assert _content(first, names.ATTR_INPUT_MESSAGES) == [
+        {"role": "user", "parts": [{"type": "text", "content": "hello"}]}]
+    [call] = _content(first, names.ATTR_OUTPUT_MESSAGES)[0]["parts"]
+    assert (call["name"], call["arguments"]) == ("read_file", {"path": "/a", "api_key": "[REDACTED]"})
+    sent = _content(second, names.ATTR_INPUT_MESSAGES)
+    assert {"role": "tool", "parts": [{"type": "tool_call_response", "id": call["id"],
+                                       "response": "contents of /a"}]} in sent
+    [final] = _content(second, names.ATTR_OUTPUT_MESSAGES)
+    assert final["parts"] == [{"type": "text", "content": "The file says hi."}]
+    assert final["finish_reason"] == "stop"
+
+
+async def test_no_message_content_by_default(make_stack: StackFactory) -> None:
+    stack = await make_stack()
+    _script_two_rounds(stack)
+    await stack.ask(False, messages=USER)
+    _script_two_rounds(stack)
+    await stack.respond(True, input="hello", instructions="Answer in English.")
+    chats = [s for s in stack.spans() if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")]
+    assert len(chats) == 4
+    assert not [key for s in stack.spans() for key in CONTENT if key in (s.attributes or {})]
+    await stack.store.flushed()
+    db = sqlite3.connect(stack.store.path)
+    assert db.execute("SELECT COUNT(*) FROM model_turns WHERE input_messages IS NOT NULL "
+                      "OR output_messages IS NOT NULL").fetchone() == (0,)
+
+
+async def test_message_content_is_bounded(make_stack: StackFactory) -> None:
+    stack = await make_stack(capture_message_content=True, message_content_max_chars=300)
+    stack.script.then(Reply(content="x" * 1000))
+    answer = await stack.ask(False, messages=[{"role": "user", "content": "old " * 200},
+                                              {"role": "assistant", "content": "ok"},
+                                              {"role": "user", "content": "new " * 200}])
+    [span] = _chat_spans(stack, answer.headers["x-trace-id"])
+    sent = attr(span, names.ATTR_INPUT_MESSAGES)
+    assert len(sent) <= 300
+    kept = json.loads(sent)  # still valid JSON: the oldest message went, the newest is cut
+    assert "old old" not in sent
+    assert len(kept) < 3
+    newest = kept[-1]
+    assert newest["role"] == "user"
+    assert newest["parts"][0]["content"].startswith("new new")
+    assert "truncated; 800 chars" in newest["parts"][0]["content"]
+    [said] = json.loads(attr(span, names.ATTR_OUTPUT_MESSAGES))
+    assert said["parts"][0]["content"].endswith("...[truncated; 1000 chars]")
+
+
+def test_responses_items_as_messages() -> None:
+    body = {"input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}, {"type": "input_image", "image_url": "x"}]},
+        {"type": "reasoning", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "add", "arguments": "not json"},
+        {"type": "function_call_output", "call_id": "c1", "output": "3"},
+    ]}
+    assert responses_input(body) == [
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}, {"type": "input_image"}]},
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "add", "arguments": "not json"}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "3"}]}]
+    output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]
+    assert output_message("responses", output, "length") == {
+        "role": "assistant", "parts": [{"type": "text", "content": "done"}], "finish_reason": "length"}
+
+
+@pytest.mark.parametrize("text", ['{"password": "hunter2"}', 'my "api_key": "abc123456" here'])
+def test_secret_pairs_in_text_are_masked(text: str) -> None:
+    capture = MessageCapture(redact_keys=("password", "api_key"))
+    sent = capture.request_attributes("chat", {"messages": [{"role": "user", "content": text}]})
+    assert "[REDACTED]" in sent[names.ATTR_INPUT_MESSAGES]
+    assert "hunter2" not in sent[names.ATTR_INPUT_MESSAGES]
+    assert "abc123456" not in sent[names.ATTR_INPUT_MESSAGES]
