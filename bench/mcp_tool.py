@@ -14,14 +14,12 @@ at most 2 ms per call.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import gc
 import statistics
 import time
 
 from prometheus_client import CollectorRegistry
-from tool_pipeline import DropExporter  # bench/, beside this file
+from tool_pipeline import DropExporter, run_bench  # bench/, beside this file
 
 from gateway.demo.mcp_server import SOURCE_NAME, with_mcp_examples
 from gateway.demo.tools import demo_registry
@@ -80,8 +78,4 @@ async def main(calls: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=11)
-    options = parser.parse_args()
-    asyncio.run(main(options.calls, options.repeats))
+    run_bench(main, __doc__, calls=300, repeats=11)

@@ -21,8 +21,6 @@ Target: <= 1.25 (of the CPU figure, the stricter one).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import gc
 import statistics
 import sys
@@ -38,7 +36,7 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tool_pipeline import registry
+from tool_pipeline import registry, run_bench
 
 from gateway.tools import ToolCall, ToolExecutor, Turn
 from telemetry.instrument import Telemetry
@@ -137,8 +135,4 @@ async def main(calls: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=15)
-    options = parser.parse_args()
-    asyncio.run(main(options.calls, options.repeats))
+    run_bench(main, __doc__, calls=2000, repeats=15)

@@ -145,9 +145,14 @@ async def main(calls: int, repeats: int) -> None:
           f"{quartiles[2]:.2f}) over {repeats} runs; target <= 4")
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=15)
+def run_bench(main: Callable[[int, int], Awaitable[None]], doc: str | None, calls: int, repeats: int) -> None:
+    """The command line every micro bench here shares: `--calls` per run and `--repeats` runs."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=calls)
+    parser.add_argument("--repeats", type=int, default=repeats)
     options = parser.parse_args()
     asyncio.run(main(options.calls, options.repeats))
+
+
+if __name__ == "__main__":
+    run_bench(main, __doc__, calls=2000, repeats=15)
