@@ -104,8 +104,14 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
         _print(figures, options.json, report_text.report(figures))
     elif action == "import":
         for file in options.files:
-            with file.open(encoding="utf-8") as lines:
-                print(f"{file}: {otlp.import_file(db, lines)} spans recorded")
+            try:
+                with file.open(encoding="utf-8") as lines:
+                    written = otlp.import_file(db, lines)
+            except OSError as exc:  # a directory, a file it may not read
+                raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+            except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
+                raise ValueError(f"{file}: {exc}") from None
+            print(f"{file}: {written} spans recorded")
     elif options.file is None:
         otlp.export(db, sys.stdout)
     else:

@@ -6,6 +6,7 @@ the spans the store holds, with the attributes and links they were recorded from
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -14,7 +15,7 @@ from typing import IO, Any
 from opentelemetry.trace import SpanKind
 
 from telemetry import names
-from telemetry.records import Link, SpanRecord, write
+from telemetry.records import Link, SpanRecord, attribute_problem, write
 
 _KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
 _KIND_NUMBERS = {kind: number for number, kind in _KINDS.items()}
@@ -23,13 +24,38 @@ _STATUS_ERROR = 2
 
 # --- reading ----------------------------------------------------------------------------------------
 
+_INT64 = re.compile(r"-?[0-9]{1,19}")
+_UINT64_MAX = 2**64 - 1
+
+
+def _int64(raw: Any, what: str) -> int:
+    """An OTLP integer: a JSON number or, as 64-bit integers are written, a string of digits."""
+    if isinstance(raw, bool) or not isinstance(raw, int | str) or (isinstance(raw, str) and not _INT64.fullmatch(raw)):
+        raise ValueError(f"{what} is not a 64-bit integer")
+    return int(raw)
+
+
 def _value(value: dict[str, Any]) -> Any:
-    """An OTLP AnyValue as Python (64-bit integers come as JSON strings)."""
+    """An OTLP AnyValue as Python (64-bit integers come as JSON strings); arrays are of scalars."""
     if "arrayValue" in value:
-        return [_value(v) for v in value["arrayValue"].get("values", [])]
-    for key, convert in (("stringValue", str), ("boolValue", bool), ("intValue", int), ("doubleValue", float)):
-        if key in value:
-            return convert(value[key])
+        items = [_value(v) for v in value["arrayValue"].get("values", [])]
+        if any(isinstance(item, list) for item in items):
+            raise ValueError("an array value holds an array")
+        return items
+    if "stringValue" in value:
+        if not isinstance(value["stringValue"], str):
+            raise ValueError("a stringValue is not a string")
+        return value["stringValue"]
+    if "boolValue" in value:
+        if not isinstance(value["boolValue"], bool):
+            raise ValueError("a boolValue is not a boolean")
+        return value["boolValue"]
+    if "intValue" in value:
+        return _int64(value["intValue"], "an intValue")
+    if "doubleValue" in value:
+        if isinstance(value["doubleValue"], bool):
+            raise ValueError("a doubleValue is not a number")
+        return float(value["doubleValue"])  # a number, or "NaN", "Infinity" as JSON spells them
     return None
 
 
@@ -49,9 +75,16 @@ def _span(raw: dict[str, Any]) -> SpanRecord:
     links = [Link(link["traceId"].lower(), link["spanId"].lower(), _attributes(link.get("attributes")))
              for link in raw.get("links") or ()]
     code = status.get("code", 0)
+    if not isinstance(raw["name"], str):
+        raise ValueError("a span's name is not a string")
+    start, end = (_int64(raw.get(key, 0), key) for key in ("startTimeUnixNano", "endTimeUnixNano"))
+    if not (0 <= start <= _UINT64_MAX and 0 <= end <= _UINT64_MAX):
+        raise ValueError("a span's time is out of range")
+    attributes = _attributes(raw.get("attributes"))
+    if (problem := attribute_problem(attributes)) is not None:
+        raise ValueError(f"span {raw['spanId']}: {problem}")
     return SpanRecord(raw["name"], _kind(raw.get("kind")), raw["traceId"].lower(), raw["spanId"].lower(),
-                      raw.get("parentSpanId", "").lower() or None, int(raw.get("startTimeUnixNano", 0)),
-                      int(raw.get("endTimeUnixNano", 0)), _attributes(raw.get("attributes")),
+                      raw.get("parentSpanId", "").lower() or None, start, end, attributes,
                       code in (_STATUS_ERROR, "STATUS_CODE_ERROR"), status.get("message") or None, links)
 
 

@@ -13,6 +13,7 @@ names are JSON arrays. `telemetry.report` reads this schema; nothing else writes
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -109,17 +110,32 @@ def kind_of(record: SpanRecord) -> str | None:
     return None
 
 
+WAL_MAX_BYTES = 32 * 2**20  # the write-ahead log kept after a checkpoint, at most
+
+
+def wal_kept_bytes(max_bytes: int | None) -> int:
+    """What a checkpoint cuts the write-ahead log back to: 32 MiB, or a quarter of a smaller store."""
+    return WAL_MAX_BYTES if max_bytes is None else min(WAL_MAX_BYTES, max_bytes // 4)
+
+
 def connect(path: str, max_bytes: int | None = None) -> sqlite3.Connection:
     """The database at `path` (created with its schema); `max_bytes` caps the file's size, so that
-    a store never fills the disk beyond its share (writes past it fail as on a full disk)."""
+    a store never fills the disk beyond its share (writes past it fail as on a full disk).
+
+    The write-ahead log beside it is not in that cap: it grows to about 32 MiB between checkpoints
+    (8000 pages of 4 KiB, plus the transaction that passes them; longer only while a reader keeps a
+    checkpoint from finishing), and each checkpoint cuts it back to `wal_kept_bytes(max_bytes)`. So
+    the store takes at most `max_bytes` plus about 32 MiB of disk."""
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     # WAL: readers (`toolspan trajectories`, /ui) never wait for the writer, nor it for them.
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")  # a power cut may lose the last batch; nothing worse
     # Checkpoint the log into the database every 8000 pages (SQLite's default: 1000): the same index
     # pages are rewritten by every batch, and copying them back less often took the store from 1.26
-    # to 1.23 times the telemetry cost (bench/store.py). The log may grow to 32 MiB between checkpoints.
+    # to 1.23 times the telemetry cost (bench/store.py). The log may grow to 32 MiB between checkpoints;
+    # without a journal_size_limit it would stay that size after them.
     db.execute("PRAGMA wal_autocheckpoint=8000")
+    db.execute(f"PRAGMA journal_size_limit={wal_kept_bytes(max_bytes)}")
     db.executescript(SCHEMA)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     if max_bytes is not None:
@@ -143,11 +159,52 @@ _NONE = ""
 
 
 def _names(value: Any) -> str:
-    return json.dumps(list(value)) if value else _NONE
+    """A list of names as a JSON array of strings; anything that is not a list: none."""
+    return json.dumps([str(v) for v in value]) if isinstance(value, list | tuple) and value else _NONE
+
+
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1  # SQLite's INTEGER
+
+# The attributes rows are built from, by the type each must have. The gateway's own spans have
+# them; a span from elsewhere (an OTLP file) is checked first (`attribute_problem`).
+_TEXT_ATTRIBUTES = frozenset({
+    names.ATTR_CONVERSATION_ID, names.ATTR_TOOL_NAME, names.ATTR_TOOL_CALL_ID, names.ATTR_OUTCOME,
+    names.ATTR_REJECTION_REASON, names.ATTR_ERROR_TYPE, names.ATTR_RETRY_KIND, names.ATTR_TOOL_CALL_ARGUMENTS,
+    names.ATTR_MCP_SERVER, names.ATTR_MCP_METHOD_NAME, names.ATTR_REQUEST_MODEL, names.ATTR_RESPONSE_MODEL,
+    names.ATTR_PROVIDER_NAME, names.ATTR_RESPONSE_ID, names.ATTR_INPUT_MESSAGES, names.ATTR_OUTPUT_MESSAGES,
+    names.ATTR_HTTP_ROUTE})
+_NAMES_ATTRIBUTES = frozenset({names.ATTR_ARGS_MISSING, names.ATTR_ARGS_UNRECOGNIZED, names.ATTR_ARGS_SUGGESTIONS,
+                               names.ATTR_FINISH_REASONS})
+_COUNT_ATTRIBUTES = frozenset({names.ATTR_ROUND, names.ATTR_ROUNDS, names.ATTR_INPUT_TOKENS,
+                               names.ATTR_OUTPUT_TOKENS, names.ATTR_HTTP_STATUS})
+_FLAG_ATTRIBUTES = frozenset({names.ATTR_REQUEST_STREAM, names.ATTR_ROUND_LIMIT_REACHED})
+MAX_COUNT = 2**31 - 1  # rounds, tokens, a status code: more is no real span's
+
+
+def attribute_problem(attributes: Mapping[str, Any]) -> str | None:
+    """What is wrong with a span's attributes for its row, if anything: text that is not a string,
+    names that are not a list of strings, a count that is not an integer from 0 to MAX_COUNT, a
+    flag that is not a boolean."""
+    for key, value in attributes.items():
+        if key in _TEXT_ATTRIBUTES and not isinstance(value, str):
+            return f"attribute {key} is not a string"
+        if key in _NAMES_ATTRIBUTES and not (isinstance(value, list | tuple)
+                                             and all(isinstance(v, str) for v in value)):
+            return f"attribute {key} is not a list of strings"
+        if key in _COUNT_ATTRIBUTES and not (isinstance(value, int) and not isinstance(value, bool)
+                                             and 0 <= value <= MAX_COUNT):
+            return f"attribute {key} is not an integer from 0 to {MAX_COUNT}"
+        if key in _FLAG_ATTRIBUTES and not isinstance(value, bool):
+            return f"attribute {key} is not a boolean"
+    return None
 
 
 def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A number as SQLite's 64-bit INTEGER can hold it (clamped to its range); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float)
+                                                                         and math.isnan(value)):
+        return None
+    return int(min(max(value, _INT_MIN), _INT_MAX))
 
 
 def _text(value: Any) -> str:
@@ -179,8 +236,9 @@ def _model_turn_row(r: SpanRecord) -> tuple[Any, ...]:
     a = r.attributes
     stream = a.get(names.ATTR_REQUEST_STREAM)
     parent = r.parent_span_id or _NONE
-    return (r.span_id, r.trace_id, parent, parent, _text(a.get(names.ATTR_REQUEST_MODEL)),
-            _text(a.get(names.ATTR_RESPONSE_MODEL)), _text(a.get(names.ATTR_PROVIDER_NAME)),
+    return (r.span_id, r.trace_id, parent, parent, r.span_id, _seconds(r.start_ns),
+            _text(a.get(names.ATTR_REQUEST_MODEL)), _text(a.get(names.ATTR_RESPONSE_MODEL)),
+            _text(a.get(names.ATTR_PROVIDER_NAME)),
             _text(a.get(names.ATTR_RESPONSE_ID)), _names(a.get(names.ATTR_FINISH_REASONS)),
             None if stream is None else int(bool(stream)), _int(a.get(names.ATTR_INPUT_TOKENS)),
             _int(a.get(names.ATTR_OUTPUT_TOKENS)), _text(a.get(names.ATTR_ERROR_TYPE)),
@@ -200,8 +258,11 @@ def _request_row(r: SpanRecord) -> tuple[Any, ...]:
 _INSERT_TOOL_CALL = f"INSERT OR REPLACE INTO tool_calls VALUES ({_values('vvttvvttttttttttttttvv')})"
 # A model turn's round is its place among the turns of its request (they run one after another),
 # counted from 1 as `toolspan.round` counts them: a tool call's round is the turn that asked for it.
+# The turns counted are the others that started before it, so a turn written again (the same OTLP
+# file imported twice) keeps its round.
 _INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values('vvt')}, "
-                      "(SELECT COUNT(*) + 1 FROM model_turns WHERE request_span_id = NULLIF(?, '')), "
+                      "(SELECT COUNT(*) + 1 FROM model_turns WHERE request_span_id = NULLIF(?, '') "
+                      "AND span_id != ? AND started <= ?), "
                       f"{_values('tttttvvvttttvv')})")
 _INSERT_REQUEST = (f"INSERT OR REPLACE INTO requests SELECT {_values('vvvttvvvtvv')} "
                    "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE request_span_id = ?) "

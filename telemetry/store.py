@@ -4,10 +4,12 @@ spans into SQLite (`telemetry.records`), so the store says exactly what the trac
 The request path only puts the ended span on a queue. One thread of the store's own takes the
 spans off in batches, turns them into rows and writes each batch in one transaction, then keeps the
 file within its bounds: trajectories older than the age limit go, and the oldest go first when the
-rows near the size limit (which SQLite also enforces as a page cap, so the file never outgrows it).
+rows near the size limit (which SQLite also enforces as a page cap, so the file never outgrows it;
+its write-ahead log adds about 32 MiB at most, see `records.connect`).
 
-A store that cannot write (disk full or broken, file read-only or its directory gone) never fails a
-request: the spans are dropped, counted (`dropped(reason, n)`) and logged once per run of failures.
+A store that cannot write (disk full or broken, file read-only or its directory gone, or any other
+error writing a batch) never fails a request, nor stops the writer: the batch's spans are dropped,
+counted (`dropped(reason, n)`) and logged once per run of failures.
 A file deleted under it is created anew. A file whose write permission was taken away (chmod) is
 treated as read-only even by root, who could still write it: that is what the operator asked.
 """
@@ -137,7 +139,7 @@ class TrajectoryStore(SpanProcessor):
                 prune(db, oldest=max(1, self._count(db) // 4))  # make room, then try once more
                 self._transaction(db, records)
             self._maintain(db)
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:  # the disk or the file; or a span no row can hold: the batch only is lost
             self._lost(records, exc)
             self._close()  # the next batch opens afresh: the file may be back, or writable again
             return

@@ -557,3 +557,52 @@ def test_trajectories_without_a_store_or_trajectory(tmp_path: Path, capsys: pyte
     assert not (tmp_path / "none.sqlite3").exists()
     assert main(["trajectories", "import", "--db", str(tmp_path / "x.sqlite3"), str(tmp_path / "x.sqlite3")]) == 2
     assert main(["trajectories", "show", "nope", "--db", str(tmp_path / "x.sqlite3")]) == 1
+
+
+def _otlp_line(attributes: list[dict[str, Any]], **span: Any) -> str:
+    call = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "a", "parentSpanId": "0" * 15 + "b", "name": "tool.call",
+            "kind": 1, "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000",
+            "attributes": [{"key": "gen_ai.conversation.id", "value": {"stringValue": "t1"}},
+                           {"key": "gen_ai.tool.name", "value": {"stringValue": "x"}}, *attributes]} | span
+    request = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "b", "name": "POST /v1/chat/completions", "kind": 2,
+               "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000002000000000",
+               "attributes": [{"key": "gen_ai.conversation.id", "value": {"stringValue": "t1"}}]}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [call, request]}]}]})
+
+
+@pytest.mark.parametrize(("attribute", "span"), [
+    ({"key": "toolspan.args.missing", "value": {"boolValue": True}}, {}),
+    ({"key": "toolspan.round", "value": {"intValue": "99999999999999999999"}}, {}),
+    ({"key": "toolspan.args.suggestions", "value": {"arrayValue": {"values": [{"intValue": "3"}]}}}, {}),
+    ({"key": "toolspan.args.unrecognized",
+      "value": {"arrayValue": {"values": [{"arrayValue": {"values": [{"stringValue": "a"}]}}]}}}, {}),
+    ({"key": "gen_ai.conversation.id", "value": {"intValue": "7"}}, {}),
+    ({"key": "toolspan.outcome", "value": {"stringValue": 5}}, {}),
+    (None, {"name": 5}),
+    (None, {"endTimeUnixNano": "9" * 30}),
+], ids=["bool-names", "huge-round", "int-names", "nested-names", "int-id", "bad-string", "int-name", "huge-time"])
+def test_trajectories_import_refuses_attributes_of_the_wrong_type(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], attribute: dict[str, Any] | None,
+        span: dict[str, Any]) -> None:
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    good.write_text(_otlp_line([]) + "\n")
+    bad.write_text("\n" + _otlp_line([attribute] if attribute else [], **span) + "\n")
+    db = tmp_path / "s.sqlite3"
+    assert main(["trajectories", "import", "--db", str(db), str(good)]) == 0
+    capsys.readouterr()
+    assert main(["trajectories", "import", "--db", str(db), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"toolspan: {bad}: line 2: ")
+    assert err.count("\n") == 1
+    for command in (["report"], ["list"], ["show", "t1"]):
+        assert main(["trajectories", *command, "--db", str(db)]) == 0
+    capsys.readouterr()
+    [listed] = json.loads(_run_cli(capsys, "trajectories", "list", "--json", "--db", str(db)))
+    assert listed["tool_calls"] == 1  # the good file's call, and nothing of the bad one's
+
+
+def test_trajectories_import_of_a_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["trajectories", "import", "--db", str(tmp_path / "s.sqlite3"), str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"toolspan: {tmp_path}: cannot read it")
+    assert err.count("\n") == 1

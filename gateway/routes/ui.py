@@ -8,6 +8,7 @@ timeline), /ui/login and /ui/logout (the session cookie, see ui_auth), /ui/asset
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import time
 from importlib import resources
@@ -22,6 +23,7 @@ from gateway.routes.ui_auth import (
     HOME,
     end_session,
     key_name,
+    may_open_page,
     page_after_sign_in,
     same_origin,
     set_session,
@@ -38,6 +40,7 @@ CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'se
 RECENT = 10
 LIST_LIMIT = 200
 FINE_BUCKET_SECONDS, COARSE_BUCKET_SECONDS = 60.0, 3600.0
+_SECONDS = re.compile(r"[0-9]{1,9}")
 _ASSET_TYPES = {"ui.css": "text/css", "ui.js": "text/javascript"}
 
 
@@ -93,6 +96,24 @@ def _sign_in_page(next_path: str, message: str | None = None) -> web.Response:
     return response
 
 
+_RESTRICTED = ("This key is limited to some tools or routes, and the page shows every caller's calls and "
+               "arguments: only a gateway key that is not restricted (no tools, no routes list) opens it.")
+
+
+def _refused(request: web.Request) -> web.Response | None:
+    """Without gateway keys the page is as open as the gateway; with them, a request must carry one
+    that is not restricted (else: None, it may see the page)."""
+    keys = request.app[SETTINGS].keys
+    if not keys:
+        return None
+    key = signed_in(request, keys)
+    if key is None:
+        return _sign_in_page(request.path_qs)
+    if not may_open_page(key):
+        return _html(page("Not for this key", notice(_RESTRICTED)), status=403)
+    return None
+
+
 async def _ask(request: web.Request, question: str, *args: Any, **kwargs: Any) -> Any:
     """A question to the store, off the event loop; None when there is no store to ask, or it
     cannot be read."""
@@ -110,8 +131,8 @@ _NO_STORE = "The trajectory store is off or has recorded nothing yet: nothing to
 
 async def report_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    if not signed_in(request, settings.keys):
-        return _sign_in_page(request.path_qs)
+    if (refused := _refused(request)) is not None:
+        return refused
     report = await _ask(request, "report")
     if report is None:
         return _html(page("Trajectory report", notice(_NO_STORE), HOME, bool(settings.keys)))
@@ -129,14 +150,17 @@ async def report_view(request: web.Request) -> web.Response:
 def _filters(request: web.Request) -> ListFilters:
     query = request.query
     since = query.get("since", "")
+    # Seconds, as the form offers them; anything else (a sign, a superscript digit, a number too
+    # long to be an age) is ignored.
     return ListFilters(tool=query.get("tool") or None, outcome=query.get("outcome") or None,
-                       model=query.get("model") or None, within_seconds=int(since) if since.isdigit() else None)
+                       model=query.get("model") or None,
+                       within_seconds=int(since) if _SECONDS.fullmatch(since) else None)
 
 
 async def list_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    if not signed_in(request, settings.keys):
-        return _sign_in_page(request.path_qs)
+    if (refused := _refused(request)) is not None:
+        return refused
     filters = _filters(request)
     since = time.time() - filters.within_seconds if filters.within_seconds else None
     rows = await _ask(request, "list_trajectories", tool=filters.tool, outcome=filters.outcome, since=since,
@@ -147,8 +171,8 @@ async def list_view(request: web.Request) -> web.Response:
 
 async def trajectory_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    if not signed_in(request, settings.keys):
-        return _sign_in_page(request.path_qs)
+    if (refused := _refused(request)) is not None:
+        return refused
     trajectory_id = request.match_info["id"]
     found = await _ask(request, "trajectory", trajectory_id)
     if found is None:
@@ -174,8 +198,11 @@ async def login(request: web.Request) -> web.Response:
     if not keys:
         return response
     sent = form.get("key", "").strip()
-    if key_name(sent, keys) is None:
+    name = key_name(sent, keys)
+    if name is None:
         return _sign_in_page(target, "That is not one of this gateway's keys.")
+    if not may_open_page(keys[name]):
+        return _html(page("Not for this key", notice(_RESTRICTED)), status=403)
     set_session(response, sent, secure=request.secure)
     return response
 

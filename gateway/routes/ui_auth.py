@@ -1,4 +1,6 @@
-"""Who may open /ui: with gateway keys configured, whoever holds one of them, and nobody else.
+"""Who may open /ui: with gateway keys configured, whoever holds one of them that is restricted
+to neither some tools nor some routes (the page shows every caller's calls and arguments), and
+nobody else.
 
 A script sends the key as on /v1 (`Authorization: Bearer <key>`). A browser cannot, so the page
 offers a sign-in form: the key is posted once (never put in a URL, where it would stay in the
@@ -41,15 +43,19 @@ def _session_key_name(cookie: str, keys: Mapping[str, GatewayKey]) -> str | None
     return None
 
 
-def signed_in(request: web.Request, keys: Mapping[str, GatewayKey]) -> bool:
-    """Without gateway keys the page is as open as the gateway; with them, a request must carry
-    one as a bearer token, or the session cookie one of them made."""
-    if not keys:
-        return True
+def signed_in(request: web.Request, keys: Mapping[str, GatewayKey]) -> GatewayKey | None:
+    """The gateway key a request carries, as a bearer token or as the session cookie it made."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and key_name(token.strip(), keys) is not None:
-        return True
-    return _session_key_name(request.cookies.get(SESSION_COOKIE, ""), keys) is not None
+    name = key_name(token.strip(), keys) if scheme.lower() == "bearer" else None
+    if name is None:
+        name = _session_key_name(request.cookies.get(SESSION_COOKIE, ""), keys)
+    return None if name is None else keys[name]
+
+
+def may_open_page(key: GatewayKey) -> bool:
+    """The page shows every caller's calls and arguments: a key limited to some tools or some
+    routes must not read them."""
+    return key.tools is None and key.routes is None
 
 
 def same_origin(request: web.Request) -> bool:
@@ -61,7 +67,8 @@ def same_origin(request: web.Request) -> bool:
 
 def page_after_sign_in(requested: str | None) -> str:
     """Where to go after signing in: the page asked for, when it is one of ours."""
-    if requested and requested.startswith(HOME) and not requested.startswith("//") and "\\" not in requested:
+    if (requested and requested.startswith(HOME) and not requested.startswith("//") and "\\" not in requested
+            and all(c.isprintable() and not c.isspace() for c in requested)):  # nothing to split a header
         return requested
     return HOME
 

@@ -199,3 +199,37 @@ async def test_without_a_store_the_page_says_so(make_stack: StackFactory) -> Non
     shown: Any = await stack.http.get("/ui")
     assert shown.status == 200
     assert "trajectory store is off" in await shown.text()
+
+
+@pytest.mark.parametrize("since", ["%C2%B2", "9" * 5000, "9" * 400, "9" * 10, "-1", "garbage"])
+async def test_a_since_the_form_does_not_offer_is_ignored(keyed: Stack, since: str) -> None:
+    await _renamed_then_corrected(keyed)
+    shown = await keyed.http.get(f"/ui/trajectories?since={since}", headers=AUTH)
+    assert shown.status == 200
+    assert "get_weather" in await shown.text()
+
+
+async def test_a_control_character_in_next_never_reaches_the_location(keyed: Stack) -> None:
+    signed = await keyed.http.post("/ui/login", data={"key": TEST_KEY, "next": "/ui\r\nSet-Cookie: evil=1"},
+                                   allow_redirects=False)
+    assert signed.status == 303
+    assert signed.headers["Location"] == "/ui"
+    assert "evil" not in signed.cookies
+
+
+async def test_only_an_unrestricted_key_opens_the_page(make_stack: StackFactory) -> None:
+    stack = await make_stack(registry=demo_registry(), keys={
+        "ops": {"key": TEST_KEY}, "tools-only": {"key": "sk-tools-only", "tools": ["get_weather"]},
+        "models-only": {"key": "sk-models-only", "tools": [], "routes": ["/v1/models"]}})
+    await _renamed_then_corrected(stack)
+    for key in ("sk-tools-only", "sk-models-only"):
+        for path in ("/ui", "/ui/trajectories", "/ui/trajectories/anything"):
+            refused = await stack.http.get(path, headers={"Authorization": f"Bearer {key}"})
+            assert refused.status == 403
+            text = await refused.text()
+            assert "not restricted" in text
+            assert "get_weather" not in text
+        signed = await stack.http.post("/ui/login", data={"key": key, "next": "/ui"}, allow_redirects=False)
+        assert signed.status == 403
+        assert SESSION_COOKIE not in signed.cookies
+    assert (await stack.http.get("/ui/trajectories", headers=AUTH)).status == 200

@@ -40,3 +40,9 @@ def test_chart_buckets_share_one_time_axis_and_keep_empty_steps() -> None:
     assert [(b.calls, b.rejected) for b in buckets["a"] if b.calls] == [(4, 1)]
     assert buckets["a"][0].label == buckets["b"][0].label == "1970-01-01 00:00 UTC"
     assert (buckets["b"][-1].calls, buckets["b"][-1].rate) == (2, 1.0)
+
+
+@pytest.mark.parametrize("asked", ["/ui\r\nSet-Cookie: x=1", "/ui\n", "/ui\x00", "/ui\t", "/ui x", "/ui\x7f",
+                                   "/ui\u2028", "/ui\u00a0"])
+def test_sign_in_never_returns_to_a_path_with_control_characters_or_spaces(asked: str) -> None:
+    assert page_after_sign_in(asked) == "/ui"

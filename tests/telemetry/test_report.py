@@ -147,6 +147,19 @@ def test_export_then_import_gives_the_same_answers(session: Session) -> None:
     assert differing == {}
 
 
+def test_importing_the_same_file_twice_changes_nothing(session: Session) -> None:
+    out = io.StringIO()
+    otlp.export(session.db, out)
+    copy = sqlite3.connect(":memory:", isolation_level=None)
+    copy.executescript(SCHEMA)
+    otlp.import_file(copy, out.getvalue().splitlines())
+    once = sorted(copy.execute("SELECT span_id, round FROM model_turns"))
+    assert once == sorted(session.db.execute("SELECT span_id, round FROM model_turns"))
+    otlp.import_file(copy, out.getvalue().splitlines())
+    assert sorted(copy.execute("SELECT span_id, round FROM model_turns")) == once
+    assert report.report(copy) == report.report(session.db)
+
+
 def test_import_reads_the_collectors_spelling(session: Session) -> None:
     """A collector writes enum names for kinds and status codes, and upper-case ids, in places."""
     out = io.StringIO()

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from gateway.demo.model import Reply
 from gateway.settings import Settings
 from telemetry import names
-from telemetry.records import SCHEMA, SpanRecord, prune, write
+from telemetry.records import SCHEMA, SpanRecord, connect, prune, wal_kept_bytes, write
 from tests.conftest import USER, Stack, StackFactory
 from tests.telemetry.conftest import ACROSS, Session, attr, hex_id
 
@@ -243,3 +243,55 @@ async def test_a_full_disk_drops_and_counts(make_stack: StackFactory) -> None:
     db = sqlite3.connect(stack.store.path)
     assert "after" in {row[0] for row in db.execute("SELECT id FROM trajectories")}
     assert db.execute("SELECT COUNT(*) FROM tool_calls WHERE trajectory_id = 'huge'").fetchone() == (0,)
+
+
+async def test_a_token_count_past_64_bits_is_clamped_and_the_writer_goes_on(make_stack: StackFactory) -> None:
+    stack = await make_stack()
+    stack.script.then(Reply(content="a", usage=(2**63, 5)))
+    await stack.ask(False, messages=USER, extra_headers={"X-Trajectory-Id": "huge"})
+    await _serve_one(stack, "after")
+    db = sqlite3.connect(stack.store.path)
+    assert {row[0] for row in db.execute("SELECT id FROM trajectories")} == {"huge", "after"}
+    assert db.execute("SELECT MAX(input_tokens) FROM model_turns").fetchone() == (2**63 - 1,)
+    assert _dropped(stack) == 0
+
+
+async def test_an_unexpected_error_drops_the_batch_and_the_writer_goes_on(
+        make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    stack = await make_stack()
+    broken = [True]
+
+    def write_once_broken(db: sqlite3.Connection, records: Any) -> int:
+        if broken.pop() if broken else False:
+            raise RuntimeError("a bug")
+        return write(db, records)
+
+    monkeypatch.setattr("telemetry.store.write", write_once_broken)
+    await _serve_one(stack, "lost")
+    assert _dropped(stack) > 0
+    assert sum("cannot write" in r.getMessage() for r in caplog.records) == 1
+    await _serve_one(stack, "after")
+    ids = {row[0] for row in sqlite3.connect(stack.store.path).execute("SELECT id FROM trajectories")}
+    assert "after" in ids
+
+
+def test_a_checkpoint_cuts_the_write_ahead_log_back(tmp_path: Path) -> None:
+    # Between checkpoints the log grows to wal_autocheckpoint's 8000 pages (~32 MiB); each one
+    # cuts it back to a quarter of a store this small.
+    max_bytes = 2**20
+    db = connect(str(tmp_path / "s.sqlite3"), max_bytes)
+    wal = tmp_path / "s.sqlite3-wal"
+    sizes = [0]
+    for number in range(5000):
+        db.execute("BEGIN")
+        write(db, [SpanRecord(names.SPAN_TOOL_CALL, SpanKind.INTERNAL, "0" * 32, f"{span:016x}", "1" * 16, 0, 1,
+                              {names.ATTR_TOOL_NAME: "t", names.ATTR_TOOL_CALL_ARGUMENTS: str(number) * 2000})
+                   for span in range(4)])
+        db.execute("COMMIT")
+        sizes.append(wal.stat().st_size)
+        if sizes[-1] < sizes[-2]:
+            break
+    assert sizes[-1] < sizes[-2], f"the log never shrank: {max(sizes)} bytes"
+    assert max(sizes) <= 33 * 2**20
+    assert sizes[-1] <= wal_kept_bytes(max_bytes) == max_bytes // 4
+    assert (tmp_path / "s.sqlite3").stat().st_size <= max_bytes
