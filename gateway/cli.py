@@ -112,11 +112,15 @@ def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_
     tools, and where its traces and metrics go."""
     upstream = ("the built-in scripted model (set --upstream for a provider)" if builtin_model
                 else f"{settings.upstream_kind} at {settings.upstream}")
+    recorded = settings.telemetry and settings.trajectory_store
     return [f"listening on {url}/v1",
             f"upstream: {upstream}",
             f"tools: {describe_tools(registry)}",
             f"traces: {describe_traces(settings)}",
-            f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)"]
+            f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)",
+            f"trajectories: {settings.store_path()} (toolspan trajectories"
+            f"{f'; the page: {url}/ui' if settings.ui else ''})" if recorded else "trajectories: not recorded",
+            f"mcp: {url}/mcp" if settings.mcp_endpoint else "mcp: off (mcp_endpoint = false)"]
 
 
 async def _serve(settings: Settings, mcp_examples: bool = False) -> None:

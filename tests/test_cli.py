@@ -222,6 +222,8 @@ def test_startup_lines_with_the_builtin_model(clean_env: pytest.MonkeyPatch) -> 
         f"tools: {', '.join(registry.names())}",
         "traces: not exported (set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector)",
         "metrics: http://127.0.0.1:8080/metrics",
+        f"trajectories: {load_settings().store_path()} (toolspan trajectories; the page: http://127.0.0.1:8080/ui)",
+        "mcp: http://127.0.0.1:8080/mcp",
     ]
 
 
@@ -234,7 +236,9 @@ def test_startup_lines_with_a_provider(clean_env: pytest.MonkeyPatch) -> None:
     assert lines[1:] == ["upstream: azure at https://example.openai.azure.com",
                          "tools: 12 loaded (GET /v1/tools lists them)",
                          "traces: off (telemetry = false)",
-                         "metrics: off (telemetry = false)"]
+                         "metrics: off (telemetry = false)",
+                         "trajectories: not recorded",
+                         "mcp: http://0.0.0.0:8080/mcp"]
     assert startup_lines("http://h:1", settings, ToolRegistry(), builtin_model=False)[2] == (
         "tools: none (every tool call goes back to the client)")
 
