@@ -32,7 +32,7 @@ from gateway.mcp import McpSources
 from gateway.routes import chat, health, mcp, openapi, passthrough, responses, tools, ui
 from gateway.routes.common import CLIENT_GONE
 from gateway.settings import Settings
-from gateway.state import HeldTurns
+from gateway.state import make_store
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.upstream import Upstream
 
@@ -137,7 +137,9 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[INSTRUMENTATION] = instrumentation
     app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads)
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
-    app[HELD] = HeldTurns(settings.pending_turn_capacity, settings.pending_turn_ttl_seconds)
+    app[HELD] = make_store(settings.state_url, settings.pending_turn_capacity, settings.pending_turn_ttl_seconds,
+                           settings.state_timeout_seconds, instrumentation.state_store_state)
+    app.on_cleanup.append(lambda app: app[HELD].aclose())
     app.cleanup_ctx.append(_upstream)
     # MCP servers' tools join the registry at start-up, and follow their servers while it runs.
     app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation)

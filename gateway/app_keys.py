@@ -12,7 +12,7 @@ from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.sources import McpSources
 from gateway.settings import Settings
-from gateway.state import HeldTurns
+from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.upstream import Upstream
 
@@ -20,7 +20,7 @@ SETTINGS = web.AppKey("settings", Settings)
 REGISTRY = web.AppKey("registry", ToolRegistry)
 INSTRUMENTATION = web.AppKey("instrumentation", Instrumentation)
 EXECUTOR = web.AppKey("executor", ToolExecutor)
-HELD = web.AppKey("held", HeldTurns)
+HELD = web.AppKey("held", StateStore)
 UPSTREAM = web.AppKey("upstream", Upstream)
 ENGINE = web.AppKey("engine", Engine)
 MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry

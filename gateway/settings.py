@@ -123,6 +123,10 @@ class Settings(BaseSettings):
                                                                   "run on before they are ended")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
     pending_turn_ttl_seconds: float = Field(900.0, gt=0, description="How long a mixed turn is held")
+    state_url: str | None = Field(None, description="Where held turns live: unset, this process's memory; "
+                                  "redis://host:6379/0, a Redis that replicas share")
+    state_timeout_seconds: float = Field(1.0, gt=0, description="Longest wait for one command to the Redis state "
+                                         "store; past it, a request that needs the state gets a 503")
     keepalive_seconds: float = Field(5.0, gt=0, description="SSE comment interval while tools run")
     tool_timeout_seconds: float = Field(30.0, gt=0, description="Default time limit of one tool call")
     tool_threads: int = Field(16, ge=1, description="Threads for sync tool bodies; a call waits for a free one "

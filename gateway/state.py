@@ -6,18 +6,35 @@ calls. The gateway keeps its part (its calls and their results) under a token, a
 client's calls ids that name the token, so that the turn can be put together again when the
 conversation comes back. Entries are bounded in number, expire when unused, and belong to the
 gateway key that made them.
+
+Two stores, one interface (`StateStore`): `HeldTurns`, in this process's memory (the default),
+and `RedisState`, shared by replicas (`state_url`). A request first looks up, in one go, what it
+names (`StateStore.lookup`: tokens, ids of shown items, a response id); the conversation is then
+put back from that `Found`, synchronously. A store that cannot answer raises `StateUnavailable`
+(a 503 with retry-after), never a wrong history.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
+import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, Protocol, TypeVar
 
-from gateway.errors import Conflict
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from gateway.errors import Conflict, Unavailable
+
+log = logging.getLogger("toolspan.state")
 
 PREFIX = "tspan_"
 RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses
@@ -92,9 +109,72 @@ class _Bounded(Generic[V]):
         return entry.value
 
 
+class StateUnavailable(Unavailable):
+    def __init__(self) -> None:
+        super().__init__("the gateway's state store (Redis) is unavailable, and this request continues a turn the "
+                         "gateway holds there; retry shortly", code="state_unavailable", retry_after=2)
+
+
+_NOT_HELD = ("this conversation continues a model turn in which the gateway ran its own tools, and the gateway no "
+             "longer holds that turn (it expired or the gateway restarted); resend the conversation from before "
+             "that turn")
+_RESPONSE_NOT_HELD = ("this response was answered over several provider responses, and the gateway no longer knows "
+                      "the last of them (it expired or the gateway restarted); resend the conversation instead of "
+                      "continuing from it")
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one request's lookup found: held turns by token, tokens by shown item id, and the
+    provider response behind the response id it sent."""
+
+    turns: Mapping[str, HeldTurn] = field(default_factory=dict)
+    owners: Mapping[str, str] = field(default_factory=dict)
+    response: str | None = None
+
+    def take(self, token: str, param: str, api: str) -> HeldTurn:
+        """The held turn (it stays held: a conversation may be sent again), or a 409."""
+        turn = self.turns.get(token)
+        if turn is None or turn.api != api:
+            raise Conflict(_NOT_HELD, code="turn_not_held", param=param)
+        return turn
+
+    def owner(self, item_id: str) -> str | None:
+        """The token of the held turn whose client saw the item of this id, if any."""
+        return self.owners.get(item_id)
+
+    def resolve(self, response_id: str) -> str:
+        """The provider response to continue from, for a `previous_response_id` a client sent. An id
+        the gateway made up and no longer knows is a 409; any other unknown id is the provider's."""
+        if self.response is None and response_id.startswith(RESPONSE_PREFIX):
+            raise Conflict(_RESPONSE_NOT_HELD, code="response_not_held", param="previous_response_id")
+        return self.response or response_id
+
+
+NOTHING = Found()
+
+
+class StateStore(Protocol):
+    async def hold(self, turn: HeldTurn, principal: str | None) -> str:
+        """Keep `turn`; returns the token its client calls' ids carry (see `client_call_id`)."""
+
+    async def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
+        """Remember that the response the client knows as `client_id` continues at `provider_id`."""
+
+    async def lookup(self, principal: str | None, tokens: Collection[str], item_ids: Collection[str] = (),
+                     response_id: str | None = None) -> Found:
+        """The held turns of these tokens and of these shown items, and the response behind
+        `response_id`, each as the principal's own and with its expiry refreshed."""
+
+    async def status(self) -> str | None:
+        """None for a store in memory; else "up" or "unavailable"."""
+
+    async def aclose(self) -> None:
+        """Let go of connections."""
+
+
 class HeldTurns:
-    """Held turns, found by token or by the ids of the items their client saw, and the provider
-    response behind each answer id the gateway made up. Memory only, for now: one process."""
+    """Held turns in this process's memory: one process."""
 
     def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._turns: _Bounded[HeldTurn] = _Bounded(capacity, ttl_seconds, clock)
@@ -104,38 +184,152 @@ class HeldTurns:
     def __len__(self) -> int:
         return len(self._turns)
 
-    def hold(self, turn: HeldTurn, principal: str | None) -> str:
-        """Keep `turn`; returns the token its client calls' ids carry (see `client_call_id`)."""
+    async def hold(self, turn: HeldTurn, principal: str | None) -> str:
         token = secrets.token_hex(6)
         self._turns.put(token, turn, principal)
         for item_id in turn.shown:
             self._items.put(item_id, token, principal)
         return token
 
-    def take(self, token: str, principal: str | None, param: str, api: str) -> HeldTurn:
-        """The held turn (it stays held: a conversation may be sent again), or a 409."""
-        turn = self._turns.get(token, principal)
-        if turn is None or turn.api != api:
-            raise Conflict(
-                "this conversation continues a model turn in which the gateway ran its own tools, and the "
-                "gateway no longer holds that turn (it expired or the gateway restarted); resend the "
-                "conversation from before that turn", code="turn_not_held", param=param)
-        return turn
-
-    def owner(self, item_id: str, principal: str | None) -> str | None:
-        """The token of the held turn whose client saw the item of this id, if any."""
-        return self._items.get(item_id, principal)
-
-    def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
-        """Remember that the response the client knows as `client_id` continues at `provider_id`."""
+    async def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
         self._responses.put(client_id, provider_id, principal)
 
-    def resolve(self, response_id: str, principal: str | None) -> str:
-        """The provider response to continue from, for a `previous_response_id` a client sent. An id
-        the gateway made up and no longer knows is a 409; any other unknown id is the provider's."""
-        found = self._responses.get(response_id, principal)
-        if found is None and response_id.startswith(RESPONSE_PREFIX):
-            raise Conflict("this response was answered over several provider responses, and the gateway no longer "
-                           "knows the last of them (it expired or the gateway restarted); resend the conversation "
-                           "instead of continuing from it", code="response_not_held", param="previous_response_id")
-        return found or response_id
+    async def lookup(self, principal: str | None, tokens: Collection[str], item_ids: Collection[str] = (),
+                     response_id: str | None = None) -> Found:
+        owners = {i: t for i in item_ids if (t := self._items.get(i, principal)) is not None}
+        turns = {t: turn for t in {*tokens, *owners.values()} if (turn := self._turns.get(t, principal)) is not None}
+        response = self._responses.get(response_id, principal) if response_id is not None else None
+        return Found(turns, owners, response)
+
+    async def status(self) -> str | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _turn_json(turn: HeldTurn) -> str:
+    return json.dumps({"api": turn.api, "calls": turn.calls, "results": turn.results, "shown": turn.shown},
+                      separators=(",", ":"))
+
+
+def _turn_of(raw: bytes) -> HeldTurn:
+    data = json.loads(raw)
+    return HeldTurn(data["api"], tuple(data["calls"]), tuple(data["results"]), tuple(data["shown"]))
+
+
+class RedisState:
+    """Held turns in a Redis that replicas share. Each entry is a key of its own with a TTL (the
+    expiry, refreshed on use by GETEX), named by a digest of (principal, id): another key's
+    lookup never finds it. Each kind keeps a sorted set of its keys by last use, trimmed to the
+    capacity (least recently used dropped). Every command is bounded by `timeout_seconds`; one
+    that fails or times out is a `StateUnavailable`, and the client reconnects on the next."""
+
+    def __init__(self, url: str, capacity: int, ttl_seconds: float, timeout_seconds: float,
+                 observe: Callable[[bool], None] = lambda up: None, prefix: str = "toolspan:") -> None:
+        # A connection found broken (Redis restarted) is replaced at once, for one more try.
+        self._redis: Redis = Redis.from_url(url, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
+                                            retry=Retry(NoBackoff(), 1))
+        self._capacity = capacity
+        self._ttl_ms = max(1, int(ttl_seconds * 1000))
+        self._timeout = timeout_seconds
+        self._observe = observe
+        self._prefix = prefix
+        self._up: bool | None = None
+
+    def _key(self, kind: str, principal: str | None, key: str) -> str:
+        digest = hashlib.sha256(json.dumps([principal, key]).encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return f"{self._prefix}{kind}:{digest}"
+
+    async def _run(self, command: Awaitable[Any]) -> Any:
+        try:
+            async with asyncio.timeout(self._timeout):
+                answer = await command
+        except (TimeoutError, OSError, RedisError) as exc:
+            if self._up is not False:
+                log.warning("the state store (Redis) is unavailable: %s", type(exc).__name__)
+            self._up = False
+            self._observe(False)
+            raise StateUnavailable() from exc
+        if self._up is not True:
+            if self._up is False:
+                log.info("the state store (Redis) answers again")
+            self._up = True
+            self._observe(True)
+        return answer
+
+    async def _put(self, entries: list[tuple[str, str, str]]) -> None:
+        """(kind, key, value) entries, each with the TTL, in its kind's recency set."""
+        now = time.time()
+        pipe = self._redis.pipeline(transaction=True)
+        kinds = sorted({kind for kind, _, _ in entries})
+        for kind, key, value in entries:
+            pipe.set(key, value, px=self._ttl_ms)
+            pipe.zadd(f"{self._prefix}lru:{kind}", {key: now})
+        for kind in kinds:
+            pipe.zremrangebyscore(f"{self._prefix}lru:{kind}", "-inf", now - self._ttl_ms / 1000)
+            pipe.zcard(f"{self._prefix}lru:{kind}")
+        answers = await self._run(pipe.execute())
+        counts = answers[len(entries) * 2 + 1::2]
+        for kind, count in zip(kinds, counts, strict=True):
+            excess = count - self._capacity
+            if excess <= 0:
+                continue
+            dropped = await self._run(self._redis.zpopmin(f"{self._prefix}lru:{kind}", excess))
+            if dropped:
+                await self._run(self._redis.delete(*(key for key, _ in dropped)))
+
+    async def _get(self, keys: list[str], kinds: list[str]) -> list[bytes | None]:
+        """Values of keys, their TTLs and recency refreshed."""
+        if not keys:
+            return []
+        now = time.time()
+        pipe = self._redis.pipeline(transaction=False)
+        for key, kind in zip(keys, kinds, strict=True):
+            pipe.getex(key, px=self._ttl_ms)
+            pipe.zadd(f"{self._prefix}lru:{kind}", {key: now}, xx=True)
+        answers = await self._run(pipe.execute())
+        return list(answers[::2])
+
+    async def hold(self, turn: HeldTurn, principal: str | None) -> str:
+        token = secrets.token_hex(6)
+        await self._put([("turn", self._key("turn", principal, token), _turn_json(turn)),
+                         *(("item", self._key("item", principal, i), token) for i in turn.shown)])
+        return token
+
+    async def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
+        await self._put([("resp", self._key("resp", principal, client_id), provider_id)])
+
+    async def lookup(self, principal: str | None, tokens: Collection[str], item_ids: Collection[str] = (),
+                     response_id: str | None = None) -> Found:
+        items = list(dict.fromkeys(item_ids))
+        keys = [self._key("item", principal, i) for i in items]
+        kinds = ["item"] * len(items)
+        if response_id is not None:
+            keys.append(self._key("resp", principal, response_id))
+            kinds.append("resp")
+        first = await self._get(keys, kinds)
+        owners = {i: raw.decode() for i, raw in zip(items, first[:len(items)], strict=True) if raw is not None}
+        response = first[-1].decode() if response_id is not None and first[-1] is not None else None
+        wanted = list(dict.fromkeys([*tokens, *owners.values()]))
+        raws = await self._get([self._key("turn", principal, t) for t in wanted], ["turn"] * len(wanted))
+        turns = {t: _turn_of(raw) for t, raw in zip(wanted, raws, strict=True) if raw is not None}
+        return Found(turns, owners, response)
+
+    async def status(self) -> str:
+        try:
+            await self._run(self._redis.ping())
+        except StateUnavailable:
+            return "unavailable"
+        return "up"
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
+
+
+def make_store(url: str | None, capacity: int, ttl_seconds: float, timeout_seconds: float,
+               observe: Callable[[bool], None]) -> StateStore:
+    """The store `state_url` names: None, memory; redis:// (rediss://, unix://), Redis."""
+    if url is None:
+        return HeldTurns(capacity, ttl_seconds)
+    return RedisState(url, capacity, ttl_seconds, timeout_seconds, observe)

@@ -71,6 +71,11 @@ class Telemetry:
         if disconnected:
             metrics.child(metrics.mcp_server_disconnects, server).inc()
 
+    def state_store_state(self, up: bool) -> None:
+        self.metrics.state_store_up.set(1 if up else 0)
+        if not up:
+            self.metrics.state_store_failures.inc()
+
     def inject_context(self, carrier: dict[str, str]) -> None:
         self._propagation.inject(carrier, otel_context.get_current())
 

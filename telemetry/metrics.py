@@ -64,6 +64,13 @@ class Metrics:
             names.METRIC_TRAJECTORY_STORE_DROPPED, "Spans the trajectory store could not keep, by reason "
             "(write_failed: disk full or broken, file read-only or gone; backlog: the writer fell behind).",
             (names.LABEL_REASON,), registry=registry)
+        self.state_store_up = Gauge(
+            names.METRIC_STATE_STORE_UP, "1 while the shared state store (Redis) answers, 0 after a command to it "
+            "failed or timed out (the memory store is always up).", registry=registry)
+        self.state_store_up.set(1)
+        self.state_store_failures = Counter(
+            names.METRIC_STATE_STORE_FAILURES, "Commands to the shared state store (Redis) that failed or timed out.",
+            registry=registry)
         for reason in (names.STORE_DROP_WRITE, names.STORE_DROP_BACKLOG):  # at 0 from the start: an alert
             self.trajectory_store_dropped.labels(reason)  # on its increase sees the first loss
         # Label children, looked up per call: every label here is bounded (see names.py), so

@@ -3,16 +3,27 @@ key) and put back into Chat messages and Responses input, on a fake clock."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
-from gateway.engine.history import restore_items, restore_messages
+from gateway.engine.history import held_names, held_tokens, restore_items, restore_messages
 from gateway.errors import Conflict
 from gateway.state import HeldTurn, HeldTurns, client_call_id
 
 TTL = 10.0
 USER = {"role": "user", "content": "read notes.txt and ask me which file next"}
+T = TypeVar("T")
+
+
+def done(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a memory store's coroutine, which never waits."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    raise AssertionError("the memory store waited")
 
 
 class Clock:
@@ -34,10 +45,11 @@ class PendingTurns:
         return len(self.held)
 
     def hold(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> str:
-        return self.held.hold(HeldTurn("chat", (assistant,), tuple(results)), self.principal)
+        return done(self.held.hold(HeldTurn("chat", (assistant,), tuple(results)), self.principal))
 
     def restore(self, messages: list[Any], principal: str | None = None) -> list[Any]:
-        return restore_messages(messages, lambda token: self.held.take(token, principal, "messages", "chat"))
+        found = done(self.held.lookup(principal, held_tokens(messages)))
+        return restore_messages(messages, lambda token: found.take(token, "messages", "chat"))
 
 
 @pytest.fixture
@@ -178,12 +190,16 @@ def test_a_turn_is_restored_only_for_the_key_that_made_it(clock: Clock) -> None:
 
 def test_response_ids_resolve_for_their_key_until_they_expire(clock: Clock) -> None:
     held = HeldTurns(10, TTL, clock)
-    held.alias("resp_first", "resp_last", "alice")
-    assert held.resolve("resp_first", "alice") == "resp_last"
-    assert held.resolve("resp_first", "bob") == "resp_first"  # another key's: passed on as sent
-    assert held.resolve("resp_other", "alice") == "resp_other"
+    done(held.alias("resp_first", "resp_last", "alice"))
+
+    def resolve(response_id: str, principal: str) -> str:
+        return done(held.lookup(principal, (), (), response_id)).resolve(response_id)
+
+    assert resolve("resp_first", "alice") == "resp_last"
+    assert resolve("resp_first", "bob") == "resp_first"  # another key's: passed on as sent
+    assert resolve("resp_other", "alice") == "resp_other"
     clock.now += TTL
-    assert held.resolve("resp_first", "alice") == "resp_first"
+    assert resolve("resp_first", "alice") == "resp_first"
 
 
 # --- Responses input ------------------------------------------------------------------------------
@@ -202,11 +218,12 @@ REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
 def held_responses_turn(held: HeldTurns) -> str:
     """A Responses turn [reasoning, gateway call, client call] held in full, with the gateway's result."""
     turn = (REASONING, fc("call_gw", "read_file"), fc("call_c", "ask_human"))
-    return held.hold(HeldTurn("responses", turn, (fco("call_gw", "contents"),), ("rs_1", "fc_call_c")), None)
+    return done(held.hold(HeldTurn("responses", turn, (fco("call_gw", "contents"),), ("rs_1", "fc_call_c")), None))
 
 
 def restore(held: HeldTurns, items: list[Any]) -> list[Any]:
-    return restore_items(items, lambda t: held.take(t, None, "input", "responses"), lambda i: held.owner(i, None))
+    found = done(held.lookup(None, *held_names(items)))
+    return restore_items(items, lambda t: found.take(t, "input", "responses"), found.owner)
 
 
 def test_replayed_responses_input_gets_the_whole_turn_back_in_order(clock: Clock) -> None:
@@ -226,7 +243,7 @@ def test_replayed_input_gets_earlier_gateway_rounds_back(clock: Clock) -> None:
     message = {"type": "message", "id": "msg_1", "role": "assistant",
                "content": [{"type": "output_text", "text": "hm"}]}
     rounds = (message, fc("call_gw", "read_file"), fco("call_gw", "contents"), fc("call_c", "ask_human"))
-    token = held.hold(HeldTurn("responses", rounds, (), ("msg_1",)), None)
+    token = done(held.hold(HeldTurn("responses", rounds, (), ("msg_1",)), None))
     shown = client_call_id(token, "call_c")
     sent = [USER, message, {**fc("call_c", "ask_human"), "call_id": shown}, fco(shown, "yes")]
     assert restore(held, sent) == [USER, *rounds, fco("call_c", "yes")]

@@ -138,6 +138,11 @@ def _held_token(message: Mapping[str, Any]) -> str | None:
     return None
 
 
+def held_tokens(messages: Sequence[Any]) -> list[str]:
+    """The tokens of the held turns a Chat conversation continues."""
+    return [token for m in messages if isinstance(m, dict) and (token := _held_token(m)) is not None]
+
+
 def restore_messages(messages: Sequence[Any], take: Take) -> list[Any]:
     """The conversation with every held turn put back: in place of the assistant message the
     client saw, the messages of the gateway's rounds, the whole assistant message and the
@@ -239,6 +244,21 @@ class ResponsesConversation:
     def for_client(self, call: ModelCall, token: str | None, pause: ToolOutcome | None = None) -> Mapping[str, Any]:
         item = call.item if token is None else {**call.item, "call_id": client_call_id(token, call.id)}
         return _paused(item, pause)
+
+
+def held_names(items: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """What Responses input may name a held turn by: the tokens in its call ids, and the ids of
+    the items it replays."""
+    tokens: list[str] = []
+    item_ids: list[str] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if parts := split_call_id(item.get("call_id")):
+            tokens.append(parts[0])
+        elif isinstance(item_id := item.get("id"), str):
+            item_ids.append(item_id)
+    return tokens, item_ids
 
 
 def restore_items(items: Sequence[Any], take: Take, owner: Owner) -> list[Any]:

@@ -13,12 +13,14 @@ from gateway.engine.history import (
     ChatConversation,
     Conversation,
     ResponsesConversation,
+    held_names,
+    held_tokens,
     restore_items,
     restore_messages,
 )
 from gateway.engine.turn import Api
 from gateway.errors import BadRequest
-from gateway.state import RESPONSE_PREFIX, HeldTurns
+from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore
 from gateway.tools import ToolRegistry
 
 
@@ -90,7 +92,7 @@ def _upstream_base(body: Mapping[str, Any], drop: tuple[str, ...], name_of: Call
     return base, client_names
 
 
-def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns,
+async def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
               query: str = "", path: str = "") -> Plan:
     """A Chat Completions request (checked by the route) as a plan."""
     gateway_names = registry.offered_names(caller.allowed)
@@ -101,7 +103,9 @@ def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, h
     _check_clash(legacy, gateway_names, "functions")
     if gateway_names and (body.get("n") or 1) != 1:
         raise BadRequest("n must be 1 when the gateway offers tools", param="n")
-    take = partial(held.take, principal=caller.principal, param="messages", api="chat")
+    tokens = held_tokens(body["messages"])
+    found = await held.lookup(caller.principal, tokens) if tokens else NOTHING
+    take = partial(found.take, param="messages", api="chat")
     options = body.get("stream_options")
     options = options if isinstance(options, Mapping) else {}
     conversation = ChatConversation(base, tuple(restore_messages(body["messages"], take)), (), options)
@@ -110,7 +114,7 @@ def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, h
                 gateway_names, include_usage=include_usage, query=query, path=path)
 
 
-def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: HeldTurns,
+async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "") -> Plan:
     """A Responses API request (checked by the route) as a plan."""
     gateway_names = registry.offered_names(caller.allowed)
@@ -120,12 +124,14 @@ def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegist
         raise BadRequest("a background response cannot run the gateway's tools; send it without background, or "
                          "to the provider with a key that offers no gateway tools", param="background")
     raw_input = body.get("input")
-    take = partial(held.take, principal=caller.principal, param="input", api="responses")
-    owner = partial(held.owner, principal=caller.principal)
-    items = raw_input if isinstance(raw_input, str) else tuple(restore_items(raw_input or [], take, owner))
     sent = body.get("previous_response_id")
-    previous = held.resolve(sent, caller.principal) if isinstance(sent, str) else None
+    sent = sent if isinstance(sent, str) else None
+    tokens, item_ids = held_names(raw_input or []) if not isinstance(raw_input, str) else ([], [])
+    found = await held.lookup(caller.principal, tokens, item_ids, sent) if tokens or item_ids or sent else NOTHING
+    take = partial(found.take, param="input", api="responses")
+    items = raw_input if isinstance(raw_input, str) else tuple(restore_items(raw_input or [], take, found.owner))
+    previous = found.resolve(sent) if sent is not None else None
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
-                gateway_names, previous_response_id=sent if isinstance(sent, str) else None,
+                gateway_names, previous_response_id=sent,
                 answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path)

@@ -28,7 +28,7 @@ from gateway.engine.turn import (
 )
 from gateway.errors import GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
-from gateway.state import HeldTurns
+from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 from gateway.upstream import Upstream
 
@@ -75,7 +75,7 @@ Event = Opened | Visible | Keepalive | Finished
 class Engine:
     """Runs plans: the provider client, the tool executor, the held-turn store and the observer."""
 
-    def __init__(self, upstream: Upstream, executor: ToolExecutor, held: HeldTurns, instrumentation: Instrumentation,
+    def __init__(self, upstream: Upstream, executor: ToolExecutor, held: StateStore, instrumentation: Instrumentation,
                  max_rounds: int, keepalive_seconds: float) -> None:
         self.upstream = upstream
         self.executor = executor
@@ -107,8 +107,8 @@ class Engine:
             decision = decide(turn, plan.client_names, len(turns) - 1, self.max_rounds, conversation.tool_choice)
             if isinstance(decision, Finish):
                 if (answered := conversation.answered()) is not None:
-                    self.held.hold(answered, caller.principal)
-                yield self._finished(plan, caller, turns, (), decision.finish_reason, final, shown_first, False)
+                    await self.held.hold(answered, caller.principal)
+                yield await self._finished(plan, caller, turns, (), decision.finish_reason, final, shown_first, False)
                 return
             mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
             outcomes: list[ToolOutcome] = []
@@ -125,21 +125,23 @@ class Engine:
             if isinstance(decision, RunTools):
                 conversation = conversation.continued(turn, outcomes, decision.tool_choice)
                 continue
-            yield self._handed_back(plan, caller, conversation, turns, decision, mine, outcomes, final, shown_first)
+            yield await self._handed_back(plan, caller, conversation, turns, decision, mine, outcomes, final,
+                                          shown_first)
             return
 
-    def _handed_back(self, plan: Plan, caller: Caller, conversation: Conversation, turns: list[ModelTurn],
+    async def _handed_back(self, plan: Plan, caller: Caller, conversation: Conversation, turns: list[ModelTurn],
                      decision: HandBack, ran: Sequence[ModelCall], outcomes: list[ToolOutcome], final: bool,
                      shown_first: bool) -> Finished:
         """The end of a loop that hands the client calls: its own, and any gateway call that paused."""
         token = None
         if decision.hold:
             results = [o for o in outcomes if o.call_id not in decision.paused]
-            token = self.held.hold(conversation.held(turns[-1], ran, decision.client_calls, results), caller.principal)
+            held = conversation.held(turns[-1], ran, decision.client_calls, results)
+            token = await self.held.hold(held, caller.principal)
         calls = tuple(conversation.for_client(c, token, decision.paused.get(c.id)) for c in decision.client_calls)
-        return self._finished(plan, caller, turns, calls, "tool_calls", final, shown_first, bool(ran))
+        return await self._finished(plan, caller, turns, calls, "tool_calls", final, shown_first, bool(ran))
 
-    def _finished(self, plan: Plan, caller: Caller, turns: list[ModelTurn], calls: tuple[Mapping[str, Any], ...],
+    async def _finished(self, plan: Plan, caller: Caller, turns: list[ModelTurn], calls: tuple[Mapping[str, Any], ...],
                   finish_reason: str | None, final: bool, shown_first: bool, ran_last: bool) -> Finished:
         """The end of the loop. A Responses answer for which the gateway ran tools gets an id of the
         gateway's own, which continues from the provider's last response (unless the client already
@@ -148,7 +150,7 @@ class Engine:
         if plan.api == "responses" and (len(turns) > 1 or ran_last):
             answer_id = answer_id if shown_first and answer_id else plan.answer_id
             if answer_id and turns[-1].response_id and answer_id != turns[-1].response_id:
-                self.held.alias(answer_id, turns[-1].response_id, caller.principal)
+                await self.held.alias(answer_id, turns[-1].response_id, caller.principal)
         return Finished(tuple(turns), calls, finish_reason, final, answer_id)
 
     async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any]) -> ModelTurn:

@@ -6,7 +6,7 @@ import hmac
 
 from aiohttp import web
 
-from gateway.app_keys import ENGINE, INSTRUMENTATION, MCP_SOURCES, SETTINGS, UPSTREAM
+from gateway.app_keys import ENGINE, HELD, INSTRUMENTATION, MCP_SOURCES, SETTINGS, UPSTREAM
 from gateway.errors import Unauthorized
 
 
@@ -18,16 +18,22 @@ async def readyz(request: web.Request) -> web.Response:
     """Ready once the engine is built and the provider takes connections (a gateway that cannot
     reach its provider should not get traffic). With MCP servers configured, `mcp_servers` lists
     each one's state; only a server marked `required` that is not up makes the gateway unready:
-    the others' tools answer that their server is unavailable, and the rest of the gateway works."""
+    the others' tools answer that their server is unavailable, and the rest of the gateway works.
+    With a shared state store (Redis), `state_store` is "up" or "unavailable"; while it is
+    unavailable the status is "degraded", still 200: every replica shares that store, and the
+    requests that do not continue a held turn work (those that do get a 503 with retry-after)."""
     sources = request.app[MCP_SOURCES]
-    servers = {"mcp_servers": sources.status()} if sources.connections else {}
+    servers: dict[str, object] = {"mcp_servers": sources.status()} if sources.connections else {}
+    state = await request.app[HELD].status()
+    if state is not None:
+        servers["state_store"] = state
     if ENGINE not in request.app:
         return web.json_response({"status": "starting", **servers}, status=503)
     if not await request.app[UPSTREAM].reachable():
         return web.json_response({"status": "provider_unreachable", **servers}, status=503)
     if sources.required_down():
         return web.json_response({"status": "mcp_server_unavailable", **servers}, status=503)
-    return web.json_response({"status": "ready", **servers})
+    return web.json_response({"status": "degraded" if state == "unavailable" else "ready", **servers})
 
 
 def _check_scraper(request: web.Request) -> None:

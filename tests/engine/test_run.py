@@ -26,11 +26,11 @@ CALLER = Caller(trajectory_id="t-1", request_id="r-1")
 Run = Callable[..., Awaitable[tuple[list[Event], ScriptedModel]]]
 
 
-def plan_for(api: str, stream: bool, registry: ToolRegistry, held: HeldTurns, **extra: Any) -> Plan:
+async def plan_for(api: str, stream: bool, registry: ToolRegistry, held: HeldTurns, **extra: Any) -> Plan:
     if api == "chat":
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra}
-        return plan_chat(body, CALLER, registry, held)
-    return plan_responses({"model": "m", "input": "hi", "stream": stream, **extra}, CALLER, registry, held)
+        return await plan_chat(body, CALLER, registry, held)
+    return await plan_responses({"model": "m", "input": "hi", "stream": stream, **extra}, CALLER, registry, held)
 
 
 Build = Callable[..., Awaitable[tuple[Engine, ScriptedModel, HeldTurns]]]
@@ -60,7 +60,7 @@ def run(build: Build) -> Run:
                  **options: Any) -> tuple[list[Event], ScriptedModel]:
         tools = registry or sample_registry()
         engine, model, held = await build(*replies, registry=tools, **options)
-        return [e async for e in engine.run(plan_for(api, stream, tools, held), CALLER)], model
+        return [e async for e in engine.run(await plan_for(api, stream, tools, held), CALLER)], model
 
     return go
 
@@ -95,7 +95,7 @@ async def test_keepalive_while_a_streamed_round_waits_for_tools(build: Build, ap
     engine, _, held = await build(Reply(tool_calls=[("slow", {})]), Reply(content="ok"), registry=registry,
                                   keepalive=0.001)
     events: list[Event] = []
-    async for event in engine.run(plan_for(api, True, registry, held), CALLER):
+    async for event in engine.run(await plan_for(api, True, registry, held), CALLER):
         events.append(event)
         if isinstance(event, Keepalive):
             release.set()  # the tool was still running when this came: now let it finish
@@ -120,7 +120,7 @@ async def test_closing_a_streamed_run_closes_the_provider_call(build: Build, api
     """A consumer that stops reading (the client left) closes the run: the provider connection
     goes with it, while the provider is still mid-answer."""
     engine, model, held = await build(Reply(content="a long answer that stalls", pause_after=4))
-    events = engine.run(plan_for(api, True, sample_registry(), held), CALLER)
+    events = engine.run(await plan_for(api, True, sample_registry(), held), CALLER)
     assert isinstance(await anext(events), Opened)
     first = await anext(events)
     assert isinstance(first, Visible)

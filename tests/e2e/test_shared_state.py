@@ -1,0 +1,271 @@
+"""Two gateway replicas sharing held turns in a real Redis (Debian's `redis-server`, started here on
+a free port): a mixed turn started on one is completed on the other, in both APIs; later requests
+of the conversation are restored on either; concurrent follow-ups both get the whole history; and
+while Redis is down or stalled, what needs the state gets a 503 with retry-after, the rest works,
+/readyz and the metrics say so, and it all works again once Redis is back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from redis.asyncio import Redis
+
+from gateway.demo.model import Reply
+from gateway.settings import Settings
+from gateway.state import HeldTurn, RedisState
+from telemetry import names
+from tests.conftest import GatewayFactory, Stack, StackFactory, free_port
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs Debian's redis-server")
+
+ASK = {"name": "ask_human", "description": "Ask the user", "parameters": {"type": "object", "properties": {}}}
+CHAT_TOOLS = [{"type": "function", "function": ASK}]
+RESPONSES_TOOLS = [{"type": "function", **ASK}]
+Replicas = Callable[..., Awaitable[tuple["Stack", "Stack"]]]
+
+
+class RedisServer:
+    """A `redis-server` of the tests' own, without persistence; stopped and started again on the
+    same port by the outage tests."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.process.stdout is not None
+        for line in self.process.stdout:  # waits for the server's word that it listens, no sleeping
+            if "Ready to accept connections" in line:
+                break
+        else:
+            raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+            self.process = None
+
+    async def ping(self) -> bool:
+        client = Redis.from_url(self.url, socket_connect_timeout=2)
+        try:
+            return bool(await client.ping())
+        finally:
+            await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def redis_up(redis_server: RedisServer) -> RedisServer:
+    if redis_server.process is None:  # an outage test that failed half-way
+        redis_server.start()
+    assert await redis_server.ping()
+    return redis_server
+
+
+@pytest.fixture
+def replicas(make_stack: StackFactory, make_gateway: GatewayFactory, tmp_path: Path,
+             redis_up: RedisServer) -> Replicas:
+    """Two gateways on one Redis and one scripted provider."""
+    async def build(**overrides: Any) -> tuple[Stack, Stack]:
+        first = await make_stack(state_url=redis_up.url, **overrides)
+        settings = Settings(port=0, upstream=f"{first.model.base_url}/v1", state_url=redis_up.url,
+                            trajectory_store_path=tmp_path / "second.sqlite3", **overrides)
+        second = await make_gateway(settings, provider_name="toolspan.scripted")
+        return first, Stack(second.url, second.http, second.client, first.model, first.script, second.exporter,
+                            second.metrics, second.observability, first.upstream_server)
+    return build
+
+
+def saw_the_sum(body: dict[str, Any]) -> Reply:
+    """An answer only if the gateway's earlier round is in the model's view (Chat or Responses)."""
+    if "messages" in body:
+        results = [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+    else:
+        results = [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
+    assert results[:2] == ["5", "Paris"], results
+    return Reply(content="5, in Paris.")
+
+
+async def chat_mixed_turn(stack: Stack, stream: bool) -> list[dict[str, Any]]:
+    """A mixed turn (the gateway's `add`, the client's `ask_human`) on `stack`; the conversation
+    the client sends back, with its answer."""
+    stack.script.then(Reply(content="Adding. ", tool_calls=[("add", {"a": 2, "b": 3}), ("ask_human", {})]))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "add, then ask me where"}]
+    first = await stack.ask(stream, messages=messages, tools=CHAT_TOOLS)
+    [call] = first.tool_calls
+    assert call["id"].startswith("tspan_")
+    return [*messages, {"role": "assistant", "content": first.content, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "Paris"}]
+
+
+def sent_roles(stack: Stack) -> list[str]:
+    return [m["role"] for m in stack.upstream_requests[-1]["messages"]]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_chat_turn_started_on_one_replica_completes_on_the_other(
+        replicas: Replicas, stream: bool) -> None:
+    one, other = await replicas()
+    messages = await chat_mixed_turn(one, stream)
+    one.script.then(saw_the_sum)
+    assert (await other.ask(stream, messages=messages, tools=CHAT_TOOLS)).content == "5, in Paris."
+    assert sent_roles(other) == ["user", "assistant", "tool", "tool"]
+    # A later request of the same conversation is restored on either replica.
+    later = [*messages, {"role": "assistant", "content": "5, in Paris."}, {"role": "user", "content": "again?"}]
+    for replica in (one, other, one):
+        replica.script.then(saw_the_sum)
+        assert (await replica.ask(stream, messages=later, tools=CHAT_TOOLS)).content == "5, in Paris."
+        assert sent_roles(replica) == ["user", "assistant", "tool", "tool", "assistant", "user"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_responses_turn_started_on_one_replica_completes_on_the_other(
+        replicas: Replicas, stream: bool) -> None:
+    one, other = await replicas()
+    one.script.then(Reply(content="Adding.", tool_calls=[("add", {"a": 2, "b": 3})]),
+                    Reply(tool_calls=[("ask_human", {})]), saw_the_sum)
+    first = await one.respond(stream, input="add, then ask me where", tools=RESPONSES_TOOLS, store=False)
+    [call] = first.calls
+    assert call["call_id"].startswith("tspan_")
+    follow_up = [{"role": "user", "content": "add, then ask me where"}, *first.output,
+                 {"type": "function_call_output", "call_id": call["call_id"], "output": "Paris"}]
+    second = await other.respond(stream, input=follow_up, tools=RESPONSES_TOOLS, store=False)
+    assert second.text == "5, in Paris."
+    kinds = [(i.get("type"), i.get("name")) for i in one.upstream_requests[-1]["input"]]
+    assert kinds == [(None, None), ("message", None), ("function_call", "add"), ("function_call_output", None),
+                     ("function_call", "ask_human"), ("function_call_output", None)]
+    later = [*follow_up, *second.output, {"role": "user", "content": "again?"}]
+    for replica in (one, other):
+        replica.script.then(saw_the_sum)
+        assert (await replica.respond(stream, input=later, tools=RESPONSES_TOOLS, store=False)).text == "5, in Paris."
+        assert [i.get("name") for i in one.upstream_requests[-1]["input"]][2:5] == ["add", None, "ask_human"]
+
+
+async def test_concurrent_follow_ups_on_two_replicas_both_get_the_whole_history(
+        replicas: Replicas) -> None:
+    one, other = await replicas()
+    messages = await chat_mixed_turn(one, False)
+    one.script.then(saw_the_sum, saw_the_sum)
+    answers = await asyncio.gather(one.ask(False, messages=messages, tools=CHAT_TOOLS),
+                                   other.ask(False, messages=messages, tools=CHAT_TOOLS))
+    assert [a.content for a in answers] == ["5, in Paris.", "5, in Paris."]
+    assert [[m["role"] for m in r["messages"]] for r in one.upstream_requests[-2:]] == [
+        ["user", "assistant", "tool", "tool"]] * 2
+
+
+async def test_a_responses_answer_id_made_on_one_replica_continues_on_the_other(
+        replicas: Replicas) -> None:
+    one, other = await replicas()
+    one.script.then(Reply(tool_calls=[("add", {"a": 2, "b": 3})]), Reply(content="5"), Reply(content="yes"))
+    first = await one.respond(False, input="add", store=True)
+    assert first.id.startswith("resp_tspan_")
+    second = await other.respond(False, input="sure?", previous_response_id=first.id, store=True)
+    assert second.text == "yes"
+    assert one.upstream_requests[-1]["previous_response_id"] != first.id  # the provider's last response
+
+
+def state_unavailable(error: openai.APIStatusError) -> None:
+    assert error.status_code == 503
+    assert error.response.headers["retry-after"].isdigit()
+    assert isinstance(error.body, dict)
+    assert error.body["code"] == "state_unavailable"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_redis_down_then_back(replicas: Replicas, redis_up: RedisServer, stream: bool) -> None:
+    one, other = await replicas(state_timeout_seconds=0.5)
+    messages = await chat_mixed_turn(one, stream)
+    redis_up.stop()
+    try:
+        with pytest.raises(openai.APIStatusError) as caught:  # needs the held turn: a 503, not a wrong history
+            await other.ask(stream, messages=messages, tools=CHAT_TOOLS)
+        state_unavailable(caught.value)
+        one.script.then(Reply(content="hello"))  # needs no state: works
+        assert (await other.ask(stream, messages=[{"role": "user", "content": "hi"}])).content == "hello"
+        ready = await other.http.get("/readyz")
+        assert (ready.status, await ready.json()) == (200, {"status": "degraded", "state_store": "unavailable"})
+        assert other.metric(names.METRIC_STATE_STORE_UP) == 0
+        assert other.metric(names.METRIC_STATE_STORE_FAILURES) >= 1
+    finally:
+        redis_up.start()
+    # Back: the client reconnects on its own; nothing held was lost (the server kept no data, so the
+    # turn held before the outage is gone: the follow-up says so with a 409, never a wrong history).
+    with pytest.raises(openai.APIStatusError) as gone:
+        await other.ask(stream, messages=messages, tools=CHAT_TOOLS)
+    assert gone.value.status_code == 409
+    messages = await chat_mixed_turn(one, stream)
+    one.script.then(saw_the_sum)
+    assert (await other.ask(stream, messages=messages, tools=CHAT_TOOLS)).content == "5, in Paris."
+    ready = await other.http.get("/readyz")
+    assert (ready.status, await ready.json()) == (200, {"status": "ready", "state_store": "up"})
+    assert other.metric(names.METRIC_STATE_STORE_UP) == 1
+
+
+async def test_redis_stalled_is_a_503_within_the_timeout(replicas: Replicas, redis_up: RedisServer) -> None:
+    one, other = await replicas(state_timeout_seconds=0.3)
+    messages = await chat_mixed_turn(one, False)
+    assert redis_up.process is not None
+    os.kill(redis_up.process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await asyncio.wait_for(other.ask(False, messages=messages, tools=CHAT_TOOLS), 5)
+        state_unavailable(caught.value)
+    finally:
+        os.kill(redis_up.process.pid, signal.SIGCONT)
+    one.script.then(saw_the_sum)
+    assert (await other.ask(False, messages=messages, tools=CHAT_TOOLS)).content == "5, in Paris."
+
+
+# --- the store alone ----------------------------------------------------------------------------------
+
+def turn(n: int) -> HeldTurn:
+    return HeldTurn("chat", ({"role": "assistant", "content": str(n)},), (), (f"msg_{n}",))
+
+
+async def test_redis_store_is_bounded_expiring_and_bound_to_its_key(redis_up: RedisServer) -> None:
+    prefix = f"test{free_port()}:"
+    store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=prefix)
+    try:
+        tokens = [await store.hold(turn(n), "alice") for n in range(4)]
+        found = await store.lookup("alice", tokens, ["msg_3"])
+        assert sorted(found.turns) == sorted(tokens[1:])  # the least recently used went
+        assert found.owners == {"msg_3": tokens[3]}
+        assert (await store.lookup("bob", tokens, ["msg_3"])).turns == {}  # another key's
+        assert (await store.lookup(None, tokens)).turns == {}
+        client = Redis.from_url(redis_up.url)
+        keys = [k async for k in client.scan_iter(f"{prefix}turn:*")]
+        assert len(keys) == 3
+        assert all(0 < ttl <= 60_000 for ttl in [await client.pttl(k) for k in keys])
+        await client.aclose()
+        await store.alias("resp_tspan_1", "resp_9", "alice")
+        assert (await store.lookup("alice", (), (), "resp_tspan_1")).resolve("resp_tspan_1") == "resp_9"
+    finally:
+        await store.aclose()
+
+
+def test_settings_name_the_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSPAN_STATE_URL", "redis://cache:6379/0")
+    assert Settings(upstream="http://x").state_url == "redis://cache:6379/0"
