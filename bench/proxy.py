@@ -49,6 +49,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -268,7 +269,9 @@ def _start(kind: str, port: int, upstream: str | None = None, checkout: Path = R
     args = [sys.executable, str(checkout / "bench" / "proxy.py"), "--serve", kind, "--port", str(port)]
     if upstream:
         args += ["--upstream", upstream]
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    # Each server its own trajectory store: two gateways writing one file would wait on its lock.
+    store = Path(tempfile.gettempdir()) / f"toolspan-bench-{kind}-{port}.sqlite3"
+    env = {**os.environ, "PYTHONPATH": str(checkout), "TOOLSPAN_TRAJECTORY_STORE_PATH": str(store)}
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
 
 
