@@ -8,8 +8,6 @@ them.
 
 from __future__ import annotations
 
-import json
-import secrets
 import sys
 from typing import Any
 
@@ -20,9 +18,9 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from gateway.demo.tools import demo_registry
-from gateway.mcp.server import call_result
+from gateway.mcp.server import call_result, listed_tool, tool_call
 from gateway.settings import McpServer, Settings
-from gateway.tools import ToolCall, ToolExecutor, ToolRegistry, Turn
+from gateway.tools import ToolExecutor, ToolRegistry, Turn
 
 SERVER_NAME = "toolspan-examples"
 SOURCE_NAME = "examples"  # its tools' names on the gateway: examples__get_weather, ...
@@ -39,16 +37,13 @@ def examples_server(registry: ToolRegistry, executor: ToolExecutor) -> Server[An
 
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[
-            types.Tool(name=tool.name, description=tool.description or None, input_schema=tool.schema)
-            for tool in registry])
+        return types.ListToolsResult(tools=[listed_tool(tool) for tool in registry])
 
     async def call_tool(ctx: ServerRequestContext[Any, Any],
                         params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in registry:
             raise MCPError(code=types.INVALID_PARAMS, message=f"there is no tool named {params.name!r}")
-        call = ToolCall(f"call_{secrets.token_hex(12)}", params.name, json.dumps(params.arguments or {}))
-        return call_result(await executor.run_call(call, Turn()))
+        return call_result(await executor.run_call(tool_call(params), Turn()))
 
     return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
 

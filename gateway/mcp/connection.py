@@ -278,10 +278,9 @@ class _WatchedStream:
 
     async def __anext__(self) -> Any:
         try:
-            return await self._inner.__anext__()
-        except StopAsyncIteration:
-            self._ended("the server closed the connection")
-            raise
+            return await self.receive()  # which reports the end
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
 
     async def __aenter__(self) -> _WatchedStream:
         return self

@@ -33,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.caller import Caller
 from gateway.settings import Settings
-from gateway.tools import ToolCall, ToolExecutor, ToolOutcome, ToolRegistry
+from gateway.tools import Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry
 
 # The route puts the request's Caller in the ASGI scope under this key; a handler reads it off the
 # HTTP request the SDK hands it. (The SDK also runs each handler in the context of the HTTP request
@@ -90,6 +90,16 @@ def call_result(outcome: ToolOutcome) -> types.CallToolResult:
                                 is_error=outcome.status != "ok")
 
 
+def listed_tool(tool: Tool) -> types.Tool:
+    """A registered tool as `tools/list` shows it: the schema the model is offered as its input schema."""
+    return types.Tool(name=tool.name, description=tool.description or None, input_schema=tool.schema)
+
+
+def tool_call(params: types.CallToolRequestParams) -> ToolCall:
+    """A `tools/call` as the executor runs it, under a call id of its own (MCP has none)."""
+    return ToolCall(f"call_{secrets.token_hex(12)}", params.name, json.dumps(params.arguments or {}))
+
+
 class McpEndpoint:
     """The MCP server and its session manager, for the life of the app: `lifetime` is the app's
     cleanup context, `handle` the ASGI app, `closing` ends event streams at shutdown."""
@@ -144,14 +154,12 @@ class McpEndpoint:
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         allowed = _caller_of(ctx).allowed
         return types.ListToolsResult(tools=[
-            types.Tool(name=tool.name, description=tool.description or None, input_schema=tool.schema)
-            for tool in self.registry if allowed is None or tool.name in allowed])
+            listed_tool(tool) for tool in self.registry if allowed is None or tool.name in allowed])
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
         caller = _caller_of(ctx)
-        call = ToolCall(f"call_{secrets.token_hex(12)}", params.name, json.dumps(params.arguments or {}))
-        outcome = await self.executor.run_call(call, caller.turn(0), caller.allowed)
+        outcome = await self.executor.run_call(tool_call(params), caller.turn(0), caller.allowed)
         if outcome.rejection is not None and outcome.rejection.reason in _NO_SUCH_TOOL:
             raise MCPError(code=types.INVALID_PARAMS, message=outcome.content_text())
         return call_result(outcome)
