@@ -46,12 +46,12 @@ class _BareSpan:
     def __init__(self, tracer: Tracer) -> None:
         self._tracer = tracer
 
-    def __enter__(self) -> _BareSpan:
+    async def __aenter__(self) -> _BareSpan:
         self._span = self._tracer.start_span("bare")
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._span.end()
         otel_context.detach(self._token)
 

@@ -26,6 +26,7 @@ from gateway.instrumentation import Instrumentation, NoInstrumentation
 from gateway.logs import ACCESS_LOGGER, AccessLogger
 from gateway.server import GatewayRunner
 from gateway.settings import Settings
+from gateway.state import StateStore, make_store
 from gateway.tools import ToolRegistry
 from gateway.upstream import PROVIDER_NAMES
 from telemetry.instrument import ArgumentCapture, Telemetry
@@ -35,6 +36,7 @@ from telemetry.propagation import build_propagator
 from telemetry.store import TrajectoryStore
 from telemetry.store_reader import StoreReader
 from telemetry.tracing import build_provider, build_resource, exporters_for, tracer_of
+from telemetry.trajectory import Trajectories
 
 T = TypeVar("T")
 
@@ -42,11 +44,13 @@ T = TypeVar("T")
 @dataclass
 class Observability:
     """The instrumentation handed to the app, the tracer provider this process made (None when
-    telemetry is off or the host application brought its own), and the trajectory store its spans
-    feed (None when off)."""
+    telemetry is off or the host application brought its own), the state store (held turns and
+    retry state, shared by the app and the retry classification), and the trajectory store its
+    spans feed (None when off)."""
 
     instrumentation: Instrumentation
     provider: TracerProvider | None
+    state: StateStore
     store: TrajectoryStore | None = None
 
     def trajectory_reader(self) -> StoreReader | None:
@@ -64,6 +68,14 @@ def build_store(settings: Settings, metrics: Metrics) -> TrajectoryStore | None:
                            dropped=lambda reason, count: counter.labels(reason).inc(count))
 
 
+def build_state(settings: Settings, metrics: Metrics | None) -> StateStore:
+    """The state store the settings name; `metrics` hear whether each command to Redis worked, and
+    whether Redis lost its data."""
+    return make_store(settings.state_url, settings.pending_turn_capacity, settings.pending_turn_ttl_seconds,
+                      settings.state_timeout_seconds, metrics.state_store_answered if metrics else lambda up: None,
+                      metrics.state_store_lost if metrics else lambda: None)
+
+
 def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (), provider_name: str = "openai",
                     tracer_provider: AnyTracerProvider | None = None) -> Observability:
     """Spans and metrics as the settings ask. A host application may hand in its own tracer
@@ -71,9 +83,10 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
     host's to shut down (no trajectory store then: it is fed by a provider of toolspan's own).
     OTEL_SDK_DISABLED turns spans off, not metrics."""
     if not settings.telemetry:
-        return Observability(NoInstrumentation(), None)
+        return Observability(NoInstrumentation(), None, build_state(settings, None))
     propagator = build_propagator(settings.otel_propagators)  # an unknown name fails here, at start-up
     metrics = Metrics(CollectorRegistry())
+    state = build_state(settings, metrics)
     owned: TracerProvider | None = None
     store: TrajectoryStore | None = None
     if tracer_provider is None and settings.otel_sdk_disabled:
@@ -89,10 +102,10 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
     telemetry = Telemetry(tracer_of(tracer_provider), metrics, capture, provider_name,
                           settings.metrics_max_models, propagator=propagator,
                           max_label_chars=settings.metrics_max_label_chars,
-                          own_sampling=settings.trace_sampling == "own",
+                          own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state),
                           messages=MessageCapture(settings.message_content_max_chars, settings.redact_keys)
                           if settings.capture_message_content else None)
-    return Observability(telemetry, owned, store)
+    return Observability(telemetry, owned, state, store)
 
 
 class CannotListen(Exception):
@@ -148,7 +161,7 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
         app = create_app(settings, registry if registry is not None else ToolRegistry(), telemetry.instrumentation,
-                         telemetry.trajectory_reader())
+                         telemetry.trajectory_reader(), telemetry.state)
         # The app's own shutdown handler gives requests their grace period; the runner then only
         # cancels what outlived it, after a second.
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0)

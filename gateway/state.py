@@ -1,5 +1,6 @@
-"""What the gateway remembers between requests: mixed turns held for the client's follow-up, and
-the provider response a client-facing response id stands for.
+"""What the gateway remembers between requests: mixed turns held for the client's follow-up, the
+provider response a client-facing response id stands for, and the last failed call of each tool
+in a trajectory (telemetry classifies retries by it, see telemetry.trajectory).
 
 When one model turn calls both gateway tools and client tools, the client only sees its own
 calls. The gateway keeps its part (its calls and their results) under a token, and gives the
@@ -11,7 +12,8 @@ Two stores, one interface (`StateStore`): `HeldTurns`, in this process's memory 
 and `RedisState`, shared by replicas (`state_url`). A request first looks up, in one go, what it
 names (`StateStore.lookup`: tokens, ids of shown items, a response id); the conversation is then
 put back from that `Found`, synchronously. A store that cannot answer raises `StateUnavailable`
-(a 503 with retry-after), never a wrong history.
+(a 503 with retry-after), never a wrong history. Failure records are opaque text here: their
+shape is telemetry's.
 """
 
 from __future__ import annotations
@@ -109,6 +111,85 @@ class _Bounded(Generic[V]):
         return entry.value
 
 
+_Trajectory = tuple[str | None, str]  # (principal, trajectory id)
+
+
+@dataclass
+class _Failures:
+    expires: float
+    by_tool: OrderedDict[str, str]
+
+
+@dataclass(frozen=True)
+class FailureBounds:
+    """How much failure state is kept: trajectories (least recently written dropped first), records
+    per trajectory, records overall (memory only; in Redis at most trajectories x per trajectory),
+    and how long an unwritten trajectory is kept."""
+
+    trajectories: int = 10_000
+    ttl_seconds: float = 3600.0
+    tools_per_trajectory: int = 64
+    records: int = 50_000
+
+
+class FailureRecords:
+    """The last failed call of each tool, per (principal, trajectory), in this process's memory,
+    within `FailureBounds`."""
+
+    def __init__(self, bounds: FailureBounds = FailureBounds(), clock: Callable[[], float] = time.monotonic) -> None:
+        self._items: OrderedDict[_Trajectory, _Failures] = OrderedDict()
+        self._bounds = bounds
+        self._clock = clock
+        self.count = 0  # records held, over every trajectory
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
+        entry = self._items.get((principal, trajectory_id))
+        if entry is None or entry.expires <= self._clock():
+            return None
+        return entry.by_tool.get(tool)
+
+    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
+                               record: str | None) -> None:
+        key, now = (principal, trajectory_id), self._clock()
+        entry = self._items.get(key)
+        if entry is None or entry.expires <= now:
+            if record is None:
+                return
+            entry = self._admit(key, now)
+        entry.expires = now + self._bounds.ttl_seconds
+        self._items.move_to_end(key)
+        self.count -= len(entry.by_tool)
+        entry.by_tool.pop(tool, None)
+        if record is not None:
+            entry.by_tool[tool] = record
+            while len(entry.by_tool) > self._bounds.tools_per_trajectory:
+                entry.by_tool.popitem(last=False)
+        self.count += len(entry.by_tool)
+        self._evict(now, keep=key)
+
+    def _admit(self, key: _Trajectory, now: float) -> _Failures:
+        stale = self._items.pop(key, None)  # expired: its records go
+        self.count -= len(stale.by_tool) if stale is not None else 0
+        self._evict(now, room=1)
+        entry = _Failures(now + self._bounds.ttl_seconds, OrderedDict())
+        self._items[key] = entry
+        return entry
+
+    def _evict(self, now: float, room: int = 0, keep: _Trajectory | None = None) -> None:
+        """Drop the least recently written trajectories while they are expired or past a capacity
+        (leaving `room` trajectories free); never `keep`, the one just written."""
+        while self._items:
+            oldest_key, oldest = next(iter(self._items.items()))
+            if oldest_key == keep or (oldest.expires > now and len(self._items) + room <= self._bounds.trajectories
+                                      and self.count <= self._bounds.records):
+                break
+            del self._items[oldest_key]
+            self.count -= len(oldest.by_tool)
+
+
 class StateUnavailable(Unavailable):
     def __init__(self) -> None:
         super().__init__("the gateway's state store (Redis) is unavailable, and this request continues a turn the "
@@ -154,7 +235,19 @@ class Found:
 NOTHING = Found()
 
 
-class StateStore(Protocol):
+class FailureBook(Protocol):
+    """The last failed call of each tool in a trajectory, as text telemetry gives and reads back."""
+
+    async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
+        """The record of `tool`'s last failed call in the principal's trajectory, if held."""
+
+    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
+                               record: str | None) -> None:
+        """Hold `record` as `tool`'s last failure in the trajectory (None: forget it), refreshing
+        the trajectory's expiry."""
+
+
+class StateStore(FailureBook, Protocol):
     async def hold(self, turn: HeldTurn, principal: str | None) -> str:
         """Keep `turn`; returns the token its client calls' ids carry (see `client_call_id`)."""
 
@@ -176,10 +269,12 @@ class StateStore(Protocol):
 class HeldTurns:
     """Held turns in this process's memory: one process."""
 
-    def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic,
+                 failure_bounds: FailureBounds = FailureBounds()) -> None:
         self._turns: _Bounded[HeldTurn] = _Bounded(capacity, ttl_seconds, clock)
         self._items: _Bounded[str] = _Bounded(capacity, ttl_seconds, clock)  # shown item id -> token
         self._responses: _Bounded[str] = _Bounded(capacity, ttl_seconds, clock)
+        self.failures = FailureRecords(failure_bounds, clock)
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -200,6 +295,13 @@ class HeldTurns:
         turns = {t: turn for t in {*tokens, *owners.values()} if (turn := self._turns.get(t, principal)) is not None}
         response = self._responses.get(response_id, principal) if response_id is not None else None
         return Found(turns, owners, response)
+
+    async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
+        return await self.failures.failure(principal, trajectory_id, tool)
+
+    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
+                               record: str | None) -> None:
+        await self.failures.remember_failure(principal, trajectory_id, tool, record)
 
     async def status(self) -> str | None:
         return None
@@ -226,7 +328,8 @@ class RedisState:
     that fails or times out is a `StateUnavailable`, and the client reconnects on the next."""
 
     def __init__(self, url: str, capacity: int, ttl_seconds: float, timeout_seconds: float,
-                 observe: Callable[[bool], None] = lambda up: None, prefix: str = "toolspan:") -> None:
+                 observe: Callable[[bool], None] = lambda up: None, prefix: str = "toolspan:",
+                 failure_bounds: FailureBounds = FailureBounds(), lost: Callable[[], None] = lambda: None) -> None:
         # A connection found broken (Redis restarted) is replaced at once, for one more try.
         self._redis: Redis = Redis.from_url(url, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
                                             retry=Retry(NoBackoff(), 1))
@@ -236,6 +339,11 @@ class RedisState:
         self._observe = observe
         self._prefix = prefix
         self._up: bool | None = None
+        self._failure_bounds = failure_bounds
+        self._failure_ttl_ms = max(1, int(failure_bounds.ttl_seconds * 1000))
+        self._lost = lost
+        self._epoch_key = f"{prefix}epoch"
+        self._epoch: bytes | None = None  # the marker this gateway last found in Redis
 
     def _key(self, kind: str, principal: str | None, key: str) -> str:
         digest = hashlib.sha256(json.dumps([principal, key]).encode("utf-8", "surrogatepass")).hexdigest()[:40]
@@ -262,6 +370,7 @@ class RedisState:
         """(kind, key, value) entries, each with the TTL, in its kind's recency set."""
         now = time.time()
         pipe = self._redis.pipeline(transaction=True)
+        pipe.get(self._epoch_key)
         kinds = sorted({kind for kind, _, _ in entries})
         for kind, key, value in entries:
             pipe.set(key, value, px=self._ttl_ms)
@@ -269,27 +378,49 @@ class RedisState:
         for kind in kinds:
             pipe.zremrangebyscore(f"{self._prefix}lru:{kind}", "-inf", now - self._ttl_ms / 1000)
             pipe.zcard(f"{self._prefix}lru:{kind}")
-        answers = await self._run(pipe.execute())
-        counts = answers[len(entries) * 2 + 1::2]
-        for kind, count in zip(kinds, counts, strict=True):
-            excess = count - self._capacity
-            if excess <= 0:
-                continue
-            dropped = await self._run(self._redis.zpopmin(f"{self._prefix}lru:{kind}", excess))
-            if dropped:
-                await self._run(self._redis.delete(*(key for key, _ in dropped)))
+        epoch, *answers = await self._run(pipe.execute())
+        await self._check_epoch(epoch)
+        for kind, count in zip(kinds, answers[len(entries) * 2 + 1::2], strict=True):
+            await self._trim(kind, count - self._capacity)
+
+    async def _trim(self, kind: str, excess: int) -> None:
+        """Drop the `excess` least recently used keys of a kind."""
+        if excess <= 0:
+            return
+        dropped = await self._run(self._redis.zpopmin(f"{self._prefix}lru:{kind}", excess))
+        if dropped:
+            await self._run(self._redis.delete(*(key for key, _ in dropped)))
 
     async def _get(self, keys: list[str], kinds: list[str]) -> list[bytes | None]:
-        """Values of keys, their TTLs and recency refreshed."""
+        """Values of keys, their TTLs and recency refreshed; whether Redis lost its data is
+        checked on the way (`_check_epoch`), so a loss is reported when it bites."""
         if not keys:
             return []
         now = time.time()
         pipe = self._redis.pipeline(transaction=False)
+        pipe.get(self._epoch_key)
         for key, kind in zip(keys, kinds, strict=True):
             pipe.getex(key, px=self._ttl_ms)
             pipe.zadd(f"{self._prefix}lru:{kind}", {key: now}, xx=True)
-        answers = await self._run(pipe.execute())
+        epoch, *answers = await self._run(pipe.execute())
+        await self._check_epoch(epoch)
         return list(answers[::2])
+
+    async def _check_epoch(self, found: bytes | None) -> None:
+        """Redis holds a marker key without expiry. Found gone or changed since this gateway last
+        saw it, Redis lost what it held (restarted without persistence, flushed, failed over to an
+        empty replica): the held turns and retry state written before are gone, and `lost` (a
+        metric) and the log say so; clients learn it as a 409 naming the turn no longer held."""
+        if found is not None and found == self._epoch:
+            return
+        if found is None:  # a new marker, unless another replica set one just now
+            mine = secrets.token_hex(8).encode()
+            found = await self._run(self._redis.set(self._epoch_key, mine, nx=True, get=True)) or mine
+        if self._epoch is not None and found != self._epoch:
+            log.warning("the state store (Redis) lost its data since this gateway last looked: turns held "
+                        "and retry state from before are gone")
+            self._lost()
+        self._epoch = found
 
     async def hold(self, turn: HeldTurn, principal: str | None) -> str:
         token = secrets.token_hex(6)
@@ -316,9 +447,36 @@ class RedisState:
         turns = {t: _turn_of(raw) for t, raw in zip(wanted, raws, strict=True) if raw is not None}
         return Found(turns, owners, response)
 
+    async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
+        raw = await self._run(self._redis.hget(self._key("fail", principal, trajectory_id), tool))
+        return raw.decode().partition(" ")[2] if raw is not None else None
+
+    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
+                               record: str | None) -> None:
+        """One hash per trajectory, a field per tool whose value starts with the time it was
+        written (the oldest go past `tools_per_trajectory`); trajectories trimmed like the rest."""
+        key, lru, now = self._key("fail", principal, trajectory_id), f"{self._prefix}lru:fail", time.time()
+        pipe = self._redis.pipeline(transaction=True)
+        if record is None:
+            pipe.hdel(key, tool)
+        else:
+            pipe.hset(key, tool, f"{now:.6f} {record}")
+        pipe.pexpire(key, self._failure_ttl_ms)
+        pipe.zadd(lru, {key: now})
+        pipe.zremrangebyscore(lru, "-inf", now - self._failure_ttl_ms / 1000)
+        pipe.zcard(lru)
+        pipe.hlen(key)
+        *_, trajectories, tools = await self._run(pipe.execute())
+        per_trajectory = self._failure_bounds.tools_per_trajectory
+        if tools > per_trajectory:
+            fields = await self._run(self._redis.hgetall(key))
+            oldest = sorted(fields, key=lambda field: float(fields[field].partition(b" ")[0]))
+            await self._run(self._redis.hdel(key, *oldest[:tools - per_trajectory]))
+        await self._trim("fail", trajectories - self._failure_bounds.trajectories)
+
     async def status(self) -> str:
         try:
-            await self._run(self._redis.ping())
+            await self._check_epoch(await self._run(self._redis.get(self._epoch_key)))
         except StateUnavailable:
             return "unavailable"
         return "up"
@@ -328,8 +486,9 @@ class RedisState:
 
 
 def make_store(url: str | None, capacity: int, ttl_seconds: float, timeout_seconds: float,
-               observe: Callable[[bool], None]) -> StateStore:
-    """The store `state_url` names: None, memory; redis:// (rediss://, unix://), Redis."""
+               observe: Callable[[bool], None], lost: Callable[[], None] = lambda: None) -> StateStore:
+    """The store `state_url` names: None, memory; redis:// (rediss://, unix://), Redis. Failure
+    records keep `FailureRecords`' default bounds either way."""
     if url is None:
         return HeldTurns(capacity, ttl_seconds)
-    return RedisState(url, capacity, ttl_seconds, timeout_seconds, observe)
+    return RedisState(url, capacity, ttl_seconds, timeout_seconds, observe, lost=lost)

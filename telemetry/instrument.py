@@ -16,6 +16,7 @@ from prometheus_client.exposition import choose_encoder
 
 from gateway.instrumentation import RequestInfo
 from gateway.settings import REDACT_KEYS
+from gateway.state import StateUnavailable
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
 from gateway.tools.results import ToolOrigin
 from telemetry import names
@@ -72,9 +73,7 @@ class Telemetry:
             metrics.child(metrics.mcp_server_disconnects, server).inc()
 
     def state_store_state(self, up: bool) -> None:
-        self.metrics.state_store_up.set(1 if up else 0)
-        if not up:
-            self.metrics.state_store_failures.inc()
+        self.metrics.state_store_answered(up)
 
     def inject_context(self, carrier: dict[str, str]) -> None:
         self._propagation.inject(carrier, otel_context.get_current())
@@ -119,7 +118,7 @@ class ToolCallSpan:
         self._turn = turn
         self._outcome: ToolOutcome | None = None
 
-    def __enter__(self) -> ToolCallSpan:
+    async def __aenter__(self) -> ToolCallSpan:
         call, turn = self._call, self._turn
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
@@ -134,8 +133,15 @@ class ToolCallSpan:
             attributes.update(_origin_attributes(self._origin))
         # Retries are tracked per gateway key, under the metric's tool label: names outside the
         # registry (a model can invent any, of any length) are all one.
-        self._retry = retry = self._inst.trajectories.classify(turn.trajectory_id, self._label, call.arguments,
-                                                               principal=turn.principal)
+        # Whichever replica ran the failed call: a shared store that cannot answer leaves the call
+        # unclassified, said on the span, rather than holding the call up.
+        try:
+            retry = await self._inst.trajectories.classify(turn.trajectory_id, self._label, call.arguments,
+                                                           principal=turn.principal)
+        except StateUnavailable:
+            retry = None
+            attributes[names.ATTR_RETRY_STATE] = "unavailable"
+        self._retry = retry
         links: tuple[Link, ...] = ()
         if retry is not None:
             attributes[names.ATTR_RETRY_KIND] = retry.kind
@@ -158,27 +164,35 @@ class ToolCallSpan:
     def finish(self, outcome: ToolOutcome) -> None:
         self._outcome = outcome
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         elapsed = perf_counter() - self._start
         span = self._span
+        outcome = self._outcome
         try:
             outcome_label = self._record(span)
+            if outcome is not None:  # before the span ends: a failure to remember it is said there
+                await self._remember(outcome, span)
         finally:
             span.end()
         metrics = self._inst.metrics
         metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
         metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(elapsed, self._exemplar)
-        outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             metrics.child(metrics.tool_rejections, self._label, outcome.rejection.reason).inc()
         if outcome is not None:
-            self._follow_trajectory(outcome, span, self._retry)
+            self._count_retry(outcome, self._retry)
 
-    def _follow_trajectory(self, outcome: ToolOutcome, span: Span, retry: Retry | None) -> None:
-        call, metrics = self._call, self._inst.metrics
-        self._inst.trajectories.record(self._turn.trajectory_id, self._label, call.arguments, span.get_span_context(),
-                                       outcome.failed, retry, principal=self._turn.principal)
+    async def _remember(self, outcome: ToolOutcome, span: Span) -> None:
+        try:
+            await self._inst.trajectories.record(self._turn.trajectory_id, self._label, self._call.arguments,
+                                                 span.get_span_context(), outcome.failed, self._retry,
+                                                 principal=self._turn.principal)
+        except StateUnavailable:  # the next retry of this call goes unclassified: say so here
+            span.set_attribute(names.ATTR_RETRY_STATE, "unavailable")
+
+    def _count_retry(self, outcome: ToolOutcome, retry: Retry | None) -> None:
+        metrics = self._inst.metrics
         if retry is not None:
             metrics.child(metrics.tool_retries, self._label, retry.kind).inc()
             if outcome.status == "ok":

@@ -71,11 +71,25 @@ class Metrics:
         self.state_store_failures = Counter(
             names.METRIC_STATE_STORE_FAILURES, "Commands to the shared state store (Redis) that failed or timed out.",
             registry=registry)
+        self.state_store_losses = Counter(
+            names.METRIC_STATE_STORE_LOSSES, "Times a gateway found that the shared state store (Redis) had lost "
+            "its data (restarted without persistence, flushed): turns held and retry state from before are gone.",
+            registry=registry)
         for reason in (names.STORE_DROP_WRITE, names.STORE_DROP_BACKLOG):  # at 0 from the start: an alert
             self.trajectory_store_dropped.labels(reason)  # on its increase sees the first loss
         # Label children, looked up per call: every label here is bounded (see names.py), so
         # this cache is too, and it saves prometheus_client's lock and validation each time.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def state_store_answered(self, up: bool) -> None:
+        """A command to the shared state store succeeded (`up`), or failed or timed out."""
+        self.state_store_up.set(1 if up else 0)
+        if not up:
+            self.state_store_failures.inc()
+
+    def state_store_lost(self) -> None:
+        """The shared state store was found to have lost its data."""
+        self.state_store_losses.inc()
 
     def child(self, metric: MetricWrapperBase, *values: str) -> Any:
         """`metric.labels(*values)`, cached."""

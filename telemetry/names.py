@@ -28,6 +28,8 @@ ATTR_ARGS_UNRECOGNIZED: Final = "toolspan.args.unrecognized"
 ATTR_ARGS_SUGGESTIONS: Final = "toolspan.args.suggestions"
 ATTR_ROUND: Final = "toolspan.round"
 ATTR_RETRY_KIND: Final = "toolspan.retry.kind"
+# "unavailable": the shared retry state could not be read or written for this call (Redis down)
+ATTR_RETRY_STATE: Final = "toolspan.retry.state"
 
 ATTR_PROVIDER_NAME: Final = "gen_ai.provider.name"
 ATTR_REQUEST_MODEL: Final = "gen_ai.request.model"
@@ -83,6 +85,7 @@ METRIC_MCP_SERVER_DISCONNECTS: Final = "toolspan_mcp_server_disconnects_total"
 METRIC_TRAJECTORY_STORE_DROPPED: Final = "toolspan_trajectory_store_dropped_total"
 METRIC_STATE_STORE_UP: Final = "toolspan_state_store_up"
 METRIC_STATE_STORE_FAILURES: Final = "toolspan_state_store_failures_total"
+METRIC_STATE_STORE_LOSSES: Final = "toolspan_state_store_losses_total"
 
 # --- labels and their bounded values ------------------------------------------------------------
 LABEL_TOOL: Final = "tool"

@@ -3,8 +3,8 @@
 `verbatim` when the arguments are the same JSON as the failed call's, `corrected` otherwise.
 A trajectory is scoped by the gateway key (the principal) that runs it: one key's call is never
 a retry of another's, whatever trajectory id both send. The state is one record per
-(principal, trajectory, tool) that last failed, bounded in trajectories, in records per
-trajectory and in records overall, and dropped when unused for `ttl_seconds`. Tool names are
+(principal, trajectory, tool) that last failed, in a `FailureBook` (gateway.state: this
+process's memory, or the Redis replicas share) within its `FailureBounds`. Tool names are
 kept as given: the caller bounds them (telemetry passes its metric label, `__unknown__` for
 every name outside the registry).
 """
@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from gateway.state import FailureBook, FailureRecords
 
 log = logging.getLogger("toolspan.trajectory")
 
@@ -51,39 +50,22 @@ class Retry:
     verbatim_retries: int  # counting this one, when verbatim
 
 
-@dataclass
-class _Trajectory:
-    expires: float
-    failures: OrderedDict[str, Failure]
-
-
-_Key = tuple[str | None, str]  # (principal, trajectory id)
-
-
 class Trajectories:
-    def __init__(self, capacity: int = 10_000, ttl_seconds: float = 3600.0, tools_per_trajectory: int = 64,
-                 clock: Callable[[], float] = time.monotonic, failure_capacity: int = 50_000) -> None:
-        self._items: OrderedDict[_Key, _Trajectory] = OrderedDict()
-        self._capacity = capacity
-        self._ttl = ttl_seconds
-        self._per_trajectory = tools_per_trajectory
-        self._failure_capacity = failure_capacity
-        self._clock = clock
-        self.failures = 0  # records held, over every trajectory
+    """Retry classification over a `FailureBook`: this process's memory (the default), or the
+    state store replicas share, so that a retry is recognised whichever replica ran the failed
+    call. Only failures are written: a call that fails, and a call that repairs one."""
 
-    def __len__(self) -> int:
-        return len(self._items)
+    def __init__(self, book: FailureBook | None = None) -> None:
+        self.book: FailureBook = book if book is not None else FailureRecords()
 
-    def classify(self, trajectory_id: str | None, tool: str, arguments: str,
-                 principal: str | None = None) -> Retry | None:
+    async def classify(self, trajectory_id: str | None, tool: str, arguments: str,
+                       principal: str | None = None) -> Retry | None:
         """Whether a call starting now retries an earlier failed call of the same tool, by the
-        same principal."""
+        same principal. Raises StateUnavailable when the shared store cannot answer."""
         if trajectory_id is None:
             return None
-        entry = self._items.get((principal, trajectory_id))
-        if entry is None or entry.expires <= self._clock():
-            return None
-        failure = entry.failures.get(tool)
+        record = await self.book.failure(principal, trajectory_id, tool)
+        failure = _failure_of(record) if record is not None else None
         if failure is None:
             return None
         if canonical(arguments) != failure.arguments:
@@ -94,44 +76,30 @@ class Trajectories:
                         trajectory_id, tool[:80], repeats)
         return Retry("verbatim", failure.span, repeats)
 
-    def record(self, trajectory_id: str | None, tool: str, arguments: str, span: SpanContext, failed: bool,
-               retry: Retry | None, principal: str | None = None) -> None:
-        """Remember a failed call (for the next retry), or forget the failure a success repaired."""
-        if trajectory_id is None:
+    async def record(self, trajectory_id: str | None, tool: str, arguments: str, span: SpanContext, failed: bool,
+                     retry: Retry | None, principal: str | None = None) -> None:
+        """Remember a failed call (for the next retry), or forget the failure a success repaired.
+        Raises StateUnavailable when the shared store cannot take it."""
+        if trajectory_id is None or not (failed or retry is not None):
             return
-        key, now = (principal, trajectory_id), self._clock()
-        entry = self._items.get(key)
-        if entry is None or entry.expires <= now:
-            if not failed:
-                return
-            entry = self._admit(key, now)
-        entry.expires = now + self._ttl
-        self._items.move_to_end(key)
-        self.failures -= len(entry.failures)
-        entry.failures.pop(tool, None)
+        record = None
         if failed:
             repeats = retry.verbatim_retries if retry is not None and retry.kind == "verbatim" else 0
-            entry.failures[tool] = Failure(span, canonical(arguments), repeats)
-            while len(entry.failures) > self._per_trajectory:
-                entry.failures.popitem(last=False)
-        self.failures += len(entry.failures)
-        self._evict(now, keep=key)
+            record = _record_of(Failure(span, canonical(arguments), repeats))
+        await self.book.remember_failure(principal, trajectory_id, tool, record)
 
-    def _admit(self, key: _Key, now: float) -> _Trajectory:
-        stale = self._items.pop(key, None)  # expired: its records go
-        self.failures -= len(stale.failures) if stale is not None else 0
-        self._evict(now, room=1)
-        entry = _Trajectory(now + self._ttl, OrderedDict())
-        self._items[key] = entry
-        return entry
 
-    def _evict(self, now: float, room: int = 0, keep: _Key | None = None) -> None:
-        """Drop the least recently used trajectories while they are expired or past a capacity
-        (leaving `room` trajectories free); never `keep`, the one just written."""
-        while self._items:
-            oldest_key, oldest = next(iter(self._items.items()))
-            if oldest_key == keep or (oldest.expires > now and len(self._items) + room <= self._capacity
-                                      and self.failures <= self._failure_capacity):
-                break
-            del self._items[oldest_key]
-            self.failures -= len(oldest.failures)
+def _record_of(failure: Failure) -> str:
+    span = failure.span
+    return f"{span.trace_id:032x} {span.span_id:016x} {int(span.trace_flags):02x} {failure.arguments} " \
+           f"{failure.verbatim_retries}"
+
+
+def _failure_of(record: str) -> Failure | None:
+    """The failure a record holds; None for one this version cannot read."""
+    try:
+        trace_id, span_id, flags, arguments, repeats = record.split(" ")
+        span = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
+        return Failure(span, arguments, int(repeats))
+    except ValueError:
+        return None

@@ -32,6 +32,8 @@ from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
 from telemetry.store import TrajectoryStore
 
+pytest_plugins = ["tests.e2e.redis_server"]  # a real redis-server, for the tests that share state
+
 HOME_STORE = Path.home() / ".local" / "share" / "toolspan"  # the real user's: no test may write there
 
 
@@ -340,7 +342,7 @@ async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, a
     if observability.provider is not None:
         exits.callback(observability.provider.shutdown)
     app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation,
-                     observability.trajectory_reader())
+                     observability.trajectory_reader(), observability.state)
     server = await aiohttp_server(app)
     url = str(server.make_url("")).rstrip("/")
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key=TEST_KEY, max_retries=0, timeout=20)

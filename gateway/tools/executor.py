@@ -68,7 +68,7 @@ class ToolExecutor:
     async def run_call(self, call: ToolCall, turn: Turn, allowed: Collection[str] | None = None) -> ToolOutcome:
         """One call: lookup, allowlist, parse, execute, inside its trace."""
         tool = self.registry.get(call.name)
-        with self.hooks.tool_call(call, tool, turn) as trace:
+        async with self.hooks.tool_call(call, tool, turn) as trace:
             outcome = await self._handle(call, tool, turn, allowed, trace)
             trace.finish(outcome)
         return outcome

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -53,8 +53,9 @@ class ToolCallTrace(Protocol):
 class ToolHooks(Protocol):
     """What the executor tells its observer about each tool call."""
 
-    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AbstractContextManager[ToolCallTrace]:
-        """The scope of one call from lookup to outcome; `tool` is None for an unknown name."""
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AbstractAsyncContextManager[ToolCallTrace]:
+        """The scope of one call from lookup to outcome; `tool` is None for an unknown name.
+        Asynchronous: entering and leaving it may read and write the retry state (gateway.state)."""
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
         """An MCP server whose tools are in the registry came up, or is not up (`disconnected`:
@@ -79,8 +80,8 @@ class _NoTrace:
 class NoHooks:
     """Telemetry off."""
 
-    @contextmanager
-    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> Iterator[ToolCallTrace]:
+    @asynccontextmanager
+    async def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AsyncIterator[ToolCallTrace]:
         yield _NoTrace()
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from gateway.demo.model import Reply
 from gateway.settings import Settings
-from gateway.state import HeldTurn, RedisState
+from gateway.state import FailureBounds, HeldTurn, RedisState
 from telemetry import names
 from tests.conftest import GatewayFactory, Stack, StackFactory, free_port
 from tests.e2e.redis_server import RedisServer
@@ -162,6 +162,8 @@ async def test_redis_down_then_back(replicas: Replicas, redis_up: RedisServer, s
         await other.ask(stream, messages=messages, tools=CHAT_TOOLS)
     assert gone.value.status_code == 409
     messages = await chat_mixed_turn(one, stream)
+    # The loss is reported: `one` had seen Redis's marker before the outage, and finds it gone.
+    assert one.metric(names.METRIC_STATE_STORE_LOSSES) == 1
     one.script.then(saw_the_sum)
     assert (await other.ask(stream, messages=messages, tools=CHAT_TOOLS)).content == "5, in Paris."
     ready = await other.http.get("/readyz")
@@ -182,6 +184,58 @@ async def test_redis_stalled_is_a_503_within_the_timeout(replicas: Replicas, red
         os.kill(redis_up.process.pid, signal.SIGCONT)
     one.script.then(saw_the_sum)
     assert (await other.ask(False, messages=messages, tools=CHAT_TOOLS)).content == "5, in Paris."
+
+
+# --- retry state -------------------------------------------------------------------------------------
+
+USER = [{"role": "user", "content": "read a"}]
+TRAJECTORY = {"X-Trajectory-Id": "agent-7"}
+
+
+def tool_calls(stack: Stack) -> list[Any]:
+    return [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+
+
+async def test_a_retry_of_a_call_that_failed_on_the_other_replica_is_classified_and_linked(
+        replicas: Replicas) -> None:
+    one, other = await replicas()
+    one.script.then(Reply(tool_calls=[("read_file", {"file_path": "a"})]), Reply(content="hm"),  # rejected, on one
+                    Reply(tool_calls=[("read_file", {"file_path": "a"})]), Reply(content="hm"),  # verbatim, other
+                    Reply(tool_calls=[("read_file", {"path": "a"})]), Reply(content="read"))  # corrected, on one
+    for stack in (one, other, one):
+        await stack.ask(False, messages=USER, extra_headers=TRAJECTORY)
+    first, third = tool_calls(one)
+    [second] = tool_calls(other)
+    kinds = [(s.attributes or {}).get(names.ATTR_RETRY_KIND) for s in (first, second, third)]
+    assert kinds == [None, "verbatim", "corrected"]
+    assert [(link.context.trace_id, link.context.span_id) for link in second.links] == [
+        (first.context.trace_id, first.context.span_id)]
+    assert [link.context.span_id for link in third.links] == [second.context.span_id]
+    assert other.metric(names.METRIC_TOOL_RETRIES, tool="read_file", kind="verbatim") == 1
+    assert one.metric(names.METRIC_TOOL_RECOVERIES, tool="read_file", kind="corrected") == 1
+    # Repaired: the next failure-free call of that tool is no retry, on either replica.
+    one.script.then(Reply(tool_calls=[("read_file", {"path": "a"})]), Reply(content="read"))
+    await other.ask(False, messages=USER, extra_headers=TRAJECTORY)
+    assert names.ATTR_RETRY_KIND not in (tool_calls(other)[-1].attributes or {})
+
+
+async def test_tool_calls_run_while_redis_is_down_and_say_their_retry_state_is_unknown(
+        replicas: Replicas, redis_up: RedisServer) -> None:
+    one, other = await replicas(state_timeout_seconds=0.5)
+    one.script.then(Reply(tool_calls=[("read_file", {"file_path": "a"})]), Reply(content="hm"))
+    await one.ask(False, messages=USER, extra_headers=TRAJECTORY)
+    redis_up.stop()
+    try:
+        one.script.then(Reply(tool_calls=[("read_file", {"path": "a"})]), Reply(content="read"))
+        answer = await other.ask(False, messages=USER, extra_headers=TRAJECTORY)  # no 503: the tool ran
+        assert answer.content == "read"
+        [call] = tool_calls(other)
+        attributes = call.attributes or {}
+        assert attributes[names.ATTR_OUTCOME] == "ok"
+        assert attributes[names.ATTR_RETRY_STATE] == "unavailable"
+        assert names.ATTR_RETRY_KIND not in attributes
+    finally:
+        redis_up.start()
 
 
 # --- the store alone ----------------------------------------------------------------------------------
@@ -208,6 +262,50 @@ async def test_redis_store_is_bounded_expiring_and_bound_to_its_key(redis_up: Re
         await store.alias("resp_tspan_1", "resp_9", "alice")
         assert (await store.lookup("alice", (), (), "resp_tspan_1")).resolve("resp_tspan_1") == "resp_9"
     finally:
+        await store.aclose()
+
+
+async def test_redis_failure_records_are_bounded_expiring_and_bound_to_their_key(redis_up: RedisServer) -> None:
+    prefix = f"test{free_port()}:"
+    bounds = FailureBounds(trajectories=2, ttl_seconds=30, tools_per_trajectory=2)
+    store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=prefix, failure_bounds=bounds)
+    client = Redis.from_url(redis_up.url)
+    try:
+        for n in range(3):  # three tools in one trajectory: the oldest goes
+            await store.remember_failure("alice", "tr-0", f"tool_{n}", f"record {n}")
+        assert [await store.failure("alice", "tr-0", f"tool_{n}") for n in range(3)] == [None, "record 1", "record 2"]
+        assert await store.failure("bob", "tr-0", "tool_2") is None  # another key's
+        await store.remember_failure("alice", "tr-0", "tool_2", None)  # repaired
+        assert await store.failure("alice", "tr-0", "tool_2") is None
+        for n in range(1, 3):  # three trajectories: the least recently written goes
+            await store.remember_failure("alice", f"tr-{n}", "tool_0", "record")
+        assert await store.failure("alice", "tr-0", "tool_1") is None
+        assert await store.failure("alice", "tr-2", "tool_0") == "record"
+        keys = [k async for k in client.scan_iter(f"{prefix}fail:*")]
+        assert len(keys) == 2
+        assert all(0 < ttl <= 30_000 for ttl in [await client.pttl(k) for k in keys])
+    finally:
+        await client.aclose()
+        await store.aclose()
+
+
+async def test_a_redis_that_lost_its_data_is_reported(redis_up: RedisServer) -> None:
+    prefix = f"test{free_port()}:"
+    losses: list[None] = []
+    store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=prefix, lost=lambda: losses.append(None))
+    client = Redis.from_url(redis_up.url)
+    try:
+        token = await store.hold(turn(1), "alice")
+        assert await store.status() == "up"
+        assert losses == []
+        await client.delete(*[k async for k in client.scan_iter(f"{prefix}*")])  # what FLUSHALL or a restart does
+        assert (await store.lookup("alice", [token])).turns == {}
+        assert len(losses) == 1
+        await store.hold(turn(2), "alice")  # a new marker: no second report
+        assert await store.status() == "up"
+        assert len(losses) == 1
+    finally:
+        await client.aclose()
         await store.aclose()
 
 

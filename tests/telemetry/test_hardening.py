@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings import Settings
+from gateway.state import FailureBounds, FailureRecords
 from gateway.tools import ToolCall, ToolExecutor, ToolRegistry, Turn
 from telemetry import names
 from telemetry.arguments import MASK, mask_message, render_arguments
@@ -137,24 +138,25 @@ def span(n: int) -> SpanContext:
     return SpanContext(trace_id=n, span_id=n, is_remote=False, trace_flags=TraceFlags(1))
 
 
-def test_retry_state_is_scoped_by_principal() -> None:
+async def test_retry_state_is_scoped_by_principal() -> None:
     t = Trajectories()
-    t.record("tr", "read_file", "{}", span(1), failed=True, retry=None, principal="alice")
-    assert t.classify("tr", "read_file", "{}", principal="bob") is None
-    assert t.classify("tr", "read_file", "{}") is None  # no key is a scope of its own too
-    retry = t.classify("tr", "read_file", "{}", principal="alice")
+    await t.record("tr", "read_file", "{}", span(1), failed=True, retry=None, principal="alice")
+    assert await t.classify("tr", "read_file", "{}", principal="bob") is None
+    assert await t.classify("tr", "read_file", "{}") is None  # no key is a scope of its own too
+    retry = await t.classify("tr", "read_file", "{}", principal="alice")
     assert retry is not None
     assert retry.retries.span_id == 1
 
 
-def test_retry_state_is_bounded_in_failures_overall() -> None:
-    t = Trajectories(capacity=1000, tools_per_trajectory=64, failure_capacity=500)
+async def test_retry_state_is_bounded_in_failures_overall() -> None:
+    records = FailureRecords(FailureBounds(trajectories=1000, tools_per_trajectory=64, records=500))
+    t = Trajectories(records)
     for n in range(100):
         for tool in range(64):
-            t.record(f"tr-{n}", f"tool_{tool}", "{}", span(n * 64 + tool + 1), failed=True, retry=None)
-    assert t.failures <= 500
-    assert t.classify("tr-99", "tool_63", "{}") is not None  # the most recent stays
-    assert t.classify("tr-0", "tool_0", "{}") is None
+            await t.record(f"tr-{n}", f"tool_{tool}", "{}", span(n * 64 + tool + 1), failed=True, retry=None)
+    assert records.count <= 500
+    assert await t.classify("tr-99", "tool_63", "{}") is not None  # the most recent stays
+    assert await t.classify("tr-0", "tool_0", "{}") is None
 
 
 def failures_of(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
@@ -176,7 +178,8 @@ async def test_invented_tool_names_of_any_length_hold_no_memory() -> None:
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert len(inst.trajectories) == 200
+    assert isinstance(inst.trajectories.book, FailureRecords)
+    assert len(inst.trajectories.book) == 200
     assert grown < 2 * 1024 * 1024, f"{grown / 2**20:.1f} MiB kept"
     # Invented names are tracked as one: a second invented name is a retry of the first.
     turn = Turn(trajectory_id="tr-0", principal="alice")
