@@ -113,13 +113,16 @@ class DemoPolicy:
 
 class FastPolicy:
     """The cheapest possible model, for benchmarks: answers at once, or makes one `echo` call
-    when asked to use a tool."""
+    when asked to use a tool, or a mixed turn (`echo` and the client's `ask_human`) when asked to
+    ask."""
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         if last.get("role") == "tool":
             return Reply(content="done")
+        if {"echo", "ask_human"} <= _offered(body) and "ask me" in _text(last.get("content")):
+            return Reply(tool_calls=[("echo", {"text": "hi"}), ("ask_human", {})])
         if "echo" in _offered(body) and "use a tool" in _text(last.get("content")):
             return Reply(tool_calls=[("echo", {"text": "hi"})])
         return Reply(content="ok")
