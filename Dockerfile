@@ -13,7 +13,12 @@ COPY telemetry ./telemetry
 RUN pip install --no-cache-dir . \
     && rm -rf /src \
     && groupadd --system --gid 10001 toolspan \
-    && useradd --system --uid 10001 --gid toolspan --no-create-home --shell /usr/sbin/nologin toolspan
+    && useradd --system --uid 10001 --gid toolspan --no-create-home --shell /usr/sbin/nologin toolspan \
+    && install -d -o toolspan -g toolspan -m 0750 /var/lib/toolspan
+
+# The trajectory store, in a directory the user owns (docker-compose.yml mounts a volume there, one
+# per replica; a fresh named volume takes the directory's owner).
+ENV TOOLSPAN_TRAJECTORY_STORE_PATH=/var/lib/toolspan/trajectories.sqlite3
 
 WORKDIR /
 USER 10001:10001

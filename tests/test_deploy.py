@@ -4,6 +4,9 @@ Docker is not needed: the compose file is checked against the compose specificat
 mounts must exist, the configs must point at each other (ports, hosts, data source uids), and every
 PromQL expression of every dashboard may use only the metric names and labels of telemetry/names.py.
 The metrics exposition itself goes through `promtool check metrics` (Debian package `prometheus`).
+The stack runs two gateway replicas on one Redis behind nginx: here their configuration is checked
+against each other and against deploy/nginx.conf; tests/e2e/test_load_balancer.py runs that nginx
+configuration for real.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ DASHBOARD_DIR = ROOT / "dashboards"
 DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 PROVISIONING = DASHBOARD_DIR / "provisioning"
 DEPLOY = ROOT / "deploy"
+NGINX_CONF = DEPLOY / "nginx.conf"
+REPLICAS = ("toolspan-1", "toolspan-2")
+LOAD_BALANCER = "lb"
+REDIS = "redis"
 
 PROM_UID = "prometheus"
 TEMPO_UID = "tempo"
@@ -154,6 +161,59 @@ def dockerfile_cmd() -> list[str]:
     return parsed
 
 
+def dockerfile_env() -> dict[str, str]:
+    """The image's ENV (KEY=value form)."""
+    found: dict[str, str] = {}
+    for keyword, rest in dockerfile_instructions():
+        if keyword == "ENV":
+            for item in shlex.split(rest):
+                key, _, value = item.partition("=")
+                found[key] = value
+    return found
+
+
+def image_port() -> int:
+    cmd = dockerfile_cmd()
+    return int(cmd[cmd.index("--port") + 1])
+
+
+def replica_services() -> dict[str, dict[str, Any]]:
+    """The services that run the gateway image."""
+    return {name: s for name, s in services().items() if s.get("image") == services()[REPLICAS[0]]["image"]}
+
+
+def healthcheck_url(service: dict[str, Any]) -> str:
+    test = service["healthcheck"]["test"]
+    assert test[0] in ("CMD", "CMD-SHELL"), test
+    urls: list[str] = re.findall(r"https?://[^'\" ]+", " ".join(test[1:]))
+    assert len(urls) == 1, test
+    return urls[0]
+
+
+def nginx_config() -> str:
+    """deploy/nginx.conf without its comment lines."""
+    lines = NGINX_CONF.read_text(encoding="utf-8").splitlines()
+    return "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+
+
+def nginx_upstreams() -> dict[str, list[str]]:
+    """Each upstream block's `server` addresses."""
+    return {name: re.findall(r"^\s*server\s+([^\s;]+)", body, re.M)
+            for name, body in re.findall(r"\bupstream\s+(\w+)\s*\{([^}]*)\}", nginx_config())}
+
+
+def nginx_directives(name: str) -> list[str]:
+    """The arguments of every `name ...;` directive, in order."""
+    return [" ".join(args.split()) for args in re.findall(rf"^\s*{name}\s+([^;]*);", nginx_config(), re.M)]
+
+
+def nginx_seconds(value: str) -> float:
+    """An nginx time (`600s`, `5m`, `500ms`, `60`) in seconds."""
+    match = re.fullmatch(r"(\d+)(ms|s|m)?", value)
+    assert match, f"{value!r} is not a time this test reads"
+    return float(match.group(1)) * {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0}[match.group(2)]
+
+
 # --- the compose file ----------------------------------------------------------------------------
 
 def test_compose_file_validates_against_the_compose_specification() -> None:
@@ -164,7 +224,8 @@ def test_compose_file_validates_against_the_compose_specification() -> None:
 
 
 def test_the_stack_has_every_service() -> None:
-    assert set(services()) >= {"toolspan", "otel-collector", "tempo", "prometheus", "grafana"}
+    assert set(services()) >= {*REPLICAS, LOAD_BALANCER, REDIS, "otel-collector", "tempo", "prometheus", "grafana"}
+    assert set(replica_services()) == set(REPLICAS)
 
 
 def test_every_bind_mount_and_the_build_context_exist() -> None:
@@ -173,11 +234,13 @@ def test_every_bind_mount_and_the_build_context_exist() -> None:
     missing = [f"{name}: {source}" for name, source in mounted if not (ROOT / source).exists()]
     assert not missing, f"mounted but absent: {missing}"
 
-    build = services()["toolspan"]["build"]
-    context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
-    dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
-    assert context.is_dir()
-    assert (context / dockerfile).is_file()
+    builds = [service["build"] for service in services().values() if "build" in service]
+    assert builds
+    for build in builds:
+        context = ROOT / (build if isinstance(build, str) else build.get("context", "."))
+        dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+        assert context.is_dir()
+        assert (context / dockerfile).is_file()
 
 
 def test_every_config_a_command_names_is_mounted() -> None:
@@ -198,7 +261,9 @@ def test_ports_are_published_on_localhost_only() -> None:
             else:
                 assert str(port).startswith("127.0.0.1:"), f"{name}: {port} is reachable from other machines"
             published.append(name)
-    assert {"toolspan", "grafana", "prometheus"} <= set(published)
+    assert {LOAD_BALANCER, "grafana", "prometheus"} <= set(published)
+    # Clients reach the replicas through the load balancer only; Redis holds conversations: unpublished.
+    assert not {*REPLICAS, REDIS} & set(published)
 
 
 def test_images_are_pinned() -> None:
@@ -210,6 +275,7 @@ def test_images_are_pinned() -> None:
         assert repository, f"{name}: {image} has no tag"
         assert "/" not in tag, f"{name}: {image} has no tag"
         assert tag != "latest", f"{name}: {image} is not pinned"
+        assert re.match(r"v?\d+\.\d+\.\d+(-|$)", tag), f"{name}: {image} is not pinned to a release"
 
 
 def test_prometheus_stores_exemplars() -> None:
@@ -226,12 +292,13 @@ def test_grafana_allows_anonymous_admin_for_local_use() -> None:
 
 # --- the gateway container ------------------------------------------------------------------------
 
-@pytest.fixture
-def compose_settings(monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The settings the toolspan container starts with when the host sets neither variable."""
-    for var in [v for v in os.environ if v.startswith(("TOOLSPAN_", "OTEL_"))]:
+@pytest.fixture(params=REPLICAS)
+def compose_settings(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings a replica's container starts with (the image's ENV, then the compose file's)
+    when the host sets neither variable."""
+    for var in [v for v in os.environ if v.startswith(("TOOLSPAN_", "OTEL_", "XDG_"))]:
         monkeypatch.delenv(var)
-    for key, value in environment(services()["toolspan"]).items():
+    for key, value in {**dockerfile_env(), **environment(services()[request.param])}.items():
         monkeypatch.setenv(key, interpolate(value, host_env={}))
     return Settings()
 
@@ -242,7 +309,7 @@ def test_an_unset_upstream_means_the_built_in_model(compose_settings: Settings) 
 
 
 def test_the_upstream_comes_from_the_host_environment() -> None:
-    env = environment(services()["toolspan"])
+    env = environment(services()[REPLICAS[0]])
     host = {"TOOLSPAN_UPSTREAM": "https://api.example.com/v1", "TOOLSPAN_UPSTREAM_API_KEY": "sk-test"}
     assert interpolate(env["TOOLSPAN_UPSTREAM"], host) == "https://api.example.com/v1"
     assert interpolate(env["TOOLSPAN_UPSTREAM_API_KEY"], host) == "sk-test"
@@ -264,18 +331,119 @@ def test_the_image_serves_on_the_port_prometheus_scrapes() -> None:
     cmd = dockerfile_cmd()
     assert cmd[:2] == ["toolspan", "serve"]
     assert cmd[cmd.index("--host") + 1] == "0.0.0.0"  # inside the container; compose publishes on localhost
-    port = int(cmd[cmd.index("--port") + 1])
+    port = image_port()
     exposed = [int(p.split("/")[0]) for keyword, rest in dockerfile_instructions() if keyword == "EXPOSE"
                for p in rest.split()]
     assert port in exposed
-    published = [int(str(p).rsplit(":", 1)[1]) for p in services()["toolspan"]["ports"]]
-    assert port in published
+    for name in REPLICAS:
+        assert port in [int(str(p).split("/")[0]) for p in services()[name].get("expose", [])], name
 
+    # Each replica directly (a scrape through the load balancer would reach either), one instance each.
     prometheus = load_yaml(DEPLOY / "prometheus.yml")
     [job] = [j for j in prometheus["scrape_configs"] if j["job_name"] == "toolspan"]
     targets = [t for group in job["static_configs"] for t in group["targets"]]
-    assert targets == [f"toolspan:{port}"]
+    assert targets == [f"{name}:{port}" for name in REPLICAS]
     assert job.get("metrics_path", "/metrics") == "/metrics"
+    assert not job.get("relabel_configs"), "the instance label stays the target, one per replica"
+    assert set(services()["prometheus"]["depends_on"]) >= set(REPLICAS)
+
+
+# --- the replicas, Redis and the load balancer -----------------------------------------------------
+
+def test_the_replicas_share_one_configuration() -> None:
+    first, *others = (services()[name] for name in REPLICAS)
+    assert others
+    for other in others:
+        assert {k: v for k, v in other.items() if k != "volumes"} == {k: v for k, v in first.items() if k != "volumes"}
+
+
+def test_the_replicas_share_state_in_the_redis_service(compose_settings: Settings) -> None:
+    assert compose_settings.state_url is not None
+    url = urlsplit(compose_settings.state_url)
+    assert (url.scheme, url.hostname, url.port) == ("redis", REDIS, 6379)
+    redis = services()[REDIS]
+    args = command_args(redis)
+    assert args[0] == "redis-server"
+    assert "--port" not in args  # so it listens on 6379, Redis's default
+    # Nothing written to disk: held turns live minutes, and the gateway says 409 for one lost.
+    assert args[args.index("--save") + 1] == ""
+    assert args[args.index("--appendonly") + 1] == "no"
+    assert not redis.get("volumes")
+    for name in REPLICAS:
+        assert services()[name]["depends_on"][REDIS] == {"condition": "service_healthy"}
+
+
+def test_each_replica_keeps_its_trajectory_store_on_a_volume_of_its_own(compose_settings: Settings) -> None:
+    directory = str(compose_settings.store_path().parent)
+    assert compose_settings.store_path().is_absolute()
+    volumes = []
+    for name in REPLICAS:
+        mounted = [str(v).split(":") for v in services()[name]["volumes"]]
+        [source] = [source for source, target, *_ in mounted if target == directory]
+        assert not source.startswith((".", "/")), f"{name}: {source} is a bind mount, not a named volume"
+        volumes.append(source)
+    assert len(set(volumes)) == len(REPLICAS), "the replicas share a trajectory store"
+    assert set(volumes) <= set(compose().get("volumes") or {})
+    # The image makes the directory its user's, so a fresh named volume takes that owner.
+    runs = " ".join(rest for keyword, rest in dockerfile_instructions() if keyword == "RUN")
+    assert re.search(rf"install -d -o toolspan -g toolspan( -m \d+)? {re.escape(directory)}\b", runs), runs
+
+
+def test_the_load_balancer_sends_to_both_replicas() -> None:
+    port = image_port()
+    upstreams = nginx_upstreams()
+    assert upstreams
+    for name, servers in upstreams.items():
+        assert servers == [f"{replica}:{port}" for replica in REPLICAS], name
+    for target in nginx_directives("proxy_pass"):
+        assert urlsplit(target).hostname in upstreams, f"proxy_pass {target} names no upstream block"
+    lb = services()[LOAD_BALANCER]
+    assert set(lb["depends_on"]) == set(REPLICAS)
+    assert lb["image"].startswith("nginx:")
+    mounts = {target: source for source, target in bind_mounts(lb)}
+    assert (ROOT / mounts["/etc/nginx/nginx.conf"]).resolve() == NGINX_CONF
+    args = command_args(lb)
+    assert args[args.index("-c") + 1] == "/etc/nginx/nginx.conf"
+    # The scratch directories the config names relative to nginx's prefix are the image's.
+    assert args[args.index("-p") + 1] == "/var/cache/nginx/"
+    for directive in ("client_body_temp_path", "proxy_temp_path"):
+        [path] = nginx_directives(directive)
+        assert not path.startswith("/"), f"{directive} {path}: relative to the prefix"
+    # Clients keep the gateway's address: 127.0.0.1:8080 is nginx's listen port.
+    [listen] = nginx_directives("listen")
+    published = [str(p).split(":") for p in lb["ports"]]
+    assert ["127.0.0.1", "8080", listen] in published
+
+
+def test_the_load_balancer_streams_waits_for_models_and_never_replays() -> None:
+    settings = Settings()
+    one = {name: nginx_directives(name) for name in (
+        "proxy_buffering", "proxy_request_buffering", "proxy_http_version", "client_max_body_size",
+        "proxy_read_timeout", "proxy_next_upstream", "proxy_intercept_errors")}
+    assert one["proxy_buffering"] == ["off"]  # server-sent events, as they are written
+    assert one["proxy_request_buffering"] == ["off"]  # bodies go on as they arrive; the gateway limits them
+    assert one["client_max_body_size"] == ["0"]  # the gateway's 413, in the OpenAI shape, per route
+    assert one["proxy_http_version"] == ["1.1"]
+    assert 'Connection ""' in nginx_directives("proxy_set_header")  # keep-alive to the replicas
+    [read_timeout] = one["proxy_read_timeout"]
+    assert nginx_seconds(read_timeout) >= 2 * settings.upstream_timeout_seconds
+    # Only connection failures go to another replica; 5xx answers and POSTs are never replayed.
+    assert one["proxy_next_upstream"] == ["error timeout"]
+    assert one["proxy_intercept_errors"] in ([], ["off"])  # the replicas' error bodies pass as they are
+    for timeout in nginx_directives("keepalive_timeout"):  # nginx, not the replica, closes idle connections
+        assert nginx_seconds(timeout) < settings.header_read_timeout_seconds
+    assert nginx_directives("keepalive")
+
+
+def test_the_gateway_redis_and_the_load_balancer_have_healthchecks() -> None:
+    port = image_port()
+    for name in REPLICAS:
+        url = urlsplit(healthcheck_url(services()[name]))
+        assert (url.hostname, url.port, url.path) == ("127.0.0.1", port, "/healthz")
+    [listen] = nginx_directives("listen")
+    url = urlsplit(healthcheck_url(services()[LOAD_BALANCER]))
+    assert (url.hostname, url.port, url.path) == ("127.0.0.1", int(listen), "/healthz")
+    assert services()[REDIS]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
 
 
 def test_the_image_runs_as_a_non_root_user() -> None:
