@@ -1,89 +1,225 @@
-"""Throughput and latency of toolspan against the direct upstream and a bare pass-through floor.
+"""What toolspan costs as a proxy: CPU per request, throughput and latency, against the upstream
+itself and a bare aiohttp pass-through, under load from `wrk`.
 
-In one run, on loopback, against the built-in fast upstream (FastPolicy), each in its own process:
-  direct  - the upstream itself;
-  floor   - a bare aiohttp pass-through written here (reads the body, forwards it to the same path
-            of the upstream, streams back);
-  toolspan- the gateway with telemetry on (spans through a BatchSpanProcessor, metrics on);
-  before  - with --compare DIR only: toolspan as served by another checkout at DIR (that checkout's
-            bench/proxy.py, with DIR first on PYTHONPATH, so that its `gateway` package is the one
-            imported; checked at start-up).
-Six scenarios, three for each API, at concurrency 1, 10 and 50: requests per second and p50/p99
-latency. Chat Completions (POST /v1/chat/completions): a plain request, a streamed one (time to
-first byte) and a request with one gateway tool round. The Responses API (POST /v1/responses): the
-same three. `before` is measured in the Chat scenarios only (an older checkout may not run the tool
-loop for /v1/responses). Load comes from this process with raw aiohttp (the openai client would
-cost more than what is measured). The upstream gets the same request from every target: toolspan
-adds its tools (the demo registry) to what the client sends, so direct and floor are sent those
-tool specs by the client itself, in the shape of the API (Chat: `openai_tools()`, Responses:
-`responses_tools()`). Each cell runs --repeats rounds; within a round the targets take --blocks
-short turns in rotation, so that a slow spell of the machine falls on all of them alike. Figures are
-medians over rounds. The servers run on the event loop `toolspan serve` uses (uvloop, where
-installed). Requests that fail are counted in the table, and the first failure of each target in a
-scenario is printed after it, with the request that got it.
+Targets, each its own process on loopback, on the event loop `toolspan serve` uses (uvloop):
+  direct          the built-in fast upstream (FastPolicy) itself; every other target forwards to it;
+  floor           a bare aiohttp pass-through written here: reads the body, posts it to the same
+                  path of the upstream, streams the answer back;
+  toolspan        the gateway with the demo tools, telemetry on: spans through a BatchSpanProcessor
+                  to an exporter that drops them, metrics, the trajectory store on its own file;
+  toolspan-notel  the same with Settings(telemetry=False);
+  before          with --compare DIR only: toolspan served by the checkout at DIR (its own
+                  bench/proxy.py, with DIR first on PYTHONPATH; checked at start-up).
+The upstream gets the same request from every target: the gateways add the demo tools to what the
+client sends, so the client sends those tool specs to direct and floor itself.
 
-    python bench/proxy.py [--requests 600] [--seconds 5] [--repeats 5] [--blocks 3]
-                          [--scenarios plain,stream,one] [--compare DIR]
+Scenarios, for Chat Completions (/v1/chat/completions) and the Responses API (/v1/responses):
+  plain   a ~300-byte request, answered "ok";
+  stream  the same, streamed (time to first byte);
+  tool    "please use a tool": the model calls the demo `echo`; a gateway runs it and asks the model
+          again (direct and floor just return the call);
+  30kb    a 30 KB conversation: 40 messages of a coding agent's session, 19 tool calls of the
+          client's own tools with their results (for Responses: the same as input items, messages,
+          function_call and function_call_output), ending with a result, so the model answers "done".
+Before measuring, each target answers each scenario once and the answer is checked ("ok", "done",
+or the `echo` call), then takes 100 warm-up requests.
 
---scenarios takes a comma-separated list of plain, stream, one (Chat Completions),
-responses-plain, responses-stream, responses-one (Responses API), or `all`; the default is the three
-Chat scenarios.
+Method. Load comes from wrk (a C load generator: `apt-get install wrk`), one thread, a Lua script
+that posts the request body and prints the request count and latency percentiles when done. For
+each target and scenario, one measurement is:
+  - 10 connections for --seconds: requests per second, p50/p99 latency, and the CPU per request of
+    the target's process: its utime + stime (/proc/PID/stat, all its threads: the span processor's
+    and the trajectory store's included) over the run, divided by the requests wrk got answered.
+    wrk's own CPU (its rusage) is reported beside it, as a share of one core, to show the load
+    generator is not the bottleneck;
+  - 1 connection for --seconds: p50/p99 latency;
+  - for a streamed scenario, --ttfb-requests requests one at a time from a Python client here (at
+    concurrency 1 it is not the bottleneck): time from sending the request to the first body byte.
+Rounds: every round measures every scenario on every target, the targets' order rotating from one
+measurement to the next, so that a slow spell of the shared machine falls on all of them alike.
+Reported: medians of per-round values, and for the verdicts, medians of per-round ratios (or
+differences), the per-round values beside them.
 
-The verdict, for every scenario measured (medians of the per-round values, which are listed too):
-toolspan/floor throughput at concurrency 10, and toolspan p50 minus direct p50 at concurrency 1
-(with the hop alone, floor p50 minus direct p50); with --compare, also toolspan/before throughput
-at concurrency 10 and toolspan p50 minus before p50 at concurrency 1.
+Verdicts, with the targets of issue 14:
+  toolspan CPU/request / floor CPU/request           <= 1.5    plain and 30kb, both APIs
+  telemetry share: (toolspan - notel) / toolspan     <= 20%    plain and 30kb, both APIs
+  p50 added over direct at concurrency 1             <= 1.0 ms plain and 30kb, both APIs
+  time to first byte added over direct               <= 1.0 ms stream, both APIs
+  toolspan CPU/request, tool round / plain           <= 2.2    tool, both APIs (needs plain too)
+The other scenarios' ratios are printed without a target.
 
-Targets (plain Chat request): toolspan >= 0.6 x the floor's throughput at concurrency 10, and at
-most 1.5 ms added at p50 over direct at concurrency 1.
+    python bench/proxy.py [--scenarios plain,stream,tool,30kb|all] [--rounds 5] [--seconds 5]
+                          [--ttfb-requests 300] [--compare DIR]
+
+--scenarios: a comma-separated list of plain, stream, tool, 30kb (Chat Completions) and
+responses-plain, responses-stream, responses-tool, responses-30kb, or `all`; the default is the four
+Chat ones. A quick look, in about a minute: --rounds 1 --seconds 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
-import math
 import os
+import resource
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT, RESPONSES = "/chat/completions", "/responses"  # the two APIs' paths, under /v1
-PLAIN = {"model": "bench", "messages": [{"role": "user", "content": "hello"}]}
-TOOL_ROUND = {"model": "bench", "messages": [{"role": "user", "content": "please use a tool"}]}
-RESPONSES_PLAIN = {"model": "bench", "input": "hello"}
-RESPONSES_TOOL_ROUND = {"model": "bench", "input": "please use a tool"}
-CONCURRENCY = (1, 10, 50)
-GATEWAYS = ("toolspan", "before")  # the targets that add the demo tools themselves
+GATEWAYS = ("toolspan", "toolspan-notel", "before")  # the targets that add the demo tools themselves
+TICKS = os.sysconf("SC_CLK_TCK")
+CORES = os.cpu_count() or 1
+WARM_UP = 100  # requests each target takes per scenario before the rounds
+BUSY = 10  # connections of the throughput and CPU runs
+
+# --- the requests -------------------------------------------------------------------------------------
+
+SYSTEM = ("You are a careful assistant working in the user's repository. Answer briefly, cite the files you "
+          "read, and ask before changing anything.")
+PLAIN = {"model": "bench", "temperature": 0.2, "messages": [
+    {"role": "system", "content": SYSTEM},
+    {"role": "user", "content": "What does the retry helper in the client module do when the server "
+                                "answers 503?"}]}
+TOOL_ROUND = {"model": "bench", "temperature": 0.2, "messages": [
+    {"role": "system", "content": SYSTEM},
+    {"role": "user", "content": "Before you answer, please use a tool to echo the name of the retry helper."}]}
+RESPONSES_PLAIN = {"model": "bench", "temperature": 0.2, "instructions": SYSTEM,
+                   "input": PLAIN["messages"][1]["content"]}
+RESPONSES_TOOL_ROUND = {"model": "bench", "temperature": 0.2, "instructions": SYSTEM,
+                        "input": TOOL_ROUND["messages"][1]["content"]}
+
+CLIENT_TOOLS = [  # the tools of the agent whose session the 30 KB conversation is
+    {"type": "function", "function": {
+        "name": "read_file", "description": "Read a file of the repository",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "grep", "description": "Search the repository for a regular expression",
+        "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+                       "required": ["pattern"]}}},
+]
+CALLS = 19  # tool calls in the 30 KB conversation: system, user, then 19 calls and their results
+SIZE = 30_000  # bytes of the 30 KB Chat request, as the client sends it to a gateway
+
+
+def _source(index: int, size: int) -> str:
+    """`size` characters of made-up source code, different for each `index`."""
+    lines: list[str] = []
+    number = 0
+    while sum(len(line) + 1 for line in lines) < size:
+        number += 1
+        limit = (index * 31 + number * 7) % 97
+        lines.append(f"{number:4d}  def step_{index}_{number}(state, limit={limit}):  "
+                     f"return state.advance(limit) if state.ready else None")
+    return "\n".join(lines)[:size]
+
+
+def _conversation(result_size: int) -> list[dict[str, Any]]:
+    """A coding agent's session: the task, then the agent's tool calls (every third with a word of
+    explanation) and their results, ending with a result."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "The client sometimes retries a request that already succeeded. Find where the "
+                                    "retry decision is made and explain what goes wrong."}]
+    for index in range(CALLS):
+        name, arguments = (("read_file", {"path": f"src/client/module_{index}.py"}) if index % 2 == 0 else
+                           ("grep", {"pattern": f"retry_{index}|backoff", "path": "src/client"}))
+        call = {"id": f"call_{index:02d}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)}}
+        text = f"Next I look at step {index} of the retry path." if index % 3 == 0 else None
+        messages.append({"role": "assistant", "content": text, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": _source(index, result_size)})
+    return messages
+
+
+def _long_chat() -> dict[str, Any]:
+    """The 30 KB Chat request: tool results sized so that the body is SIZE bytes, near enough."""
+    def request(result_size: int) -> dict[str, Any]:
+        return {"model": "bench", "temperature": 0.2, "messages": _conversation(result_size), "tools": CLIENT_TOOLS}
+
+    size = 1000
+    for _ in range(2):  # the body grows linearly with the results' size, but for escapes: twice is enough
+        size += (SIZE - len(json.dumps(request(size)))) // CALLS
+    return request(size)
+
+
+def _as_responses(chat: dict[str, Any]) -> dict[str, Any]:
+    """The same conversation as a Responses request: the system message as instructions, the rest
+    as input items."""
+    items: list[dict[str, Any]] = []
+    for message in chat["messages"][1:]:
+        if message["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": message["tool_call_id"],
+                          "output": message["content"]})
+        elif message["role"] == "assistant":
+            if message["content"]:
+                items.append({"type": "message", "role": "assistant",
+                              "content": [{"type": "output_text", "text": message["content"]}]})
+            items += [{"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
+                       "arguments": call["function"]["arguments"]} for call in message["tool_calls"]]
+        else:
+            items.append({"type": "message", "role": message["role"], "content": message["content"]})
+    tools = [{"type": "function", **tool["function"]} for tool in chat["tools"]]
+    return {"model": "bench", "temperature": 0.2, "instructions": chat["messages"][0]["content"], "input": items,
+            "tools": tools}
+
+
+LONG_CHAT = _long_chat()
+LONG_RESPONSES = _as_responses(LONG_CHAT)
 
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str  # as printed
     option: str  # as named in --scenarios
+    name: str  # as printed
+    kind: str  # plain, stream, tool or 30kb: which verdicts apply
     path: str  # CHAT or RESPONSES
-    request: dict[str, Any]
+    request: dict[str, Any]  # as a client sends it to a gateway
+
+    def body(self, target: str) -> bytes:
+        """What the client sends `target`: a gateway adds the demo tools itself, the others are sent
+        them in the shape of the scenario's API."""
+        if target in GATEWAYS:
+            return json.dumps(self.request).encode()
+        from gateway.demo.tools import demo_registry
+
+        registry = demo_registry()
+        demo = registry.responses_tools() if self.path == RESPONSES else registry.openai_tools()
+        return json.dumps({**self.request, "tools": [*self.request.get("tools", []), *demo]}).encode()
+
+    def expected(self, target: str) -> str | None:
+        """What the answer must say (see `_answer`); None: a stream, only its status is checked."""
+        if self.kind == "stream":
+            return None
+        if self.kind == "tool":
+            return "done" if target in GATEWAYS else "call:echo"
+        return "done" if self.kind == "30kb" else "ok"
 
 
 SCENARIOS = (
-    Scenario("plain", "plain", CHAT, PLAIN),
-    Scenario("stream (TTFB)", "stream", CHAT, {**PLAIN, "stream": True}),
-    Scenario("one tool round", "one", CHAT, TOOL_ROUND),
-    Scenario("responses plain", "responses-plain", RESPONSES, RESPONSES_PLAIN),
-    Scenario("responses stream (TTFB)", "responses-stream", RESPONSES, {**RESPONSES_PLAIN, "stream": True}),
-    Scenario("responses one tool round", "responses-one", RESPONSES, RESPONSES_TOOL_ROUND),
+    Scenario("plain", "Chat plain", "plain", CHAT, PLAIN),
+    Scenario("stream", "Chat stream", "stream", CHAT, {**PLAIN, "stream": True}),
+    Scenario("tool", "Chat tool round", "tool", CHAT, TOOL_ROUND),
+    Scenario("30kb", "Chat 30 KB", "30kb", CHAT, LONG_CHAT),
+    Scenario("responses-plain", "Responses plain", "plain", RESPONSES, RESPONSES_PLAIN),
+    Scenario("responses-stream", "Responses stream", "stream", RESPONSES, {**RESPONSES_PLAIN, "stream": True}),
+    Scenario("responses-tool", "Responses tool round", "tool", RESPONSES, RESPONSES_TOOL_ROUND),
+    Scenario("responses-30kb", "Responses 30 KB", "30kb", RESPONSES, LONG_RESPONSES),
 )
 
 
@@ -109,22 +245,24 @@ async def _serve_floor(port: int, upstream: str) -> None:
                                 headers={"Content-Type": "application/json"}) as answer:
             response = web.StreamResponse(status=answer.status,
                                           headers={"Content-Type": answer.headers["Content-Type"]})
-            await response.prepare(request)
-            async for data in answer.content.iter_any():
-                await response.write(data)
-            await response.write_eof()
-            return response
+            try:
+                await response.prepare(request)
+                async for data in answer.content.iter_any():
+                    await response.write(data)
+            except ConnectionError:
+                pass  # the client left (wrk does, in the middle of requests, at the end of a run)
+            return response  # aiohttp ends the body
 
-    app = web.Application()
+    app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1" + CHAT, forward)
     app.router.add_post("/v1" + RESPONSES, forward)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)  # as the gateway's
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     await asyncio.Event().wait()
 
 
-async def _serve_toolspan(port: int, upstream: str) -> None:
+async def _serve_toolspan(port: int, upstream: str, telemetry: bool) -> None:
     from collections.abc import Sequence as Seq
 
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -137,110 +275,23 @@ async def _serve_toolspan(port: int, upstream: str) -> None:
         def export(self, spans: Seq[Any]) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    settings = Settings(port=port, upstream=upstream)
+    settings = Settings(port=port, upstream=upstream, telemetry=telemetry)
     async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(Drop())]):
         await asyncio.Event().wait()
 
 
-# --- the load --------------------------------------------------------------------------------------
+def _serve(kind: str, port: int, upstream: str | None) -> None:
+    from gateway.runtime import run  # every server on the event loop `toolspan serve` uses
 
-@dataclass
-class Result:
-    rps: float
-    p50_ms: float
-    p99_ms: float
-    errors: int
-    first_error: str | None  # what the first failed request got
-
-
-async def _one(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool) -> float:
-    """Seconds to the answer (to the first body byte when streamed)."""
-    start = time.perf_counter()
-    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-        if response.status != 200:
-            answer = await response.text()
-            raise RuntimeError(f"status {response.status}, body {answer[:1000]}")
-        if stream:
-            await response.content.readany()
-            elapsed = time.perf_counter() - start
-            await response.read()
-            return elapsed
-        await response.read()
-        return time.perf_counter() - start
+    if kind == "upstream":
+        run(_serve_upstream(port))
+    elif kind == "floor":
+        run(_serve_floor(port, str(upstream)))
+    else:
+        run(_serve_toolspan(port, str(upstream), telemetry=kind == "toolspan"))
 
 
-async def _batch(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool, concurrency: int,
-                 count: int, seconds: float) -> tuple[list[float], float, list[str]]:
-    """`count` requests from `concurrency` workers (or fewer, at the time cap): latencies, wall
-    time, and what each failed request got."""
-    latencies: list[float] = []
-    errors: list[str] = []
-    deadline = time.perf_counter() + seconds
-    remaining = count
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0 and time.perf_counter() < deadline:
-            remaining -= 1
-            try:
-                latencies.append(await _one(session, url, body, stream))
-            except (aiohttp.ClientError, RuntimeError) as error:
-                errors.append(str(error) or repr(error))
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, time.perf_counter() - start, errors
-
-
-async def measure(urls: dict[str, str], bodies: dict[str, bytes], stream: bool, concurrency: int, count: int,
-                  blocks: int, seconds: float) -> dict[str, Result]:
-    """One round: every target gets `count` requests, in `blocks` short turns taken in rotation,
-    so that whatever the machine does meanwhile falls on all targets alike."""
-    sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) for name in urls}
-    latencies: dict[str, list[float]] = {name: [] for name in urls}
-    elapsed = dict.fromkeys(urls, 0.0)
-    errors: dict[str, list[str]] = {name: [] for name in urls}
-    try:
-        for name, url in urls.items():  # warm-up: connections, caches (its failures show in the turns)
-            await _batch(sessions[name], url, bodies[name], stream, 1, min(50, count), seconds)
-        names = list(urls)
-        for block in range(blocks):
-            shift = block % len(names)  # each target goes first in turn, and follows each other one
-            for name in names[shift:] + names[:shift]:
-                found, took, failed = await _batch(sessions[name], urls[name], bodies[name], stream, concurrency,
-                                                   max(1, count // blocks), seconds / blocks)
-                latencies[name] += found
-                elapsed[name] += took
-                errors[name] += failed
-    finally:
-        for session in sessions.values():
-            await session.close()
-    results = {}
-    for name, found in latencies.items():
-        first_error = errors[name][0] if errors[name] else None
-        if not found:  # every request failed
-            results[name] = Result(0.0, math.nan, math.nan, len(errors[name]), first_error)
-            continue
-        found.sort()
-        p = statistics.quantiles(found, n=100) if len(found) > 1 else found * 99
-        results[name] = Result(len(found) / elapsed[name], p[49] * 1000, p[98] * 1000, len(errors[name]),
-                               first_error)
-    return results
-
-
-# --- orchestration ----------------------------------------------------------------------------------
-
-def _request_for(target: str, scenario: Scenario) -> dict[str, Any]:
-    """What the client sends: a gateway adds the demo tools itself, the others are sent them in the
-    shape of the scenario's API."""
-    if target in GATEWAYS:
-        return scenario.request
-    from gateway.demo.tools import demo_registry
-
-    registry = demo_registry()
-    tools = registry.responses_tools() if scenario.path == RESPONSES else registry.openai_tools()
-    return {**scenario.request, "tools": tools}
-
+# --- processes ------------------------------------------------------------------------------------------
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -249,28 +300,15 @@ def _free_port() -> int:
         return port
 
 
-async def _wait_ready(url: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.post(url, json=PLAIN) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not come up")
-            await asyncio.sleep(0.1)  # polling a starting process: there is no event to await
-
-
-def _start(kind: str, port: int, upstream: str | None = None, checkout: Path = ROOT) -> subprocess.Popen[bytes]:
-    """A server, run by `checkout`'s bench/proxy.py with `checkout` first on PYTHONPATH."""
+def _start(kind: str, port: int, upstream: str | None = None, checkout: Path = ROOT,
+           store_dir: Path | None = None) -> subprocess.Popen[bytes]:
+    """A server, run by `checkout`'s bench/proxy.py with `checkout` first on PYTHONPATH; a gateway
+    writes its own trajectory store in `store_dir` (default: the temporary directory)."""
     args = [sys.executable, str(checkout / "bench" / "proxy.py"), "--serve", kind, "--port", str(port)]
     if upstream:
         args += ["--upstream", upstream]
     # Each server its own trajectory store: two gateways writing one file would wait on its lock.
-    store = Path(tempfile.gettempdir()) / f"toolspan-bench-{kind}-{port}.sqlite3"
+    store = (store_dir or Path(tempfile.gettempdir())) / f"toolspan-bench-{kind}-{port}.sqlite3"
     env = {**os.environ, "PYTHONPATH": str(checkout), "TOOLSPAN_TRAJECTORY_STORE_PATH": str(store)}
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
 
@@ -290,137 +328,381 @@ def _check_imports(checkout: Path) -> str:
     return found[0]
 
 
-async def run(count: int, seconds: float, repeats: int, blocks: int, scenarios: Sequence[Scenario],
-              compare: Path | None) -> None:
-    upstream_port, floor_port, toolspan_port = _free_port(), _free_port(), _free_port()
-    upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    processes = [_start("upstream", upstream_port)]
-    processes += [_start("floor", floor_port, upstream), _start("toolspan", toolspan_port, upstream)]
-    targets = {"direct": upstream, "floor": f"http://127.0.0.1:{floor_port}/v1",
-               "toolspan": f"http://127.0.0.1:{toolspan_port}/v1"}
-    if compare is not None:
-        before_port = _free_port()
-        print(f"before: toolspan from {compare} (its gateway package: {_check_imports(compare)})")
-        processes.append(_start("toolspan", before_port, upstream, checkout=compare))
-        targets["before"] = f"http://127.0.0.1:{before_port}/v1"
+async def _wait_ready(url: str, seconds: float = 20.0) -> None:
+    """Until `url` answers PLAIN with 200."""
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.post(url, json=PLAIN) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up")
+            await asyncio.sleep(0.1)  # polling a starting process: there is no event to await
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's waited-for children: the wrk runs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _need_wrk() -> None:
+    """Installs wrk with apt-get when it is missing and this is root on Debian; else says how."""
+    if shutil.which("wrk") is not None:
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get") is not None:
+        print("wrk is missing: apt-get install -y wrk", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "wrk"], check=False)
+    if shutil.which("wrk") is None:
+        sys.exit("bench/proxy.py needs wrk, a C load generator: `sudo apt-get install wrk` (Debian, Ubuntu), "
+                 "`brew install wrk` (macOS), or build it from https://github.com/wg/wrk")
+
+
+# --- the load --------------------------------------------------------------------------------------------
+
+WRK_SCRIPT = """\
+local file = assert(io.open(%s, "rb"))
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = file:read("*a")
+file:close()
+
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("bench-result %%d %%d %%d %%.0f %%.0f\\n", summary.requests, summary.duration,
+                         e.connect + e.read + e.write + e.status + e.timeout,
+                         latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+@dataclass(frozen=True)
+class WrkRun:
+    requests: int  # answered
+    seconds: float  # wrk's own measure of the run
+    p50_ms: float
+    p99_ms: float
+    wrk_cpu: float  # seconds of wrk's CPU (its rusage)
+
+
+def load(url: str, body: bytes, seconds: int, connections: int) -> WrkRun:
+    """One wrk run, one thread: POST `body` to `url` over `connections` connections for `seconds`.
+    Any failed request (refused, reset, timed out, not 2xx) aborts the bench: that is not what is
+    measured."""
+    with tempfile.TemporaryDirectory(prefix="toolspan-bench-") as folder:
+        Path(folder, "body.json").write_bytes(body)
+        script = Path(folder, "post.lua")
+        script.write_text(WRK_SCRIPT % json.dumps(str(Path(folder, "body.json"))))
+        cpu = _children_cpu()
+        done = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
+                               "-s", str(script), url], capture_output=True, text=True, check=False)
+        wrk_cpu = _children_cpu() - cpu
+    line = next((line for line in done.stdout.splitlines() if line.startswith("bench-result ")), None)
+    if done.returncode != 0 or line is None:
+        raise RuntimeError(f"wrk failed on {url}:\n{done.stdout}{done.stderr}")
+    requests, microseconds, errors, p50, p99 = (float(value) for value in line.split()[1:])
+    if errors:
+        raise RuntimeError(f"{url}: {errors:.0f} of {requests:.0f} requests failed under wrk:\n{done.stdout}")
+    return WrkRun(int(requests), microseconds / 1e6, p50 / 1000, p99 / 1000, wrk_cpu)
+
+
+def wrk(url: str, body: dict[str, object], seconds: int, connections: int) -> int:
+    """Requests answered in one wrk run posting `body` as JSON (bench/scale.py's use)."""
+    return load(url, json.dumps(body).encode(), seconds, connections).requests
+
+
+class Client:
+    """One keep-alive connection, a request at a time (http.client: little to measure of its own)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.path = parts.path
+        self.connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+
+    def post(self, body: bytes) -> tuple[int, str, bytes, float]:
+        """(status, content type, body, seconds from sending the request to its body's first byte)."""
+        start = time.perf_counter()
+        self.connection.request("POST", self.path, body, {"Content-Type": "application/json"})
+        response = self.connection.getresponse()
+        first = response.read1(1)
+        first_byte = time.perf_counter() - start
+        return response.status, response.getheader("Content-Type", ""), first + response.read(), first_byte
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def first_byte_ms(url: str, body: bytes, count: int) -> float:
+    """Median over `count` requests, one at a time, of the time from sending one to the first byte
+    of its answer's body, in ms."""
+    client = Client(url)
+    found: list[float] = []
     try:
-        for base in targets.values():
-            await _wait_ready(base + CHAT)
-        print(f"{repeats} rounds per cell; within a round the targets take turns, {blocks} times each; "
-              "medians over rounds\n")
-        print(f"{'scenario':24} {'conc':>4} {'target':9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}")
-        cells: dict[tuple[str, int], dict[str, list[Result]]] = {}  # (scenario, concurrency) -> rounds
-        failures: list[str] = []
-        for scenario in scenarios:
-            names = [name for name in targets if name != "before" or scenario.path == CHAT]
-            urls = {name: targets[name] + scenario.path for name in names}
-            bodies = {name: json.dumps(_request_for(name, scenario)).encode() for name in names}
-            first_errors: dict[str, str] = {}
-            for concurrency in CONCURRENCY:
-                rounds: dict[str, list[Result]] = {name: [] for name in names}
-                for _ in range(repeats):
-                    found = await measure(urls, bodies, bool(scenario.request.get("stream")), concurrency,
-                                          count * max(1, concurrency // 5), blocks, seconds)
-                    for name, result in found.items():
-                        rounds[name].append(result)
-                        if result.first_error is not None:
-                            first_errors.setdefault(name, result.first_error)
-                for name, results in rounds.items():
-                    print(f"{scenario.name:24} {concurrency:>4} {name:9} {_median(results, 'rps'):8.0f} "
-                          f"{_median(results, 'p50_ms'):8.2f} {_median(results, 'p99_ms'):8.2f} "
-                          f"{sum(r.errors for r in results):>6}", flush=True)
-                cells[scenario.name, concurrency] = rounds
-            failures += [f"{scenario.name}, {name}: POST {urls[name]} {bodies[name].decode()}\n  got {error}"
-                         for name, error in first_errors.items()]
-        if failures:
-            print("\nfirst failure of each target that had some, per scenario:")
-            print("\n".join(failures))
-        print()
-        for scenario in scenarios:
-            _verdict(scenario, cells[scenario.name, 10], cells[scenario.name, 1])
+        for _ in range(count):
+            status, _, answer, first_byte = client.post(body)
+            if status != 200:
+                raise RuntimeError(f"{url} answered {status}: {answer[:500]!r}")
+            found.append(first_byte)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=10)
+        client.close()
+    return statistics.median(found) * 1000
 
 
-def _verdict(scenario: Scenario, busy: dict[str, list[Result]], single: dict[str, list[Result]]) -> None:
-    """The verdict lines for one scenario, from its rounds at concurrency 10 (`busy`) and 1 (`single`)."""
-    targets = scenario.option == "plain"  # the targets are set for the plain Chat request
-    _print_median(f"{scenario.name}, concurrency 10: toolspan/floor throughput",
-                  _ratios(busy["toolspan"], busy["floor"]), "", "; target >= 0.6" if targets else "")
-    _print_median(f"{scenario.name}, concurrency 1: toolspan p50 - direct p50",
-                  _added(single["toolspan"], single["direct"]), " ms", "; target <= 1.5 ms" if targets else "")
-    _print_median(f"{scenario.name}, concurrency 1: the hop alone, floor p50 - direct p50",
-                  _added(single["floor"], single["direct"]), " ms")
-    if "before" in busy:
-        _print_median(f"{scenario.name}, concurrency 10: toolspan/before throughput",
-                      _ratios(busy["toolspan"], busy["before"]), "")
-        _print_median(f"{scenario.name}, concurrency 1: toolspan p50 - before p50",
-                      _added(single["toolspan"], single["before"]), " ms")
+def _answer(path: str, body: bytes) -> str:
+    """What a JSON answer says: its text, or `call:NAME` for its first tool call."""
+    answer = json.loads(body)
+    if path == CHAT:
+        message = answer["choices"][0]["message"]
+        calls = message.get("tool_calls") or []
+        return f"call:{calls[0]['function']['name']}" if calls else str(message.get("content"))
+    for item in answer["output"]:
+        if item["type"] == "function_call":
+            return f"call:{item['name']}"
+    return "".join(part.get("text", "") for item in answer["output"] if item["type"] == "message"
+                   for part in item["content"])
 
 
-def _ratios(ours: list[Result], theirs: list[Result]) -> list[float]:
-    """Per round: our throughput over theirs."""
-    return [o.rps / t.rps if t.rps else math.nan for o, t in zip(ours, theirs, strict=True)]
+def check(url: str, scenario: Scenario, target: str) -> str | None:
+    """Sends the scenario's request once and checks the answer, then warms the target up; None when
+    all is well, else what went wrong."""
+    client = Client(url)
+    body = scenario.body(target)
+    try:
+        status, content_type, answer, _ = client.post(body)
+        if status != 200:
+            return f"status {status}: {answer[:1000]!r}"
+        expected = scenario.expected(target)
+        if expected is None:
+            if not content_type.startswith("text/event-stream"):
+                return f"not a stream ({content_type}): {answer[:1000]!r}"
+        elif (said := _answer(scenario.path, answer)) != expected:
+            return f"answered {said!r}, expected {expected!r}: {answer[:1000]!r}"
+        for _ in range(WARM_UP):
+            client.post(body)
+    finally:
+        client.close()
+    return None
 
 
-def _added(ours: list[Result], theirs: list[Result]) -> list[float]:
-    """Per round: our p50 minus theirs, in ms."""
-    return [o.p50_ms - t.p50_ms for o, t in zip(ours, theirs, strict=True)]
+# --- measuring ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sample:
+    """One target in one scenario in one round."""
+
+    rps: float  # at concurrency 10
+    cpu_us: float  # the target process's CPU per request, at concurrency 10
+    server_share: float  # of one core, the target process, at concurrency 10
+    wrk_share: float  # of one core, wrk, at concurrency 10
+    p50_ms: float  # at concurrency 10
+    p99_ms: float
+    p50_1_ms: float  # at concurrency 1
+    p99_1_ms: float
+    ttfb_ms: float | None  # streamed scenarios: time to first byte at concurrency 1
 
 
-def _print_median(label: str, per_round: list[float], unit: str, target: str = "") -> None:
-    print(f"{label} = {statistics.median(per_round):.2f}{unit} "
-          f"(per round: {', '.join(f'{value:.2f}' for value in per_round)}{target})")
+def sample(pid: int, url: str, scenario: Scenario, target: str, seconds: int, ttfb_requests: int) -> Sample:
+    body = scenario.body(target)
+    cpu, start = cpu_seconds(pid), time.monotonic()
+    busy = load(url, body, seconds, BUSY)
+    cpu, wall = cpu_seconds(pid) - cpu, time.monotonic() - start
+    single = load(url, body, seconds, 1)
+    ttfb = first_byte_ms(url, body, ttfb_requests) if scenario.kind == "stream" else None
+    return Sample(busy.requests / busy.seconds, cpu / busy.requests * 1e6, cpu / wall, busy.wrk_cpu / wall,
+                  busy.p50_ms, busy.p99_ms, single.p50_ms, single.p99_ms, ttfb)
 
 
-def _median(results: list[Result], field: str) -> float:
-    return float(statistics.median(getattr(r, field) for r in results))
+@dataclass
+class Target:
+    name: str
+    process: subprocess.Popen[bytes]
+    base: str  # http://127.0.0.1:PORT/v1
+
+
+Results = dict[str, dict[str, list[Sample]]]  # scenario option -> target name -> one Sample per round
+
+
+def measure(targets: list[Target], scenarios: Sequence[Scenario], rounds: int, seconds: int,
+            ttfb_requests: int) -> Results:
+    """Checks every target on every scenario (a `before` that fails one is left out of it), then the
+    rounds."""
+    taking: dict[str, list[Target]] = {}
+    for scenario in scenarios:
+        taking[scenario.option] = []
+        for target in targets:
+            problem = check(target.base + scenario.path, scenario, target.name)
+            if problem is None:
+                taking[scenario.option].append(target)
+            elif target.name == "before":
+                print(f"{scenario.name}: `before` left out, it {problem}", flush=True)
+            else:
+                raise RuntimeError(f"{scenario.name}, {target.name}: POST {target.base + scenario.path} {problem}")
+    results: Results = {scenario.option: {t.name: [] for t in taking[scenario.option]} for scenario in scenarios}
+    turn = 0
+    for round_ in range(rounds):
+        for scenario in scenarios:
+            names = taking[scenario.option]
+            shift = turn % len(names)  # each target goes first in turn
+            turn += 1
+            for target in names[shift:] + names[:shift]:
+                results[scenario.option][target.name].append(
+                    sample(target.process.pid, target.base + scenario.path, scenario, target.name, seconds,
+                           ttfb_requests))
+            print(f"round {round_ + 1}, {scenario.name}: " + ", ".join(
+                f"{name} {found[-1].cpu_us:.0f} µs {found[-1].rps:.0f}/s"
+                for name, found in results[scenario.option].items()), flush=True)
+    return results
+
+
+def run(scenarios: Sequence[Scenario], rounds: int, seconds: int, ttfb_requests: int, compare: Path | None) -> None:
+    servers = [("floor", "floor", ROOT), ("toolspan", "toolspan", ROOT), ("toolspan-notel", "toolspan-notel", ROOT)]
+    if compare is not None:
+        print(f"before: toolspan from {compare} (its gateway package: {_check_imports(compare)})")
+        servers.append(("before", "toolspan", compare))
+    with tempfile.TemporaryDirectory(prefix="toolspan-bench-stores-") as stores:
+        upstream_port = _free_port()
+        upstream = f"http://127.0.0.1:{upstream_port}/v1"
+        targets = [Target("direct", _start("upstream", upstream_port), upstream)]
+        try:
+            for name, kind, checkout in servers:
+                port = _free_port()
+                targets.append(Target(name, _start(kind, port, upstream, checkout, Path(stores)),
+                                      f"http://127.0.0.1:{port}/v1"))
+            for target in targets:
+                asyncio.run(_wait_ready(target.base + CHAT))
+            results = measure(targets, scenarios, rounds, seconds, ttfb_requests)
+        finally:
+            for target in targets:
+                target.process.terminate()
+            for target in targets:
+                target.process.wait(timeout=30)
+    report(results, scenarios, rounds, seconds, ttfb_requests)
+
+
+# --- the report ---------------------------------------------------------------------------------------------
+
+def _median(samples: list[Sample], field: str) -> float:
+    return float(statistics.median(getattr(s, field) for s in samples))
+
+
+def report(results: Results, scenarios: Sequence[Scenario], rounds: int, seconds: int, ttfb_requests: int) -> None:
+    print(f"\nMedians of {rounds} round(s); wrk -t1, {seconds} s per run; {CORES} cores. Concurrency 10: req/s, the "
+          f"target process's CPU per request, its share of one core and wrk's; p50/p99 latency at concurrency 10 "
+          f"and 1; streamed: time to first byte at concurrency 1 (p50 of {ttfb_requests} requests).")
+    print("Requests: " + ", ".join(f"{s.name} {len(s.body('toolspan')):,} B" for s in scenarios)
+          + " (to direct and floor, with the demo tools' specs added)\n")
+    print("| scenario | target | req/s | CPU/req | server CPU | wrk CPU | p50 / p99, c=10 | p50 / p99, c=1 | TTFB |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for scenario in scenarios:
+        for name, samples in results[scenario.option].items():
+            ttfb = f"{_median(samples, 'ttfb_ms'):.2f} ms" if scenario.kind == "stream" else ""
+            print(f"| {scenario.name} | {name} | {_median(samples, 'rps'):.0f} | {_median(samples, 'cpu_us'):.0f} µs "
+                  f"| {_median(samples, 'server_share'):.0%} | {_median(samples, 'wrk_share'):.0%} "
+                  f"| {_median(samples, 'p50_ms'):.2f} / {_median(samples, 'p99_ms'):.2f} ms "
+                  f"| {_median(samples, 'p50_1_ms'):.2f} / {_median(samples, 'p99_1_ms'):.2f} ms | {ttfb} |")
+    cells = [samples for found in results.values() for samples in found.values()]
+    busiest = max(_median(samples, "wrk_share") for samples in cells)
+    print(f"\nThe load generator: wrk's own CPU was at most {busiest:.0%} of one core in any row (the targets' "
+          f"processes: {min(_median(c, 'server_share') for c in cells):.0%} to "
+          f"{max(_median(c, 'server_share') for c in cells):.0%}), "
+          + ("so it is not what limits throughput." if busiest < 0.5 else "so it may limit throughput."))
+    print("\nVerdicts (medians of per-round values; per round in brackets):")
+    for scenario in scenarios:
+        for line in verdicts(scenario, results):
+            print(line)
+
+
+def _line(scenario: Scenario, label: str, per_round: list[float], form: str, target: float | None) -> str:
+    value = statistics.median(per_round)
+    rounds = " ".join(form.format(v) for v in per_round)
+    if target is None:
+        bound = "(no target)"
+    else:
+        bound = f"target ≤ {form.format(target)}: {'holds' if value <= target else 'FAILS'}"
+    return f"  {scenario.name:<21} {label:<33} {form.format(value):>9}  [{rounds}]  {bound}"
+
+
+def verdicts(scenario: Scenario, results: Results) -> list[str]:
+    """The verdict lines of one scenario (see the module's docstring for the targets)."""
+    found = results[scenario.option]
+
+    def per_round(of: Callable[[Sample, Sample], float], ours: str, theirs: str) -> list[float]:
+        return [of(a, b) for a, b in zip(found[ours], found[theirs], strict=True)]
+
+    bounded = scenario.kind in ("plain", "30kb")
+    lines = [
+        _line(scenario, "toolspan/floor CPU per request", per_round(lambda a, b: a.cpu_us / b.cpu_us,
+                                                                     "toolspan", "floor"), "{:.2f}",
+              1.5 if bounded else None),
+        _line(scenario, "telemetry share of toolspan's CPU",
+              per_round(lambda a, b: (a.cpu_us - b.cpu_us) / a.cpu_us, "toolspan", "toolspan-notel"), "{:.0%}",
+              0.2 if bounded else None),
+        _line(scenario, "p50 added over direct, c=1", per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms,
+                                                                 "toolspan", "direct"), "{:.2f} ms",
+              1.0 if bounded else None),
+        _line(scenario, "  the bare hop's (floor)", per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms,
+                                                              "floor", "direct"), "{:.2f} ms", None),
+    ]
+    if scenario.kind == "stream":
+        lines.append(_line(scenario, "TTFB added over direct, c=1",
+                           per_round(lambda a, b: (a.ttfb_ms or 0) - (b.ttfb_ms or 0), "toolspan", "direct"),
+                           "{:.2f} ms", 1.0))
+    plain = "plain" if scenario.path == CHAT else "responses-plain"
+    if scenario.kind == "tool" and plain in results:
+        ratios = [a.cpu_us / b.cpu_us for a, b in zip(found["toolspan"], results[plain]["toolspan"], strict=True)]
+        lines.append(_line(scenario, "toolspan CPU, tool round / plain", ratios, "{:.2f}", 2.2))
+    if "before" in found:
+        lines.append(_line(scenario, "toolspan/before CPU per request",
+                           per_round(lambda a, b: a.cpu_us / b.cpu_us, "toolspan", "before"), "{:.2f}", None))
+        lines.append(_line(scenario, "p50 toolspan - before, c=1",
+                           per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms, "toolspan", "before"), "{:+.2f} ms",
+                           None))
+    return lines
 
 
 def _chosen(names: str) -> list[Scenario]:
     """The scenarios named in --scenarios, in the table's order."""
-    wanted = {scenario.option for scenario in SCENARIOS} if names == "all" else set(names.split(","))
-    unknown = wanted - {scenario.option for scenario in SCENARIOS}
-    if unknown:
-        raise ValueError(f"unknown scenario {', '.join(sorted(unknown))}; known: "
-                         f"{', '.join(scenario.option for scenario in SCENARIOS)}, all")
+    known = [scenario.option for scenario in SCENARIOS]
+    wanted = set(known) if names == "all" else set(names.split(","))
+    if unknown := wanted - set(known):
+        raise ValueError(f"unknown scenario {', '.join(sorted(unknown))}; known: {', '.join(known)}, all")
     return [scenario for scenario in SCENARIOS if scenario.option in wanted]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=600, help="requests per target per round (x concurrency/5)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="time cap per target per round")
-    parser.add_argument("--repeats", type=int, default=5, help="rounds per cell")
-    parser.add_argument("--blocks", type=int, default=3, help="turns each target takes within a round")
-    parser.add_argument("--scenarios", default="plain,stream,one",
-                        help="which scenarios, or all (default: the three Chat Completions ones)")
-    parser.add_argument("--compare", type=Path, metavar="DIR",
-                        help="also measure toolspan from the checkout at DIR (target `before`, Chat scenarios)")
-    parser.add_argument("--serve", choices=("upstream", "floor", "toolspan"), help=argparse.SUPPRESS)
+    parser.add_argument("--scenarios", default="plain,stream,tool,30kb",
+                        help="comma-separated, or all (default: the four Chat Completions ones)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=5, help="length of each wrk run")
+    parser.add_argument("--ttfb-requests", type=int, default=300, help="streamed requests per time-to-first-byte run")
+    parser.add_argument("--compare", type=Path, metavar="DIR", help="also measure toolspan from the checkout at DIR")
+    parser.add_argument("--serve", choices=("upstream", "floor", "toolspan", "toolspan-notel"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
-    from gateway.runtime import run as serve  # every server on the event loop `toolspan serve` uses
-
-    if options.serve == "upstream":
-        serve(_serve_upstream(options.port))
-    elif options.serve == "floor":
-        serve(_serve_floor(options.port, options.upstream))
-    elif options.serve == "toolspan":
-        serve(_serve_toolspan(options.port, options.upstream))
-    else:
-        try:
-            scenarios = _chosen(options.scenarios)
-        except ValueError as error:
-            parser.error(str(error))
-        if options.compare is not None and not (options.compare / "bench" / "proxy.py").is_file():
-            parser.error(f"--compare: no bench/proxy.py in {options.compare}")
-        asyncio.run(run(options.requests, options.seconds, options.repeats, options.blocks, scenarios,
-                        options.compare))
+    if options.serve is not None:
+        _serve(options.serve, options.port, options.upstream)
+        return
+    try:
+        scenarios = _chosen(options.scenarios)
+    except ValueError as error:
+        parser.error(str(error))
+    if options.compare is not None and not (options.compare / "bench" / "proxy.py").is_file():
+        parser.error(f"--compare: no bench/proxy.py in {options.compare}")
+    _need_wrk()
+    run(scenarios, options.rounds, options.seconds, options.ttfb_requests,
+        options.compare.resolve() if options.compare is not None else None)
 
 
 if __name__ == "__main__":

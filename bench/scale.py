@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-from cpu import cpu_seconds, wrk
-from proxy import PLAIN, ROOT, _free_port, _start, _wait_ready
+from proxy import PLAIN, ROOT, _free_port, _start, _wait_ready, cpu_seconds, wrk
 
 CORES = os.cpu_count() or 1
 ASK = {"type": "function", "function": {"name": "ask_human", "description": "Ask the user",
