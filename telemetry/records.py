@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -118,6 +119,24 @@ def wal_kept_bytes(max_bytes: int | None) -> int:
     return WAL_MAX_BYTES if max_bytes is None else min(WAL_MAX_BYTES, max_bytes // 4)
 
 
+BUSY_TIMEOUT_SECONDS = 5.0  # how long a writer waits for another process's transaction on the same file
+
+
+def _write_ahead_log(db: sqlite3.Connection) -> None:
+    """WAL mode. While another process is setting up the same new file, SQLite refuses the switch
+    at once ("database is locked") rather than calling the busy handler: try again, within the busy
+    timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def connect(path: str, max_bytes: int | None = None) -> sqlite3.Connection:
     """The database at `path` (created with its schema); `max_bytes` caps the file's size, so that
     a store never fills the disk beyond its share (writes past it fail as on a full disk).
@@ -125,10 +144,13 @@ def connect(path: str, max_bytes: int | None = None) -> sqlite3.Connection:
     The write-ahead log beside it is not in that cap: it grows to about 32 MiB between checkpoints
     (8000 pages of 4 KiB, plus the transaction that passes them; longer only while a reader keeps a
     checkpoint from finishing), and each checkpoint cuts it back to `wal_kept_bytes(max_bytes)`. So
-    the store takes at most `max_bytes` plus about 32 MiB of disk."""
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    the store takes at most `max_bytes` plus about 32 MiB of disk.
+
+    Several processes may write one file (`toolspan serve --workers N`): a writer waits up to
+    BUSY_TIMEOUT_SECONDS for another's transaction to end."""
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False, isolation_level=None)
     # WAL: readers (`toolspan trajectories`, /ui) never wait for the writer, nor it for them.
-    db.execute("PRAGMA journal_mode=WAL")
+    _write_ahead_log(db)
     db.execute("PRAGMA synchronous=NORMAL")  # a power cut may lose the last batch; nothing worse
     # Checkpoint the log into the database every 8000 pages (SQLite's default: 1000): the same index
     # pages are rewritten by every batch, and copying them back less often took the store from 1.26
