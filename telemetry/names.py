@@ -87,6 +87,11 @@ METRIC_STATE_STORE_UP: Final = "toolspan_state_store_up"
 METRIC_STATE_STORE_FAILURES: Final = "toolspan_state_store_failures_total"
 METRIC_STATE_STORE_LOSSES: Final = "toolspan_state_store_losses_total"
 
+# Gauges named so say whether something is up (1) or down (0); merged over the workers of
+# `toolspan serve --workers N` as the minimum (down when any worker sees it down), every other
+# gauge as the sum.
+UP_GAUGE_SUFFIX: Final = "_up"
+
 # --- labels and their bounded values ------------------------------------------------------------
 LABEL_TOOL: Final = "tool"
 LABEL_OUTCOME: Final = "outcome"
