@@ -17,6 +17,7 @@ from gateway.app_keys import (
     HELD,
     INSTRUMENTATION,
     MCP_SOURCES,
+    METRICS_PAGE,
     RECORD,
     REGISTRY,
     SETTINGS,
@@ -29,6 +30,7 @@ from gateway.errors import GatewayError, error_response, from_http_exception, in
 from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
+from gateway.metrics_page import MetricsPage, OwnMetrics
 from gateway.routes import chat, health, mcp, openapi, passthrough, responses, tools, ui
 from gateway.routes.common import CLIENT_GONE
 from gateway.settings import Settings
@@ -121,10 +123,12 @@ async def _wind_down(app: web.Application) -> None:
 
 
 def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Instrumentation,
-               trajectories: ui.TrajectoryReader | None = None, state: StateStore | None = None) -> web.Application:
+               trajectories: ui.TrajectoryReader | None = None, state: StateStore | None = None,
+               metrics_page: MetricsPage | None = None) -> web.Application:
     """The gateway as an aiohttp application; its provider client opens when the app starts.
     `trajectories` reads the trajectory store for the page at /ui (None: the store is off).
-    `state` holds turns between requests (None: the one the settings name); the app closes it."""
+    `state` holds turns between requests (None: the one the settings name); the app closes it.
+    `metrics_page` is what /metrics answers (None: this process's metrics)."""
     if not settings.upstream:
         raise ValueError("settings.upstream is not set: give a provider URL or start the built-in model")
     # aiohttp closes a connection that has not sent a whole request head this long after it opened
@@ -136,6 +140,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.on_shutdown.append(_wind_down)
     app[REGISTRY] = registry
     app[INSTRUMENTATION] = instrumentation
+    app[METRICS_PAGE] = metrics_page if metrics_page is not None else OwnMetrics(instrumentation)
     app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads)
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
     app[HELD] = state if state is not None else make_store(

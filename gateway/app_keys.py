@@ -11,6 +11,7 @@ from gateway.engine import Engine
 from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.sources import McpSources
+from gateway.metrics_page import MetricsPage
 from gateway.settings import Settings
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
@@ -25,6 +26,7 @@ UPSTREAM = web.AppKey("upstream", Upstream)
 ENGINE = web.AppKey("engine", Engine)
 MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry
 MCP_ENDPOINT = web.AppKey("mcp_endpoint", McpEndpoint)  # the registry as an MCP server, at /mcp
+METRICS_PAGE = web.AppKey("metrics_page", MetricsPage)  # what GET /metrics answers
 
 CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes and /mcp)
 TRACE = web.RequestKey("trace", RequestTrace)  # the request's span

@@ -6,7 +6,7 @@ import hmac
 
 from aiohttp import web
 
-from gateway.app_keys import ENGINE, HELD, INSTRUMENTATION, MCP_SOURCES, SETTINGS, UPSTREAM
+from gateway.app_keys import ENGINE, HELD, MCP_SOURCES, METRICS_PAGE, SETTINGS, UPSTREAM
 from gateway.errors import Unauthorized
 
 
@@ -51,7 +51,7 @@ def _check_scraper(request: web.Request) -> None:
 
 async def metrics(request: web.Request) -> web.Response:
     _check_scraper(request)
-    body, content_type = request.app[INSTRUMENTATION].exposition(request.headers.get("Accept"))
+    body, content_type = await request.app[METRICS_PAGE](request.headers.get("Accept"))
     response = web.Response(body=body)
     response.headers["Content-Type"] = content_type
     return response
