@@ -2,7 +2,7 @@
 
     toolspan serve [--host H] [--port P] [--upstream URL] [--tools module:attr ...] [--config FILE]
                    [--log-level debug|info|warning|error] [--log-format text|json] [--[no-]access-log]
-                   [--mcp-examples]
+                   [--mcp-examples] [--workers N]
     toolspan demo [--api chat|responses] [--mcp]
     toolspan mcp-examples
     toolspan trajectories list|show|report|import|export   (see gateway.cli_trajectories)
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import logging
 import signal
@@ -29,6 +30,7 @@ from gateway.logs import configure_logging
 from gateway.runtime import CannotListen, gateway, run
 from gateway.settings import Settings, load_settings
 from gateway.tools import Tool, ToolRegistry
+from gateway.workers import Worker, WorkerFailed, supervise
 from telemetry.tracing import export_plan
 
 log = logging.getLogger("toolspan")
@@ -123,7 +125,9 @@ def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_
             f"mcp: {url}/mcp" if settings.mcp_endpoint else "mcp: off (mcp_endpoint = false)"]
 
 
-async def _serve(settings: Settings, mcp_examples: bool = False) -> None:
+async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker | None = None) -> None:
+    """`toolspan serve` until SIGTERM or SIGINT; as one `worker` of several, it tells the
+    supervisor its start-up lines rather than logging them, and stops if the supervisor is gone."""
     if settings.tools:
         registry = load_tools(settings.tools)
     elif mcp_examples:  # the example tools, through MCP
@@ -134,13 +138,45 @@ async def _serve(settings: Settings, mcp_examples: bool = False) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # from here on: a clean shutdown, even mid start-up
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    async with gateway(settings, registry) as (url, _, model):
-        for line in startup_lines(url, settings, registry, builtin_model=model is not None):
-            log.info("%s", line)
+    if worker is not None:
+        worker.on_supervisor_gone(stop.set)
+    async with gateway(settings, registry, worker=worker.slot if worker else None) as (url, _, model):
+        lines = startup_lines(url, settings, registry, builtin_model=model is not None)
+        if worker is None:
+            for line in lines:
+                log.info("%s", line)
+        else:
+            worker.listening(lines)  # the supervisor logs them, once for all workers
         await stop.wait()
         # Leaving the block is the graceful shutdown (gateway.runtime.serving, gateway.app._wind_down).
-        log.info("stopping: no new connections; requests under way have %g s to finish",
-                 settings.shutdown_grace_seconds)
+        if worker is None:  # the supervisor says it for all workers
+            log.info("stopping: no new connections; requests under way have %g s to finish",
+                     settings.shutdown_grace_seconds)
+
+
+# What an operator can get wrong: said in one line on stderr, exit code 2.
+OPERATOR_ERRORS = (StartupError, CannotListen, FileNotFoundError, ValueError, sqlite3.Error)
+
+
+def check_workers(settings: Settings) -> None:
+    """Workers share what the gateway remembers only through Redis, and one port only when it is
+    given: refused before any worker starts."""
+    if settings.workers > 1 and settings.state_url is None:
+        raise StartupError(f"--workers {settings.workers} needs shared state: set TOOLSPAN_STATE_URL (state_url) "
+                           "to a Redis, e.g. redis://localhost:6379/0; in each worker's memory, a follow-up "
+                           "landing on another worker would not find its held turn")
+    if settings.workers > 1 and settings.port == 0:
+        raise StartupError(f"--workers {settings.workers} needs a port: with port 0 each worker would get its own")
+
+
+def serve_worker(settings: Settings, mcp_examples: bool, worker: Worker) -> None:
+    """The main of one worker process of `toolspan serve --workers N` (gateway.workers starts it)."""
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        run(_serve(settings, mcp_examples, worker))
+    except OPERATOR_ERRORS as exc:
+        worker.failed(str(exc))
+        sys.exit(2)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -158,6 +194,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="one log line per request (default: on)")
     serve.add_argument("--mcp-examples", action="store_true",
                        help="offer the example tools through an MCP server over stdio (toolspan mcp-examples)")
+    serve.add_argument("--workers", type=int, metavar="N",
+                       help="processes sharing the port, each with its event loop (default: 1; more needs "
+                            "TOOLSPAN_STATE_URL, a Redis)")
     demo = commands.add_parser("demo", help="run a scripted agent session end to end and print its trajectory")
     demo.add_argument("--api", choices=("chat", "responses"), default="chat",
                       help="the API the session uses: Chat Completions (default) or Responses")
@@ -185,11 +224,16 @@ def main(argv: list[str] | None = None) -> int:
             run(serve_examples())
             return 0
         flags = {"host": options.host, "port": options.port, "upstream": options.upstream, "tools": options.tools,
-                 "log_level": options.log_level, "log_format": options.log_format, "access_log": options.access_log}
+                 "log_level": options.log_level, "log_format": options.log_format, "access_log": options.access_log,
+                 "workers": options.workers}
         settings = load_settings(flags, options.config)
         configure_logging(settings.log_level, settings.log_format)
+        if settings.workers > 1:
+            check_workers(settings)
+            work = functools.partial(serve_worker, settings, options.mcp_examples)
+            return run(supervise(work, settings.workers, settings.shutdown_grace_seconds))
         run(_serve(settings, mcp_examples=options.mcp_examples))
-    except (StartupError, CannotListen, FileNotFoundError, ValueError, sqlite3.Error) as exc:
+    except (*OPERATOR_ERRORS, WorkerFailed) as exc:
         print(f"toolspan: {exc}", file=sys.stderr)
         return 2
     return 0

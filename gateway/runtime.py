@@ -24,12 +24,15 @@ from gateway.demo.model import Policy, ScriptedModel
 from gateway.demo.tools import demo_registry
 from gateway.instrumentation import Instrumentation, NoInstrumentation
 from gateway.logs import ACCESS_LOGGER, AccessLogger
+from gateway.metrics_page import MetricsPage, OwnMetrics, WorkersMetrics, serving_own_metrics
 from gateway.server import GatewayRunner
 from gateway.settings import Settings
 from gateway.state import StateStore, make_store
 from gateway.tools import ToolRegistry
 from gateway.upstream import PROVIDER_NAMES
+from gateway.workers import WorkerSlot
 from telemetry.instrument import ArgumentCapture, Telemetry
+from telemetry.merge import merged_page
 from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics
 from telemetry.propagation import build_propagator
@@ -120,9 +123,11 @@ class CannotListen(Exception):
 
 @contextlib.asynccontextmanager
 async def serving(app: web.Application, host: str, port: int, access_log: bool = False,
-                  shutdown_timeout: float = 60.0) -> AsyncIterator[str]:
+                  shutdown_timeout: float = 60.0, reuse_port: bool = False) -> AsyncIterator[str]:
     """Run `app` on host:port until the block ends; yields its base URL. With `access_log`, each
-    request is logged on the toolspan.access logger. Raises CannotListen when the bind fails.
+    request is logged on the toolspan.access logger; with `reuse_port`, other processes may listen
+    on the same port (SO_REUSEPORT: the kernel spreads connections over them). Raises CannotListen
+    when the bind fails.
 
     The end is aiohttp's graceful shutdown: stop listening, close idle connections, run the app's
     on_shutdown handlers (the gateway's waits for the requests under way, see gateway.app), then
@@ -133,7 +138,7 @@ async def serving(app: web.Application, host: str, port: int, access_log: bool =
     await runner.setup()
     try:
         try:
-            await web.TCPSite(runner, host, port).start()
+            await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
         except OSError as exc:
             raise CannotListen(host, port, exc) from exc
         bound = runner.addresses[0][1] if runner.addresses else port
@@ -145,8 +150,11 @@ async def serving(app: web.Application, host: str, port: int, access_log: bool =
 @contextlib.asynccontextmanager
 async def gateway(settings: Settings, registry: ToolRegistry | None = None, processors: Iterable[SpanProcessor] = (),
                   policy: Policy | None = None, tracer_provider: AnyTracerProvider | None = None,
+                  worker: WorkerSlot | None = None,
                   ) -> AsyncIterator[tuple[str, Observability, ScriptedModel | None]]:
-    """The whole gateway, with the built-in model as its upstream when none is configured."""
+    """The whole gateway, with the built-in model as its upstream when none is configured. As one
+    `worker` of several (`toolspan serve --workers N`), it shares its port with the others, and
+    its /metrics shows theirs too (gateway.metrics_page)."""
     model: ScriptedModel | None = None
     async with contextlib.AsyncExitStack() as stack:
         if settings.upstream is None:
@@ -160,11 +168,17 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
                                     tracer_provider)
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
+        metrics_page: MetricsPage | None = None
+        if worker is not None and worker.count > 1 and settings.telemetry:
+            own = OwnMetrics(telemetry.instrumentation)
+            await stack.enter_async_context(serving_own_metrics(own, worker.own_socket()))
+            metrics_page = WorkersMetrics(own, worker.peer_sockets(), merged_page)
         app = create_app(settings, registry if registry is not None else ToolRegistry(), telemetry.instrumentation,
-                         telemetry.trajectory_reader(), telemetry.state)
+                         telemetry.trajectory_reader(), telemetry.state, metrics_page=metrics_page)
         # The app's own shutdown handler gives requests their grace period; the runner then only
         # cancels what outlived it, after a second.
-        site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0)
+        site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0,
+                       reuse_port=worker is not None)
         url = await stack.enter_async_context(site)
         yield url, telemetry, model
 

@@ -85,6 +85,8 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to listen on")
     port: int = Field(8080, ge=0, le=65535, description="Port to listen on (0: any free port)")
+    workers: int = Field(1, ge=1, description="Processes serving the port, each with its event loop (more than "
+                                              "one needs state_url: the held turns must be shared)")
     upstream: str | None = Field(None, description="Provider base URL, e.g. https://api.openai.com/v1; "
                                                    "unset: the built-in scripted model")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key; unset: the caller's "
