@@ -82,6 +82,7 @@ class Worker:
 
         def gone() -> None:
             loop.remove_reader(self.line.fileno())
+            log.warning("worker %d: its supervisor is gone; stopping", self.slot.index)
             stop()
 
         loop.add_reader(self.line.fileno(), gone)

@@ -86,18 +86,18 @@ async def test_a_worker_that_is_gone_makes_the_scrape_a_503(aiohttp_client: Aioh
 async def test_a_worker_that_does_not_answer_in_time_makes_the_scrape_a_503(
         aiohttp_client: AiohttpClient, run_dir: Path) -> None:
     silent = run_dir / "worker-1.sock"
-    connected = asyncio.Event()
+    hung_up = asyncio.Event()
 
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connected.set()
         await reader.read()  # until the scrape gives up and hangs up
         writer.close()
+        hung_up.set()
 
     server = await asyncio.start_unix_server(never_answer, str(silent))
     own = worker_telemetry(2)
     async with server:
         status, text, _ = await scrape(aiohttp_client, own, WorkersMetrics(OwnMetrics(own), [silent], merged_page,
                                                                            timeout=0.2))
-    assert connected.is_set()
+        await asyncio.wait_for(hung_up.wait(), 10)  # the scrape had connected, and left when its time was up
     assert status == 503
     assert "worker-1 did not answer" in text

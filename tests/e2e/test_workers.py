@@ -421,3 +421,5 @@ async def test_workers_stop_by_themselves_when_the_supervisor_is_killed(workers:
             pytest.fail(f"workers {pids} still run {WAIT} s after their supervisor was killed")
         await asyncio.sleep(0.05)
     await until_refused(url)
+    said = sorted(line.split("WARNING toolspan: ")[-1] for line in toolspan.lines if "supervisor is gone" in line)
+    assert said == ["worker 0: its supervisor is gone; stopping", "worker 1: its supervisor is gone; stopping"]
