@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 from collections.abc import AsyncIterator, Coroutine, Iterable
@@ -180,7 +181,22 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0,
                        reuse_port=worker is not None)
         url = await stack.enter_async_context(site)
+        settle_garbage_collector()
         yield url, telemetry, model
+
+
+def settle_garbage_collector() -> None:
+    """Once the gateway listens: what start-up made (modules, the app, the registry, the tools)
+    lives as long as the process, so it is moved out of the collector's view (`gc.freeze`), and
+    young objects are collected every 10,000 allocations rather than 700. A request allocates
+    a few thousand objects (more with spans), so the default collected several times a request
+    and walked the long-lived ones at every older collection. bench/proxy.py, plain Chat request
+    with telemetry, against the code before: 522 against 555 us of CPU per request, and a p99
+    latency at concurrency 1 of 7 ms against 44 ms (at concurrency 10: 23 against 103 ms)."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(10_000, older, oldest)
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
