@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
@@ -27,6 +28,8 @@ from telemetry.metrics import Metrics
 from telemetry.propagation import Propagation, build_propagator
 from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar
 from telemetry.trajectory import Retry, Trajectories
+
+log = logging.getLogger("toolspan.telemetry")
 
 _NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounded
 _DESCRIPTION_MAX = 1024
@@ -168,28 +171,29 @@ class ToolCallSpan:
                         tb: TracebackType | None) -> None:
         elapsed = perf_counter() - self._start
         span = self._span
-        outcome = self._outcome
         try:
             outcome_label = self._record(span)
-            if outcome is not None:  # before the span ends: a failure to remember it is said there
-                await self._remember(outcome, span)
         finally:
             span.end()
         metrics = self._inst.metrics
         metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
         metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(elapsed, self._exemplar)
+        outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             metrics.child(metrics.tool_rejections, self._label, outcome.rejection.reason).inc()
         if outcome is not None:
             self._count_retry(outcome, self._retry)
+            # Last: the span and the counts are in whatever happens to this write (a shared store
+            # that is slow, a request cancelled meanwhile).
+            await self._remember(outcome, span)
 
     async def _remember(self, outcome: ToolOutcome, span: Span) -> None:
         try:
             await self._inst.trajectories.record(self._turn.trajectory_id, self._label, self._call.arguments,
                                                  span.get_span_context(), outcome.failed, self._retry,
                                                  principal=self._turn.principal)
-        except StateUnavailable:  # the next retry of this call goes unclassified: say so here
-            span.set_attribute(names.ATTR_RETRY_STATE, "unavailable")
+        except StateUnavailable:  # counted by the store; the next retry of this call goes unclassified
+            log.debug("retry state of %s not written: the state store is unavailable", self._label)
 
     def _count_retry(self, outcome: ToolOutcome, retry: Retry | None) -> None:
         metrics = self._inst.metrics

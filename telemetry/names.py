@@ -28,7 +28,7 @@ ATTR_ARGS_UNRECOGNIZED: Final = "toolspan.args.unrecognized"
 ATTR_ARGS_SUGGESTIONS: Final = "toolspan.args.suggestions"
 ATTR_ROUND: Final = "toolspan.round"
 ATTR_RETRY_KIND: Final = "toolspan.retry.kind"
-# "unavailable": the shared retry state could not be read or written for this call (Redis down)
+# "unavailable": the shared retry state could not be read for this call (Redis down): it is unclassified
 ATTR_RETRY_STATE: Final = "toolspan.retry.state"
 
 ATTR_PROVIDER_NAME: Final = "gen_ai.provider.name"

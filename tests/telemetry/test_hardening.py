@@ -3,6 +3,7 @@ spans, and retry state that stays small and stays with the gateway key that made
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import tracemalloc
 from typing import Any
@@ -201,3 +202,32 @@ async def test_a_registered_tools_retry_is_still_found_per_principal() -> None:
         await executor.run_turn([ToolCall(f"call_{n}", "locked", "{}")], Turn("tr", principal=principal), None)
     kinds = [(s.attributes or {}).get(names.ATTR_RETRY_KIND) for s in failures_of(exporter)]
     assert kinds == [None, None, "verbatim", "verbatim"]
+
+
+class StuckBook(FailureRecords):
+    """A shared store whose writes never finish (Redis stalled): `writing` is set when one starts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writing = asyncio.Event()
+
+    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
+                               record: str | None) -> None:
+        self.writing.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_call_cancelled_while_its_retry_state_is_written_is_still_spanned_and_counted() -> None:
+    exporter = InMemorySpanExporter()
+    book = StuckBook()
+    inst = Telemetry(tracer_of(build_provider(processors=[SimpleSpanProcessor(exporter)])),
+                     Metrics(CollectorRegistry()), trajectories=Trajectories(book))
+    executor = ToolExecutor(every_outcome_registry(), inst)
+    call = asyncio.ensure_future(executor.run_turn([ToolCall("call_1", "locked", "{}")], Turn("tr"), None))
+    await book.writing.wait()
+    call.cancel()  # the client went away while the failure was being written
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    [span] = failures_of(exporter)
+    assert (span.attributes or {})[names.ATTR_OUTCOME] == "error"
+    assert inst.metrics.registry.get_sample_value(names.METRIC_TOOL_CALLS, {"tool": "locked", "outcome": "error"}) == 1
