@@ -416,11 +416,6 @@ def load(url: str, body: bytes, seconds: int, connections: int) -> WrkRun:
     return WrkRun(int(requests), microseconds / 1e6, p50 / 1000, p99 / 1000, wrk_cpu)
 
 
-def wrk(url: str, body: dict[str, object], seconds: int, connections: int) -> int:
-    """Requests answered in one wrk run posting `body` as JSON (bench/scale.py's use)."""
-    return load(url, json.dumps(body).encode(), seconds, connections).requests
-
-
 class Client:
     """One keep-alive connection, a request at a time (http.client: little to measure of its own)."""
 

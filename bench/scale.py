@@ -32,18 +32,16 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-from proxy import PLAIN, ROOT, _free_port, _start, _wait_ready, cpu_seconds, wrk
+from proxy import PLAIN, ROOT, _free_port, _start, _wait_ready, cpu_seconds, load
 
 CORES = os.cpu_count() or 1
 ASK = {"type": "function", "function": {"name": "ask_human", "description": "Ask the user",
@@ -70,12 +68,6 @@ def tree_cpu(pid: int) -> float:
             continue
         todo.extend(children.get(current, []))
     return total
-
-
-def children_cpu() -> float:
-    """CPU seconds of this process's waited-for children (wrk runs)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 class Redis:
@@ -138,13 +130,11 @@ def start_gateway(name: str, workers: int, state_url: str | None, upstream: str)
 
 
 def throughput(target: Target, upstream_pid: int, seconds: int, connections: int) -> Run:
-    url = f"{target.url}/v1/chat/completions"
-    wrk(url, PLAIN, 1, connections)  # warm-up
-    gateway, upstream, load = tree_cpu(target.process.pid), cpu_seconds(upstream_pid), children_cpu()
-    start = time.monotonic()
-    requests = wrk(url, PLAIN, seconds, connections)
-    elapsed = time.monotonic() - start
-    return Run(requests, elapsed, tree_cpu(target.process.pid) - gateway, children_cpu() - load,
+    url, body = f"{target.url}/v1/chat/completions", json.dumps(PLAIN).encode()
+    load(url, body, 1, connections)  # warm-up
+    gateway, upstream = tree_cpu(target.process.pid), cpu_seconds(upstream_pid)
+    run = load(url, body, seconds, connections)
+    return Run(run.requests, run.seconds, tree_cpu(target.process.pid) - gateway, run.wrk_cpu,
                cpu_seconds(upstream_pid) - upstream)
 
 

@@ -34,7 +34,7 @@ from gateway.metrics_page import MetricsPage, OwnMetrics
 from gateway.routes import chat, health, mcp, openapi, passthrough, responses, tools, ui
 from gateway.routes.common import CLIENT_GONE
 from gateway.settings import Settings
-from gateway.state import StateStore, make_store
+from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.upstream import Upstream
 
@@ -122,12 +122,12 @@ async def _wind_down(app: web.Application) -> None:
     await admission.drained(SHUTDOWN_WRAP_UP_SECONDS)
 
 
-def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Instrumentation,
-               trajectories: ui.TrajectoryReader | None = None, state: StateStore | None = None,
+def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Instrumentation, state: StateStore,
+               trajectories: ui.TrajectoryReader | None = None,
                metrics_page: MetricsPage | None = None) -> web.Application:
     """The gateway as an aiohttp application; its provider client opens when the app starts.
     `trajectories` reads the trajectory store for the page at /ui (None: the store is off).
-    `state` holds turns between requests (None: the one the settings name); the app closes it.
+    `state` holds turns and retry state between requests (runtime.build_state); the app closes it.
     `metrics_page` is what /metrics answers (None: this process's metrics)."""
     if not settings.upstream:
         raise ValueError("settings.upstream is not set: give a provider URL or start the built-in model")
@@ -143,9 +143,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[METRICS_PAGE] = metrics_page if metrics_page is not None else OwnMetrics(instrumentation)
     app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads)
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
-    app[HELD] = state if state is not None else make_store(
-        settings.state_url, settings.pending_turn_capacity, settings.pending_turn_ttl_seconds,
-        settings.state_timeout_seconds, instrumentation.state_store_state)
+    app[HELD] = state
     app.on_cleanup.append(lambda app: app[HELD].aclose())
     app.cleanup_ctx.append(_upstream)
     # MCP servers' tools join the registry at start-up, and follow their servers while it runs.

@@ -175,7 +175,7 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
             await stack.enter_async_context(serving_own_metrics(own, worker.own_socket()))
             metrics_page = WorkersMetrics(own, worker.peer_sockets(), merged_page)
         app = create_app(settings, registry if registry is not None else ToolRegistry(), telemetry.instrumentation,
-                         telemetry.trajectory_reader(), telemetry.state, metrics_page=metrics_page)
+                         telemetry.state, telemetry.trajectory_reader(), metrics_page=metrics_page)
         # The app's own shutdown handler gives requests their grace period; the runner then only
         # cancels what outlived it, after a second.
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0,

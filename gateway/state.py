@@ -75,7 +75,9 @@ class _Entry(Generic[V]):
 
 
 class _Bounded(Generic[V]):
-    """Values by key: least recently used dropped past `capacity`, expired after `ttl` unused."""
+    """Values by key: least recently used dropped past `capacity`, expired after `ttl` unused.
+    Every write and read moves its key to the end with the same `ttl`, so the entries stay in
+    order of expiry: the expired ones are dropped from the front."""
 
     def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float]) -> None:
         self._items: OrderedDict[str, _Entry[V]] = OrderedDict()
@@ -88,10 +90,8 @@ class _Bounded(Generic[V]):
 
     def put(self, key: str, value: V, principal: str | None) -> None:
         now = self._clock()
-        stale = [k for k, entry in self._items.items() if entry.expires <= now]
-        for k in stale:
-            del self._items[k]
-        while len(self._items) >= self._capacity:
+        self._items.pop(key, None)  # written again: it goes to the end
+        while self._items and (len(self._items) >= self._capacity or next(iter(self._items.values())).expires <= now):
             self._items.popitem(last=False)
         self._items[key] = _Entry(value, principal, now + self._ttl)
 

@@ -13,7 +13,6 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
-from prometheus_client.exposition import choose_encoder
 
 from gateway.instrumentation import RequestInfo
 from gateway.settings import REDACT_KEYS
@@ -24,7 +23,7 @@ from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
 from telemetry.messages import MessageCapture
-from telemetry.metrics import Metrics
+from telemetry.metrics import Metrics, encoder_for
 from telemetry.propagation import Propagation, build_propagator
 from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar
 from telemetry.trajectory import Retry, Trajectories
@@ -75,9 +74,6 @@ class Telemetry:
         if disconnected:
             metrics.child(metrics.mcp_server_disconnects, server).inc()
 
-    def state_store_state(self, up: bool) -> None:
-        self.metrics.state_store_answered(up)
-
     def inject_context(self, carrier: dict[str, str]) -> None:
         self._propagation.inject(carrier, otel_context.get_current())
 
@@ -90,10 +86,7 @@ class Telemetry:
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""
-        try:
-            encoder, content_type = choose_encoder(accept or "")
-        except (TypeError, ValueError):  # a version it cannot parse: the classic text format
-            encoder, content_type = choose_encoder("")
+        encoder, content_type = encoder_for(accept)
         return encoder(self.metrics.registry), content_type
 
 

@@ -17,13 +17,13 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar, Sample, Timestamp
 
 from telemetry import names
+from telemetry.metrics import encoder_for
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"  # what each worker's page is in
 _CREATED = "_created"  # prometheus_client's sample of when a counter or histogram series started
@@ -97,10 +97,7 @@ class _Families(Collector):
 def render(families: Sequence[Metric], accept: str | None) -> tuple[bytes, str]:
     """The page and its content type: OpenMetrics (with exemplars) when `accept` asks for it, else
     the classic text format."""
-    try:
-        encoder, content_type = choose_encoder(accept or "")
-    except (TypeError, ValueError):  # a version it cannot parse: the classic text format
-        encoder, content_type = choose_encoder("")
+    encoder, content_type = encoder_for(accept)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families))
     return encoder(registry), content_type

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
 
 from telemetry import names
@@ -12,6 +14,16 @@ from telemetry import names
 TOOL_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+
+
+def encoder_for(accept: str | None) -> tuple[Callable[[CollectorRegistry], bytes], str]:
+    """The encoder and content type of the format a scraper's Accept header asks for: OpenMetrics
+    (with exemplars) when it asks for it, else the classic text format (also for a version
+    prometheus_client cannot parse)."""
+    try:
+        return choose_encoder(accept or "")
+    except (TypeError, ValueError):
+        return choose_encoder("")
 
 
 class Metrics:

@@ -342,7 +342,7 @@ async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, a
     if observability.provider is not None:
         exits.callback(observability.provider.shutdown)
     app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation,
-                     observability.trajectory_reader(), observability.state)
+                     observability.state, observability.trajectory_reader())
     server = await aiohttp_server(app)
     url = str(server.make_url("")).rstrip("/")
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key=TEST_KEY, max_retries=0, timeout=20)

@@ -18,6 +18,7 @@ from pytest_aiohttp import AiohttpClient
 from gateway.app import create_app
 from gateway.metrics_page import OwnMetrics, WorkersMetrics, serving_own_metrics
 from gateway.settings import Settings
+from gateway.state import HeldTurns
 from gateway.tools import ToolRegistry
 from telemetry import names
 from telemetry.instrument import Telemetry
@@ -50,7 +51,8 @@ async def exits() -> AsyncIterator[AsyncExitStack]:
 
 async def scrape(aiohttp_client: AiohttpClient, telemetry: Telemetry, page: WorkersMetrics) -> tuple[int, str, dict[
         str, str]]:
-    client = await aiohttp_client(create_app(SETTINGS, ToolRegistry(), telemetry, metrics_page=page))
+    app = create_app(SETTINGS, ToolRegistry(), telemetry, HeldTurns(10, 60.0), metrics_page=page)
+    client = await aiohttp_client(app)
     async with client.get("/metrics") as response:
         return response.status, await response.text(), dict(response.headers)
 

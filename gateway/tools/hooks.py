@@ -61,9 +61,6 @@ class ToolHooks(Protocol):
         """An MCP server whose tools are in the registry came up, or is not up (`disconnected`:
         it was up, and the connection was lost)."""
 
-    def state_store_state(self, up: bool) -> None:
-        """A command to the shared state store (Redis) succeeded (`up`), or failed or timed out."""
-
     def inject_context(self, carrier: dict[str, str]) -> None:
         """Write the current trace context into `carrier`: a tool body that calls another program
         (an MCP server's tool) hands it on, so that program's spans join the trace."""
@@ -85,9 +82,6 @@ class NoHooks:
         yield _NoTrace()
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
-        return None
-
-    def state_store_state(self, up: bool) -> None:
         return None
 
     def inject_context(self, carrier: dict[str, str]) -> None:
