@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,11 +53,16 @@ class Caller:
 
 def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:
     """(trajectory id, request id, whether the caller named the trajectory) of a request: the
-    X-Trajectory-Id header when it is a usable id, else a fresh one."""
+    X-Trajectory-Id header when it is a usable id, else a fresh one.
+
+    A fresh trajectory id is 32 hex digits: the milliseconds since the epoch in the first 12 (as a
+    UUIDv7 begins), 80 random bits after them. Ids that grow with time are appended to the ends of
+    the trajectory store's indexes (`telemetry.records.SCHEMA`) rather than written on random pages."""
     sent = headers.get(TRAJECTORY_HEADER)
-    fresh = secrets.token_hex(24)  # a trajectory id, should the caller name none, and a request id
     named = is_trajectory_id(sent)
-    return (str(sent) if named else fresh[:32]), fresh[32:], named
+    random = secrets.token_hex(18)  # the random part of a trajectory id, should the caller name none, and a request id
+    fresh = f"{time.time_ns() // 1_000_000:012x}{random[:20]}"
+    return (str(sent) if named else fresh), random[20:], named
 
 
 def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys: Mapping[str, GatewayKey],

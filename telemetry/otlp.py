@@ -158,7 +158,7 @@ def _listed(text: str | None) -> list[Any] | None:
 def _call_record(row: sqlite3.Row) -> SpanRecord:
     attributes = {names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL, names.ATTR_TOOL_NAME: row["tool"],
                   names.ATTR_TOOL_CALL_ID: row["call_id"], names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
-                  names.ATTR_CONVERSATION_ID: row["trajectory_id"], names.ATTR_ROUND: row["round"],
+                  names.ATTR_CONVERSATION_ID: row["trajectory_id"] or None, names.ATTR_ROUND: row["round"],
                   names.ATTR_OUTCOME: row["outcome"], names.ATTR_REJECTION_REASON: row["rejection_reason"],
                   names.ATTR_ERROR_TYPE: row["error_type"], names.ATTR_ARGS_MISSING: _listed(row["missing"]),
                   names.ATTR_ARGS_UNRECOGNIZED: _listed(row["unrecognized"]),
@@ -180,7 +180,8 @@ def _turn_record(row: sqlite3.Row) -> SpanRecord:
                   names.ATTR_REQUEST_STREAM: None if row["stream"] is None else bool(row["stream"]),
                   names.ATTR_INPUT_TOKENS: row["input_tokens"], names.ATTR_OUTPUT_TOKENS: row["output_tokens"],
                   names.ATTR_ERROR_TYPE: row["error_type"], names.ATTR_INPUT_MESSAGES: row["input_messages"],
-                  names.ATTR_OUTPUT_MESSAGES: row["output_messages"]}
+                  names.ATTR_OUTPUT_MESSAGES: row["output_messages"],
+                  names.ATTR_CONVERSATION_ID: row["trajectory_id"] or None}
     return SpanRecord(f"{names.SPAN_CHAT_PREFIX} {row['model']}", SpanKind.CLIENT, row["trace_id"], row["span_id"],
                       row["request_span_id"], _ns(row["started"]), _ns(row["started"], row["duration_ms"]),
                       {k: v for k, v in attributes.items() if v is not None}, row["error_message"] is not None,

@@ -25,31 +25,65 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from telemetry import names
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Every row is found through its trajectory: each table's key is (trajectory_id, span_id). The
+# gateway mints trajectory ids that begin with the time (`gateway.caller.request_ids`), so a busy
+# store's inserts land at the ends of these indexes instead of on random pages. Keyed by span ids
+# (version 1: five random-key indexes for a plain request), a plain request's rows cost 22 us of CPU
+# to write into an empty store and 84 us at 100,000 requests; keyed this way, 19 us at any size
+# (`python bench/store_growth.py`; with random caller-named ids, 22 us growing to 57 us).
+# A model turn names no trajectory (nor may a span from elsewhere): it takes its request's. Since a
+# request span ends after its children, maybe in a later batch, a child is kept under '' until
+# then (`write`); few are, and the key's '' prefix finds them. (A partial index of them would make
+# SQLite prepare every statement that binds trajectory_id anew, for each row: 26 us a turn, not 4.)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trajectories (
     id TEXT PRIMARY KEY, started REAL NOT NULL, ended REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS trajectories_ended ON trajectories (ended);
 CREATE TABLE IF NOT EXISTS requests (
-    span_id TEXT PRIMARY KEY, trace_id TEXT NOT NULL, trajectory_id TEXT NOT NULL, name TEXT, route TEXT,
+    span_id TEXT NOT NULL, trace_id TEXT NOT NULL, trajectory_id TEXT NOT NULL, name TEXT, route TEXT,
     status INTEGER, rounds INTEGER, limit_reached INTEGER, error_type TEXT, started REAL NOT NULL,
     duration_ms REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS requests_trajectory ON requests (trajectory_id);
+CREATE UNIQUE INDEX IF NOT EXISTS requests_key ON requests (trajectory_id, span_id);
 CREATE TABLE IF NOT EXISTS model_turns (
-    span_id TEXT PRIMARY KEY, trace_id TEXT NOT NULL, request_span_id TEXT, round INTEGER NOT NULL,
-    model TEXT, response_model TEXT, provider TEXT, response_id TEXT, finish_reasons TEXT, stream INTEGER,
-    input_tokens INTEGER, output_tokens INTEGER, error_type TEXT, error_message TEXT, input_messages TEXT,
-    output_messages TEXT, started REAL NOT NULL, duration_ms REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS model_turns_request ON model_turns (request_span_id);
+    span_id TEXT NOT NULL, trace_id TEXT NOT NULL, trajectory_id TEXT NOT NULL, request_span_id TEXT,
+    round INTEGER NOT NULL, model TEXT, response_model TEXT, provider TEXT, response_id TEXT, finish_reasons TEXT,
+    stream INTEGER, input_tokens INTEGER, output_tokens INTEGER, error_type TEXT, error_message TEXT,
+    input_messages TEXT, output_messages TEXT, started REAL NOT NULL, duration_ms REAL NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS model_turns_key ON model_turns (trajectory_id, span_id);
 CREATE TABLE IF NOT EXISTS tool_calls (
-    span_id TEXT PRIMARY KEY, trace_id TEXT NOT NULL, request_span_id TEXT, trajectory_id TEXT, round INTEGER,
+    span_id TEXT NOT NULL, trace_id TEXT NOT NULL, request_span_id TEXT, trajectory_id TEXT NOT NULL, round INTEGER,
     tool TEXT NOT NULL, call_id TEXT, outcome TEXT, rejection_reason TEXT, error_type TEXT, missing TEXT,
     unrecognized TEXT, suggestions TEXT, retry_kind TEXT, retries_trace_id TEXT, retries_span_id TEXT,
     diagnostic TEXT, arguments TEXT, mcp_server TEXT, mcp_method TEXT, started REAL NOT NULL,
     duration_ms REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS tool_calls_trajectory ON tool_calls (trajectory_id);
-CREATE INDEX IF NOT EXISTS tool_calls_request ON tool_calls (request_span_id);
+CREATE UNIQUE INDEX IF NOT EXISTS tool_calls_key ON tool_calls (trajectory_id, span_id);
 """
+# Version 1 to 2: the same columns, model turns gain their trajectory (their request's), and the
+# tables are rebuilt under the new keys. One transaction: a store is migrated whole or not at all.
+_MIGRATE_FROM_1 = """
+ALTER TABLE requests RENAME TO requests_v1;
+ALTER TABLE model_turns RENAME TO model_turns_v1;
+ALTER TABLE tool_calls RENAME TO tool_calls_v1;
+DROP INDEX IF EXISTS requests_trajectory;
+DROP INDEX IF EXISTS model_turns_request;
+DROP INDEX IF EXISTS tool_calls_trajectory;
+DROP INDEX IF EXISTS tool_calls_request;
+""" + SCHEMA + """
+INSERT INTO requests SELECT * FROM requests_v1;
+INSERT INTO model_turns SELECT m.span_id, m.trace_id, COALESCE(r.trajectory_id, ''), m.request_span_id, m.round,
+    m.model, m.response_model, m.provider, m.response_id, m.finish_reasons, m.stream, m.input_tokens, m.output_tokens,
+    m.error_type, m.error_message, m.input_messages, m.output_messages, m.started, m.duration_ms
+    FROM model_turns_v1 m LEFT JOIN requests_v1 r ON r.span_id = m.request_span_id;
+INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, COALESCE(trajectory_id, ''), round, tool, call_id,
+    outcome, rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
+    retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms FROM tool_calls_v1;
+DROP TABLE requests_v1;
+DROP TABLE model_turns_v1;
+DROP TABLE tool_calls_v1;
+"""
+
+
 
 
 class Link(NamedTuple):
@@ -158,12 +192,36 @@ def connect(path: str, max_bytes: int | None = None) -> sqlite3.Connection:
     # without a journal_size_limit it would stay that size after them.
     db.execute("PRAGMA wal_autocheckpoint=8000")
     db.execute(f"PRAGMA journal_size_limit={wal_kept_bytes(max_bytes)}")
-    db.executescript(SCHEMA)
-    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    _schema(db)
     if max_bytes is not None:
         page = int(db.execute("PRAGMA page_size").fetchone()[0])
         db.execute(f"PRAGMA max_page_count={max(max_bytes // page, 16)}")
     return db
+
+
+def _schema(db: sqlite3.Connection) -> None:
+    """Creates the schema in a new file, or brings a version 1 store to this version. A store of
+    a later version (a newer toolspan wrote it) is refused rather than written wrongly."""
+    db.execute("BEGIN IMMEDIATE")  # two processes opening one new file: one creates, the other waits
+    try:
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"the store's schema is version {version}, newer than this "
+                                        f"toolspan's ({SCHEMA_VERSION}); a newer toolspan wrote it")
+        for statement in _statements(_MIGRATE_FROM_1 if version == 1 else SCHEMA):
+            db.execute(statement)
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    """A script's statements, to run one by one inside a transaction (`executescript` would
+    commit the open one first). None of them holds a semicolon in a literal."""
+    return [statement.strip() for statement in script.split(";") if statement.strip()]
 
 
 def _seconds(ns: int) -> float:
@@ -239,11 +297,11 @@ def _values(columns: str) -> str:
     return ", ".join("?" if column == "v" else "NULLIF(?, '')" for column in columns)
 
 
-def _tool_call_row(r: SpanRecord) -> tuple[Any, ...]:
+def _tool_call_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     a = r.attributes
     retried = next((link for link in r.links if names.ATTR_RETRY_KIND in link.attributes), None) \
         if r.links else None
-    return (r.span_id, r.trace_id, r.parent_span_id or _NONE, _text(a.get(names.ATTR_CONVERSATION_ID)),
+    return (r.span_id, r.trace_id, r.parent_span_id or _NONE, trajectory,
             _int(a.get(names.ATTR_ROUND)), str(a.get(names.ATTR_TOOL_NAME, "")), _text(a.get(names.ATTR_TOOL_CALL_ID)),
             _text(a.get(names.ATTR_OUTCOME)), _text(a.get(names.ATTR_REJECTION_REASON)),
             _text(a.get(names.ATTR_ERROR_TYPE)), _names(a.get(names.ATTR_ARGS_MISSING)),
@@ -254,11 +312,11 @@ def _tool_call_row(r: SpanRecord) -> tuple[Any, ...]:
             _text(a.get(names.ATTR_MCP_METHOD_NAME)), _seconds(r.start_ns), _ms(r))
 
 
-def _model_turn_row(r: SpanRecord) -> tuple[Any, ...]:
+def _model_turn_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     a = r.attributes
     stream = a.get(names.ATTR_REQUEST_STREAM)
     parent = r.parent_span_id or _NONE
-    return (r.span_id, r.trace_id, parent, parent, r.span_id, _seconds(r.start_ns),
+    return (r.span_id, r.trace_id, trajectory, parent, trajectory, parent, r.span_id, _seconds(r.start_ns),
             _text(a.get(names.ATTR_REQUEST_MODEL)), _text(a.get(names.ATTR_RESPONSE_MODEL)),
             _text(a.get(names.ATTR_PROVIDER_NAME)),
             _text(a.get(names.ATTR_RESPONSE_ID)), _names(a.get(names.ATTR_FINISH_REASONS)),
@@ -268,60 +326,76 @@ def _model_turn_row(r: SpanRecord) -> tuple[Any, ...]:
             _text(a.get(names.ATTR_OUTPUT_MESSAGES)), _seconds(r.start_ns), _ms(r))
 
 
-def _request_row(r: SpanRecord) -> tuple[Any, ...]:
+def _request_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     a = r.attributes
     limit = a.get(names.ATTR_ROUND_LIMIT_REACHED)
-    return (r.span_id, r.trace_id, str(a[names.ATTR_CONVERSATION_ID]), r.name, _text(a.get(names.ATTR_HTTP_ROUTE)),
+    return (r.span_id, r.trace_id, trajectory, r.name, _text(a.get(names.ATTR_HTTP_ROUTE)),
             _int(a.get(names.ATTR_HTTP_STATUS)), _int(a.get(names.ATTR_ROUNDS)),
             None if limit is None else int(bool(limit)), _text(a.get(names.ATTR_ERROR_TYPE)),
-            _seconds(r.start_ns), _ms(r), r.span_id, r.span_id)
+            _seconds(r.start_ns), _ms(r), trajectory, r.span_id, trajectory, r.span_id)
 
 
-_INSERT_TOOL_CALL = f"INSERT OR REPLACE INTO tool_calls VALUES ({_values('vvttvvttttttttttttttvv')})"
+_INSERT_TOOL_CALL = f"INSERT OR REPLACE INTO tool_calls VALUES ({_values('vvtvvvttttttttttttttvv')})"
 # A model turn's round is its place among the turns of its request (they run one after another),
 # counted from 1 as `toolspan.round` counts them: a tool call's round is the turn that asked for it.
 # The turns counted are the others that started before it, so a turn written again (the same OTLP
 # file imported twice) keeps its round.
-_INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values('vvt')}, "
-                      "(SELECT COUNT(*) + 1 FROM model_turns WHERE request_span_id = NULLIF(?, '') "
+_INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values('vvvt')}, "
+                      "(SELECT COUNT(*) + 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ? "
                       "AND span_id != ? AND started <= ?), "
                       f"{_values('tttttvvvttttvv')})")
 _INSERT_REQUEST = (f"INSERT OR REPLACE INTO requests SELECT {_values('vvvttvvvtvv')} "
-                   "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE request_span_id = ?) "
-                   "OR EXISTS (SELECT 1 FROM model_turns WHERE request_span_id = ?)")
+                   "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = ? AND request_span_id = ?) "
+                   "OR EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ?)")
+_ADOPT_TURNS = "UPDATE OR REPLACE model_turns SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
+_ADOPT_CALLS = "UPDATE OR REPLACE tool_calls SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
+_ANY_PENDING = ("SELECT EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = '') "
+                "OR EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = '')")
 _UPSERT_TRAJECTORY = ("INSERT INTO trajectories VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
                       "started = min(started, excluded.started), ended = max(ended, excluded.ended)")
+
+
+def _trajectory(record: SpanRecord) -> str:
+    """The trajectory a span names ("" when it names none)."""
+    value = record.attributes.get(names.ATTR_CONVERSATION_ID)
+    return _NONE if value is None else str(value)
 
 
 def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     """Writes the rows of `records` in one transaction (the caller's, if one is open); returns how
     many rows were written. Spans of no table are skipped.
 
-    One executemany per table: the tool calls and model turns first (in their order: a turn's round
-    counts the turns before it), then the requests, which are kept only when some row of theirs
-    exists (a request span ends after its children, so those are in this batch or an earlier one).
-    Against a statement per row this saved 2 us of the 10 us a tool call took to insert."""
-    calls: list[tuple[Any, ...]] = []
-    turns: list[tuple[Any, ...]] = []
-    requests: list[SpanRecord] = []
-    for record in records:
-        kind = kind_of(record)
-        if kind == "tool_call":
-            calls.append(_tool_call_row(record))
-        elif kind == "model_turn":
-            turns.append(_model_turn_row(record))
-        elif kind == "request":
-            requests.append(record)
+    A child's trajectory is the one it names, else its request's when that is in this batch (the
+    gateway's `chat` spans name none), else '' until its request comes. So first the children kept
+    under '' by earlier batches are given the trajectory of their request in this one; then one
+    executemany per table: the tool calls and model turns (in their order: a turn's round counts the
+    turns of its request before it), then the requests, which are kept only when some row of
+    theirs exists (a request span ends after its children, so those are in this batch or an
+    earlier one). Against a statement per row this saved 2 us of the 10 us a tool call took."""
+    classified = [(kind_of(record), record) for record in records]
+    trajectory_of_request = {record.span_id: _trajectory(record) for kind, record in classified if kind == "request"}
+    if trajectory_of_request and db.execute(_ANY_PENDING).fetchone()[0]:
+        for span_id, trajectory_id in trajectory_of_request.items():
+            db.execute(_ADOPT_TURNS, (trajectory_id, span_id))
+            db.execute(_ADOPT_CALLS, (trajectory_id, span_id))
+
+    def trajectory(child: SpanRecord) -> str:
+        return _trajectory(child) or trajectory_of_request.get(child.parent_span_id or _NONE, _NONE)
+
+    calls = [_tool_call_row(record, trajectory(record)) for kind, record in classified if kind == "tool_call"]
+    turns = [_model_turn_row(record, trajectory(record)) for kind, record in classified if kind == "model_turn"]
     if calls:
         db.executemany(_INSERT_TOOL_CALL, calls)
     if turns:
         db.executemany(_INSERT_MODEL_TURN, turns)
     written = len(calls) + len(turns)
-    for record in requests:
-        if db.execute(_INSERT_REQUEST, _request_row(record)).rowcount < 1:
+    for kind, record in classified:
+        if kind != "request":
             continue
-        trajectory = str(record.attributes[names.ATTR_CONVERSATION_ID])
-        db.execute(_UPSERT_TRAJECTORY, (trajectory, _seconds(record.start_ns), _seconds(record.end_ns)))
+        trajectory_id = trajectory_of_request[record.span_id]
+        if db.execute(_INSERT_REQUEST, _request_row(record, trajectory_id)).rowcount < 1:
+            continue
+        db.execute(_UPSERT_TRAJECTORY, (trajectory_id, _seconds(record.start_ns), _seconds(record.end_ns)))
         written += 1
     return written
 
@@ -337,19 +411,20 @@ def prune(db: sqlite3.Connection, *, before: float | None = None, oldest: int = 
             "SELECT id FROM trajectories WHERE ended >= ? ORDER BY ended LIMIT ?",
             (before if before is not None else float("-inf"), oldest))]
     for trajectory in doomed:
-        db.execute("DELETE FROM model_turns WHERE request_span_id IN "
-                   "(SELECT span_id FROM requests WHERE trajectory_id = ?)", (trajectory,))
-        for table in ("tool_calls", "requests"):
+        for table in ("model_turns", "tool_calls", "requests"):
             db.execute(f"DELETE FROM {table} WHERE trajectory_id = ?", (trajectory,))
         db.execute("DELETE FROM trajectories WHERE id = ?", (trajectory,))
     return len(doomed)
 
 
 def prune_orphans(db: sqlite3.Connection, *, before: float) -> None:
-    """Deletes the model turns older than `before` whose request was never recorded (a request
-    cut short, a trace imported in part): no trajectory holds them."""
-    db.execute("DELETE FROM model_turns WHERE started < ? AND request_span_id NOT IN "
-               "(SELECT span_id FROM requests)", (before,))
+    """Deletes the model turns older than `before` whose request was never recorded (a request cut
+    short, a trace imported in part), and the tool calls as old that never learnt their trajectory:
+    no trajectory shows them."""
+    db.execute("DELETE FROM model_turns WHERE started < ? AND NOT EXISTS (SELECT 1 FROM requests r "
+               "WHERE r.trajectory_id = model_turns.trajectory_id AND r.span_id = model_turns.request_span_id)",
+               (before,))
+    db.execute("DELETE FROM tool_calls WHERE trajectory_id = '' AND started < ?", (before,))
 
 
 def used_bytes(db: sqlite3.Connection) -> int:

@@ -67,6 +67,11 @@ def _suggestions(pairs: Iterable[str] | None) -> dict[str, str]:
     return dict(pair.rsplit("->", 1) for pair in pairs or () if "->" in pair)
 
 
+# A trajectory's model turns are those of its recorded requests (as `m`), found through its key.
+_RECORDED_TURNS = ("FROM model_turns m JOIN requests r ON r.trajectory_id = m.trajectory_id "
+                   "AND r.span_id = m.request_span_id")
+
+
 def _selected(db: sqlite3.Connection, table: str, columns: Sequence[str], where: str = "",
               params: Sequence[Any] = ()) -> list[dict[str, Any]]:
     sql = f"SELECT {', '.join(columns)} FROM {table} {where} ORDER BY started"
@@ -94,8 +99,7 @@ def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcom
                      "AND (? IS NULL OR c.outcome = ?))")
         params += [tool, tool, outcome, outcome]
     if model is not None:
-        where.append("EXISTS (SELECT 1 FROM model_turns m JOIN requests r ON m.request_span_id = r.span_id "
-                     "WHERE r.trajectory_id = t.id AND m.model = ?)")
+        where.append(f"EXISTS (SELECT 1 {_RECORDED_TURNS} WHERE m.trajectory_id = t.id AND m.model = ?)")
         params.append(model)
     sql = (f"SELECT id, started, ended FROM trajectories t WHERE {' AND '.join(where)} "
            "ORDER BY ended DESC LIMIT ?")
@@ -122,8 +126,7 @@ def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: 
 
 def _turns_of(db: sqlite3.Connection, trajectory_id: str) -> list[dict[str, Any]]:
     columns = ", ".join(f"m.{c}" for c in _TURN_COLUMNS)
-    sql = (f"SELECT {columns} FROM model_turns m JOIN requests r ON m.request_span_id = r.span_id "
-           "WHERE r.trajectory_id = ? ORDER BY m.started")
+    sql = f"SELECT {columns} {_RECORDED_TURNS} WHERE m.trajectory_id = ? ORDER BY m.started"
     return _rows(db, sql, _TURN_COLUMNS, (trajectory_id,))
 
 
@@ -150,8 +153,9 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str) -> dict[str, Any] | N
                "duration_ms")
     requests = _selected(db, "requests", columns, "WHERE trajectory_id = ?", (trajectory_id,))
     for request in requests:
-        turns = _selected(db, "model_turns", _TURN_COLUMNS, "WHERE request_span_id = ?", (request["span_id"],))
-        calls = _selected(db, "tool_calls", _CALL_COLUMNS, "WHERE request_span_id = ?", (request["span_id"],))
+        of_request = "WHERE trajectory_id = ? AND request_span_id = ?", (trajectory_id, request["span_id"])
+        turns = _selected(db, "model_turns", _TURN_COLUMNS, *of_request)
+        calls = _selected(db, "tool_calls", _CALL_COLUMNS, *of_request)
         for call in calls:
             call["suggestions"] = _suggestions(call["suggestions"])
         events = [{"type": "model_turn", **t} for t in turns] + [{"type": "tool_call", **c} for c in calls]

@@ -1,0 +1,98 @@
+"""The store's keys: children written before their request learn its trajectory whatever the
+batches, a version 1 store is migrated whole, a newer one is refused, and the gateway's own
+trajectory ids grow with time (so that the store's inserts append)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.caller import request_ids
+from telemetry.records import SCHEMA, SCHEMA_VERSION, SpanRecord, connect, record_of, write
+from tests.telemetry.conftest import Session
+from tests.telemetry.test_report import _everything
+
+V1_SCHEMA = (Path(__file__).parent / "schema_v1.sql").read_text()
+
+
+def _stored(db: sqlite3.Connection) -> dict[str, Any]:
+    return {table: sorted(db.execute(f"SELECT * FROM {table}").fetchall())
+            for table in ("trajectories", "requests", "model_turns", "tool_calls")}
+
+
+def _session_records(session: Session) -> list[SpanRecord]:
+    """The session's spans as the store's writer gets them: in the order they ended."""
+    return sorted((record_of(span) for span in session.spans()), key=lambda r: r.end_ns)
+
+
+def test_any_split_into_batches_stores_the_same_rows(session: Session, tmp_path: Path) -> None:
+    """A request span ends after its turns and calls; where a batch ends decides which of them
+    arrive before it. Every split gives the rows one batch gives (rounds and trajectories)."""
+    records = _session_records(session)
+    whole = connect(str(tmp_path / "whole.sqlite3"))
+    write(whole, records)
+    expected = _stored(whole)
+    assert expected == _stored(session.db)
+    for split in range(1, len(records)):
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.executescript(SCHEMA)
+        write(db, records[:split])
+        write(db, records[split:])
+        assert _stored(db) == expected, f"split after {split} of {len(records)} spans"
+
+
+def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite3"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.executescript(V1_SCHEMA)
+    old.execute("ATTACH DATABASE ? AS new", (session.stack.store.path.as_posix(),))
+    old.executescript("""
+        INSERT INTO trajectories SELECT * FROM new.trajectories;
+        INSERT INTO requests SELECT * FROM new.requests;
+        INSERT INTO model_turns SELECT span_id, trace_id, request_span_id, round, model, response_model, provider,
+            response_id, finish_reasons, stream, input_tokens, output_tokens, error_type, error_message,
+            input_messages, output_messages, started, duration_ms FROM new.model_turns;
+        INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, NULLIF(trajectory_id, ''), round, tool,
+            call_id, outcome, rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind,
+            retries_trace_id, retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms
+            FROM new.tool_calls;
+        DETACH DATABASE new;
+        PRAGMA user_version = 1;""")
+    old.close()
+    migrated = connect(str(path))
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    assert _stored(migrated) == _stored(session.db)
+    assert _everything(migrated) == _everything(session.db)
+    indexes = {row[0] for row in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
+                                                  "AND name NOT LIKE 'sqlite_%'")}
+    assert indexes == {"trajectories_ended", "requests_key", "model_turns_key", "tool_calls_key"}
+    assert {row[0] for row in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} == {
+        "trajectories", "requests", "model_turns", "tool_calls"}
+
+
+def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "newer.sqlite3"
+    newer = sqlite3.connect(path, isolation_level=None)
+    newer.executescript(f"CREATE TABLE future (x); PRAGMA user_version = {SCHEMA_VERSION + 1};")
+    newer.close()
+    with pytest.raises(sqlite3.DatabaseError, match="newer than this toolspan"):
+        connect(str(path))
+    untouched = sqlite3.connect(path)
+    assert untouched.execute("SELECT name FROM sqlite_master").fetchall() == [("future",)]
+    assert untouched.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION + 1,)
+
+
+def test_the_gateways_trajectory_ids_grow_with_time() -> None:
+    before = time.time_ns() // 1_000_000
+    minted = [request_ids({}) for _ in range(200)]
+    after = time.time_ns() // 1_000_000
+    trajectories = [trajectory for trajectory, _, named in minted if not named]
+    assert len(set(trajectories)) == 200
+    assert all(len(t) == 32 and int(t, 16) >= 0 and before <= int(t[:12], 16) <= after for t in trajectories)
+    assert [t[:12] for t in trajectories] == sorted(t[:12] for t in trajectories)
+    assert len({request for _, request, _ in minted}) == 200
+    assert all(len(request) == 16 for _, request, _ in minted)
