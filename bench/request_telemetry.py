@@ -1,0 +1,149 @@
+"""What a plain request's spans and metrics cost, against the OpenTelemetry SDK's own start and end
+of the same two spans plus the same metric updates (issue 14: "telemetry at the cost of the SDK").
+
+Per request, in one process and one run, with the same tracer provider (a BatchSpanProcessor to an
+exporter that drops the spans) and a fresh prometheus_client registry for each side:
+- sdk:  the floor. The SERVER span started and made current, the `chat` CLIENT span started as
+        its child, each given the attributes toolspan records, ended; then the metric updates a
+        plain request makes, on label children looked up beforehand: in-flight up and down,
+        requests, request duration, upstream requests, upstream duration, input and output tokens,
+        tool rounds;
+- ours: the gateway's Telemetry hooks as the gateway calls them: `request(...)` with its
+        `chat(...)` inside, the trace context injected into the provider request's headers, the
+        answer recorded, the request finished.
+The sides take turns in each repeat; reported: CPU per request (all threads, so the batch
+processor's export thread is counted on both sides), medians, and the ratio ours / sdk per repeat.
+Target: <= 1.0.
+
+    python bench/request_telemetry.py [--calls 5000] [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import SpanKind, Tracer
+from prometheus_client import CollectorRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tool_pipeline import DropExporter, run_bench
+
+from gateway.instrumentation import RequestInfo, RequestRecord
+from telemetry import names
+from telemetry.instrument import Telemetry
+from telemetry.metrics import Metrics
+from telemetry.tracing import build_provider, tracer_of
+
+ROUTE = "/v1/chat/completions"
+MODEL = "bench-model"
+TRAJECTORY = "019ad6f3a2c1" + "5" * 20
+HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
+
+
+@dataclass(frozen=True)
+class Answer:  # a ModelAnswer
+    api: str = "chat"
+    output: tuple[()] = ()
+    response_id: str | None = "chatcmpl-0123456789abcdef01234567"
+    model: str | None = MODEL
+    finish_reason: str | None = "stop"
+    input_tokens: int | None = 31
+    output_tokens: int | None = 1
+
+
+ANSWER = Answer()
+
+
+def sdk_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
+    in_flight = metrics.in_flight
+    requests = metrics.requests.labels(ROUTE, "200")
+    duration = metrics.request_duration.labels(ROUTE)
+    upstream = metrics.upstream_requests.labels(MODEL, "200")
+    upstream_duration = metrics.upstream_duration.labels(MODEL)
+    input_tokens = metrics.tokens.labels(MODEL, names.TOKEN_INPUT)
+    output_tokens = metrics.tokens.labels(MODEL, names.TOKEN_OUTPUT)
+    rounds = metrics.tool_rounds
+
+    def one() -> None:
+        server = tracer.start_span(f"POST {ROUTE}", kind=SpanKind.SERVER)
+        token = otel_context.attach(trace.set_span_in_context(server))
+        in_flight.inc()
+        chat = tracer.start_span(f"chat {MODEL}", kind=SpanKind.CLIENT)
+        chat.set_attributes({
+            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: "openai",
+            names.ATTR_REQUEST_MODEL: MODEL, names.ATTR_REQUEST_STREAM: False,
+            names.ATTR_RESPONSE_ID: ANSWER.response_id, names.ATTR_RESPONSE_MODEL: MODEL,
+            names.ATTR_FINISH_REASONS: ["stop"], names.ATTR_INPUT_TOKENS: 31, names.ATTR_OUTPUT_TOKENS: 1})
+        chat.end()
+        input_tokens.inc(31)
+        output_tokens.inc(1)
+        upstream.inc()
+        upstream_duration.observe(0.001)
+        otel_context.detach(token)
+        in_flight.dec()
+        server.set_attributes({
+            names.ATTR_HTTP_METHOD: "POST", names.ATTR_HTTP_ROUTE: ROUTE, names.ATTR_URL_PATH: ROUTE,
+            names.ATTR_HTTP_STATUS: 200, names.ATTR_CONVERSATION_ID: TRAJECTORY, names.ATTR_ROUNDS: 1,
+            names.ATTR_ROUND_LIMIT_REACHED: False})
+        server.end()
+        rounds.observe(1)
+        requests.inc()
+        duration.observe(0.002)
+
+    return one
+
+
+def our_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
+    telemetry = Telemetry(tracer, metrics)
+    info = RequestInfo("POST", ROUTE, ROUTE, HEADERS, TRAJECTORY)
+    record = RequestRecord(TRAJECTORY, 1, False)
+
+    def one() -> None:
+        with telemetry.request(info) as request:
+            with telemetry.chat(MODEL, False) as chat:
+                chat.inject(dict(HEADERS))
+                chat.answered(ANSWER)
+            request.finish(200, record)
+
+    return one
+
+
+async def main(calls: int, repeats: int) -> None:
+    provider = build_provider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=2 * calls + 1024))
+    tracer = tracer_of(provider)
+    sides = {"sdk": sdk_side(tracer, Metrics(CollectorRegistry())), "ours": our_side(tracer, Metrics(CollectorRegistry()))}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    for repeat in range(repeats + 1):  # the first round warms up
+        for name, one in sides.items():
+            provider.force_flush()
+            gc.collect()
+            started = time.process_time()
+            for _ in range(calls):
+                one()
+            provider.force_flush()  # the export thread's share, inside the measurement
+            if repeat:
+                cpu[name].append((time.process_time() - started) / calls)
+    provider.shutdown()
+    ratios = [ours / sdk for ours, sdk in zip(cpu["ours"], cpu["sdk"], strict=True)]
+    print(f"{calls} requests per run, {repeats} runs each; CPU per request (medians):")
+    for name, values in cpu.items():
+        print(f"  {name:4}  {statistics.median(values) * 1e6:6.1f} us")
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(f"ours / sdk: median {statistics.median(ratios):.2f} (quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f}); "
+          "target <= 1.0")
+
+
+if __name__ == "__main__":
+    run_bench(main, __doc__, calls=5000, repeats=15)
