@@ -16,7 +16,7 @@ from gateway.app_keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.asgi import serve_asgi
 from gateway.caller import Caller, is_trajectory_id
 from gateway.mcp.server import McpEndpoint
-from gateway.routes.common import body_parts, reported
+from gateway.routes.common import read_body, reported
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
@@ -33,7 +33,7 @@ async def serve(request: web.Request) -> web.StreamResponse:
     caller = request[CALLER] = _trajectory(request[CALLER], request.headers.get(SESSION_HEADER))
     # An event stream (GET) ends when the gateway shuts down; calls under way run to their end.
     closing = endpoint.closing if request.method == "GET" else None
-    body = b"".join([part async for part in body_parts(request)])  # held to the gateway's limits
+    body = await read_body(request)  # held to the gateway's limits
     response = await serve_asgi(endpoint.handle, request, body, endpoint.scope_of(caller), closing=closing)
     return reported(response, caller)
 

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from gateway.app_keys import SETTINGS
-from gateway.routes.common import body_parts
+from gateway.routes.common import read_body
 from gateway.routes.ui_auth import (
     HOME,
     end_session,
@@ -183,7 +183,7 @@ async def trajectory_view(request: web.Request) -> web.Response:
 
 
 async def _form(request: web.Request) -> dict[str, str]:
-    raw = b"".join([part async for part in body_parts(request)])
+    raw = await read_body(request)
     return {name: values[0] for name, values in parse_qs(raw.decode("utf-8", "replace")).items()}
 
 
