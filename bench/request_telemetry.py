@@ -20,7 +20,6 @@ Target: <= 1.0.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import statistics
 import sys
@@ -123,7 +122,8 @@ async def main(calls: int, repeats: int) -> None:
     provider = build_provider()
     provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=2 * calls + 1024))
     tracer = tracer_of(provider)
-    sides = {"sdk": sdk_side(tracer, Metrics(CollectorRegistry())), "ours": our_side(tracer, Metrics(CollectorRegistry()))}
+    sides = {"sdk": sdk_side(tracer, Metrics(CollectorRegistry())),
+             "ours": our_side(tracer, Metrics(CollectorRegistry()))}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
     for repeat in range(repeats + 1):  # the first round warms up
         for name, one in sides.items():

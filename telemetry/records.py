@@ -30,7 +30,7 @@ SCHEMA_VERSION = 2
 # gateway mints trajectory ids that begin with the time (`gateway.caller.request_ids`), so a busy
 # store's inserts land at the ends of these indexes instead of on random pages. Keyed by span ids
 # (version 1: five random-key indexes for a plain request), a plain request's rows cost 22 us of CPU
-# to write into an empty store and 84 us at 100,000 requests; keyed this way, 19 us at any size
+# to write into an empty store and 84 us at 100,000 requests; keyed this way, 16 us at any size
 # (`python bench/store_growth.py`; with random caller-named ids, 22 us growing to 57 us).
 # A model turn names no trajectory (nor may a span from elsewhere): it takes its request's. Since a
 # request span ends after its children, maybe in a later batch, a child is kept under '' until
@@ -332,7 +332,11 @@ def _request_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     return (r.span_id, r.trace_id, trajectory, r.name, _text(a.get(names.ATTR_HTTP_ROUTE)),
             _int(a.get(names.ATTR_HTTP_STATUS)), _int(a.get(names.ATTR_ROUNDS)),
             None if limit is None else int(bool(limit)), _text(a.get(names.ATTR_ERROR_TYPE)),
-            _seconds(r.start_ns), _ms(r), trajectory, r.span_id, trajectory, r.span_id)
+            _seconds(r.start_ns), _ms(r))
+
+
+def _trajectory_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
+    return trajectory, _seconds(r.start_ns), _seconds(r.end_ns)
 
 
 _INSERT_TOOL_CALL = f"INSERT OR REPLACE INTO tool_calls VALUES ({_values('vvtvvvttttttttttttttvv')})"
@@ -344,9 +348,10 @@ _INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values('vvv
                       "(SELECT COUNT(*) + 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ? "
                       "AND span_id != ? AND started <= ?), "
                       f"{_values('tttttvvvttttvv')})")
-_INSERT_REQUEST = (f"INSERT OR REPLACE INTO requests SELECT {_values('vvvttvvvtvv')} "
-                   "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = ? AND request_span_id = ?) "
-                   "OR EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ?)")
+_INSERT_REQUEST = f"INSERT OR REPLACE INTO requests VALUES ({_values('vvvttvvvtvv')})"
+_INSERT_REQUEST_IF_ANY_ROW = (f"INSERT OR REPLACE INTO requests SELECT {_values('vvvttvvvtvv')} "
+                              "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = ? AND request_span_id = ?) "
+                              "OR EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ?)")
 _ADOPT_TURNS = "UPDATE OR REPLACE model_turns SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
 _ADOPT_CALLS = "UPDATE OR REPLACE tool_calls SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
 _ANY_PENDING = ("SELECT EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = '') "
@@ -388,16 +393,25 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
         db.executemany(_INSERT_TOOL_CALL, calls)
     if turns:
         db.executemany(_INSERT_MODEL_TURN, turns)
+    # A request with a row in this batch is kept without asking the database (most are: the spans of
+    # a request end within moments of each other); the others only when an earlier batch wrote one.
     written = len(calls) + len(turns)
+    parents = {row[2] for row in calls} | {row[3] for row in turns}
+    kept: list[SpanRecord] = []
     for kind, record in classified:
         if kind != "request":
             continue
         trajectory_id = trajectory_of_request[record.span_id]
-        if db.execute(_INSERT_REQUEST, _request_row(record, trajectory_id)).rowcount < 1:
-            continue
-        db.execute(_UPSERT_TRAJECTORY, (trajectory_id, _seconds(record.start_ns), _seconds(record.end_ns)))
-        written += 1
-    return written
+        if record.span_id in parents:
+            kept.append(record)
+        elif db.execute(_INSERT_REQUEST_IF_ANY_ROW, (*_request_row(record, trajectory_id), trajectory_id,
+                                                     record.span_id, trajectory_id, record.span_id)).rowcount > 0:
+            db.execute(_UPSERT_TRAJECTORY, _trajectory_row(record, trajectory_id))
+            written += 1
+    if kept:
+        db.executemany(_INSERT_REQUEST, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
+        db.executemany(_UPSERT_TRAJECTORY, [_trajectory_row(r, trajectory_of_request[r.span_id]) for r in kept])
+    return written + len(kept)
 
 
 def prune(db: sqlite3.Connection, *, before: float | None = None, oldest: int = 0) -> int:
