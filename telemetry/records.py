@@ -316,7 +316,7 @@ def _model_turn_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     a = r.attributes
     stream = a.get(names.ATTR_REQUEST_STREAM)
     parent = r.parent_span_id or _NONE
-    return (r.span_id, r.trace_id, trajectory, parent, trajectory, parent, r.span_id, _seconds(r.start_ns),
+    return (r.span_id, r.trace_id, trajectory, parent, None,  # the round: see `_turn_rounds`
             _text(a.get(names.ATTR_REQUEST_MODEL)), _text(a.get(names.ATTR_RESPONSE_MODEL)),
             _text(a.get(names.ATTR_PROVIDER_NAME)),
             _text(a.get(names.ATTR_RESPONSE_ID)), _names(a.get(names.ATTR_FINISH_REASONS)),
@@ -348,16 +348,19 @@ _INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values('vvv
                       "(SELECT COUNT(*) + 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ? "
                       "AND span_id != ? AND started <= ?), "
                       f"{_values('tttttvvvttttvv')})")
-_INSERT_REQUEST = f"INSERT OR REPLACE INTO requests VALUES ({_values('vvvttvvvtvv')})"
+_INSERT_MODEL_TURNS = ("INSERT OR REPLACE INTO model_turns VALUES ", f"({_values('vvvtvtttttvvvttttvv')})", "")
+_INSERT_REQUEST = ("INSERT OR REPLACE INTO requests VALUES ", f"({_values('vvvttvvvtvv')})", "")
 _INSERT_REQUEST_IF_ANY_ROW = (f"INSERT OR REPLACE INTO requests SELECT {_values('vvvttvvvtvv')} "
                               "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = ? AND request_span_id = ?) "
                               "OR EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ?)")
 _ADOPT_TURNS = "UPDATE OR REPLACE model_turns SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
 _ADOPT_CALLS = "UPDATE OR REPLACE tool_calls SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
-_ANY_PENDING = ("SELECT EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = '') "
-                "OR EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = '')")
-_UPSERT_TRAJECTORY = ("INSERT INTO trajectories VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                      "started = min(started, excluded.started), ended = max(ended, excluded.ended)")
+_PENDING = ("SELECT request_span_id FROM model_turns WHERE trajectory_id = '' "
+            "UNION SELECT request_span_id FROM tool_calls WHERE trajectory_id = ''")
+_TRAJECTORY_SPAN = ("ON CONFLICT (id) DO UPDATE SET started = min(started, excluded.started), "
+                    "ended = max(ended, excluded.ended)")
+_UPSERT_TRAJECTORY = f"INSERT INTO trajectories VALUES (?, ?, ?) {_TRAJECTORY_SPAN}"
+_UPSERT_TRAJECTORIES = ("INSERT INTO trajectories VALUES ", "(?, ?, ?)", f" {_TRAJECTORY_SPAN}")
 
 
 def _trajectory(record: SpanRecord) -> str:
@@ -366,23 +369,56 @@ def _trajectory(record: SpanRecord) -> str:
     return _NONE if value is None else str(value)
 
 
+_CHUNKS = (64, 32, 16, 8, 4, 2, 1)  # rows an insert takes: few distinct statements (sqlite3 caches 128)
+
+
+def _insert_all(db: sqlite3.Connection, statement: tuple[str, str, str], rows: list[tuple[Any, ...]]) -> None:
+    """Inserts `rows` with `statement` (its head, one row's "(?, ...)", its tail), many rows a
+    statement. Each statement's run is where sqlite3 lets other threads take the GIL, and on a busy
+    gateway the writer then waits up to the switch interval (5 ms) for it back: a run a row made
+    it fall behind the requests and their spans pile up in memory. (A model turn's round counts
+    the turns written before it, so turns are still inserted a row a run.)"""
+    head, row, tail = statement
+    done = 0
+    for size in _CHUNKS:
+        while len(rows) - done >= size:
+            chunk = rows[done:done + size]
+            db.execute(head + ", ".join([row] * size) + tail, [value for values in chunk for value in values])
+            done += size
+
+
+def _turn_rounds(turns: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """`turns` (rows of `_model_turn_row`, in the batch's order) with their rounds, counted as
+    _INSERT_MODEL_TURN counts them in the database: 1 + the turns of the same request written
+    before it that started no later."""
+    earlier: dict[tuple[str, str], list[float]] = {}
+    counted = []
+    for row in turns:
+        started = earlier.setdefault((row[2], row[3]), [])
+        counted.append((*row[:4], 1 + sum(1 for other in started if other <= row[-2]), *row[5:]))
+        started.append(row[-2])
+    return counted
+
+
 def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     """Writes the rows of `records` in one transaction (the caller's, if one is open); returns how
     many rows were written. Spans of no table are skipped.
 
     A child's trajectory is the one it names, else its request's when that is in this batch (the
     gateway's `chat` spans name none), else '' until its request comes. So first the children kept
-    under '' by earlier batches are given the trajectory of their request in this one; then one
-    executemany per table: the tool calls and model turns (in their order: a turn's round counts the
-    turns of its request before it), then the requests, which are kept only when some row of
-    theirs exists (a request span ends after its children, so those are in this batch or an
-    earlier one). Against a statement per row this saved 2 us of the 10 us a tool call took."""
+    under '' by earlier batches are given the trajectory of their request in this one; then the
+    tool calls, the model turns (in their order: a turn's round counts the turns of its request
+    before it), then the requests, which are kept only when some row of theirs exists (a request
+    span ends after its children, so those are in this batch or an earlier one).
+
+    Rows go in many to a statement where they can (`_insert_all`): the store of a gateway at full
+    load on two cores kept up with it only then (`bench/soak.py`)."""
     classified = [(kind_of(record), record) for record in records]
     trajectory_of_request = {record.span_id: _trajectory(record) for kind, record in classified if kind == "request"}
-    if trajectory_of_request and db.execute(_ANY_PENDING).fetchone()[0]:
-        for span_id, trajectory_id in trajectory_of_request.items():
-            db.execute(_ADOPT_TURNS, (trajectory_id, span_id))
-            db.execute(_ADOPT_CALLS, (trajectory_id, span_id))
+    pending = {row[0] for row in db.execute(_PENDING)} if trajectory_of_request else set()
+    for span_id in pending & trajectory_of_request.keys():
+        db.execute(_ADOPT_TURNS, (trajectory_of_request[span_id], span_id))
+        db.execute(_ADOPT_CALLS, (trajectory_of_request[span_id], span_id))
 
     def trajectory(child: SpanRecord) -> str:
         return _trajectory(child) or trajectory_of_request.get(child.parent_span_id or _NONE, _NONE)
@@ -391,8 +427,14 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     turns = [_model_turn_row(record, trajectory(record)) for kind, record in classified if kind == "model_turn"]
     if calls:
         db.executemany(_INSERT_TOOL_CALL, calls)
-    if turns:
-        db.executemany(_INSERT_MODEL_TURN, turns)
+    # A turn of a request in this batch whose turns none before were written (pending) has all its
+    # request's turns here: its round is counted here, and it is written with others in one run.
+    # Any other turn counts its round in the database, a run a turn.
+    alone = trajectory_of_request.keys() - pending
+    counted = _turn_rounds([row for row in turns if row[3] in alone and row[2]])
+    _insert_all(db, _INSERT_MODEL_TURNS, counted)
+    db.executemany(_INSERT_MODEL_TURN, [(*row[:4], row[2], row[3], row[0], row[-2], *row[5:])
+                                        for row in turns if not (row[3] in alone and row[2])])
     # A request with a row in this batch is kept without asking the database (most are: the spans of
     # a request end within moments of each other); the others only when an earlier batch wrote one.
     written = len(calls) + len(turns)
@@ -409,8 +451,8 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
             db.execute(_UPSERT_TRAJECTORY, _trajectory_row(record, trajectory_id))
             written += 1
     if kept:
-        db.executemany(_INSERT_REQUEST, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
-        db.executemany(_UPSERT_TRAJECTORY, [_trajectory_row(r, trajectory_of_request[r.span_id]) for r in kept])
+        _insert_all(db, _INSERT_REQUEST, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
+        _insert_all(db, _UPSERT_TRAJECTORIES, [_trajectory_row(r, trajectory_of_request[r.span_id]) for r in kept])
     return written + len(kept)
 
 

@@ -4,15 +4,20 @@ trajectory ids grow with time (so that the store's inserts append)."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind
 
 from gateway.caller import request_ids
+from telemetry import names
 from telemetry.records import SCHEMA, SCHEMA_VERSION, SpanRecord, connect, record_of, write
+from telemetry.store import TrajectoryStore
 from tests.telemetry.conftest import Session
 from tests.telemetry.test_report import _everything
 
@@ -96,3 +101,31 @@ def test_the_gateways_trajectory_ids_grow_with_time() -> None:
     assert [t[:12] for t in trajectories] == sorted(t[:12] for t in trajectories)
     assert len({request for _, request, _ in minted}) == 200
     assert all(len(request) == 16 for _, request, _ in minted)
+
+
+def test_a_full_batch_is_written_without_lingering(tmp_path: Path) -> None:
+    """A writer that lingered whenever a span came fell behind a busy gateway for good: it slept
+    its whole linger even with a batch's worth waiting. With a whole batch queued, it writes at once."""
+    store = TrajectoryStore(tmp_path / "store.sqlite3", batch_size=4, linger_seconds=120.0)
+    provider = TracerProvider()
+    provider.add_span_processor(store)
+    tracer = provider.get_tracer("test")
+    for number in range(2):  # two requests of two spans each: one batch
+        with tracer.start_as_current_span("POST /v1/chat/completions", kind=SpanKind.SERVER,
+                                          attributes={names.ATTR_CONVERSATION_ID: f"full-batch-{number}"}), \
+                tracer.start_as_current_span(names.SPAN_TOOL_CALL, attributes={names.ATTR_TOOL_NAME: "add"}):
+            pass
+    deadline = time.monotonic() + 10.0  # far less than the linger: only a write without it gets here
+    written = 0
+    while written < 2 and time.monotonic() < deadline:
+        with contextlib.closing(sqlite3.connect(store.path)) as db:
+            written = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0] if _has_schema(db) else 0
+        time.sleep(0.01)
+    try:
+        assert written == 2
+    finally:
+        provider.shutdown()
+
+
+def _has_schema(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'requests'").fetchone() is not None
