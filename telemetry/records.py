@@ -30,8 +30,8 @@ SCHEMA_VERSION = 2
 # gateway mints trajectory ids that begin with the time (`gateway.caller.request_ids`), so a busy
 # store's inserts land at the ends of these indexes instead of on random pages. Keyed by span ids
 # (version 1: five random-key indexes for a plain request), a plain request's rows cost 22 us of CPU
-# to write into an empty store and 84 us at 100,000 requests; keyed this way, 16 us at any size
-# (`python bench/store_growth.py`; with random caller-named ids, 22 us growing to 57 us).
+# to write into an empty store and 84 us at 100,000 requests; keyed this way, 14 to 15 us at any
+# size (`python bench/store_growth.py`; with random caller-named ids, 25 us growing to 67 us).
 # A model turn names no trajectory (nor may a span from elsewhere): it takes its request's. Since a
 # request span ends after its children, maybe in a later batch, a child is kept under '' until
 # then (`write`); few are, and the key's '' prefix finds them. (A partial index of them would make
