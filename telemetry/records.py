@@ -312,18 +312,46 @@ def _tool_call_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
             _text(a.get(names.ATTR_MCP_METHOD_NAME)), _seconds(r.start_ns), _ms(r))
 
 
-def _model_turn_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
+class _TurnRow(NamedTuple):
+    """A `model_turns` row, its columns in the table's order."""
+
+    span_id: str
+    trace_id: str
+    trajectory_id: str
+    request_span_id: str
+    round: int | None  # counted in the batch (`_turn_rounds`) or by the database (_INSERT_MODEL_TURN)
+    model: str
+    response_model: str
+    provider: str
+    response_id: str
+    finish_reasons: str
+    stream: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    error_type: str
+    error_message: str
+    input_messages: str
+    output_messages: str
+    started: float
+    duration_ms: float
+
+    def counted_by_database(self) -> tuple[Any, ...]:
+        """The parameters of _INSERT_MODEL_TURN, which counts the round itself."""
+        return (*self[:4], self.trajectory_id, self.request_span_id, self.span_id, self.started, *self[5:])
+
+
+def _model_turn_row(r: SpanRecord, trajectory: str) -> _TurnRow:
     a = r.attributes
     stream = a.get(names.ATTR_REQUEST_STREAM)
     parent = r.parent_span_id or _NONE
-    return (r.span_id, r.trace_id, trajectory, parent, None,  # the round: see `_turn_rounds`
-            _text(a.get(names.ATTR_REQUEST_MODEL)), _text(a.get(names.ATTR_RESPONSE_MODEL)),
-            _text(a.get(names.ATTR_PROVIDER_NAME)),
-            _text(a.get(names.ATTR_RESPONSE_ID)), _names(a.get(names.ATTR_FINISH_REASONS)),
-            None if stream is None else int(bool(stream)), _int(a.get(names.ATTR_INPUT_TOKENS)),
-            _int(a.get(names.ATTR_OUTPUT_TOKENS)), _text(a.get(names.ATTR_ERROR_TYPE)),
-            _text(r.status_description if r.error else None), _text(a.get(names.ATTR_INPUT_MESSAGES)),
-            _text(a.get(names.ATTR_OUTPUT_MESSAGES)), _seconds(r.start_ns), _ms(r))
+    return _TurnRow(r.span_id, r.trace_id, trajectory, parent, None,
+                    _text(a.get(names.ATTR_REQUEST_MODEL)), _text(a.get(names.ATTR_RESPONSE_MODEL)),
+                    _text(a.get(names.ATTR_PROVIDER_NAME)),
+                    _text(a.get(names.ATTR_RESPONSE_ID)), _names(a.get(names.ATTR_FINISH_REASONS)),
+                    None if stream is None else int(bool(stream)), _int(a.get(names.ATTR_INPUT_TOKENS)),
+                    _int(a.get(names.ATTR_OUTPUT_TOKENS)), _text(a.get(names.ATTR_ERROR_TYPE)),
+                    _text(r.status_description if r.error else None), _text(a.get(names.ATTR_INPUT_MESSAGES)),
+                    _text(a.get(names.ATTR_OUTPUT_MESSAGES)), _seconds(r.start_ns), _ms(r))
 
 
 def _request_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
@@ -387,16 +415,16 @@ def _insert_all(db: sqlite3.Connection, statement: tuple[str, str, str], rows: l
             done += size
 
 
-def _turn_rounds(turns: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """`turns` (rows of `_model_turn_row`, in the batch's order) with their rounds, counted as
-    _INSERT_MODEL_TURN counts them in the database: 1 + the turns of the same request written
-    before it that started no later."""
+def _turn_rounds(turns: list[_TurnRow]) -> list[tuple[Any, ...]]:
+    """`turns` (in the batch's order) with their rounds, counted as _INSERT_MODEL_TURN counts them
+    in the database: 1 + the turns of the same request written before it that started no later."""
     earlier: dict[tuple[str, str], list[float]] = {}
-    counted = []
-    for row in turns:
-        started = earlier.setdefault((row[2], row[3]), [])
-        counted.append((*row[:4], 1 + sum(1 for other in started if other <= row[-2]), *row[5:]))
-        started.append(row[-2])
+    counted: list[tuple[Any, ...]] = []
+    for turn in turns:
+        started = earlier.setdefault((turn.trajectory_id, turn.request_span_id), [])
+        round_ = 1 + sum(1 for other in started if other <= turn.started)
+        counted.append((*turn[:4], round_, *turn[5:]))  # the round is the fifth column (_replace: 1 us more)
+        started.append(turn.started)
     return counted
 
 
@@ -430,14 +458,14 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     # request's turns here: its round is counted here, and it is written with others in one run.
     # Any other turn counts its round in the database, a run a turn.
     alone = trajectory_of_request.keys() - pending
-    counted = _turn_rounds([row for row in turns if row[3] in alone and row[2]])
-    _insert_all(db, _INSERT_MODEL_TURNS, counted)
-    db.executemany(_INSERT_MODEL_TURN, [(*row[:4], row[2], row[3], row[0], row[-2], *row[5:])
-                                        for row in turns if not (row[3] in alone and row[2])])
+    in_batch = [turn for turn in turns if turn.request_span_id in alone and turn.trajectory_id]
+    _insert_all(db, _INSERT_MODEL_TURNS, _turn_rounds(in_batch))
+    db.executemany(_INSERT_MODEL_TURN, [turn.counted_by_database() for turn in turns
+                                        if not (turn.request_span_id in alone and turn.trajectory_id)])
     # A request with a row in this batch is kept without asking the database (most are: the spans of
     # a request end within moments of each other); the others only when an earlier batch wrote one.
     written = len(calls) + len(turns)
-    parents = {row[2] for row in calls} | {row[3] for row in turns}
+    parents = {row[2] for row in calls} | {turn.request_span_id for turn in turns}  # a call's row: its third
     kept: list[SpanRecord] = []
     for kind, record in classified:
         if kind != "request":
