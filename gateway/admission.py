@@ -54,4 +54,3 @@ class Admission:
         except TimeoutError:
             return False
         return True
-

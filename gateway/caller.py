@@ -60,9 +60,9 @@ def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:
     the trajectory store's indexes (`telemetry.records.SCHEMA`) rather than written on random pages."""
     sent = headers.get(TRAJECTORY_HEADER)
     named = is_trajectory_id(sent)
-    random = secrets.token_hex(18)  # the random part of a trajectory id, should the caller name none, and a request id
-    fresh = f"{time.time_ns() // 1_000_000:012x}{random[:20]}"
-    return (str(sent) if named else fresh), random[20:], named
+    drawn = secrets.token_hex(18)  # the random part of a trajectory id, should the caller name none, and a request id
+    fresh = f"{time.time_ns() // 1_000_000:012x}{drawn[:20]}"
+    return (str(sent) if named else fresh), drawn[20:], named
 
 
 def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys: Mapping[str, GatewayKey],

@@ -84,8 +84,6 @@ DROP TABLE tool_calls_v1;
 """
 
 
-
-
 class Link(NamedTuple):
     trace_id: str
     span_id: str
@@ -387,7 +385,6 @@ _PENDING = ("SELECT request_span_id FROM model_turns WHERE trajectory_id = '' "
             "UNION SELECT request_span_id FROM tool_calls WHERE trajectory_id = ''")
 _TRAJECTORY_SPAN = ("ON CONFLICT (id) DO UPDATE SET started = min(started, excluded.started), "
                     "ended = max(ended, excluded.ended)")
-_UPSERT_TRAJECTORY = f"INSERT INTO trajectories VALUES (?, ?, ?) {_TRAJECTORY_SPAN}"
 _UPSERT_TRAJECTORIES = ("INSERT INTO trajectories VALUES ", "(?, ?, ?)", f" {_TRAJECTORY_SPAN}")
 
 
@@ -458,29 +455,29 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     # request's turns here: its round is counted here, and it is written with others in one run.
     # Any other turn counts its round in the database, a run a turn.
     alone = trajectory_of_request.keys() - pending
-    in_batch = [turn for turn in turns if turn.request_span_id in alone and turn.trajectory_id]
+    in_batch: list[_TurnRow] = []
+    by_database: list[tuple[Any, ...]] = []
+    for turn in turns:
+        if turn.request_span_id in alone and turn.trajectory_id:
+            in_batch.append(turn)
+        else:
+            by_database.append(turn.counted_by_database())
     _insert_all(db, _INSERT_MODEL_TURNS, _turn_rounds(in_batch))
-    db.executemany(_INSERT_MODEL_TURN, [turn.counted_by_database() for turn in turns
-                                        if not (turn.request_span_id in alone and turn.trajectory_id)])
+    db.executemany(_INSERT_MODEL_TURN, by_database)
     # A request with a row in this batch is kept without asking the database (most are: the spans of
     # a request end within moments of each other); the others only when an earlier batch wrote one.
-    written = len(calls) + len(turns)
     parents = {row[2] for row in calls} | {turn.request_span_id for turn in turns}  # a call's row: its third
-    kept: list[SpanRecord] = []
-    for kind, record in classified:
-        if kind != "request":
-            continue
+    requests = [record for kind, record in classified if kind == "request"]
+    kept = [record for record in requests if record.span_id in parents]
+    _insert_all(db, _INSERT_REQUEST, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
+    for record in requests:
         trajectory_id = trajectory_of_request[record.span_id]
-        if record.span_id in parents:
+        if record.span_id not in parents and db.execute(
+                _INSERT_REQUEST_IF_ANY_ROW, (*_request_row(record, trajectory_id), trajectory_id, record.span_id,
+                                             trajectory_id, record.span_id)).rowcount > 0:
             kept.append(record)
-        elif db.execute(_INSERT_REQUEST_IF_ANY_ROW, (*_request_row(record, trajectory_id), trajectory_id,
-                                                     record.span_id, trajectory_id, record.span_id)).rowcount > 0:
-            db.execute(_UPSERT_TRAJECTORY, _trajectory_row(record, trajectory_id))
-            written += 1
-    if kept:
-        _insert_all(db, _INSERT_REQUEST, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
-        _insert_all(db, _UPSERT_TRAJECTORIES, [_trajectory_row(r, trajectory_of_request[r.span_id]) for r in kept])
-    return written + len(kept)
+    _insert_all(db, _UPSERT_TRAJECTORIES, [_trajectory_row(r, trajectory_of_request[r.span_id]) for r in kept])
+    return len(calls) + len(turns) + len(kept)
 
 
 def prune(db: sqlite3.Connection, *, before: float | None = None, oldest: int = 0) -> int:

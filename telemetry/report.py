@@ -153,9 +153,9 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str) -> dict[str, Any] | N
                "duration_ms")
     requests = _selected(db, "requests", columns, "WHERE trajectory_id = ?", (trajectory_id,))
     for request in requests:
-        of_request = "WHERE trajectory_id = ? AND request_span_id = ?", (trajectory_id, request["span_id"])
-        turns = _selected(db, "model_turns", _TURN_COLUMNS, *of_request)
-        calls = _selected(db, "tool_calls", _CALL_COLUMNS, *of_request)
+        of_request, ids = "WHERE trajectory_id = ? AND request_span_id = ?", (trajectory_id, request["span_id"])
+        turns = _selected(db, "model_turns", _TURN_COLUMNS, of_request, ids)
+        calls = _selected(db, "tool_calls", _CALL_COLUMNS, of_request, ids)
         for call in calls:
             call["suggestions"] = _suggestions(call["suggestions"])
         events = [{"type": "model_turn", **t} for t in turns] + [{"type": "tool_call", **c} for c in calls]

@@ -136,10 +136,10 @@ class TrajectoryStore(SpanProcessor):
         `batch_size`; a flush, a stop or a whole batch waiting ends the wait at once (a writer that
         lingered behind a full queue fell behind a busy gateway for good). Lingering makes the
         batches of a busy gateway large, and much of a transaction's cost is per transaction, not
-        per row: the rows of
-        a plain request took 74 us of CPU to write in batches of one request, 22 us in batches of a
-        hundred (`records.write` alone), and lingering 0.2 s cut the gateway's CPU per plain request
-        under wrk at concurrency 10 from about 575 to 495 us (as bench/proxy.py measures it).
+        per row: the rows of a plain request took 74 us of CPU to write in batches of one request,
+        22 us in batches of a hundred (`records.write` alone), and lingering 0.2 s cut the gateway's
+        CPU per plain request under wrk at concurrency 10 from about 575 to 495 us (as
+        bench/proxy.py measures it).
         The writer sleeps through the lingering instead of taking each span as it comes: woken for
         every span, it put 6% of a busy gateway's py-spy samples in `on_end` (the wake-up, on the
         request path) and 4% in this loop; sleeping, neither shows."""

@@ -56,7 +56,7 @@ async def read_body(request: web.Request) -> bytes:
     parts = []
     while part := await body.next_part():
         parts.append(part)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return b"".join(parts)
 
 
 class _BodyReader:
