@@ -295,6 +295,17 @@ def _values(columns: str) -> str:
     return ", ".join("?" if column == "v" else "NULLIF(?, '')" for column in columns)
 
 
+def _insert_many(table: str, columns: str) -> tuple[str, str, str]:
+    """An insert of many rows into `table` (its columns as in `_values`) for `_insert_all`: the
+    rows' plain parameters in a VALUES list, each column's NULLIF once in the SELECT over it. A
+    NULLIF for every parameter made SQLite's prepared statements ten times larger: the statements
+    of a 19-column table up to 256 rows took 6.7 MiB of memory, these 0.8 MiB."""
+    select = ", ".join(f"column{n}" if column == "v" else f"NULLIF(column{n}, '')"
+                       for n, column in enumerate(columns, 1))
+    return (f"INSERT OR REPLACE INTO {table} SELECT {select} FROM (VALUES ",
+            "(" + ", ".join("?" * len(columns)) + ")", ")")
+
+
 def _tool_call_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     a = r.attributes
     retried = next((link for link in r.links if names.ATTR_RETRY_KIND in link.attributes), None) \
@@ -365,7 +376,7 @@ def _trajectory_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     return trajectory, _seconds(r.start_ns), _seconds(r.end_ns)
 
 
-_INSERT_TOOL_CALL = f"INSERT OR REPLACE INTO tool_calls VALUES ({_values('vvtvvvttttttttttttttvv')})"
+_INSERT_TOOL_CALLS = _insert_many("tool_calls", "vvtvvvttttttttttttttvv")
 # A model turn's round is its place among the turns of its request (they run one after another),
 # counted from 1 as `toolspan.round` counts them: a tool call's round is the turn that asked for it.
 # The turns counted are the others that started before it, so a turn written again (the same OTLP
@@ -374,15 +385,16 @@ _INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values('vvv
                       "(SELECT COUNT(*) + 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ? "
                       "AND span_id != ? AND started <= ?), "
                       f"{_values('tttttvvvttttvv')})")
-_INSERT_MODEL_TURNS = ("INSERT OR REPLACE INTO model_turns VALUES ", f"({_values('vvvtvtttttvvvttttvv')})", "")
-_INSERT_REQUEST = ("INSERT OR REPLACE INTO requests VALUES ", f"({_values('vvvttvvvtvv')})", "")
+_INSERT_MODEL_TURNS = _insert_many("model_turns", "vvvtvtttttvvvttttvv")
+_INSERT_REQUESTS = _insert_many("requests", "vvvttvvvtvv")
 _INSERT_REQUEST_IF_ANY_ROW = (f"INSERT OR REPLACE INTO requests SELECT {_values('vvvttvvvtvv')} "
                               "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = ? AND request_span_id = ?) "
                               "OR EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ?)")
 _ADOPT_TURNS = "UPDATE OR REPLACE model_turns SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
 _ADOPT_CALLS = "UPDATE OR REPLACE tool_calls SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
-_PENDING = ("SELECT request_span_id FROM model_turns WHERE trajectory_id = '' "
-            "UNION SELECT request_span_id FROM tool_calls WHERE trajectory_id = ''")
+# One row (a JSON array), not a row each: sqlite3 lets other threads take the GIL at every row.
+_PENDING = ("SELECT json_group_array(request_span_id) FROM (SELECT request_span_id FROM model_turns "
+            "WHERE trajectory_id = '' UNION SELECT request_span_id FROM tool_calls WHERE trajectory_id = '')")
 _TRAJECTORY_SPAN = ("ON CONFLICT (id) DO UPDATE SET started = min(started, excluded.started), "
                     "ended = max(ended, excluded.ended)")
 _UPSERT_TRAJECTORIES = ("INSERT INTO trajectories VALUES ", "(?, ?, ?)", f" {_TRAJECTORY_SPAN}")
@@ -394,15 +406,17 @@ def _trajectory(record: SpanRecord) -> str:
     return _NONE if value is None else str(value)
 
 
-_CHUNKS = (64, 32, 16, 8, 4, 2, 1)  # rows an insert takes: few distinct statements (sqlite3 caches 128)
+_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # rows an insert takes: few distinct statements (sqlite3 caches 128)
 
 
 def _insert_all(db: sqlite3.Connection, statement: tuple[str, str, str], rows: list[tuple[Any, ...]]) -> None:
     """Inserts `rows` with `statement` (its head, one row's "(?, ...)", its tail), many rows a
-    statement. Each statement's run is where sqlite3 lets other threads take the GIL, and behind a
-    busy event loop the writer may then wait up to the switch interval (5 ms) to get it back; and
-    fewer runs cost less CPU: 13 against 15.5 us per plain request a row a run
-    (`bench/store_growth.py`)."""
+    statement, at most one statement of each size in `_CHUNKS` for the rest. Each statement's run
+    is where sqlite3 lets other threads take the GIL, and behind a busy event loop the store's
+    writer then waits up to the switch interval (5 ms) to get it back: with tool calls written a row
+    a run and the rest 64 rows a run, a batch of a busy gateway (bench/soak.py) took 0.1 to 0.5 s
+    of wall time for 0.02 to 0.04 s of CPU, and the writer fell behind. Fewer runs also cost less
+    CPU: 13 against 15.5 us per plain request a row a run (`bench/store_growth.py`)."""
     head, row, tail = statement
     done = 0
     for size in _CHUNKS:
@@ -439,7 +453,7 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     Rows go in many to a statement where they can (`_insert_all`)."""
     classified = [(kind_of(record), record) for record in records]
     trajectory_of_request = {record.span_id: _trajectory(record) for kind, record in classified if kind == "request"}
-    pending = {row[0] for row in db.execute(_PENDING)} if trajectory_of_request else set()
+    pending = set(json.loads(db.execute(_PENDING).fetchone()[0])) if trajectory_of_request else set()
     for span_id in pending & trajectory_of_request.keys():
         db.execute(_ADOPT_TURNS, (trajectory_of_request[span_id], span_id))
         db.execute(_ADOPT_CALLS, (trajectory_of_request[span_id], span_id))
@@ -449,8 +463,7 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
 
     calls = [_tool_call_row(record, trajectory(record)) for kind, record in classified if kind == "tool_call"]
     turns = [_model_turn_row(record, trajectory(record)) for kind, record in classified if kind == "model_turn"]
-    if calls:
-        db.executemany(_INSERT_TOOL_CALL, calls)
+    _insert_all(db, _INSERT_TOOL_CALLS, calls)
     # A turn of a request in this batch whose turns none before were written (pending) has all its
     # request's turns here: its round is counted here, and it is written with others in one run.
     # Any other turn counts its round in the database, a run a turn.
@@ -469,7 +482,7 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     parents = {row[2] for row in calls} | {turn.request_span_id for turn in turns}  # a call's row: its third
     requests = [record for kind, record in classified if kind == "request"]
     kept = [record for record in requests if record.span_id in parents]
-    _insert_all(db, _INSERT_REQUEST, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
+    _insert_all(db, _INSERT_REQUESTS, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
     for record in requests:
         trajectory_id = trajectory_of_request[record.span_id]
         if record.span_id not in parents and db.execute(
@@ -509,5 +522,6 @@ def prune_orphans(db: sqlite3.Connection, *, before: float) -> None:
 
 def used_bytes(db: sqlite3.Connection) -> int:
     """Bytes the rows take (pages in use; freed pages are reused before the file grows)."""
-    pages = int(db.execute("PRAGMA page_count").fetchone()[0]) - int(db.execute("PRAGMA freelist_count").fetchone()[0])
-    return pages * int(db.execute("PRAGMA page_size").fetchone()[0])
+    pages, size = db.execute("SELECT (SELECT page_count FROM pragma_page_count()) - (SELECT freelist_count FROM "
+                             "pragma_freelist_count()), (SELECT page_size FROM pragma_page_size())").fetchone()
+    return int(pages) * int(size)

@@ -129,3 +129,34 @@ def test_a_full_batch_is_written_without_lingering(tmp_path: Path) -> None:
 
 def _has_schema(db: sqlite3.Connection) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'requests'").fetchone() is not None
+
+
+def _plain_tool_requests(count: int) -> list[SpanRecord]:
+    """`count` requests of one tool call and one model turn each, in the order their spans end."""
+    records = []
+    for number in range(count):
+        request, trace = f"{number:016x}", f"{number:032x}"
+        records += [
+            SpanRecord(names.SPAN_TOOL_CALL, SpanKind.INTERNAL, trace, f"a{number:015x}", request, 1, 2,
+                       {names.ATTR_TOOL_NAME: "add", names.ATTR_TOOL_CALL_ARGUMENTS: '{"a": 1}'}),
+            SpanRecord(f"{names.SPAN_CHAT_PREFIX} m", SpanKind.CLIENT, trace, f"b{number:015x}", request, 2, 3,
+                       {names.ATTR_REQUEST_MODEL: "m"}),
+            SpanRecord("POST /v1/chat/completions", SpanKind.SERVER, trace, request, None, 0, 4,
+                       {names.ATTR_CONVERSATION_ID: f"t{number:05}"})]
+    return records
+
+
+def test_a_batch_is_written_in_a_few_statements_however_many_its_rows() -> None:
+    """sqlite3 lets other threads take the GIL at every statement it runs, and behind a busy event
+    loop the writer waits up to 5 ms to get it back: a batch written a tool call a statement took
+    its writer 0.1 to 0.5 s and fell behind the gateway. Rows go many to a statement."""
+    for count in (300, 700):
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.executescript(SCHEMA)
+        statements: list[str] = []
+        db.set_trace_callback(statements.append)
+        assert write(db, _plain_tool_requests(count)) == 3 * count
+        db.set_trace_callback(None)
+        assert len(statements) <= 32, f"{len(statements)} statements for {count} requests"
+        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT trajectory_id) FROM tool_calls").fetchone() == (count, count)
+        assert db.execute("SELECT COUNT(*) FROM trajectories").fetchone() == (count,)
