@@ -23,9 +23,9 @@ from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
 from telemetry.messages import MessageCapture
-from telemetry.metrics import Metrics, encoder_for
+from telemetry.metrics import TOOL_DURATION_BUCKETS, Metrics, encoder_for
 from telemetry.propagation import Propagation, build_propagator
-from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar
+from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar_trace_id
 from telemetry.trajectory import Retry, Trajectories
 
 log = logging.getLogger("toolspan.telemetry")
@@ -81,7 +81,7 @@ class Telemetry:
         return RequestSpan(self.tracer, self.metrics, info, self._propagation, self._own_sampling)
 
     def chat(self, model: str, stream: bool) -> ChatSpan:
-        return ChatSpan(self.tracer, self.metrics, self._model_label(model), model, stream, self.provider_name,
+        return ChatSpan(self.tracer, self.metrics, self._model_label.chat_model(model), stream, self.provider_name,
                         self._propagation, self.messages)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
@@ -103,7 +103,7 @@ def _origin_attributes(origin: ToolOrigin) -> dict[str, Any]:
 class ToolCallSpan:
     """One `tool.call` span, current while the call runs; ends and counts exactly once."""
 
-    __slots__ = ("_call", "_context", "_exemplar", "_inst", "_label", "_origin", "_outcome", "_retry", "_span",
+    __slots__ = ("_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome", "_retry", "_span",
                  "_start", "_turn")
 
     def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
@@ -147,7 +147,7 @@ class ToolCallSpan:
         # Not made current itself: the steps name it as their parent, and the execute step is
         # what the tool body runs under.
         self._context = trace.set_span_in_context(self._span)
-        self._exemplar = exemplar(self._span)
+        self._exemplar_trace = exemplar_trace_id(self._span, self._span.get_span_context())
         self._start = perf_counter()
         return self
 
@@ -162,7 +162,7 @@ class ToolCallSpan:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        elapsed = perf_counter() - self._start
+        now = perf_counter()
         span = self._span
         try:
             outcome_label = self._record(span)
@@ -170,7 +170,8 @@ class ToolCallSpan:
             span.end()
         metrics = self._inst.metrics
         metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
-        metrics.child(metrics.tool_call_duration, self._label, outcome_label).observe(elapsed, self._exemplar)
+        metrics.exemplar_histogram(metrics.tool_call_duration, TOOL_DURATION_BUCKETS, self._label,
+                                   outcome_label).observe(now - self._start, self._exemplar_trace, now)
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             metrics.child(metrics.tool_rejections, self._label, outcome.rejection.reason).inc()

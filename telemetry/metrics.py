@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -14,6 +16,7 @@ from telemetry import names
 TOOL_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+EXEMPLAR_INTERVAL = 1.0  # seconds: at most one exemplar per bucket of a series in this time
 
 
 def encoder_for(accept: str | None) -> tuple[Callable[[CollectorRegistry], bytes], str]:
@@ -24,6 +27,56 @@ def encoder_for(accept: str | None) -> tuple[Callable[[CollectorRegistry], bytes
         return choose_encoder(accept or "")
     except (TypeError, ValueError):
         return choose_encoder("")
+
+
+class ExemplarHistogram:
+    """One series (label child) of a duration histogram, linking its buckets to traces: an
+    observation with a trace id takes it as its bucket's exemplar when that bucket has taken none
+    for EXEMPLAR_INTERVAL, and is observed plainly otherwise.
+
+    Exemplars are samples: prometheus_client keeps only the latest of each bucket, and a scrape
+    (every 15 s or so) sees only that one, so at most one a second per bucket and series loses
+    nothing a dashboard shows (Grafana draws the exemplars Prometheus scraped; a scrape more
+    often than once a second may show a bucket's exemplar again), while each observation of a
+    busy series no longer pays for one: 1.8 us (validated, time-stamped, taken under a lock)
+    against 0.7 us plain, the trace id formatted only when taken. `bench/request_telemetry.py
+    --repeats 9` (a request: two histograms), ours 62.4 -> 57.8 us, ours / sdk 1.27 -> 1.19."""
+
+    __slots__ = ("_bounds", "_child", "_due")
+
+    def __init__(self, child: Any, buckets: Sequence[float]) -> None:
+        self._child = child
+        self._bounds = (*buckets, float("inf"))  # the histogram's upper bounds, as it finds a bucket
+        self._due = [float("-inf")] * len(self._bounds)  # per bucket: when it may take an exemplar again
+
+    def observe(self, value: float, trace_id: int | None, now: float) -> None:
+        """`value` observed; `trace_id` is the trace behind it, None for a trace nobody keeps.
+        `now`: a monotonic clock in seconds (perf_counter, which the caller measured `value` with)."""
+        if trace_id is not None:
+            bucket = bisect_left(self._bounds, value)  # the first bound >= value, as prometheus_client's
+            if now >= self._due[bucket]:
+                self._due[bucket] = now + EXEMPLAR_INTERVAL
+                self._child.observe(value, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")})
+                return
+        self._child.observe(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSeries:
+    """The series one answered request moves, for one route and status."""
+
+    answered: Any  # requests_total{route,status}
+    duration: ExemplarHistogram  # request_duration_seconds{route}
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSeries:
+    """The series one provider call moves, for one model label and status."""
+
+    calls: Any  # upstream_requests_total{model,status}
+    duration: ExemplarHistogram  # upstream_request_duration_seconds{model}
+    input_tokens: Any  # tokens_total{model,type=input}
+    output_tokens: Any  # tokens_total{model,type=output}
 
 
 class Metrics:
@@ -92,6 +145,9 @@ class Metrics:
         # Label children, looked up per call: every label here is bounded (see names.py), so
         # this cache is too, and it saves prometheus_client's lock and validation each time.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._histograms: dict[tuple[int, tuple[str, ...]], ExemplarHistogram] = {}
+        self._request_series: dict[tuple[str, str], RequestSeries] = {}
+        self._upstream_series: dict[tuple[str, str], UpstreamSeries] = {}
 
     def state_store_answered(self, up: bool) -> None:
         """A command to the shared state store succeeded (`up`), or failed or timed out."""
@@ -109,4 +165,33 @@ class Metrics:
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = metric.labels(*values)
+        return found
+
+    def exemplar_histogram(self, histogram: Histogram, buckets: Sequence[float], *values: str) -> ExemplarHistogram:
+        """`histogram.labels(*values)` (its buckets: `buckets`) as an ExemplarHistogram, cached:
+        one per series, so that its exemplars are limited per series."""
+        key = (id(histogram), values)
+        found = self._histograms.get(key)
+        if found is None:
+            found = self._histograms[key] = ExemplarHistogram(histogram.labels(*values), buckets)
+        return found
+
+    def request_series(self, route: str, status: str) -> RequestSeries:
+        """The series of an answered request, cached: one lookup per request, not one per series
+        (for a request and its provider call, two lookups of 0.16 us where six of 0.17 were)."""
+        found = self._request_series.get((route, status))
+        if found is None:
+            found = self._request_series[route, status] = RequestSeries(
+                self.child(self.requests, route, status),
+                self.exemplar_histogram(self.request_duration, REQUEST_DURATION_BUCKETS, route))
+        return found
+
+    def upstream_series(self, model: str, status: str) -> UpstreamSeries:
+        """The series of a provider call, cached like request_series."""
+        found = self._upstream_series.get((model, status))
+        if found is None:
+            found = self._upstream_series[model, status] = UpstreamSeries(
+                self.child(self.upstream_requests, model, status),
+                self.exemplar_histogram(self.upstream_duration, REQUEST_DURATION_BUCKETS, model),
+                self.child(self.tokens, model, names.TOKEN_INPUT), self.child(self.tokens, model, names.TOKEN_OUTPUT))
         return found

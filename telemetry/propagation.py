@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
+from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 DEFAULT_PROPAGATORS = "tracecontext,baggage"  # the specification's default: W3C trace context and baggage
@@ -25,6 +27,8 @@ def build_propagator(configured: str | None = DEFAULT_PROPAGATORS) -> TextMapPro
     chosen = list(dict.fromkeys(n.strip().lower() for n in configured.split(",") if n.strip()))
     if "none" in chosen:
         return CompositePropagator([])
+    if chosen == ["tracecontext", "baggage"]:
+        return W3CPropagator()
     return CompositePropagator([_propagator(name, configured) for name in chosen])
 
 
@@ -40,28 +44,64 @@ def _propagator(name: str, configured: str) -> TextMapPropagator:
     return propagator
 
 
+class W3CPropagator(CompositePropagator):
+    """W3C trace context, then W3C baggage: the default propagators, as CompositePropagator runs
+    them. Named, so that Propagation can write their headers without going through them."""
+
+    def __init__(self) -> None:
+        super().__init__([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+
+
 class Propagation:
     """One propagator, used both ways: the caller's context out of a request's headers, and a span's
     context into the headers of a provider request."""
 
-    __slots__ = ("_fields", "_propagator")
+    __slots__ = ("_fields", "_propagator", "_w3c_baggage")
 
     def __init__(self, propagator: TextMapPropagator) -> None:
         self._propagator = propagator
         self._fields = frozenset(field.lower() for field in propagator.fields)
+        # Only for the default propagators: inject_span writes their trace context itself.
+        self._w3c_baggage = W3CBaggagePropagator() if type(propagator) is W3CPropagator else None
 
     def extract(self, headers: Mapping[str, str]) -> Context | None:
         """The caller's context; None (without the work) when the headers carry none of its fields.
         `headers` should be case-insensitive, as aiohttp's are."""
-        if not any(field in headers for field in self._fields):
-            return None
-        return self._propagator.extract(headers)
+        for field in self._fields:
+            if field in headers:
+                return self._propagator.extract(headers)
+        return None
 
     def inject(self, headers: dict[str, str], context: Context) -> None:
         """`context` written into `headers`, over whatever the caller sent in the same fields (in any
         letter case): the provider sees one trace context, the gateway's."""
         if not self._fields:
             return
+        self._drop_stale(headers)
+        self._propagator.inject(headers, context)
+
+    def inject_span(self, headers: dict[str, str], span: Span, parent: Context) -> None:
+        """What inject(headers, set_span_in_context(span, parent)) writes: `span`'s trace context and
+        the baggage of `parent`, the context it runs in. For the default propagators, without
+        building that context or going through them: the traceparent formatted here as W3C's
+        propagator formats it, the baggage by its propagator. Per provider call 2.9 -> 1.7 us
+        (timeit); `bench/request_telemetry.py --repeats 9`, ours / sdk: 1.23 -> 1.19."""
+        baggage = self._w3c_baggage
+        if baggage is None:
+            self.inject(headers, trace.set_span_in_context(span, parent))
+            return
+        self._drop_stale(headers)
+        context = span.get_span_context()
+        if context != INVALID_SPAN_CONTEXT:
+            # %-formatting: 0.5 us where an f-string's format specs take 0.7.
+            traceparent = "00-%032x-%016x-%02x" % (context.trace_id, context.span_id, context.trace_flags)  # noqa: UP031
+            headers["traceparent"] = traceparent
+            if context.trace_state:
+                headers["tracestate"] = context.trace_state.to_header()
+        baggage.inject(headers, parent)
+
+    def _drop_stale(self, headers: dict[str, str]) -> None:
+        if self._fields.isdisjoint(map(str.lower, headers)):
+            return
         for stale in [name for name in headers if name.lower() in self._fields]:
             del headers[stale]
-        self._propagator.inject(headers, context)
