@@ -9,7 +9,15 @@ Targets, each its own process on loopback, on the event loop `toolspan serve` us
                   to an exporter that drops them, metrics, the trajectory store on its own file;
   toolspan-notel  the same with Settings(telemetry=False);
   before          with --compare DIR only: toolspan served by the checkout at DIR (its own
-                  bench/proxy.py, with DIR first on PYTHONPATH; checked at start-up).
+                  bench/proxy.py, with DIR first on PYTHONPATH; checked at start-up);
+  floor-otel      with --sdk only: the floor plus what the OpenTelemetry SDK and prometheus_client
+                  alone do for a plain request (request_telemetry.SdkTelemetry: toolspan's two
+                  spans with their attributes, through the same kind of BatchSpanProcessor, and its
+                  metric updates): what the SDK's telemetry costs a bare hop;
+  toolspan-nostore  with --sdk only: toolspan with the trajectory store off, so that toolspan's
+                  spans and metrics (toolspan-nostore - toolspan-notel) compare with the SDK's
+                  (floor-otel - floor).
+The floors are served as the gateway is: uvloop, and the garbage collector settled once listening.
 The upstream gets the same request from every target: the gateways add the demo tools to what the
 client sends, so the client sends those tool specs to direct and floor itself.
 
@@ -46,10 +54,14 @@ Verdicts, with the targets of issue 14:
   p50 added over direct at concurrency 1             <= 1.0 ms plain and 30kb, both APIs
   time to first byte added over direct               <= 1.0 ms stream, both APIs
   toolspan CPU/request, tool round / plain           <= 2.2    tool, both APIs (needs plain too)
+  with --sdk, toolspan's spans and metrics over the SDK's alone:
+  (toolspan-nostore - notel) / (floor-otel - floor)  <= 1.0    plain, both APIs
+  and, without a target, the SDK's share of floor-otel's CPU and the store's CPU per request
+  (toolspan - toolspan-nostore).
 The other scenarios' ratios are printed without a target.
 
     python bench/proxy.py [--scenarios plain,stream,tool,30kb|all] [--rounds 5] [--seconds 5]
-                          [--ttfb-requests 300] [--compare DIR]
+                          [--ttfb-requests 300] [--compare DIR] [--sdk]
 
 --scenarios: a comma-separated list of plain, stream, tool, 30kb (Chat Completions) and
 responses-plain, responses-stream, responses-tool, responses-30kb, or `all`; the default is the four
@@ -71,7 +83,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +94,7 @@ from aiohttp import web
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT, RESPONSES = "/chat/completions", "/responses"  # the two APIs' paths, under /v1
-GATEWAYS = ("toolspan", "toolspan-notel", "before")  # the targets that add the demo tools themselves
+GATEWAYS = ("toolspan", "toolspan-notel", "toolspan-nostore", "before")  # targets that add the demo tools themselves
 TICKS = os.sysconf("SC_CLK_TCK")
 CORES = os.cpu_count() or 1
 WARM_UP = 100  # requests each target takes per scenario before the rounds
@@ -253,16 +265,67 @@ async def _serve_floor(port: int, upstream: str) -> None:
                 pass  # the client left (wrk does, in the middle of requests, at the end of a run)
             return response  # aiohttp ends the body
 
+    await _serve_app(port, forward)
+
+
+async def _serve_floor_otel(port: int, upstream: str) -> None:
+    """The floor, with what the OpenTelemetry SDK and prometheus_client alone do for a request
+    (`request_telemetry.SdkTelemetry`: toolspan's two spans with their attributes, through a
+    BatchSpanProcessor to an exporter that drops them, and its metric updates): what telemetry
+    costs a bare hop, against which toolspan's own telemetry is measured."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from prometheus_client import CollectorRegistry
+    from request_telemetry import SdkTelemetry
+    from tool_pipeline import DropExporter
+
+    from telemetry.metrics import Metrics
+    from telemetry.tracing import build_provider, tracer_of
+
+    provider = build_provider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+    sdk = SdkTelemetry(tracer_of(provider), Metrics(CollectorRegistry()))
+    session = aiohttp.ClientSession(auto_decompress=False)
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        server, token = sdk.request()
+        try:
+            body = await request.read()
+            chat = sdk.chat()
+            async with session.post(upstream + request.path.removeprefix("/v1"), data=body,
+                                    headers={"Content-Type": "application/json"}) as answer:
+                response = web.StreamResponse(status=answer.status,
+                                              headers={"Content-Type": answer.headers["Content-Type"]})
+                try:
+                    await response.prepare(request)
+                    async for data in answer.content.iter_any():
+                        await response.write(data)
+                except ConnectionError:
+                    pass
+            sdk.chat_done(chat, time.perf_counter() - started)
+            return response
+        finally:
+            sdk.request_done(server, token, time.perf_counter() - started)
+
+    await _serve_app(port, forward)
+
+
+async def _serve_app(port: int, forward: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+    """`forward` on both paths, served as the gateway serves (its garbage collector settled the
+    same way once listening)."""
+    from gateway.runtime import settle_garbage_collector
+
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1" + CHAT, forward)
     app.router.add_post("/v1" + RESPONSES, forward)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)  # as the gateway's
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
+    settle_garbage_collector()
     await asyncio.Event().wait()
 
 
-async def _serve_toolspan(port: int, upstream: str, telemetry: bool) -> None:
+async def _serve_toolspan(port: int, upstream: str, telemetry: bool, store: bool = True) -> None:
     from collections.abc import Sequence as Seq
 
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -275,7 +338,7 @@ async def _serve_toolspan(port: int, upstream: str, telemetry: bool) -> None:
         def export(self, spans: Seq[Any]) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    settings = Settings(port=port, upstream=upstream, telemetry=telemetry)
+    settings = Settings(port=port, upstream=upstream, telemetry=telemetry, trajectory_store=store)
     async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(Drop())]):
         await asyncio.Event().wait()
 
@@ -287,8 +350,10 @@ def _serve(kind: str, port: int, upstream: str | None) -> None:
         run(_serve_upstream(port))
     elif kind == "floor":
         run(_serve_floor(port, str(upstream)))
+    elif kind == "floor-otel":
+        run(_serve_floor_otel(port, str(upstream)))
     else:
-        run(_serve_toolspan(port, str(upstream), telemetry=kind == "toolspan"))
+        run(_serve_toolspan(port, str(upstream), telemetry=kind != "toolspan-notel", store=kind != "toolspan-nostore"))
 
 
 # --- processes ------------------------------------------------------------------------------------------
@@ -559,8 +624,11 @@ def measure(targets: list[Target], scenarios: Sequence[Scenario], rounds: int, s
     return results
 
 
-def run(scenarios: Sequence[Scenario], rounds: int, seconds: int, ttfb_requests: int, compare: Path | None) -> None:
+def run(scenarios: Sequence[Scenario], rounds: int, seconds: int, ttfb_requests: int, compare: Path | None,
+        sdk: bool = False) -> None:
     servers = [("floor", "floor", ROOT), ("toolspan", "toolspan", ROOT), ("toolspan-notel", "toolspan-notel", ROOT)]
+    if sdk:
+        servers += [("floor-otel", "floor-otel", ROOT), ("toolspan-nostore", "toolspan-nostore", ROOT)]
     if compare is not None:
         print(f"before: toolspan from {compare} (its gateway package: {_check_imports(compare)})")
         servers.append(("before", "toolspan", compare))
@@ -656,6 +724,21 @@ def verdicts(scenario: Scenario, results: Results) -> list[str]:
     if scenario.kind == "tool" and plain in results:
         ratios = [a.cpu_us / b.cpu_us for a, b in zip(found["toolspan"], results[plain]["toolspan"], strict=True)]
         lines.append(_line(scenario, "toolspan CPU, tool round / plain", ratios, "{:.2f}", 2.2))
+    if "floor-otel" in found:
+        cpu = {name: [sample.cpu_us for sample in found[name]]
+               for name in ("floor", "floor-otel", "toolspan", "toolspan-notel", "toolspan-nostore")}
+        ours = [a - b for a, b in zip(cpu["toolspan-nostore"], cpu["toolspan-notel"], strict=True)]
+        sdk = [a - b for a, b in zip(cpu["floor-otel"], cpu["floor"], strict=True)]
+        lines += [
+            _line(scenario, "toolspan's spans and metrics", ours, "{:.0f} µs", None),
+            _line(scenario, "  the SDK's alone (floor-otel)", sdk, "{:.0f} µs", None),
+            _line(scenario, "toolspan's / the SDK's", [a / b for a, b in zip(ours, sdk, strict=True)], "{:.2f}",
+                  1.0 if scenario.kind == "plain" else None),
+            _line(scenario, "  the SDK's share of floor-otel",
+                  [b / a for a, b in zip(cpu["floor-otel"], sdk, strict=True)], "{:.0%}", None),
+            _line(scenario, "the trajectory store", [a - b for a, b in zip(cpu["toolspan"], cpu["toolspan-nostore"],
+                                                                          strict=True)], "{:.0f} µs", None),
+        ]
     if "before" in found:
         lines.append(_line(scenario, "toolspan/before CPU per request",
                            per_round(lambda a, b: a.cpu_us / b.cpu_us, "toolspan", "before"), "{:.2f}", None))
@@ -682,7 +765,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=5, help="length of each wrk run")
     parser.add_argument("--ttfb-requests", type=int, default=300, help="streamed requests per time-to-first-byte run")
     parser.add_argument("--compare", type=Path, metavar="DIR", help="also measure toolspan from the checkout at DIR")
-    parser.add_argument("--serve", choices=("upstream", "floor", "toolspan", "toolspan-notel"), help=argparse.SUPPRESS)
+    parser.add_argument("--sdk", action="store_true",
+                        help="also measure floor-otel and toolspan-nostore: toolspan's spans and metrics against "
+                             "the SDK's")
+    parser.add_argument("--serve", choices=("upstream", "floor", "floor-otel", "toolspan", "toolspan-notel",
+                                            "toolspan-nostore"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -697,7 +784,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--compare: no bench/proxy.py in {options.compare}")
     _need_wrk()
     run(scenarios, options.rounds, options.seconds, options.ttfb_requests,
-        options.compare.resolve() if options.compare is not None else None)
+        options.compare.resolve() if options.compare is not None else None, options.sdk)
 
 
 if __name__ == "__main__":

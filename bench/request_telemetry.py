@@ -25,13 +25,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextvars import Token
 from dataclasses import dataclass
 from pathlib import Path
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind, Tracer
 from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,41 +66,65 @@ class Answer:  # a ModelAnswer
 ANSWER = Answer()
 
 
-def sdk_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
-    in_flight = metrics.in_flight
-    requests = metrics.requests.labels(ROUTE, "200")
-    duration = metrics.request_duration.labels(ROUTE)
-    upstream = metrics.upstream_requests.labels(MODEL, "200")
-    upstream_duration = metrics.upstream_duration.labels(MODEL)
-    input_tokens = metrics.tokens.labels(MODEL, names.TOKEN_INPUT)
-    output_tokens = metrics.tokens.labels(MODEL, names.TOKEN_OUTPUT)
-    rounds = metrics.tool_rounds
+class SdkTelemetry:
+    """What the OpenTelemetry SDK and prometheus_client alone do for a plain request: the SERVER span
+    started and made current, the `chat` CLIENT span started as its child around the provider call,
+    each ended with the attributes toolspan records, and the metric updates a plain request makes
+    on label children looked up beforehand. Used by `sdk_side` here and by bench/proxy.py's
+    `floor-otel` target (the bare hop plus this)."""
 
-    def one() -> None:
-        server = tracer.start_span(f"POST {ROUTE}", kind=SpanKind.SERVER)
+    def __init__(self, tracer: Tracer, metrics: Metrics) -> None:
+        self._tracer = tracer
+        self._in_flight = metrics.in_flight
+        self._requests = metrics.requests.labels(ROUTE, "200")
+        self._duration = metrics.request_duration.labels(ROUTE)
+        self._upstream = metrics.upstream_requests.labels(MODEL, "200")
+        self._upstream_duration = metrics.upstream_duration.labels(MODEL)
+        self._input_tokens = metrics.tokens.labels(MODEL, names.TOKEN_INPUT)
+        self._output_tokens = metrics.tokens.labels(MODEL, names.TOKEN_OUTPUT)
+        self._rounds = metrics.tool_rounds
+
+    def request(self) -> tuple[Span, Token[Context]]:
+        server = self._tracer.start_span(f"POST {ROUTE}", kind=SpanKind.SERVER)
         token = otel_context.attach(trace.set_span_in_context(server))
-        in_flight.inc()
-        chat = tracer.start_span(f"chat {MODEL}", kind=SpanKind.CLIENT)
+        self._in_flight.inc()
+        return server, token
+
+    def chat(self) -> Span:
+        return self._tracer.start_span(f"chat {MODEL}", kind=SpanKind.CLIENT)
+
+    def chat_done(self, chat: Span, seconds: float) -> None:
         chat.set_attributes({
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: "openai",
             names.ATTR_REQUEST_MODEL: MODEL, names.ATTR_REQUEST_STREAM: False,
             names.ATTR_RESPONSE_ID: ANSWER.response_id, names.ATTR_RESPONSE_MODEL: MODEL,
             names.ATTR_FINISH_REASONS: ["stop"], names.ATTR_INPUT_TOKENS: 31, names.ATTR_OUTPUT_TOKENS: 1})
         chat.end()
-        input_tokens.inc(31)
-        output_tokens.inc(1)
-        upstream.inc()
-        upstream_duration.observe(0.001)
+        self._input_tokens.inc(31)
+        self._output_tokens.inc(1)
+        self._upstream.inc()
+        self._upstream_duration.observe(seconds)
+
+    def request_done(self, server: Span, token: Token[Context], seconds: float) -> None:
         otel_context.detach(token)
-        in_flight.dec()
+        self._in_flight.dec()
         server.set_attributes({
             names.ATTR_HTTP_METHOD: "POST", names.ATTR_HTTP_ROUTE: ROUTE, names.ATTR_URL_PATH: ROUTE,
             names.ATTR_HTTP_STATUS: 200, names.ATTR_CONVERSATION_ID: TRAJECTORY, names.ATTR_ROUNDS: 1,
             names.ATTR_ROUND_LIMIT_REACHED: False})
         server.end()
-        rounds.observe(1)
-        requests.inc()
-        duration.observe(0.002)
+        self._rounds.observe(1)
+        self._requests.inc()
+        self._duration.observe(seconds)
+
+
+def sdk_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
+    sdk = SdkTelemetry(tracer, metrics)
+
+    def one() -> None:
+        server, token = sdk.request()
+        sdk.chat_done(sdk.chat(), 0.001)
+        sdk.request_done(server, token, 0.002)
 
     return one
 
