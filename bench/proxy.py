@@ -85,6 +85,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -246,26 +247,25 @@ async def _serve_upstream(port: int) -> None:
         await asyncio.Event().wait()
 
 
+async def _pass_through(session: aiohttp.ClientSession, upstream: str, request: web.Request) -> web.StreamResponse:
+    """The least a proxy can do: the body forwarded to the same path of the upstream, the answer
+    streamed back."""
+    body = await request.read()
+    async with session.post(upstream + request.path.removeprefix("/v1"), data=body,
+                            headers={"Content-Type": "application/json"}) as answer:
+        response = web.StreamResponse(status=answer.status, headers={"Content-Type": answer.headers["Content-Type"]})
+        try:
+            await response.prepare(request)
+            async for data in answer.content.iter_any():
+                await response.write(data)
+        except ConnectionError:
+            pass  # the client left (wrk does, in the middle of requests, at the end of a run)
+        return response  # aiohttp ends the body
+
+
 async def _serve_floor(port: int, upstream: str) -> None:
-    """The least a proxy can do: forward the body to the same path of the upstream, stream the
-    answer back."""
     session = aiohttp.ClientSession(auto_decompress=False)
-
-    async def forward(request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        async with session.post(upstream + request.path.removeprefix("/v1"), data=body,
-                                headers={"Content-Type": "application/json"}) as answer:
-            response = web.StreamResponse(status=answer.status,
-                                          headers={"Content-Type": answer.headers["Content-Type"]})
-            try:
-                await response.prepare(request)
-                async for data in answer.content.iter_any():
-                    await response.write(data)
-            except ConnectionError:
-                pass  # the client left (wrk does, in the middle of requests, at the end of a run)
-            return response  # aiohttp ends the body
-
-    await _serve_app(port, forward)
+    await _serve_app(port, partial(_pass_through, session, upstream))
 
 
 async def _serve_floor_otel(port: int, upstream: str) -> None:
@@ -290,18 +290,8 @@ async def _serve_floor_otel(port: int, upstream: str) -> None:
         started = time.perf_counter()
         server, token = sdk.request()
         try:
-            body = await request.read()
-            chat = sdk.chat()
-            async with session.post(upstream + request.path.removeprefix("/v1"), data=body,
-                                    headers={"Content-Type": "application/json"}) as answer:
-                response = web.StreamResponse(status=answer.status,
-                                              headers={"Content-Type": answer.headers["Content-Type"]})
-                try:
-                    await response.prepare(request)
-                    async for data in answer.content.iter_any():
-                        await response.write(data)
-                except ConnectionError:
-                    pass
+            chat = sdk.chat()  # around the provider call: here, the whole pass-through
+            response = await _pass_through(session, upstream, request)
             sdk.chat_done(chat, time.perf_counter() - started)
             return response
         finally:
