@@ -12,8 +12,9 @@ Targets, each its own process on loopback, on the event loop `toolspan serve` us
                   bench/proxy.py, with DIR first on PYTHONPATH; checked at start-up);
   floor-otel      with --sdk only: the floor plus what the OpenTelemetry SDK and prometheus_client
                   alone do for a plain request (request_telemetry.SdkTelemetry: toolspan's two
-                  spans with their attributes, through the same kind of BatchSpanProcessor, and its
-                  metric updates): what the SDK's telemetry costs a bare hop;
+                  spans with their attributes, through the same kind of BatchSpanProcessor, the
+                  chat span's trace context written into the upstream request by the SDK's
+                  propagators, and the metric updates): what the SDK's telemetry costs a bare hop;
   toolspan-nostore  with --sdk only: toolspan with the trajectory store off, so that toolspan's
                   spans and metrics (toolspan-nostore - toolspan-notel) compare with the SDK's
                   (floor-otel - floor).
@@ -247,12 +248,13 @@ async def _serve_upstream(port: int) -> None:
         await asyncio.Event().wait()
 
 
-async def _pass_through(session: aiohttp.ClientSession, upstream: str, request: web.Request) -> web.StreamResponse:
-    """The least a proxy can do: the body forwarded to the same path of the upstream, the answer
-    streamed back."""
+async def _pass_through(session: aiohttp.ClientSession, upstream: str, request: web.Request,
+                        headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """The least a proxy can do: the body forwarded to the same path of the upstream (with
+    `headers`, default a JSON content type), the answer streamed back."""
     body = await request.read()
     async with session.post(upstream + request.path.removeprefix("/v1"), data=body,
-                            headers={"Content-Type": "application/json"}) as answer:
+                            headers=headers or {"Content-Type": "application/json"}) as answer:
         response = web.StreamResponse(status=answer.status, headers={"Content-Type": answer.headers["Content-Type"]})
         try:
             await response.prepare(request)
@@ -271,8 +273,9 @@ async def _serve_floor(port: int, upstream: str) -> None:
 async def _serve_floor_otel(port: int, upstream: str) -> None:
     """The floor, with what the OpenTelemetry SDK and prometheus_client alone do for a request
     (`request_telemetry.SdkTelemetry`: toolspan's two spans with their attributes, through a
-    BatchSpanProcessor to an exporter that drops them, and its metric updates): what telemetry
-    costs a bare hop, against which toolspan's own telemetry is measured."""
+    BatchSpanProcessor to an exporter that drops them, the chat span's trace context written into
+    the upstream request, and the metric updates): what telemetry costs a bare hop, against which
+    toolspan's own telemetry is measured."""
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from prometheus_client import CollectorRegistry
     from request_telemetry import SdkTelemetry
@@ -291,9 +294,12 @@ async def _serve_floor_otel(port: int, upstream: str) -> None:
         server, token = sdk.request()
         try:
             chat = sdk.chat()  # around the provider call: here, the whole pass-through
-            response = await _pass_through(session, upstream, request)
-            sdk.chat_done(chat, time.perf_counter() - started)
-            return response
+            try:
+                headers = {"Content-Type": "application/json"}
+                sdk.inject(chat, headers)
+                return await _pass_through(session, upstream, request, headers)
+            finally:
+                sdk.chat_done(chat, time.perf_counter() - started)
         finally:
             sdk.request_done(server, token, time.perf_counter() - started)
 
@@ -722,7 +728,8 @@ def verdicts(scenario: Scenario, results: Results) -> list[str]:
         lines += [
             _line(scenario, "toolspan's spans and metrics", ours, "{:.0f} µs", None),
             _line(scenario, "  the SDK's alone (floor-otel)", sdk, "{:.0f} µs", None),
-            _line(scenario, "toolspan's / the SDK's", [a / b for a, b in zip(ours, sdk, strict=True)], "{:.2f}",
+            _line(scenario, "toolspan's / the SDK's", [a / b if b > 0 else float("nan")
+                                                       for a, b in zip(ours, sdk, strict=True)], "{:.2f}",
                   1.0 if scenario.kind == "plain" else None),
             _line(scenario, "  the SDK's share of floor-otel",
                   [b / a for a, b in zip(cpu["floor-otel"], sdk, strict=True)], "{:.0%}", None),

@@ -4,7 +4,8 @@ of the same two spans plus the same metric updates (issue 14: "telemetry at the 
 Per request, in one process and one run, with the same tracer provider (a BatchSpanProcessor to an
 exporter that drops the spans) and a fresh prometheus_client registry for each side:
 - sdk:  the floor. The SERVER span started and made current, the `chat` CLIENT span started as
-        its child, each given the attributes toolspan records, ended; then the metric updates a
+        its child and its trace context written into the provider request's headers by the SDK's
+        propagators, each given the attributes toolspan records, ended; then the metric updates a
         plain request makes, on label children looked up beforehand: in-flight up and down,
         requests, request duration, upstream requests, upstream duration, input and output tokens,
         tool rounds;
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Tracer
@@ -93,6 +94,11 @@ class SdkTelemetry:
     def chat(self) -> Span:
         return self._tracer.start_span(f"chat {MODEL}", kind=SpanKind.CLIENT)
 
+    def inject(self, chat: Span, headers: dict[str, str]) -> None:
+        """The chat span's trace context into the provider request's headers, by the SDK's
+        propagators (W3C trace context and baggage), as toolspan writes it."""
+        propagate.inject(headers, trace.set_span_in_context(chat))
+
     def chat_done(self, chat: Span, seconds: float) -> None:
         chat.set_attributes({
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: "openai",
@@ -123,7 +129,9 @@ def sdk_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
 
     def one() -> None:
         server, token = sdk.request()
-        sdk.chat_done(sdk.chat(), 0.001)
+        chat = sdk.chat()
+        sdk.inject(chat, dict(HEADERS))
+        sdk.chat_done(chat, 0.001)
         sdk.request_done(server, token, 0.002)
 
     return one

@@ -23,7 +23,7 @@ from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
 from telemetry.messages import MessageCapture
-from telemetry.metrics import TOOL_DURATION_BUCKETS, Metrics, encoder_for
+from telemetry.metrics import Metrics, encoder_for
 from telemetry.propagation import Propagation, build_propagator
 from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar_trace_id
 from telemetry.trajectory import Retry, Trajectories
@@ -170,7 +170,7 @@ class ToolCallSpan:
             span.end()
         metrics = self._inst.metrics
         metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
-        metrics.exemplar_histogram(metrics.tool_call_duration, TOOL_DURATION_BUCKETS, self._label,
+        metrics.exemplar_histogram(metrics.tool_call_duration, self._label,
                                    outcome_label).observe(now - self._start, self._exemplar_trace, now)
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:

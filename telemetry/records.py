@@ -298,8 +298,9 @@ def _values(columns: str) -> str:
 def _insert_many(table: str, columns: str) -> tuple[str, str, str]:
     """An insert of many rows into `table` (its columns as in `_values`) for `_insert_all`: the
     rows' plain parameters in a VALUES list, each column's NULLIF once in the SELECT over it. A
-    NULLIF for every parameter made SQLite's prepared statements ten times larger: the statements
-    of a 19-column table up to 256 rows took 6.7 MiB of memory, these 0.8 MiB."""
+    NULLIF for every parameter made SQLite's prepared statements about three times larger: for a
+    19-column table, one statement of each size in `_CHUNKS` took 3.0 MiB by SQLite's own count
+    (sqlite3_memory_used, SQLite 3.40), these 1.1 MiB; the process grew by 6.7 and 0.8 MiB."""
     select = ", ".join(f"column{n}" if column == "v" else f"NULLIF(column{n}, '')"
                        for n, column in enumerate(columns, 1))
     return (f"INSERT OR REPLACE INTO {table} SELECT {select} FROM (VALUES ",
@@ -381,13 +382,15 @@ _INSERT_TOOL_CALLS = _insert_many("tool_calls", "vvtvvvttttttttttttttvv")
 # counted from 1 as `toolspan.round` counts them: a tool call's round is the turn that asked for it.
 # The turns counted are the others that started before it, so a turn written again (the same OTLP
 # file imported twice) keeps its round.
-_INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values('vvvt')}, "
+_REQUEST_COLUMNS = "vvvttvvvtvv"
+_TURN_COLUMNS = "vvvtvtttttvvvttttvv"  # the fifth, the round, counted in the batch or by the database
+_INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values(_TURN_COLUMNS[:4])}, "
                       "(SELECT COUNT(*) + 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ? "
                       "AND span_id != ? AND started <= ?), "
-                      f"{_values('tttttvvvttttvv')})")
-_INSERT_MODEL_TURNS = _insert_many("model_turns", "vvvtvtttttvvvttttvv")
-_INSERT_REQUESTS = _insert_many("requests", "vvvttvvvtvv")
-_INSERT_REQUEST_IF_ANY_ROW = (f"INSERT OR REPLACE INTO requests SELECT {_values('vvvttvvvtvv')} "
+                      f"{_values(_TURN_COLUMNS[5:])})")
+_INSERT_MODEL_TURNS = _insert_many("model_turns", _TURN_COLUMNS)
+_INSERT_REQUESTS = _insert_many("requests", _REQUEST_COLUMNS)
+_INSERT_REQUEST_IF_ANY_ROW = (f"INSERT OR REPLACE INTO requests SELECT {_values(_REQUEST_COLUMNS)} "
                               "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = ? AND request_span_id = ?) "
                               "OR EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ?)")
 _ADOPT_TURNS = "UPDATE OR REPLACE model_turns SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
@@ -418,8 +421,9 @@ def _insert_all(db: sqlite3.Connection, statement: tuple[str, str, str], rows: l
     of wall time for 0.02 to 0.04 s of CPU, and the writer fell behind. Fewer runs also cost less
     CPU: 13 against 15.5 us per plain request a row a run (`bench/store_growth.py`)."""
     head, row, tail = statement
+    most = db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // row.count("?")  # 999 variables before SQLite 3.32
     done = 0
-    for size in _CHUNKS:
+    for size in (size for size in _CHUNKS if size <= most):
         while len(rows) - done >= size:
             chunk = rows[done:done + size]
             db.execute(head + ", ".join([row] * size) + tail, [value for values in chunk for value in values])

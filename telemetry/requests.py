@@ -63,9 +63,6 @@ class ModelLabels:
         self._limit = limit
         self._max_chars = max_chars
 
-    def __call__(self, model: str) -> str:
-        return self.chat_model(model).label
-
     def chat_model(self, model: str) -> ChatModel:
         found = self._seen.get(model)
         if found is not None:

@@ -37,7 +37,11 @@ def telemetry(exporter: InMemorySpanExporter | None = None) -> Telemetry:
 # --- labels and attributes ----------------------------------------------------------------------
 
 def test_model_labels_bound_the_length_and_a_long_name_takes_no_slot() -> None:
-    labels = ModelLabels(limit=2, max_chars=8)
+    models = ModelLabels(limit=2, max_chars=8)
+
+    def labels(model: str) -> str:
+        return models.chat_model(model).label
+
     assert labels("x" * 9) == names.OTHER_MODEL
     assert labels("12345678") == "12345678"
     assert labels("x" * 10_000) == names.OTHER_MODEL

@@ -77,6 +77,17 @@ def test_the_exemplar_lands_in_the_bucket_prometheus_counts_the_value_in(value: 
     assert bucket == counted[0]  # the first (lowest) bucket that counts it
 
 
+@pytest.mark.parametrize("bound", REQUEST_DURATION_BUCKETS)
+def test_the_limiter_takes_turns_by_the_buckets_prometheus_counts_in(bound: float) -> None:
+    """A value on a bucket's bound and one just above it fall in two buckets: each takes its own
+    exemplar within the same second."""
+    metrics = Metrics(CollectorRegistry())
+    duration = metrics.request_series(ROUTE, "200").duration
+    duration.observe(bound, 0xA, now=100.0)
+    duration.observe(bound * 1.0001, 0xB, now=100.0)
+    assert sorted(trace for trace, _ in bucket_exemplars(metrics).values()) == [f"{0xA:032x}", f"{0xB:032x}"]
+
+
 # --- propagation ---------------------------------------------------------------------------------
 
 def the_propagators_pair() -> CompositePropagator:

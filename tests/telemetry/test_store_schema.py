@@ -160,3 +160,13 @@ def test_a_batch_is_written_in_a_few_statements_however_many_its_rows() -> None:
         assert len(statements) <= 32, f"{len(statements)} statements for {count} requests"
         assert db.execute("SELECT COUNT(*), COUNT(DISTINCT trajectory_id) FROM tool_calls").fetchone() == (count, count)
         assert db.execute("SELECT COUNT(*) FROM trajectories").fetchone() == (count,)
+
+
+def test_a_sqlite_of_999_variables_a_statement_still_takes_the_batch() -> None:
+    """SQLite before 3.32 allows 999 variables a statement: 256 rows of a tool call's 22 columns
+    would fail there, and the whole batch with them."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.executescript(SCHEMA)
+    db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    assert write(db, _plain_tool_requests(300)) == 900
+    assert db.execute("SELECT COUNT(*) FROM tool_calls").fetchone() == (300,)
