@@ -322,20 +322,15 @@ async def _serve_app(port: int, forward: Callable[[web.Request], Awaitable[web.S
 
 
 async def _serve_toolspan(port: int, upstream: str, telemetry: bool, store: bool = True) -> None:
-    from collections.abc import Sequence as Seq
-
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from tool_pipeline import DropExporter
 
     from gateway.demo.tools import demo_registry
     from gateway.runtime import gateway
     from gateway.settings import Settings
 
-    class Drop(SpanExporter):
-        def export(self, spans: Seq[Any]) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
     settings = Settings(port=port, upstream=upstream, telemetry=telemetry, trajectory_store=store)
-    async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(Drop())]):
+    async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(DropExporter())]):
         await asyncio.Event().wait()
 
 

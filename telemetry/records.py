@@ -295,6 +295,12 @@ def _values(columns: str) -> str:
     return ", ".join("?" if column == "v" else "NULLIF(?, '')" for column in columns)
 
 
+# Each table's parameters as `_values` spells them, a letter a column in the table's order.
+_CALL_PARAMS = "vvtvvvttttttttttttttvv"
+_TURN_PARAMS = "vvvtvtttttvvvttttvv"  # the fifth, the round, counted in the batch or by the database
+_REQUEST_PARAMS = "vvvttvvvtvv"
+
+
 def _insert_many(table: str, columns: str) -> tuple[str, str, str]:
     """An insert of many rows into `table` (its columns as in `_values`) for `_insert_all`: the
     rows' plain parameters in a VALUES list, each column's NULLIF once in the SELECT over it. A
@@ -377,20 +383,18 @@ def _trajectory_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
     return trajectory, _seconds(r.start_ns), _seconds(r.end_ns)
 
 
-_INSERT_TOOL_CALLS = _insert_many("tool_calls", "vvtvvvttttttttttttttvv")
+_INSERT_TOOL_CALLS = _insert_many("tool_calls", _CALL_PARAMS)
 # A model turn's round is its place among the turns of its request (they run one after another),
 # counted from 1 as `toolspan.round` counts them: a tool call's round is the turn that asked for it.
 # The turns counted are the others that started before it, so a turn written again (the same OTLP
 # file imported twice) keeps its round.
-_REQUEST_COLUMNS = "vvvttvvvtvv"
-_TURN_COLUMNS = "vvvtvtttttvvvttttvv"  # the fifth, the round, counted in the batch or by the database
-_INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values(_TURN_COLUMNS[:4])}, "
+_INSERT_MODEL_TURN = (f"INSERT OR REPLACE INTO model_turns VALUES ({_values(_TURN_PARAMS[:4])}, "
                       "(SELECT COUNT(*) + 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ? "
                       "AND span_id != ? AND started <= ?), "
-                      f"{_values(_TURN_COLUMNS[5:])})")
-_INSERT_MODEL_TURNS = _insert_many("model_turns", _TURN_COLUMNS)
-_INSERT_REQUESTS = _insert_many("requests", _REQUEST_COLUMNS)
-_INSERT_REQUEST_IF_ANY_ROW = (f"INSERT OR REPLACE INTO requests SELECT {_values(_REQUEST_COLUMNS)} "
+                      f"{_values(_TURN_PARAMS[5:])})")
+_INSERT_MODEL_TURNS = _insert_many("model_turns", _TURN_PARAMS)
+_INSERT_REQUESTS = _insert_many("requests", _REQUEST_PARAMS)
+_INSERT_REQUEST_IF_ANY_ROW = (f"INSERT OR REPLACE INTO requests SELECT {_values(_REQUEST_PARAMS)} "
                               "WHERE EXISTS (SELECT 1 FROM tool_calls WHERE trajectory_id = ? AND request_span_id = ?) "
                               "OR EXISTS (SELECT 1 FROM model_turns WHERE trajectory_id = ? AND request_span_id = ?)")
 _ADOPT_TURNS = "UPDATE OR REPLACE model_turns SET trajectory_id = ? WHERE trajectory_id = '' AND request_span_id = ?"
@@ -456,7 +460,8 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
 
     Rows go in many to a statement where they can (`_insert_all`)."""
     classified = [(kind_of(record), record) for record in records]
-    trajectory_of_request = {record.span_id: _trajectory(record) for kind, record in classified if kind == "request"}
+    requests = [record for kind, record in classified if kind == "request"]
+    trajectory_of_request = {record.span_id: _trajectory(record) for record in requests}
     pending = set(json.loads(db.execute(_PENDING).fetchone()[0])) if trajectory_of_request else set()
     for span_id in pending & trajectory_of_request.keys():
         db.execute(_ADOPT_TURNS, (trajectory_of_request[span_id], span_id))
@@ -484,7 +489,6 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     # A request with a row in this batch is kept without asking the database (most are: the spans of
     # a request end within moments of each other); the others only when an earlier batch wrote one.
     parents = {row[2] for row in calls} | {turn.request_span_id for turn in turns}  # a call's row: its third
-    requests = [record for kind, record in classified if kind == "request"]
     kept = [record for record in requests if record.span_id in parents]
     _insert_all(db, _INSERT_REQUESTS, [_request_row(r, trajectory_of_request[r.span_id]) for r in kept])
     for record in requests:
