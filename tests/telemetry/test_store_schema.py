@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,40 @@ def test_a_full_batch_is_written_without_lingering(tmp_path: Path) -> None:
     try:
         assert written == 2
     finally:
+        provider.shutdown()
+
+
+def test_a_writer_a_whole_batch_behind_gets_the_gil_from_the_request_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A saturated event loop gives the GIL up only when the switch interval forces it, and the
+    writer, which needs it after every statement, fell behind: memory grew by the spans waiting.
+    While a whole batch waits, every span ended gives the GIL up (`time.sleep(0)`); before, none."""
+    store = TrajectoryStore(tmp_path / "store.sqlite3", batch_size=4, linger_seconds=0.05)
+    writing, release = threading.Event(), threading.Event()
+
+    def stuck(records: list[SpanRecord]) -> None:  # a writer busy with a batch while more arrive
+        writing.set()
+        release.wait(30.0)
+
+    monkeypatch.setattr(store, "_write", stuck)
+    given_up: list[float] = []
+    monkeypatch.setattr(time, "sleep", given_up.append)
+    provider = TracerProvider()
+    provider.add_span_processor(store)
+    tracer = provider.get_tracer("test")
+
+    def end_a_span() -> int:
+        tracer.start_span(names.SPAN_TOOL_CALL, attributes={names.ATTR_TOOL_NAME: "add"}).end()
+        return len(given_up)
+
+    try:
+        assert end_a_span() == 0  # the writer takes it, lingers, and is held writing it
+        assert writing.wait(10.0)
+        assert [end_a_span() for _ in range(6)] == [0, 0, 0, 1, 2, 3]
+        assert given_up == [0, 0, 0]
+    finally:
+        release.set()
+        monkeypatch.undo()
         provider.shutdown()
 
 
