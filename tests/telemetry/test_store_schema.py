@@ -5,6 +5,7 @@ trajectory ids grow with time (so that the store's inserts append)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
 import time
@@ -205,3 +206,23 @@ def test_a_sqlite_of_999_variables_a_statement_still_takes_the_batch() -> None:
     db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
     assert write(db, _plain_tool_requests(300)) == 900
     assert db.execute("SELECT COUNT(*) FROM tool_calls").fetchone() == (300,)
+
+
+def test_listed_names_read_back_as_they_were_whatever_their_characters() -> None:
+    """Names lists are stored as JSON arrays; a lone surrogate, which an imported OTLP file's JSON
+    may carry (and a fast JSON encoder refuses), is stored as JSON escapes it, not lost with its batch."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.executescript(SCHEMA)
+    reasons = ["stop", "länge \ud800", "tool_calls"]
+    unrecognized = ["file_path", "pfad_ü"]
+    write(db, [
+        SpanRecord(names.SPAN_TOOL_CALL, SpanKind.INTERNAL, "1" * 32, "a" * 16, "c" * 16, 1, 2,
+                   {names.ATTR_TOOL_NAME: "read_file", names.ATTR_ARGS_UNRECOGNIZED: unrecognized}),
+        SpanRecord(f"{names.SPAN_CHAT_PREFIX} m", SpanKind.CLIENT, "1" * 32, "b" * 16, "c" * 16, 2, 3,
+                   {names.ATTR_FINISH_REASONS: reasons}),
+        SpanRecord("POST /v1/chat/completions", SpanKind.SERVER, "1" * 32, "c" * 16, None, 0, 4,
+                   {names.ATTR_CONVERSATION_ID: "listed-names"})])
+    [(stored_reasons,)] = db.execute("SELECT finish_reasons FROM model_turns").fetchall()
+    [(stored_names,)] = db.execute("SELECT unrecognized FROM tool_calls").fetchall()
+    assert json.loads(stored_reasons) == reasons
+    assert json.loads(stored_names) == unrecognized
