@@ -39,6 +39,7 @@ log = logging.getLogger("toolspan.store")
 
 _HIGH, _LOW = 0.9, 0.7  # past _HIGH of the size limit, the oldest trajectories go until under _LOW
 _ORPHAN_CHECK_SECONDS = 60.0
+_MAKE_WAY_SECONDS = 0.005  # CPython's default switch interval
 _Item = ReadableSpan | threading.Event | None  # a span; a flush marker; None: stop
 
 
@@ -71,6 +72,7 @@ class TrajectoryStore(SpanProcessor):
         self._failing = False
         self._orphans_at = float("-inf")
         self._stopped = False
+        self._next_way = float("-inf")  # when the request path may next give the writer the GIL
         self._thread = threading.Thread(target=self._run, name="toolspan-trajectory-store", daemon=True)
         self._thread.start()
 
@@ -91,17 +93,21 @@ class TrajectoryStore(SpanProcessor):
             self._hurry.set()
             self._make_way()
 
-    @staticmethod
-    def _make_way() -> None:
-        """Lets the writer have the GIL, while a whole batch or more waits for it. sqlite3 gives the
-        GIL up at every statement, and a saturated event loop, which never waits, hands it back only
-        when the switch interval forces it: the writer then waited up to 5 ms a statement, fell
-        behind, and the spans waiting for it were what the gateway's memory grew by. Giving the GIL
-        up here (`time.sleep(0)`, a few a request while the writer is behind) keeps the writer up:
-        `bench/soak.py` grew +1.8% to +1.9% in ten runs, against +4.5% to +20.9% (four of ten over
-        the 10% bound), for the same CPU per request under wrk (bench/proxy.py: plain 442 and 439
-        against 454 and 461 us, a tool round 932 and 952 against 994 and 916)."""
-        time.sleep(0)
+    def _make_way(self) -> None:
+        """Lets the writer have the GIL while a whole batch or more waits for it, at most once every
+        _MAKE_WAY_SECONDS. sqlite3 gives the GIL up at every statement, and an event loop that is
+        never idle takes it back before the writer can, until the switch interval (5 ms) forces a
+        hand-over: the writer fell behind, and the spans waiting for it were what the gateway's
+        memory grew by (bench/soak.py: +4.5% to +20.9% in ten runs, four over the 10% bound).
+        `time.sleep(0)` here is a real sleep on Linux, of about the timer slack (77 us, 19 of them
+        CPU, on the bench machine; CPython gh-125997): long enough for the writer to take the GIL.
+        Once every 5 ms, the soak grew +1.7% to +3.3% in ten runs (once every span end, +1.8% to
+        +1.9%); and a writer that cannot use the GIL (waiting for another worker's lock on the file,
+        or for the disk) costs the event loop at most one such sleep every 5 ms, 1.5% of its time."""
+        now = time.monotonic()
+        if now >= self._next_way:
+            self._next_way = now + _MAKE_WAY_SECONDS
+            time.sleep(0)
 
     # --- flushing and stopping -------------------------------------------------------------------
 

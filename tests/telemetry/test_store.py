@@ -27,6 +27,9 @@ def _rows(db: sqlite3.Connection, table: str) -> dict[str, dict[str, Any]]:
     return {row[0]: dict(zip(columns, row, strict=True)) for row in cursor}
 
 
+_LISTED = ("missing", "unrecognized", "suggestions")  # stored as JSON arrays, compared as json.dumps writes them
+
+
 def _listed(value: Any) -> str | None:
     return json.dumps(list(value)) if value else None
 
@@ -54,7 +57,9 @@ def test_every_tool_call_is_stored_as_its_span_says(session: Session) -> None:
     assert set(rows) == {hex_id(s.context.span_id) for s in spans}
     for span in spans:
         row = rows[hex_id(span.context.span_id)]
-        assert {k: row[k] for k in _expected_call(span)} == pytest.approx(_expected_call(span))
+        expected = _expected_call(span)
+        stored = {k: _listed(json.loads(row[k])) if k in _LISTED and row[k] is not None else row[k] for k in expected}
+        assert stored == pytest.approx(expected)
     outcomes = {row["outcome"] for row in rows.values()}
     assert outcomes == {"ok", "rejected", "error", "timeout", "interrupted"}
     assert {row["rejection_reason"] for row in rows.values()} == set(names.REJECTION_REASONS) | {None}

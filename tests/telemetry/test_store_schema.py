@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from opentelemetry.trace import SpanKind
 
 from gateway.caller import request_ids
 from telemetry import names
+from telemetry import store as store_module
 from telemetry.records import SCHEMA, SCHEMA_VERSION, SpanRecord, connect, record_of, write
 from telemetry.store import TrajectoryStore
 from tests.telemetry.conftest import Session
@@ -131,9 +133,10 @@ def test_a_full_batch_is_written_without_lingering(tmp_path: Path) -> None:
 
 def test_a_writer_a_whole_batch_behind_gets_the_gil_from_the_request_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A saturated event loop gives the GIL up only when the switch interval forces it, and the
-    writer, which needs it after every statement, fell behind: memory grew by the spans waiting.
-    While a whole batch waits, every span ended gives the GIL up (`time.sleep(0)`); before, none."""
+    """An event loop that is never idle keeps the GIL from the writer, which needs it after every
+    statement, until the switch interval forces a hand-over: the writer fell behind, and memory grew
+    by the spans waiting. While a whole batch waits, a span's end gives the GIL up (`time.sleep(0)`),
+    at most once every 5 ms: a writer stuck on a lock or a disk cannot take more of the loop's time."""
     store = TrajectoryStore(tmp_path / "store.sqlite3", batch_size=4, linger_seconds=0.05)
     writing, release = threading.Event(), threading.Event()
 
@@ -141,9 +144,11 @@ def test_a_writer_a_whole_batch_behind_gets_the_gil_from_the_request_path(
         writing.set()
         release.wait(30.0)
 
-    monkeypatch.setattr(store, "_write", stuck)
     given_up: list[float] = []
-    monkeypatch.setattr(time, "sleep", given_up.append)
+    now = [1000.0]
+    monkeypatch.setattr(store, "_write", stuck)
+    monkeypatch.setattr(store_module, "time", SimpleNamespace(sleep=given_up.append, monotonic=lambda: now[0],
+                                                              time=time.time))
     provider = TracerProvider()
     provider.add_span_processor(store)
     tracer = provider.get_tracer("test")
@@ -155,8 +160,12 @@ def test_a_writer_a_whole_batch_behind_gets_the_gil_from_the_request_path(
     try:
         assert end_a_span() == 0  # the writer takes it, lingers, and is held writing it
         assert writing.wait(10.0)
-        assert [end_a_span() for _ in range(6)] == [0, 0, 0, 1, 2, 3]
-        assert given_up == [0, 0, 0]
+        assert [end_a_span() for _ in range(6)] == [0, 0, 0, 1, 1, 1]  # a whole batch waits from the 4th
+        now[0] += 0.004
+        assert end_a_span() == 1
+        now[0] += 0.001
+        assert [end_a_span() for _ in range(2)] == [2, 2]
+        assert given_up == [0, 0]
     finally:
         release.set()
         monkeypatch.undo()
