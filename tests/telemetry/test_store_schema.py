@@ -218,8 +218,9 @@ def test_a_sqlite_of_999_variables_a_statement_still_takes_the_batch() -> None:
 
 
 def test_listed_names_read_back_as_they_were_whatever_their_characters() -> None:
-    """Names lists are stored as JSON arrays; a lone surrogate, which an imported OTLP file's JSON
-    may carry (and a fast JSON encoder refuses), is stored as JSON escapes it, not lost with its batch."""
+    """Names lists are stored as JSON arrays; in them, a lone surrogate, which an imported OTLP
+    file's JSON may carry and orjson refuses, is stored as JSON escapes it (as json.dumps always
+    did) rather than failing the batch."""
     db = sqlite3.connect(":memory:", isolation_level=None)
     db.executescript(SCHEMA)
     reasons = ["stop", "länge \ud800", "tool_calls"]
