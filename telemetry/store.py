@@ -1,9 +1,10 @@
 """The embedded trajectory store: a span processor that writes the `tool.call`, `chat` and request
 spans into SQLite (`telemetry.records`), so the store says exactly what the traces say.
 
-The request path only puts the ended span on a queue. One thread of the store's own takes the
-spans off in batches (what arrives within 0.2 s, see `_batch`), turns them into rows and writes
-each batch in one transaction, then keeps the file within its bounds: trajectories older than the
+The request path only puts the ended span on a queue (and, while a whole batch waits, gives the
+writer the GIL now and then: `_make_way`). One thread of the store's own takes the spans off in
+batches (what arrives within 0.2 s, see `_batch`), turns them into rows and writes each batch in
+one transaction, then keeps the file within its bounds: trajectories older than the
 age limit go, and the oldest go first when the rows near the size limit (which SQLite also
 enforces as a page cap, so the file never outgrows it; its write-ahead log adds about 32 MiB at
 most, see `records.connect`).
