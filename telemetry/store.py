@@ -57,7 +57,7 @@ def _wanted(span: ReadableSpan) -> bool:
 class TrajectoryStore(SpanProcessor):
     def __init__(self, path: Path, *, max_bytes: int = 256 * 2**20, max_age_days: float = 30.0,
                  dropped: Callable[[str, int], None] | None = None, max_pending: int = 100_000,
-                 batch_size: int = 512, linger_seconds: float = 0.2, clock: Callable[[], float] = time.time) -> None:
+                 batch_size: int = 1024, linger_seconds: float = 0.2, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self._max_bytes = max_bytes
         self._max_age = max_age_days * 86400.0
@@ -102,9 +102,10 @@ class TrajectoryStore(SpanProcessor):
         memory grew by (bench/soak.py: +4.5% to +20.9% in ten runs, four over the 10% bound).
         `time.sleep(0)` here is a real sleep on Linux, of about the timer slack (77 us, 19 of them
         CPU, on the bench machine; CPython gh-125997): long enough for the writer to take the GIL.
-        Once every 5 ms, the soak grew +1.7% to +3.3% in ten runs (once every span end, +1.8% to
-        +1.9%); and a writer that cannot use the GIL (waiting for another worker's lock on the file,
-        or for the disk) costs the event loop at most one such sleep every 5 ms, 1.5% of its time."""
+        Once every 5 ms, the soak grew +2.1% to +5.0% in ten runs (+1.7% to +3.3% in batches of 512
+        spans; a sleep at every span end, +1.8% to +1.9%); and a writer that cannot use the GIL
+        (waiting for another worker's lock on the file, or for the disk) costs the event loop at most
+        one such sleep every 5 ms, 1.5% of its time."""
         now = time.monotonic()
         if now >= self._next_way:
             self._next_way = now + _MAKE_WAY_SECONDS
@@ -163,10 +164,13 @@ class TrajectoryStore(SpanProcessor):
         The writer sleeps through the lingering instead of taking each span as it comes: woken for
         every span, it put 6% of a busy gateway's py-spy samples in `on_end` (the wake-up, on the
         request path) and 4% in this loop; sleeping, neither shows.
-        A batch of 512 spans rather than 1024: what a batch holds while it is written (the spans, their
-        rows, SQLite's copies) is most of what the store adds to the gateway's memory at full load;
-        `bench/soak.py` grew +2.4%, +2.6% and +8.6% in three runs, against +7.2% to +14.9% with 1024,
-        for the same CPU per request under wrk (430 against 429 to 448 us)."""
+        Batches of up to 1024 spans: in a tool round (four or five spans a request) the writer took 85
+        to 88 us of CPU per request under wrk at concurrency 10, against 99 to 109 with 512 (three
+        runs each; a plain request's, 29 to 31 us, did not change). What a batch holds while it is
+        written (the spans, their rows, SQLite's copies) is much of what the store adds to the
+        gateway's memory at full load: `bench/soak.py` starts about 2.5 MiB higher than with 512,
+        and grew +2.1% to +5.0% in ten runs (with 512, +1.7% to +3.3%); before `_make_way`, 1024 grew
+        +7.2% to +14.9%, since the writer fell behind."""
         items = [self._queue.get()]
         if isinstance(items[0], ReadableSpan) and self._queue.qsize() < self._batch_size:
             self._hurry.wait(self._linger)
