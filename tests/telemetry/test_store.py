@@ -17,6 +17,7 @@ from gateway.demo.model import Reply
 from gateway.settings import Settings
 from telemetry import names
 from telemetry.records import SCHEMA, SpanRecord, connect, prune, wal_kept_bytes, write
+from telemetry.store import TrajectoryStore
 from tests.conftest import USER, Stack, StackFactory
 from tests.telemetry.conftest import ACROSS, Session, attr, hex_id
 
@@ -278,6 +279,19 @@ async def test_an_unexpected_error_drops_the_batch_and_the_writer_goes_on(
     await _serve_one(stack, "after")
     ids = {row[0] for row in sqlite3.connect(stack.store.path).execute("SELECT id FROM trajectories")}
     assert "after" in ids
+
+
+def test_a_span_that_cannot_be_read_is_dropped_and_counted_and_its_end_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    dropped: list[tuple[str, int]] = []
+    store = TrajectoryStore(tmp_path / "s.sqlite3", dropped=lambda reason, count: dropped.append((reason, count)))
+    try:
+        store.on_end(ReadableSpan(name=names.SPAN_TOOL_CALL))  # no context: no ids to record it by
+        assert dropped == [(names.STORE_DROP_WRITE, 1)]
+        assert "could not be read" in caplog.text
+        assert store.flush(10.0)
+    finally:
+        store.shutdown()
 
 
 def test_a_checkpoint_cuts_the_write_ahead_log_back(tmp_path: Path) -> None:
