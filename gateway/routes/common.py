@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PlainValidator, ValidationError
+from pydantic_core import PydanticCustomError
 
 from gateway.app_keys import CALLER, RECORD, SETTINGS
 from gateway.caller import Caller
@@ -148,6 +149,18 @@ def check_depth(value: Any, limit: int) -> None:
                 if kind is dict or kind is list:
                     below.append(child)
         level = below
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    if type(value) is not dict:  # orjson decodes a JSON object as exactly a dict
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    return value
+
+
+# A JSON object of a request that the gateway passes on as it came: checked to be an object, not
+# copied key by key as a `dict[str, Any]` field is. For the 40 messages of bench/proxy.py's 30 KB
+# conversation, 8.4 -> 3.1 us (timeit); the error names the same place with the same words.
+JsonObject = Annotated[dict[str, Any], PlainValidator(_json_object)]
 
 
 def validate(model: type[M], body: dict[str, Any], what: str) -> M:
