@@ -180,10 +180,11 @@ class TrajectoryStore(SpanProcessor):
         Batches of up to 1024 spans: in a tool round (four or five spans a request) the writer took 85
         to 88 us of CPU per request under wrk at concurrency 10, against 99 to 109 with 512 (three
         runs each; a plain request's, 29 to 31 us, did not change). What a batch holds while it is
-        written (the records, their rows, SQLite's copies) is much of what the store adds to the
-        gateway's memory at full load: `bench/soak.py` starts about 2.5 MiB higher than with 512,
-        and grew +2.1% to +5.0% in ten runs (with 512, +1.7% to +3.3%); before `_make_way`, 1024 grew
-        +7.2% to +14.9%, since the writer fell behind."""
+        written (its spans then, their records now; their rows, SQLite's copies) is much of what the
+        store adds to the gateway's memory at full load: with spans queued, `bench/soak.py` started
+        about 2.5 MiB higher than with 512, and grew +2.1% to +5.0% in ten runs (with 512, +1.7% to
+        +3.3%; before `_make_way`, 1024 grew +7.2% to +14.9%, since the writer fell behind); with
+        records queued, +2.2% to +2.9% in five runs, about 4 MiB lower."""
         items = [self._queue.get()]
         if isinstance(items[0], SpanRecord) and self._queue.qsize() < self._batch_size:
             self._hurry.wait(self._linger)
