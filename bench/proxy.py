@@ -711,6 +711,9 @@ def verdicts(scenario: Scenario, results: Results) -> list[str]:
         lines.append(_line(scenario, "TTFB added over direct, c=1",
                            per_round(lambda a, b: (a.ttfb_ms or 0) - (b.ttfb_ms or 0), "toolspan", "direct"),
                            "{:.2f} ms", 1.0))
+        lines.append(_line(scenario, "  the bare hop's (floor)",
+                           per_round(lambda a, b: (a.ttfb_ms or 0) - (b.ttfb_ms or 0), "floor", "direct"),
+                           "{:.2f} ms", None))
     plain = "plain" if scenario.path == CHAT else "responses-plain"
     if scenario.kind == "tool" and plain in results:
         ratios = [a.cpu_us / b.cpu_us for a, b in zip(found["toolspan"], results[plain]["toolspan"], strict=True)]

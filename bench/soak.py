@@ -8,7 +8,10 @@ request with a gateway tool round. The gateway's resident memory (VmRSS) is read
 and after every tenth of the run; at the end, /metrics must count every request sent (warm-up
 included, readiness probes not) as answered 200 and show nothing in flight.
 
-    python bench/soak.py [--requests 10000] [--concurrency 20] [--warm-up 1000] [--tool-every 10]
+    python bench/soak.py [--requests 10000] [--concurrency 20] [--warm-up 1000] [--tool-every 10] [--no-store]
+
+With --no-store, the gateway runs without the trajectory store (bench/proxy.py's toolspan-nostore;
+TOOLSPAN_TRAJECTORY_STORE in the environment does not reach it, the bench's settings name the store).
 
 Target (issue 14): RSS flat, within 10% of its size after the warm-up; the in-flight gauge back
 to 0; every request accounted for in /metrics.
@@ -71,11 +74,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--warm-up", type=int, default=1000)
     parser.add_argument("--tool-every", type=int, default=10, help="one request in N has a tool round (0: none)")
+    parser.add_argument("--no-store", action="store_true", help="the gateway without its trajectory store")
     options = parser.parse_args()
     upstream_port, port = _free_port(), _free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
     url = f"http://127.0.0.1:{port}"
-    processes = [_start("upstream", upstream_port), _start("toolspan", port, upstream, ROOT)]
+    kind = "toolspan-nostore" if options.no_store else "toolspan"
+    processes = [_start("upstream", upstream_port), _start(kind, port, upstream, ROOT)]
     gateway = processes[1]
     try:
         asyncio.run(_wait_ready(f"{upstream}/chat/completions"))
