@@ -59,7 +59,8 @@ Verdicts, with the targets of issue 14:
   (toolspan-nostore - notel) / (floor-otel - floor)  <= 1.0    plain, both APIs
   and, without a target, the SDK's share of floor-otel's CPU and the store's CPU per request
   (toolspan - toolspan-nostore).
-The other scenarios' ratios are printed without a target.
+The other scenarios' ratios are printed without a target, and beside each latency verdict, what the
+floor added in the same rounds (a yardstick: the machine's speed moves the absolute figures).
 
     python bench/proxy.py [--scenarios plain,stream,tool,30kb|all] [--rounds 5] [--seconds 5]
                           [--ttfb-requests 300] [--compare DIR] [--sdk]

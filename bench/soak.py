@@ -10,8 +10,9 @@ included, readiness probes not) as answered 200 and show nothing in flight.
 
     python bench/soak.py [--requests 10000] [--concurrency 20] [--warm-up 1000] [--tool-every 10] [--no-store]
 
-With --no-store, the gateway runs without the trajectory store (bench/proxy.py's toolspan-nostore;
-TOOLSPAN_TRAJECTORY_STORE in the environment does not reach it, the bench's settings name the store).
+With --no-store, the gateway runs without the trajectory store (bench/proxy.py's toolspan-nostore).
+TOOLSPAN_TRAJECTORY_STORE=false in the environment would not do it: the bench names the store in
+the gateway's settings, and what the code names wins over the environment.
 
 Target (issue 14): RSS flat, within 10% of its size after the warm-up; the in-flight gauge back
 to 0; every request accounted for in /metrics.
