@@ -694,6 +694,11 @@ def verdicts(scenario: Scenario, results: Results) -> list[str]:
     def per_round(of: Callable[[Sample, Sample], float], ours: str, theirs: str) -> list[float]:
         return [of(a, b) for a, b in zip(found[ours], found[theirs], strict=True)]
 
+    def added(label: str, of: Callable[[Sample, Sample], float], target: float | None) -> list[str]:
+        """Milliseconds toolspan adds over direct, and beside them what the floor adds (a yardstick)."""
+        return [_line(scenario, label, per_round(of, "toolspan", "direct"), "{:.2f} ms", target),
+                _line(scenario, "  the bare hop's (floor)", per_round(of, "floor", "direct"), "{:.2f} ms", None)]
+
     bounded = scenario.kind in ("plain", "30kb")
     lines = [
         _line(scenario, "toolspan/floor CPU per request", per_round(lambda a, b: a.cpu_us / b.cpu_us,
@@ -702,19 +707,10 @@ def verdicts(scenario: Scenario, results: Results) -> list[str]:
         _line(scenario, "telemetry share of toolspan's CPU",
               per_round(lambda a, b: (a.cpu_us - b.cpu_us) / a.cpu_us, "toolspan", "toolspan-notel"), "{:.0%}",
               0.2 if bounded else None),
-        _line(scenario, "p50 added over direct, c=1", per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms,
-                                                                 "toolspan", "direct"), "{:.2f} ms",
-              1.0 if bounded else None),
-        _line(scenario, "  the bare hop's (floor)", per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms,
-                                                              "floor", "direct"), "{:.2f} ms", None),
+        *added("p50 added over direct, c=1", lambda a, b: a.p50_1_ms - b.p50_1_ms, 1.0 if bounded else None),
     ]
     if scenario.kind == "stream":
-        lines.append(_line(scenario, "TTFB added over direct, c=1",
-                           per_round(lambda a, b: (a.ttfb_ms or 0) - (b.ttfb_ms or 0), "toolspan", "direct"),
-                           "{:.2f} ms", 1.0))
-        lines.append(_line(scenario, "  the bare hop's (floor)",
-                           per_round(lambda a, b: (a.ttfb_ms or 0) - (b.ttfb_ms or 0), "floor", "direct"),
-                           "{:.2f} ms", None))
+        lines += added("TTFB added over direct, c=1", lambda a, b: (a.ttfb_ms or 0) - (b.ttfb_ms or 0), 1.0)
     plain = "plain" if scenario.path == CHAT else "responses-plain"
     if scenario.kind == "tool" and plain in results:
         ratios = [a.cpu_us / b.cpu_us for a, b in zip(found["toolspan"], results[plain]["toolspan"], strict=True)]
