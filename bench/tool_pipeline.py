@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from gateway.tools import Param, Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry, Turn
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
-from telemetry.tracing import build_provider, tracer_of
+from telemetry.tracing import INSTRUMENTATION_SCOPE, build_provider, tracer_of
 
 
 class DropExporter(SpanExporter):
@@ -101,11 +101,11 @@ async def measure(ops: dict[str, Callable[[], Awaitable[Any]]], count: int, repe
 
 async def main(calls: int, repeats: int) -> None:
     provider = build_provider(exporters=[DropExporter()])
-    tracer = tracer_of(provider)
+    sdk_tracer = provider.get_tracer(INSTRUMENTATION_SCOPE)  # the unit: the SDK's own span
     executors = {
         "off": ToolExecutor(registry()),
-        "full": ToolExecutor(registry(), Telemetry(tracer, Metrics(CollectorRegistry()))),
-        "bare": ToolExecutor(registry(), BareSpanHooks(tracer)),
+        "full": ToolExecutor(registry(), Telemetry(tracer_of(provider), Metrics(CollectorRegistry()))),
+        "bare": ToolExecutor(registry(), BareSpanHooks(sdk_tracer)),
     }
     turn = Turn(trajectory_id="bench", round=1)
     batch = [ToolCall("call_1", "echo", '{"text": "hi"}')]
@@ -117,7 +117,7 @@ async def main(calls: int, repeats: int) -> None:
         return None
 
     async def loop_span() -> None:
-        with tracer.start_as_current_span("bare"):
+        with sdk_tracer.start_as_current_span("bare"):
             pass
 
     def settle() -> None:

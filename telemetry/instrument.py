@@ -209,12 +209,12 @@ class ToolCallSpan:
             attributes[names.ATTR_REJECTION_REASON] = outcome.rejection.reason
         if (check := outcome.names) is not None:
             if check.missing:
-                attributes[names.ATTR_ARGS_MISSING] = list(check.missing)
+                attributes[names.ATTR_ARGS_MISSING] = tuple(check.missing)
             if check.unrecognized:
-                attributes[names.ATTR_ARGS_UNRECOGNIZED] = [bounded(n, _NAME_MAX) for n in check.unrecognized]
+                attributes[names.ATTR_ARGS_UNRECOGNIZED] = tuple(bounded(n, _NAME_MAX) for n in check.unrecognized)
             if check.suggestions:
-                attributes[names.ATTR_ARGS_SUGGESTIONS] = [f"{bounded(a, _NAME_MAX)}->{b}"
-                                                           for a, b in check.suggestions]
+                attributes[names.ATTR_ARGS_SUGGESTIONS] = tuple(f"{bounded(a, _NAME_MAX)}->{b}"
+                                                                for a, b in check.suggestions)
         capture = self._inst.capture
         if outcome.rejection is not None or capture.record_all:
             attributes[names.ATTR_TOOL_CALL_ARGUMENTS] = utf8(render_arguments(

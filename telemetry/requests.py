@@ -1,8 +1,8 @@
 """The request (SERVER) span and the provider `chat {model}` (CLIENT) spans, with their metrics.
 
-Plain SDK spans, started when their work starts and recorded (attributes, end, metrics) when it
-ends. The request's scope ends before aiohttp sends the end of its answer, so by the time a
-client has the whole answer, its spans and metrics are recorded.
+The spans (the gateway tracer's, `telemetry.spans`) start when their work starts and are recorded
+(attributes, end, metrics) when it ends. The request's scope ends before aiohttp sends the end of
+its answer, so by the time a client has the whole answer, its spans and metrics are recorded.
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ class ChatSpan:
         if answer.model is not None:
             attributes[names.ATTR_RESPONSE_MODEL] = bounded(str(answer.model))
         if answer.finish_reason is not None:
-            attributes[names.ATTR_FINISH_REASONS] = [bounded(str(answer.finish_reason))]
+            attributes[names.ATTR_FINISH_REASONS] = (bounded(str(answer.finish_reason)),)
         if answer.input_tokens is not None:
             attributes[names.ATTR_INPUT_TOKENS] = answer.input_tokens
         if answer.output_tokens is not None:

@@ -18,9 +18,13 @@ from opentelemetry.sdk.resources import (
     ServiceInstanceIdResourceDetector,
 )
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import Tracer
+
+from telemetry.spans import GatewayTracer
 
 log = logging.getLogger("toolspan.telemetry")
 
@@ -114,4 +118,10 @@ def build_provider(resource: Resource | None = None, exporters: Iterable[SpanExp
 
 
 def tracer_of(provider: trace.TracerProvider) -> Tracer:
-    return provider.get_tracer(INSTRUMENTATION_SCOPE)
+    """The tracer of toolspan's own spans: for an SDK provider, one that makes them at a fraction of
+    the SDK's cost, through the provider's own sampler and processors (`telemetry.spans`); for any
+    other provider (a no-op one, a host's own implementation), the provider's."""
+    sdk_tracer = provider.get_tracer(INSTRUMENTATION_SCOPE)
+    if isinstance(sdk_tracer, SdkTracer):
+        return GatewayTracer(sdk_tracer, InstrumentationScope(INSTRUMENTATION_SCOPE, ""))  # as the SDK names it
+    return sdk_tracer
