@@ -100,11 +100,13 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=settings.upstream_max_connections)
     session = aiohttp.ClientSession(auto_decompress=False, connector=connector)
     upstream = Upstream(session, settings.upstream, settings.upstream_api_key, settings.upstream_timeout_seconds,
-                        settings.upstream_connect_timeout_seconds, settings.upstream_kind, settings.azure_api_version)
+                        settings.upstream_connect_timeout_seconds, settings.upstream_kind, settings.azure_api_version,
+                        settings.upstream_max_connections)
     app[UPSTREAM] = upstream
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
                          settings.keepalive_seconds)
     yield
+    await upstream.aclose()
     await session.close()
 
 

@@ -19,6 +19,7 @@ from multidict import MultiDict
 from pydantic import SecretStr
 from yarl import URL
 
+from gateway.connections import Answer, ProviderConnectionError, ProviderConnections
 from gateway.errors import (
     BadRequest,
     GatewayError,
@@ -51,13 +52,18 @@ class Upstream:
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, api_key: SecretStr | None,
                  timeout_seconds: float, connect_timeout_seconds: float, kind: str = "openai",
-                 azure_api_version: str = "2024-10-21") -> None:
-        self.session = session
+                 azure_api_version: str = "2024-10-21", max_connections: int = 100) -> None:
+        if api_key is not None and ("\n" in api_key.get_secret_value() or "\r" in api_key.get_secret_value()):
+            raise ValueError("the provider API key holds a line break: it cannot go in a header")
+        self.session = session  # requests passed on as they are, and readiness probes
         self.base_url = base_url.rstrip("/")
         self.kind = kind
         self._api_key = api_key
         self._azure_api_version = azure_api_version
-        self._whole = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=connect_timeout_seconds)
+        # The engine's own calls, on connections of the gateway's own (see gateway.connections).
+        self._connections = ProviderConnections(self.base_url, max_connections)
+        self._timeout = timeout_seconds  # a whole answer; a stream's start, and each gap in it
+        self._connect_timeout = connect_timeout_seconds
         self._whole_timed_out = f"the provider did not answer within {timeout_seconds:g} s"
         # A stream may run long; what must not stall is the gap between two chunks, nor the wait for
         # a connection (`connect`: a free one from the bounded pool, and the connect itself).
@@ -121,11 +127,15 @@ class Upstream:
         """One JSON request: the decoded JSON answer (the engine checks its shape) and the headers
         that may reach the caller."""
         with self._ended_by_shutdown(), _ProviderErrors(self._whole_timed_out):
-            async with self.session.post(self.url(path), data=orjson.dumps(body), headers=_json_headers(headers),
-                                         timeout=self._whole, allow_redirects=False) as response:
-                await _raise_for_status(response)
-                raw = await response.read()
-                answer_headers = from_provider(response.headers)
+            async with asyncio.timeout(self._timeout):
+                response = await self._connections.post(path, _json_headers(headers), orjson.dumps(body),
+                                                        self._connect_timeout)
+                try:
+                    await _raise_for_status(response)
+                    raw = await response.read()
+                finally:
+                    response.release()
+        answer_headers = from_provider(response.headers)
         try:
             return orjson.loads(raw), answer_headers
         except ValueError as exc:
@@ -138,13 +148,16 @@ class Upstream:
         """A streamed answer: its headers and an iterator of its decoded SSE events; leaving the
         block closes the connection, which is how a client disconnect cancels the provider's work."""
         with self._ended_by_shutdown(), _ProviderErrors("the provider did not start its stream in time"):
-            response = await self.session.post(self.url(path), data=orjson.dumps(body), headers=_json_headers(headers),
-                                               timeout=self._streaming, allow_redirects=False)
+            async with asyncio.timeout(self._timeout):  # a free connection, and the answer's head
+                response = await self._connections.post(path, _json_headers(headers), orjson.dumps(body),
+                                                        self._connect_timeout)
         try:
-            await _raise_for_status(response)
+            with _ProviderErrors("the provider did not finish its error answer in time"):
+                async with asyncio.timeout(self._timeout):
+                    await _raise_for_status(response)
             yield ProviderStream(from_provider(response.headers), sse_events(self._reads(response)))
         finally:
-            response.close()
+            response.release()
 
     async def forward(self, method: str, path_qs: str, headers: Mapping[str, str],
                       body: AsyncIterator[bytes] | bytes | None) -> aiohttp.ClientResponse:
@@ -176,13 +189,19 @@ class Upstream:
         which the request's answer can carry."""
         return _EndedByShutdown(self)
 
-    async def _reads(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    async def aclose(self) -> None:
+        """Closes the engine's connections (the session is its owner's to close)."""
+        await self._connections.close()
+
+    async def _reads(self, response: Answer) -> AsyncIterator[bytes]:
         """A streamed answer's reads, each one a wait that the shutdown may end (not what happens
-        between them: the rendering of what was read)."""
-        reads = response.content.iter_any()
+        between them: the rendering of what was read), and that may not stall longer than the
+        provider timeout."""
+        reads = response.chunks()
         while True:
             with self._ended_by_shutdown():
-                data = await anext(reads, b"")
+                async with asyncio.timeout(self._timeout):
+                    data = await anext(reads, b"")
             if not data:
                 return
             yield data
@@ -242,6 +261,8 @@ class _ProviderErrors:
             return
         if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
             raise UpstreamTimeout(self._timeout_message) from exc
+        if isinstance(exc, ProviderConnectionError):
+            raise UpstreamUnavailable(f"{self._broken}: {exc.description}") from exc
         if isinstance(exc, aiohttp.ClientError | UnicodeDecodeError | asyncio.IncompleteReadError):
             raise UpstreamUnavailable(f"{self._broken}: {_describe(exc)}") from exc
 
@@ -267,7 +288,7 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-async def _raise_for_status(response: aiohttp.ClientResponse) -> None:
+async def _raise_for_status(response: aiohttp.ClientResponse | Answer) -> None:
     if response.status < 300:
         return
     if response.status < 400:  # redirects are not followed: the key must not travel to another origin

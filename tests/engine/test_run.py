@@ -39,18 +39,21 @@ Build = Callable[..., Awaitable[tuple[Engine, ScriptedModel, HeldTurns]]]
 @pytest.fixture
 async def build(aiohttp_server: AiohttpServer) -> AsyncIterator[Build]:
     """An engine whose upstream is a scripted model answering `replies` in turn."""
+    upstreams: list[Upstream] = []
     async with aiohttp.ClientSession() as session:
         async def go(*replies: Reply, registry: ToolRegistry | None = None, keepalive: float = 5.0,
                      max_rounds: int = 10) -> tuple[Engine, ScriptedModel, HeldTurns]:
             model = ScriptedModel(Script().then(*replies))
             server = await aiohttp_server(model.app())
             held = HeldTurns(10, 60)
-            engine = Engine(Upstream(session, str(server.make_url("/v1")), None, 10, 5),
-                            ToolExecutor(registry or sample_registry()), held, NoInstrumentation(), max_rounds,
-                            keepalive)
+            upstreams.append(Upstream(session, str(server.make_url("/v1")), None, 10, 5))
+            engine = Engine(upstreams[-1], ToolExecutor(registry or sample_registry()), held, NoInstrumentation(),
+                            max_rounds, keepalive)
             return engine, model, held
 
         yield go
+        for upstream in upstreams:
+            await upstream.aclose()
 
 
 @pytest.fixture

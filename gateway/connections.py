@@ -1,0 +1,350 @@
+"""The gateway's HTTP/1.1 connections to its provider, for the engine's calls (a JSON request, its
+answer whole or as it streams): a bounded pool of keep-alive connections to the one origin of the
+provider's base URL, one request at a time on each, answers parsed by httptools (llhttp, the
+parser Node.js uses).
+
+Every other request to the provider (a pass-through, a readiness probe) goes through aiohttp's
+client. This one does much less per call: no URL object, no header multidict to send, no
+request and response objects with their tracing hooks, no timer handles of their own (the
+caller's asyncio.timeout bounds the call). Per provider call, a client process at concurrency 10
+against the built-in fast upstream spent 147-153 us of CPU with aiohttp's ClientSession (the
+gateway's timeouts and headers) against 49-60 us with a connection of this kind, on this machine.
+
+What it does not do, since the engine's provider calls need none of it: redirects (never
+followed, see upstream._raise_for_status), decompression (the gateway asks for identity),
+cookies, proxies, HTTP/2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from typing import cast
+
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+IDLE_SECONDS = 15.0  # an idle connection is not reused after this long: servers close theirs about then
+_PAUSE_AT = 256 * 1024  # bytes of an answer waiting to be read: past this, stop reading from the socket
+
+
+class ProviderConnectionError(Exception):
+    """The provider's connection failed; `description` says how, without its address (which is
+    the operator's business and in the log)."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+def _refused(exc: OSError) -> ProviderConnectionError:
+    if isinstance(exc, socket.gaierror):
+        return ProviderConnectionError("cannot connect (the host name does not resolve)")
+    if isinstance(exc, ssl.SSLError):
+        return ProviderConnectionError(f"cannot connect (TLS: {exc.reason or type(exc).__name__})")
+    reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else type(exc).__name__
+    return ProviderConnectionError(f"cannot connect ({reason})")
+
+
+class Answer:
+    """The provider's answer to one request: its status and headers once they came, its body as it
+    arrives. `release` it when done: its connection goes back to the pool when the answer was read
+    to its end, and is closed otherwise."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+        self.status = 0
+        self.headers: CIMultiDictProxy[str] = _NO_HEADERS
+        self.complete = False
+        self._parts: deque[bytes] = deque()
+        self._buffered = 0
+        self._error: BaseException | None = None
+        self._woken: asyncio.Future[None] | None = None  # what a reader waits on
+        self._keep_alive = False
+        self._framed = True  # its end is marked (length or chunks) rather than the connection's close
+        self._streamed = False  # read as it arrives (chunks), rather than whole (read): may pause the socket
+
+    async def head(self) -> None:
+        """Waits for the status and headers."""
+        while not self.status and self._error is None:
+            await self._wait()
+        if self._error is not None and not self.status:
+            raise self._error
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        while not self.complete:
+            self._raise_if_failed()
+            await self._wait()
+        body = b"".join(self._parts)
+        self._parts.clear()
+        return body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's parts as they arrive (the caller bounds each wait). The socket is not read
+        while more than _PAUSE_AT bytes wait here, so a slow reader holds the provider back rather
+        than the gateway's memory growing."""
+        self._streamed = True
+        while True:
+            if self._parts:
+                part = self._parts.popleft()
+                self._take(len(part))
+                yield part
+            elif self.complete:
+                return
+            else:
+                self._raise_if_failed()
+                await self._wait()
+
+    def release(self) -> None:
+        self._connection.done(self, reusable=self.complete and self._keep_alive and self._error is None)
+
+    # --- fed by the connection --------------------------------------------------------------------
+
+    def _started(self, status: int, headers: CIMultiDictProxy[str], keep_alive: bool, framed: bool) -> None:
+        self.status, self.headers, self._keep_alive, self._framed = status, headers, keep_alive, framed
+        self._wake()
+
+    def _body(self, part: bytes) -> None:
+        self._parts.append(part)
+        self._buffered += len(part)
+        if self._streamed and self._buffered > _PAUSE_AT:
+            self._connection.pause()
+        self._wake()
+
+    def _finished(self) -> None:
+        self.complete = True
+        self._wake()
+
+    def _failed(self, error: BaseException) -> None:
+        if not self.complete:
+            self._error = error
+            self._wake()
+
+    def _closed(self) -> None:
+        """The connection closed: the end of an answer that ends so, else a broken one."""
+        if self.status and not self._framed:
+            self._finished()
+        elif not self.status:
+            self._failed(ProviderConnectionError("the provider closed the connection"))
+        else:
+            self._failed(ProviderConnectionError("its answer broke off"))
+
+    # --- waiting ----------------------------------------------------------------------------------
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _take(self, size: int) -> None:
+        self._buffered -= size
+        if self._buffered <= _PAUSE_AT // 2:
+            self._connection.resume()
+
+    async def _wait(self) -> None:
+        self._woken = asyncio.get_running_loop().create_future()
+        try:
+            await self._woken
+        finally:
+            self._woken = None
+
+    def _wake(self) -> None:
+        if self._woken is not None and not self._woken.done():
+            self._woken.set_result(None)
+
+
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to the provider: an answer at a time, parsed as it arrives."""
+
+    def __init__(self, pool: ProviderConnections) -> None:
+        self._pool = pool
+        self._parser = httptools.HttpResponseParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._answer: Answer | None = None
+        self._headers: list[tuple[str, str]] = []
+        self._informational = False  # a 1xx answer ahead of the real one
+        self._paused = False
+        self.open = True
+        self.idle_since = 0.0
+
+    def send(self, data: bytes) -> Answer:
+        assert self._transport is not None, "sent on a connection not yet made"
+        assert self._answer is None, "sent on a connection that has an answer under way"
+        self._answer = answer = Answer(self)
+        self._transport.write(data)
+        return answer
+
+    def done(self, answer: Answer, reusable: bool) -> None:
+        if answer is not self._answer:
+            return  # released twice
+        self._answer = None
+        if not reusable:
+            self.close()
+        self._pool.returned(self, reusable and self.open)
+
+    def close(self) -> None:
+        self.open = False
+        if self._transport is not None:
+            self._transport.abort()
+
+    def pause(self) -> None:
+        if not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
+    # --- asyncio --------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is one, without the class
+
+    def data_received(self, data: bytes) -> None:
+        if self._answer is None:  # nothing was asked: a server that talks out of turn is not reused
+            self.close()
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:
+            self._answer._failed(ProviderConnectionError("its answer is not HTTP"))
+            self.close()
+
+    def eof_received(self) -> bool:
+        self.open = False  # not reused from now on; connection_lost follows
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open = False
+        if self._answer is not None:
+            self._answer._closed()
+
+    # --- httptools --------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._headers = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # As aiohttp decodes them: bytes that are not UTF-8 survive the round trip.
+        self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        self._informational = 100 <= status < 200
+        if self._informational or self._answer is None:
+            return
+        headers = CIMultiDictProxy(CIMultiDict(self._headers))
+        framed = "Content-Length" in headers or "chunked" in headers.get("Transfer-Encoding", "").lower()
+        self._answer._started(status, headers, self._parser.should_keep_alive(), framed)
+
+    def on_body(self, body: bytes) -> None:
+        if self._answer is not None and not self._informational:
+            self._answer._body(body)
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+        elif self._answer is not None:
+            self._answer._finished()
+
+
+class ProviderConnections:
+    """A pool of at most `limit` connections to the origin of `base_url` (http or https)."""
+
+    def __init__(self, base_url: str, limit: int) -> None:
+        url = URL(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"the provider's URL must be http(s)://host...: {base_url}")
+        self._host, self._port = url.host, url.port or (443 if url.scheme == "https" else 80)
+        self._ssl = ssl.create_default_context() if url.scheme == "https" else None
+        self._base_path = url.raw_path.rstrip("/")
+        self._host_line = f"Host: {url.raw_authority}\r\n"
+        self._slots = asyncio.Semaphore(limit)
+        self._idle: list[_Connection] = []
+        self._open: set[_Connection] = set()
+        self._targets: dict[str, str] = {}  # a path and query as given -> as sent (percent-encoded)
+
+    def target(self, path_qs: str) -> str:
+        """The request target of `path_qs` (under the base URL's path), encoded as a URL must be;
+        the encoded form of the few paths a gateway calls is kept."""
+        found = self._targets.get(path_qs)
+        if found is None:
+            url = URL(f"{self._base_path}/{path_qs.lstrip('/')}")
+            found = url.raw_path_qs
+            if len(self._targets) < 1024:  # a caller's query string can be anything: keep the memory bounded
+                self._targets[path_qs] = found
+        return found
+
+    async def post(self, path_qs: str, headers: Mapping[str, str], body: bytes, connect_timeout: float) -> Answer:
+        """Sends the request on a free connection (a new one when none is idle: connecting takes at
+        most `connect_timeout`) and waits for the answer's head. The caller bounds the whole call,
+        the wait for a free connection included, and releases the answer."""
+        head = [f"POST {self.target(path_qs)} HTTP/1.1\r\n", self._host_line]
+        for name, value in headers.items():
+            if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+                raise ValueError(f"the header {name!r} holds a line break")
+            head.append(f"{name}: {value}\r\n")
+        head.append(f"Content-Length: {len(body)}\r\n\r\n")
+        data = "".join(head).encode("utf-8", "surrogateescape") + body
+        await self._slots.acquire()
+        try:
+            connection = self._idle_connection() or await self._connect(connect_timeout)
+        except BaseException:
+            self._slots.release()
+            raise
+        answer = connection.send(data)
+        try:
+            await answer.head()
+        except BaseException:
+            answer.release()
+            raise
+        return answer
+
+    def returned(self, connection: _Connection, reusable: bool) -> None:
+        """A connection's answer is done with: it waits for the next request, or is gone."""
+        if reusable:
+            connection.idle_since = time.monotonic()
+            self._idle.append(connection)
+        else:
+            self._open.discard(connection)
+        self._slots.release()
+
+    async def close(self) -> None:
+        for connection in list(self._open):
+            connection.close()
+        self._open.clear()
+        self._idle.clear()
+
+    def _idle_connection(self) -> _Connection | None:
+        """The most recently used idle connection that is still open and not too old to trust."""
+        now = time.monotonic()
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.open and now - connection.idle_since < IDLE_SECONDS:
+                return connection
+            connection.close()
+            self._open.discard(connection)
+        return None
+
+    async def _connect(self, within: float) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(within):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self), self._host, self._port, ssl=self._ssl,
+                    server_hostname=self._host if self._ssl is not None else None)
+        except OSError as exc:
+            raise _refused(exc) from exc
+        self._open.add(connection)
+        return connection

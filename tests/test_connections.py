@@ -1,0 +1,323 @@
+"""The engine's connections to the provider (gateway.connections), against providers that speak
+HTTP at the socket level: kept-alive connections, answers of every framing, informational
+answers, and providers that break the rules; TLS with a certificate authority of the test's own."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+import trustme
+from aiohttp import web
+from pydantic import SecretStr
+from pytest_aiohttp import AiohttpServer
+
+from gateway import connections
+from gateway.connections import ProviderConnectionError, ProviderConnections
+from gateway.errors import UpstreamUnavailable
+from gateway.upstream import Upstream
+
+DEADLINE = 5.0
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}"
+JSON = {"Content-Type": "application/json"}
+
+# What the provider does once a request has arrived: writes what it returns, then keeps the
+# connection for the next request (True) or closes it (False).
+Answering = Callable[[bytes, asyncio.StreamWriter], Awaitable[bool]]
+
+
+@dataclass
+class RawProvider:
+    """A provider at the socket level, answering each request with `answering`."""
+
+    answering: Answering
+    connections: int = 0
+    requests: list[bytes] = field(default_factory=list)
+    server: asyncio.Server | None = None
+    handlers: list[tuple[asyncio.Task[None], asyncio.StreamWriter]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.append((task, writer))  # type: ignore[arg-type]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                request = head + await reader.readexactly(length)
+                self.requests.append(request)
+                if not await self.answering(request, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def raw_provider() -> AsyncIterator[Callable[[Answering], Awaitable[RawProvider]]]:
+    started: list[RawProvider] = []
+
+    async def start(answering: Answering) -> RawProvider:
+        provider = RawProvider(answering)
+        provider.server = await asyncio.start_server(provider.handle, "127.0.0.1", 0)
+        started.append(provider)
+        return provider
+
+    yield start
+    for provider in started:
+        assert provider.server is not None
+        provider.server.close()
+        for task, writer in provider.handlers:
+            writer.close()
+            task.cancel()  # one may wait for what never comes
+        await asyncio.gather(*(task for task, _ in provider.handlers), return_exceptions=True)
+
+
+def answering(data: bytes, keep: bool = True) -> Answering:
+    async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(data)
+        await writer.drain()
+        return keep
+
+    return answer
+
+
+async def exchange(pool: ProviderConnections, path: str = "chat/completions") -> tuple[int, bytes]:
+    answer = await asyncio.wait_for(pool.post(path, JSON, b'{"model": "m"}', DEADLINE), DEADLINE)
+    try:
+        return answer.status, await asyncio.wait_for(answer.read(), DEADLINE)
+    finally:
+        answer.release()
+
+
+async def test_a_kept_alive_connection_carries_the_next_request(raw_provider: Callable[..., Awaitable[RawProvider]]
+                                                                ) -> None:
+    provider = await raw_provider(answering(OK))
+    pool = ProviderConnections(provider.url, 10)
+    assert [await exchange(pool) for _ in range(3)] == [(200, b'{"a": true}')] * 3
+    assert provider.connections == 1
+    first = provider.requests[0]
+    assert first.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nContent-Type: application/json\r\n" in first
+    assert first.endswith(b"Content-Length: 14\r\n\r\n{\"model\": \"m\"}")
+    await pool.close()
+
+
+async def test_the_request_target_is_encoded(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    provider = await raw_provider(answering(OK))
+    pool = ProviderConnections(provider.url, 10)
+    await exchange(pool, "chat/completions?api-version=2024 10&x=é")
+    assert provider.requests[0].startswith(b"POST /v1/chat/completions?api-version=2024+10&x=%C3%A9 HTTP/1.1")
+    await pool.close()
+
+
+async def test_an_answer_that_ends_with_its_connection_is_read_whole(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    provider = await raw_provider(answering(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}", keep=False))
+    pool = ProviderConnections(provider.url, 10)
+    assert await exchange(pool) == (200, b"{}")
+    assert await exchange(pool) == (200, b"{}")
+    assert provider.connections == 2  # such a connection is not used again
+    await pool.close()
+
+
+async def test_informational_answers_are_passed_over(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    provider = await raw_provider(answering(b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n" + OK))
+    pool = ProviderConnections(provider.url, 10)
+    assert await exchange(pool) == (200, b'{"a": true}')
+    assert await exchange(pool) == (200, b'{"a": true}')
+    await pool.close()
+
+
+async def test_a_chunked_answer_arrives_in_its_parts(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    events = [b"data: {\"n\": %d}\n\n" % n for n in range(3)]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    provider = await raw_provider(answering(head + chunked))
+    pool = ProviderConnections(provider.url, 10)
+    answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
+    assert answer.headers["content-type"] == "text/event-stream"
+    assert b"".join([part async for part in answer.chunks()]) == b"".join(events)
+    answer.release()
+    assert await exchange(pool) == (200, b"".join(events))  # the same connection, for the next one
+    assert provider.connections == 1
+    await pool.close()
+
+
+async def test_a_slow_reader_holds_the_provider_back(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    """Past the pause mark the socket is not read, and it is read again as the reader catches up:
+    every byte arrives, in order."""
+    size = 3 * connections._PAUSE_AT
+    body = bytes(range(256)) * (size // 256)
+    provider = await raw_provider(answering(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + body))
+    pool = ProviderConnections(provider.url, 10)
+    answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
+    parts = answer.chunks()
+    received = [await anext(parts)]
+    while answer._buffered <= connections._PAUSE_AT and not answer.complete:  # the provider writes on
+        await asyncio.wait_for(answer._wait(), DEADLINE)  # woken by each part that arrives
+    assert answer._connection._paused or answer.complete
+    received += [part async for part in parts]
+    assert b"".join(received) == body
+    answer.release()
+    await pool.close()
+
+
+@pytest.mark.parametrize(("sent", "description"), [
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "its answer is not HTTP"),
+    (b"", "the provider closed the connection"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"cut\": ", "its answer broke off"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n", "its answer broke off"),
+], ids=["not_http", "hung_up", "cut_short", "chunks_cut_short"])
+async def test_a_provider_that_breaks_the_rules_is_a_clear_error(
+        raw_provider: Callable[..., Awaitable[RawProvider]], sent: bytes, description: str) -> None:
+    provider = await raw_provider(answering(sent, keep=False))
+    pool = ProviderConnections(provider.url, 1)
+    with pytest.raises(ProviderConnectionError) as caught:
+        await exchange(pool)
+    assert caught.value.description == description
+    upstream = Upstream(_session_unused(), provider.url, None, DEADLINE, DEADLINE, max_connections=1)
+    with pytest.raises(UpstreamUnavailable, match=f"could not reach the provider: {description}"):
+        await upstream.post("chat/completions", {"model": "m"}, {})
+    await upstream.aclose()
+    await pool.close()
+
+
+async def test_a_connection_the_provider_closed_while_idle_is_not_used(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    hang_up = asyncio.Event()
+
+    async def answer_then_hang_up_when_told(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(OK)
+        await writer.drain()
+        if len([r for r in provider.requests]) == 1:
+            await hang_up.wait()
+            return False
+        return True
+
+    provider = await raw_provider(answer_then_hang_up_when_told)
+    pool = ProviderConnections(provider.url, 10)
+    assert await exchange(pool) == (200, b'{"a": true}')
+    [idle] = pool._idle
+    hang_up.set()
+    for _ in range(1000):  # the end of the connection reaches the client in a few turns of the loop
+        if not idle.open:
+            break
+        await asyncio.sleep(0)
+    assert not idle.open
+    assert await exchange(pool) == (200, b'{"a": true}')
+    assert provider.connections == 2
+    await pool.close()
+
+
+async def test_a_connection_idle_too_long_is_not_trusted(raw_provider: Callable[..., Awaitable[RawProvider]],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = await raw_provider(answering(OK))
+    pool = ProviderConnections(provider.url, 10)
+    await exchange(pool)
+    now = connections.time.monotonic()
+    monkeypatch.setattr(connections.time, "monotonic", lambda: now + connections.IDLE_SECONDS + 1)
+    await exchange(pool)
+    assert provider.connections == 2
+    await pool.close()
+
+
+async def test_a_call_given_up_frees_its_connection(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    """A caller that stops waiting (its timeout, its client gone): the connection, whose answer may
+    still come, is closed, and its place in the pool is free."""
+    never = asyncio.Event()
+
+    async def answer_the_second_only(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if provider.connections == 1:
+            await never.wait()
+        writer.write(OK)
+        return True
+
+    provider = await raw_provider(answer_the_second_only)
+    pool = ProviderConnections(provider.url, 1)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(pool.post("chat/completions", JSON, b"{}", DEADLINE), 0.2)
+    assert await exchange(pool) == (200, b'{"a": true}')
+    assert provider.connections == 2
+    await pool.close()
+
+
+async def test_a_line_break_in_a_header_is_refused_before_anything_is_sent(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    provider = await raw_provider(answering(OK))
+    pool = ProviderConnections(provider.url, 1)
+    with pytest.raises(ValueError, match="line break"):
+        await pool.post("chat/completions", {"X-Note": "a\r\nX-Injected: 1"}, b"{}", DEADLINE)
+    assert provider.requests == []
+    assert await exchange(pool) == (200, b'{"a": true}')  # its place in the pool was not lost
+    await pool.close()
+
+
+def test_an_api_key_with_a_line_break_fails_at_start_up() -> None:
+    with pytest.raises(ValueError, match="line break"):
+        Upstream(_session_unused(), "http://127.0.0.1:1/v1", SecretStr("sk-a\nX-Injected: 1"), 1, 1)
+
+
+def test_a_base_url_that_is_not_http_fails_at_start_up() -> None:
+    with pytest.raises(ValueError, match="http"):
+        ProviderConnections("ftp://files.example/v1", 1)
+
+
+# --- TLS ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def tls_provider(aiohttp_server: AiohttpServer, tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> tuple[str, trustme.CA]:
+    """An https provider whose certificate a CA of the test's own signed; that CA is the one
+    trusted (SSL_CERT_FILE, which ssl's default context reads)."""
+    ca = trustme.CA()
+    certificate = ca.issue_cert("127.0.0.1", "localhost")
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    certificate.configure_cert(server_context)
+
+    async def completion(request: web.Request) -> web.Response:
+        return web.json_response({"id": "chatcmpl-1", "seen": await request.json()})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completion)
+    server = await aiohttp_server(app, ssl=server_context)
+    trusted = tmp_path_factory.mktemp("ca") / "ca.pem"
+    ca.cert_pem.write_to_path(str(trusted))
+    monkeypatch.setenv("SSL_CERT_FILE", str(trusted))
+    return f"https://127.0.0.1:{server.port}/v1", ca
+
+
+async def test_a_provider_over_tls(tls_provider: tuple[str, trustme.CA]) -> None:
+    url, _ = tls_provider
+    pool = ProviderConnections(url, 2)
+    status, body = await exchange(pool)
+    assert (status, body) == (200, b'{"id": "chatcmpl-1", "seen": {"model": "m"}}')
+    await pool.close()
+
+
+async def test_a_certificate_no_trusted_authority_signed_is_refused(tls_provider: tuple[str, trustme.CA],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = tls_provider
+    monkeypatch.delenv("SSL_CERT_FILE")
+    pool = ProviderConnections(url, 2)
+    with pytest.raises(ProviderConnectionError, match=r"cannot connect \(TLS: CERTIFICATE_VERIFY_FAILED\)"):
+        await exchange(pool)
+    await pool.close()
+
+
+def _session_unused() -> object:
+    """Upstream's aiohttp session, which these calls never touch."""
+    return object()
