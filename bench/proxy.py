@@ -282,12 +282,11 @@ async def _serve_floor_otel(port: int, upstream: str) -> None:
     from request_telemetry import SdkTelemetry
     from tool_pipeline import DropExporter
 
-    from telemetry.metrics import Metrics
     from telemetry.tracing import INSTRUMENTATION_SCOPE, build_provider
 
     provider = build_provider()
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))
-    sdk = SdkTelemetry(provider.get_tracer(INSTRUMENTATION_SCOPE), Metrics(CollectorRegistry()))  # the SDK's own
+    sdk = SdkTelemetry(provider.get_tracer(INSTRUMENTATION_SCOPE), CollectorRegistry())  # the SDK's own
     session = aiohttp.ClientSession(auto_decompress=False)
 
     async def forward(request: web.Request) -> web.StreamResponse:

@@ -35,7 +35,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Tracer
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,7 +44,7 @@ from tool_pipeline import DropExporter, run_bench
 from gateway.instrumentation import RequestInfo, RequestRecord
 from telemetry import names
 from telemetry.instrument import Telemetry
-from telemetry.metrics import Metrics
+from telemetry.metrics import REQUEST_DURATION_BUCKETS, ROUND_BUCKETS, Metrics
 from telemetry.tracing import INSTRUMENTATION_SCOPE, build_provider, tracer_of
 
 ROUTE = "/v1/chat/completions"
@@ -71,19 +71,26 @@ class SdkTelemetry:
     """What the OpenTelemetry SDK and prometheus_client alone do for a plain request: the SERVER span
     started and made current, the `chat` CLIENT span started as its child around the provider call,
     each ended with the attributes toolspan records, and the metric updates a plain request makes
-    on label children looked up beforehand. Used by `sdk_side` here and by bench/proxy.py's
-    `floor-otel` target (the bare hop plus this)."""
+    on prometheus_client's own metrics (named as toolspan's), on label children looked up
+    beforehand. Used by `sdk_side` here and by bench/proxy.py's `floor-otel` target (the bare hop
+    plus this)."""
 
-    def __init__(self, tracer: Tracer, metrics: Metrics) -> None:
+    def __init__(self, tracer: Tracer, registry: CollectorRegistry) -> None:
         self._tracer = tracer
-        self._in_flight = metrics.in_flight
-        self._requests = metrics.requests.labels(ROUTE, "200")
-        self._duration = metrics.request_duration.labels(ROUTE)
-        self._upstream = metrics.upstream_requests.labels(MODEL, "200")
-        self._upstream_duration = metrics.upstream_duration.labels(MODEL)
-        self._input_tokens = metrics.tokens.labels(MODEL, names.TOKEN_INPUT)
-        self._output_tokens = metrics.tokens.labels(MODEL, names.TOKEN_OUTPUT)
-        self._rounds = metrics.tool_rounds
+        # prometheus_client's own metrics, named and shaped as toolspan's.
+        durations = {"buckets": REQUEST_DURATION_BUCKETS, "registry": registry}
+        self._in_flight = Gauge(names.METRIC_REQUESTS_IN_FLIGHT, "in flight", registry=registry)
+        self._requests = Counter(names.METRIC_REQUESTS, "requests", ("route", "status"),
+                                 registry=registry).labels(ROUTE, "200")
+        self._duration = Histogram(names.METRIC_REQUEST_DURATION, "duration", ("route",), **durations).labels(ROUTE)
+        self._upstream = Counter(names.METRIC_UPSTREAM_REQUESTS, "upstream", ("model", "status"),
+                                 registry=registry).labels(MODEL, "200")
+        self._upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, "upstream duration", ("model",),
+                                            **durations).labels(MODEL)
+        tokens = Counter(names.METRIC_TOKENS, "tokens", ("model", "type"), registry=registry)
+        self._input_tokens = tokens.labels(MODEL, names.TOKEN_INPUT)
+        self._output_tokens = tokens.labels(MODEL, names.TOKEN_OUTPUT)
+        self._rounds = Histogram(names.METRIC_TOOL_ROUNDS, "rounds", buckets=ROUND_BUCKETS, registry=registry)
 
     def request(self) -> tuple[Span, Token[Context]]:
         server = self._tracer.start_span(f"POST {ROUTE}", kind=SpanKind.SERVER)
@@ -124,8 +131,8 @@ class SdkTelemetry:
         self._duration.observe(seconds)
 
 
-def sdk_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
-    sdk = SdkTelemetry(tracer, metrics)
+def sdk_side(tracer: Tracer, registry: CollectorRegistry) -> Callable[[], None]:
+    sdk = SdkTelemetry(tracer, registry)
 
     def one() -> None:
         server, token = sdk.request()
@@ -155,7 +162,7 @@ def our_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
 async def main(calls: int, repeats: int) -> None:
     provider = build_provider()
     provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=2 * calls + 1024))
-    sides = {"sdk": sdk_side(provider.get_tracer(INSTRUMENTATION_SCOPE), Metrics(CollectorRegistry())),  # the SDK's
+    sides = {"sdk": sdk_side(provider.get_tracer(INSTRUMENTATION_SCOPE), CollectorRegistry()),  # the SDK's
              "ours": our_side(tracer_of(provider), Metrics(CollectorRegistry()))}
     cpu: dict[str, list[float]] = {name: [] for name in sides}
     for repeat in range(repeats + 1):  # the first round warms up

@@ -169,12 +169,12 @@ class ToolCallSpan:
         finally:
             span.end()
         metrics = self._inst.metrics
-        metrics.child(metrics.tool_calls, self._label, outcome_label).inc()
-        metrics.exemplar_histogram(metrics.tool_call_duration, self._label,
-                                   outcome_label).observe(now - self._start, self._exemplar_trace, now)
+        metrics.tool_calls.labels(self._label, outcome_label).inc()
+        metrics.tool_call_duration.labels(self._label, outcome_label).observe(now - self._start, self._exemplar_trace,
+                                                                             now)
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
-            metrics.child(metrics.tool_rejections, self._label, outcome.rejection.reason).inc()
+            metrics.tool_rejections.labels(self._label, outcome.rejection.reason).inc()
         if outcome is not None:
             self._count_retry(outcome, self._retry)
             # Last: the span and the counts are in whatever happens to this write (a shared store
@@ -192,9 +192,9 @@ class ToolCallSpan:
     def _count_retry(self, outcome: ToolOutcome, retry: Retry | None) -> None:
         metrics = self._inst.metrics
         if retry is not None:
-            metrics.child(metrics.tool_retries, self._label, retry.kind).inc()
+            metrics.tool_retries.labels(self._label, retry.kind).inc()
             if outcome.status == "ok":
-                metrics.child(metrics.tool_recoveries, self._label, retry.kind).inc()
+                metrics.tool_recoveries.labels(self._label, retry.kind).inc()
 
     def _record(self, span: Span) -> str:
         outcome = self._outcome

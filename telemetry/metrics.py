@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Exemplar, Sample
+from prometheus_client.utils import floatToGoString
 
 from telemetry import names
 
@@ -29,55 +33,176 @@ def encoder_for(accept: str | None) -> tuple[Callable[[CollectorRegistry], bytes
         return choose_encoder("")
 
 
-class ExemplarHistogram:
-    """One series (label child) of a duration histogram, linking its buckets to traces: an
-    observation with a trace id takes it as its bucket's exemplar when that bucket has taken none
-    for EXEMPLAR_INTERVAL, and is observed plainly otherwise.
+class CounterSeries:
+    """One series of a counter."""
 
-    Exemplars are samples: prometheus_client keeps only the latest of each bucket, and a scrape
-    (every 15 s or so) sees only that one, so at most one a second per bucket and series loses
-    nothing a dashboard shows (Grafana draws the exemplars Prometheus scraped; a scrape more
-    often than once a second may show a bucket's exemplar again), while each observation of a
-    busy series no longer pays for one: 1.8 us (validated, time-stamped, taken under a lock)
-    against 0.7 us plain, the trace id formatted only when taken. `bench/request_telemetry.py
-    --repeats 9` (a request: two histograms), with only this change undone against the code with
-    it: ours 62.4 -> 57.8 us, ours / sdk 1.27 -> 1.19."""
+    __slots__ = ("created", "value")
 
-    __slots__ = ("_bounds", "_child", "_due")
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
 
-    def __init__(self, child: Any, buckets: Sequence[float]) -> None:
-        self._child = child
-        self._bounds = (*buckets, float("inf"))  # the histogram's upper bounds, as it finds a bucket
-        self._due = [float("-inf")] * len(self._bounds)  # per bucket: when it may take an exemplar again
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("a counter only goes up")
+        self.value += amount
 
-    def observe(self, value: float, trace_id: int | None, now: float) -> None:
-        """`value` observed; `trace_id` is the trace behind it, None for a trace nobody keeps.
-        `now`: a monotonic clock in seconds (perf_counter, which the caller measured `value` with)."""
-        if trace_id is not None:
-            bucket = bisect_left(self._bounds, value)  # the first bound >= value, as prometheus_client's
-            if now >= self._due[bucket]:
-                self._due[bucket] = now + EXEMPLAR_INTERVAL
-                self._child.observe(value, {names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")})
-                return
-        self._child.observe(value)
+
+class GaugeSeries:
+    """One series of a gauge."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+    def set(self, value: float) -> None:
+        self.value = float(value)
+
+
+class HistogramSeries:
+    """One series of a histogram, linking its buckets to traces: an observation with a trace id
+    takes it as its bucket's exemplar when that bucket has taken none for EXEMPLAR_INTERVAL, and
+    is observed plainly otherwise.
+
+    Exemplars are samples: a bucket shows only its latest, and a scrape (every 15 s or so) sees
+    only that one, so at most one a second per bucket and series loses nothing a dashboard shows
+    (Grafana draws the exemplars Prometheus scraped; a scrape more often than once a second may
+    show a bucket's exemplar again), while each observation of a busy series does not pay for
+    one, the trace id formatted only when taken."""
+
+    __slots__ = ("_bounds", "_counts", "_due", "_exemplars", "_labels", "_sum", "created")
+
+    def __init__(self, bounds: tuple[float, ...], labels: tuple[str, ...]) -> None:
+        self._bounds = bounds  # the upper bounds, +Inf last
+        self._labels = labels  # the same, as the `le` label writes them
+        self._counts = [0] * len(bounds)  # per bucket, not cumulative
+        self._sum = 0.0
+        self._exemplars: list[Exemplar | None] = [None] * len(bounds)
+        self._due = [float("-inf")] * len(bounds)  # per bucket: when it may take an exemplar again
+        self.created = time.time()
+
+    def observe(self, value: float, trace_id: int | None = None, now: float = 0.0) -> None:
+        """`value` observed; `trace_id` is the trace behind it (None: a trace nobody keeps). `now`:
+        a monotonic clock in seconds (perf_counter, which the caller measured `value` with)."""
+        bucket = bisect_left(self._bounds, value)  # the first bound >= value, as Prometheus counts
+        self._counts[bucket] += 1
+        self._sum += value
+        if trace_id is not None and now >= self._due[bucket]:
+            self._due[bucket] = now + EXEMPLAR_INTERVAL
+            self._exemplars[bucket] = Exemplar({names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")}, value, time.time())
+
+    def buckets(self) -> list[tuple[str, float] | tuple[str, float, Exemplar]]:
+        """The cumulative buckets as prometheus_client's families take them."""
+        found: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+        total = 0
+        for label, count, exemplar in zip(self._labels, self._counts, self._exemplars, strict=True):
+            total += count
+            found.append((label, float(total)) if exemplar is None else (label, float(total), exemplar))
+        return found
+
+    @property
+    def sum(self) -> float:
+        return self._sum
+
+
+Series = TypeVar("Series", CounterSeries, GaugeSeries, HistogramSeries)
+
+
+class LoopMetric(Generic[Series]):
+    """A metric family whose series only the event loop's thread moves, so that moving one is a
+    plain addition with no lock: a plain request's nine updates took 5.7 us through
+    prometheus_client's metrics (a lock, and checks, each), 0.65 us as plain additions (timeit,
+    the same updates). Registered on the registry as a collector, so the page, both its formats
+    and the exemplars are prometheus_client's own. A metric without labels is its one series."""
+
+    def __init__(self, kind: str, name: str, documentation: str, labelnames: Sequence[str],
+                 make: Callable[[], Series], registry: CollectorRegistry) -> None:
+        self._kind = kind
+        self._name = name.removesuffix("_total") if kind == "counter" else name
+        self._documentation = documentation
+        self._labelnames = tuple(labelnames)
+        self._make: Callable[[], Series] = make
+        self._series: dict[tuple[str, ...], Series] = {}
+        if not self._labelnames:
+            self._series[()] = make()
+        registry.register(self)
+
+    def labels(self, *values: str) -> Series:
+        """The series of these label values, made on first use (the callers' labels are bounded)."""
+        found = self._series.get(values)
+        if found is None:
+            if len(values) != len(self._labelnames):
+                raise ValueError(f"{self._name} takes the labels {', '.join(self._labelnames)}")
+            found = self._series[values] = self._make()
+        return found
+
+    @property
+    def series(self) -> Series:
+        """The one series of a metric without labels."""
+        return self._series[()]
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[Metric]:
+        family = self._family()
+        for values, series in self._series.items():
+            if isinstance(series, CounterSeries):
+                assert isinstance(family, CounterMetricFamily)
+                family.add_metric(values, series.value, created=series.created)
+            elif isinstance(series, GaugeSeries):
+                assert isinstance(family, GaugeMetricFamily)
+                family.add_metric(values, series.value)
+            else:
+                assert isinstance(family, HistogramMetricFamily)
+                family.add_metric(values, series.buckets(), series.sum)
+                family.samples.append(Sample(f"{self._name}_created", dict(zip(self._labelnames, values, strict=True)),
+                                             series.created))
+        return [family]
+
+    def _family(self) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
+        if self._kind == "counter":
+            return CounterMetricFamily(self._name, self._documentation, labels=self._labelnames)
+        if self._kind == "gauge":
+            return GaugeMetricFamily(self._name, self._documentation, labels=self._labelnames)
+        return HistogramMetricFamily(self._name, self._documentation, labels=self._labelnames)
+
+
+def _counter(name: str, documentation: str, labels: Sequence[str], registry: CollectorRegistry
+             ) -> LoopMetric[CounterSeries]:
+    return LoopMetric("counter", name, documentation, labels, CounterSeries, registry)
+
+
+def _histogram(name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float],
+               registry: CollectorRegistry) -> LoopMetric[HistogramSeries]:
+    bounds = (*buckets, float("inf"))
+    written = tuple(floatToGoString(bound) for bound in bounds)  # type: ignore[no-untyped-call]
+    return LoopMetric("histogram", name, documentation, labels, lambda: HistogramSeries(bounds, written), registry)
 
 
 @dataclass(frozen=True, slots=True)
 class RequestSeries:
     """The series one answered request moves, for one route and status."""
 
-    answered: Any  # requests_total{route,status}
-    duration: ExemplarHistogram  # request_duration_seconds{route}
+    answered: CounterSeries  # requests_total{route,status}
+    duration: HistogramSeries  # request_duration_seconds{route}
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSeries:
     """The series one provider call moves, for one model label and status."""
 
-    calls: Any  # upstream_requests_total{model,status}
-    duration: ExemplarHistogram  # upstream_request_duration_seconds{model}
-    input_tokens: Any  # tokens_total{model,type=input}
-    output_tokens: Any  # tokens_total{model,type=output}
+    calls: CounterSeries  # upstream_requests_total{model,status}
+    duration: HistogramSeries  # upstream_request_duration_seconds{model}
+    input_tokens: CounterSeries  # tokens_total{model,type=input}
+    output_tokens: CounterSeries  # tokens_total{model,type=output}
 
 
 class Metrics:
@@ -85,42 +210,43 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self._bounds: dict[int, Sequence[float]] = {}  # each duration histogram's buckets, for its exemplars
-        self.tool_calls = Counter(
+        # What every request and tool call moves: metrics of the event loop's thread (LoopMetric).
+        self.tool_calls = _counter(
             names.METRIC_TOOL_CALLS, "Tool calls handled, by tool and outcome.",
-            (names.LABEL_TOOL, names.LABEL_OUTCOME), registry=registry)
-        self.tool_call_duration = self._duration(
+            (names.LABEL_TOOL, names.LABEL_OUTCOME), registry)
+        self.tool_call_duration = _histogram(
             names.METRIC_TOOL_CALL_DURATION, "Time from lookup to outcome of one tool call.",
-            (names.LABEL_TOOL, names.LABEL_OUTCOME), TOOL_DURATION_BUCKETS)
-        self.tool_rejections = Counter(
+            (names.LABEL_TOOL, names.LABEL_OUTCOME), TOOL_DURATION_BUCKETS, registry)
+        self.tool_rejections = _counter(
             names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran, by reason.",
-            (names.LABEL_TOOL, names.LABEL_REASON), registry=registry)
-        self.tool_retries = Counter(
+            (names.LABEL_TOOL, names.LABEL_REASON), registry)
+        self.tool_retries = _counter(
             names.METRIC_TOOL_RETRIES, "Calls that retry a failed call of the same tool in the trajectory, by kind "
             "(verbatim: same arguments; corrected: changed arguments).",
-            (names.LABEL_TOOL, names.LABEL_KIND), registry=registry)
-        self.tool_recoveries = Counter(
+            (names.LABEL_TOOL, names.LABEL_KIND), registry)
+        self.tool_recoveries = _counter(
             names.METRIC_TOOL_RECOVERIES, "Retries that succeeded, by tool and retry kind.",
-            (names.LABEL_TOOL, names.LABEL_KIND), registry=registry)
-        self.upstream_requests = Counter(
+            (names.LABEL_TOOL, names.LABEL_KIND), registry)
+        self.upstream_requests = _counter(
             names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by model and HTTP status (or error).",
-            (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
-        self.upstream_duration = self._duration(
+            (names.LABEL_MODEL, names.LABEL_STATUS), registry)
+        self.upstream_duration = _histogram(
             names.METRIC_UPSTREAM_DURATION, "Time of one provider call, a whole stream included.",
-            (names.LABEL_MODEL,), REQUEST_DURATION_BUCKETS)
-        self.tokens = Counter(
+            (names.LABEL_MODEL,), REQUEST_DURATION_BUCKETS, registry)
+        self.tokens = _counter(
             names.METRIC_TOKENS, "Tokens the provider reported, by model and type (input/output).",
-            (names.LABEL_MODEL, names.LABEL_TYPE), registry=registry)
-        self.requests = Counter(
+            (names.LABEL_MODEL, names.LABEL_TYPE), registry)
+        self.requests = _counter(
             names.METRIC_REQUESTS, "Requests answered, by route and HTTP status.",
-            (names.LABEL_ROUTE, names.LABEL_STATUS), registry=registry)
-        self.request_duration = self._duration(
+            (names.LABEL_ROUTE, names.LABEL_STATUS), registry)
+        self.request_duration = _histogram(
             names.METRIC_REQUEST_DURATION, "Time to answer one request, tool rounds included.",
-            (names.LABEL_ROUTE,), REQUEST_DURATION_BUCKETS)
-        self.in_flight = Gauge(names.METRIC_REQUESTS_IN_FLIGHT, "Requests being handled now.", registry=registry)
-        self.tool_rounds = Histogram(
-            names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.",
-            buckets=ROUND_BUCKETS, registry=registry)
+            (names.LABEL_ROUTE,), REQUEST_DURATION_BUCKETS, registry)
+        self.in_flight = LoopMetric("gauge", names.METRIC_REQUESTS_IN_FLIGHT, "Requests being handled now.", (),
+                                    GaugeSeries, registry).series
+        self.tool_rounds = _histogram(names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.", (),
+                                      ROUND_BUCKETS, registry).series
+        # Moved now and then, from any thread (the trajectory store's writer counts its losses).
         self.mcp_server_up = Gauge(
             names.METRIC_MCP_SERVER_UP, "1 while the MCP server is connected and its tools are callable, else 0.",
             (names.LABEL_SERVER,), registry=registry)
@@ -144,10 +270,10 @@ class Metrics:
             registry=registry)
         for reason in (names.STORE_DROP_WRITE, names.STORE_DROP_BACKLOG):  # at 0 from the start: an alert
             self.trajectory_store_dropped.labels(reason)  # on its increase sees the first loss
-        # Label children, looked up per call: every label here is bounded (see names.py), so
-        # this cache is too, and it saves prometheus_client's lock and validation each time.
+        # Label children of the prometheus_client metrics, looked up per call: every label here is
+        # bounded (see names.py), so this cache is too, and it saves prometheus_client's lock and
+        # validation each time.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._histograms: dict[tuple[int, tuple[str, ...]], ExemplarHistogram] = {}
         self._request_series: dict[tuple[str, str], RequestSeries] = {}
         self._upstream_series: dict[tuple[str, str], UpstreamSeries] = {}
 
@@ -162,27 +288,11 @@ class Metrics:
         self.state_store_losses.inc()
 
     def child(self, metric: MetricWrapperBase, *values: str) -> Any:
-        """`metric.labels(*values)`, cached."""
+        """`metric.labels(*values)` of one of the prometheus_client metrics, cached."""
         key = (id(metric), values)
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = metric.labels(*values)
-        return found
-
-    def _duration(self, name: str, documentation: str, labels: tuple[str, ...],
-                  buckets: Sequence[float]) -> Histogram:
-        """A duration histogram whose series take exemplars (`exemplar_histogram`)."""
-        histogram = Histogram(name, documentation, labels, buckets=buckets, registry=self.registry)
-        self._bounds[id(histogram)] = buckets
-        return histogram
-
-    def exemplar_histogram(self, histogram: Histogram, *values: str) -> ExemplarHistogram:
-        """`histogram.labels(*values)` as an ExemplarHistogram, cached: one per series, so that its
-        exemplars are limited per series. `histogram`: one of this instance's duration histograms."""
-        key = (id(histogram), values)
-        found = self._histograms.get(key)
-        if found is None:
-            found = self._histograms[key] = ExemplarHistogram(histogram.labels(*values), self._bounds[id(histogram)])
         return found
 
     def request_series(self, route: str, status: str) -> RequestSeries:
@@ -191,8 +301,7 @@ class Metrics:
         found = self._request_series.get((route, status))
         if found is None:
             found = self._request_series[route, status] = RequestSeries(
-                self.child(self.requests, route, status),
-                self.exemplar_histogram(self.request_duration, route))
+                self.requests.labels(route, status), self.request_duration.labels(route))
         return found
 
     def upstream_series(self, model: str, status: str) -> UpstreamSeries:
@@ -200,7 +309,6 @@ class Metrics:
         found = self._upstream_series.get((model, status))
         if found is None:
             found = self._upstream_series[model, status] = UpstreamSeries(
-                self.child(self.upstream_requests, model, status),
-                self.exemplar_histogram(self.upstream_duration, model),
-                self.child(self.tokens, model, names.TOKEN_INPUT), self.child(self.tokens, model, names.TOKEN_OUTPUT))
+                self.upstream_requests.labels(model, status), self.upstream_duration.labels(model),
+                self.tokens.labels(model, names.TOKEN_INPUT), self.tokens.labels(model, names.TOKEN_OUTPUT))
         return found

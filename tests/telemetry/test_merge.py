@@ -33,13 +33,14 @@ def samples_of(page: bytes, classic: bool = False) -> list[Sample]:
 
 
 def worker(requests: dict[tuple[str, str], int], durations: dict[str, list[float]], in_flight: int,
-           state_up: bool) -> Metrics:
+           state_up: bool, traces: int) -> Metrics:
+    """A worker's metrics; its requests' traces are numbered from `traces` (each route's from 0)."""
     metrics = Metrics(CollectorRegistry())
     for (route, status), count in requests.items():
         metrics.requests.labels(route, status).inc(count)
     for route, seconds in durations.items():
         for n, duration in enumerate(seconds):
-            metrics.request_duration.labels(route).observe(duration, {names.EXEMPLAR_TRACE_ID: f"{route}-{n}"})
+            metrics.request_duration.labels(route).observe(duration, traces + n, now=0.0)
     metrics.in_flight.set(in_flight)
     metrics.state_store_up.set(1 if state_up else 0)
     metrics.mcp_server_up.labels("files").set(1)
@@ -48,9 +49,10 @@ def worker(requests: dict[tuple[str, str], int], durations: dict[str, list[float
 
 @pytest.fixture
 def two_workers() -> tuple[Metrics, Metrics]:
-    first = worker({(CHAT, "200"): 2, (TOOLS, "200"): 1}, {CHAT: [0.02, 0.3]}, in_flight=2, state_up=True)
+    first = worker({(CHAT, "200"): 2, (TOOLS, "200"): 1}, {CHAT: [0.02, 0.3]}, in_flight=2, state_up=True,
+                   traces=0x100)
     second = worker({(CHAT, "200"): 3, (CHAT, "503"): 1}, {CHAT: [0.02, 7.0], TOOLS: [0.001]}, in_flight=3,
-                    state_up=False)
+                    state_up=False, traces=0x200)
     return first, second
 
 
@@ -93,9 +95,9 @@ def test_each_bucket_keeps_its_most_recent_exemplar(two_workers: tuple[Metrics, 
                for s in samples_of(page)
                if s.name == f"{names.METRIC_REQUEST_DURATION}_bucket" and s.labels["route"] == CHAT}
     # Both workers saw a request of 0.02 s: the bucket shows the second's, observed later.
-    assert buckets["0.025"] == (f"{CHAT}-0", 0.02)
-    assert buckets["0.5"] == (f"{CHAT}-1", 0.3)
-    assert buckets["10.0"] == (f"{CHAT}-1", 7.0)
+    assert buckets["0.025"] == (f"{0x200:032x}", 0.02)
+    assert buckets["0.5"] == (f"{0x101:032x}", 0.3)
+    assert buckets["10.0"] == (f"{0x201:032x}", 7.0)
     assert buckets["0.005"] is None
 
 

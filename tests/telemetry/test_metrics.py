@@ -1,0 +1,123 @@
+"""The metrics the event loop moves (telemetry.metrics.LoopMetric): the page shows what
+prometheus_client's own metrics would show for the same updates, in both formats."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest as classic_page
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_page
+
+from telemetry import names
+from telemetry.metrics import REQUEST_DURATION_BUCKETS, ROUND_BUCKETS, TOOL_DURATION_BUCKETS, Metrics
+
+CHAT = "/v1/chat/completions"
+
+
+def _without_times(page: bytes) -> str:
+    """A page with its series' creation times and its exemplars' times left out."""
+    text = re.sub(r"_created(\{[^}]*\})? \S+", r"_created\1 T", page.decode())
+    return re.sub(r"(# \{[^}]*\} \S+) \S+", r"\1 T", text)
+
+
+def _ours() -> CollectorRegistry:
+    metrics = Metrics(CollectorRegistry())
+    metrics.in_flight.inc()
+    series = metrics.upstream_series("m", "200")
+    series.input_tokens.inc(31)
+    series.output_tokens.inc(1)
+    series.calls.inc()
+    series.duration.observe(0.001, 0xABC, now=100.0)
+    metrics.in_flight.dec()
+    metrics.tool_rounds.observe(2)
+    metrics.request_series(CHAT, "200").answered.inc()
+    metrics.request_series(CHAT, "200").duration.observe(0.3)
+    metrics.request_series(CHAT, "200").duration.observe(120.0)  # on a bound
+    metrics.tool_calls.labels("echo", "ok").inc()
+    metrics.tool_call_duration.labels("echo", "ok").observe(0.01, 0x5, now=1.0)
+    metrics.tool_rejections.labels("echo", "parser").inc()
+    metrics.tool_retries.labels("echo", "verbatim").inc()
+    metrics.tool_recoveries.labels("echo", "verbatim").inc()
+    metrics.mcp_server_up.labels("files").set(1)
+    return metrics.registry
+
+
+def _theirs() -> CollectorRegistry:
+    """The same updates on prometheus_client's own metrics, declared as telemetry.metrics declares them."""
+    registry = CollectorRegistry()
+    ours = {family.name: family.documentation for family in _ours().collect()}
+
+    def doc(name: str) -> str:
+        return ours[name.removesuffix("_total")]
+
+    tool = (names.LABEL_TOOL, names.LABEL_OUTCOME)
+    calls = Counter(names.METRIC_TOOL_CALLS, doc(names.METRIC_TOOL_CALLS), tool, registry=registry)
+    call_duration = Histogram(names.METRIC_TOOL_CALL_DURATION, doc(names.METRIC_TOOL_CALL_DURATION), tool,
+                              buckets=TOOL_DURATION_BUCKETS, registry=registry)
+    rejections = Counter(names.METRIC_TOOL_REJECTIONS, doc(names.METRIC_TOOL_REJECTIONS),
+                         (names.LABEL_TOOL, names.LABEL_REASON), registry=registry)
+    retries = Counter(names.METRIC_TOOL_RETRIES, doc(names.METRIC_TOOL_RETRIES), (names.LABEL_TOOL, names.LABEL_KIND),
+                      registry=registry)
+    recoveries = Counter(names.METRIC_TOOL_RECOVERIES, doc(names.METRIC_TOOL_RECOVERIES),
+                         (names.LABEL_TOOL, names.LABEL_KIND), registry=registry)
+    upstream = Counter(names.METRIC_UPSTREAM_REQUESTS, doc(names.METRIC_UPSTREAM_REQUESTS),
+                       (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
+    upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, doc(names.METRIC_UPSTREAM_DURATION),
+                                  (names.LABEL_MODEL,), buckets=REQUEST_DURATION_BUCKETS, registry=registry)
+    tokens = Counter(names.METRIC_TOKENS, doc(names.METRIC_TOKENS), (names.LABEL_MODEL, names.LABEL_TYPE),
+                     registry=registry)
+    requests = Counter(names.METRIC_REQUESTS, doc(names.METRIC_REQUESTS), (names.LABEL_ROUTE, names.LABEL_STATUS),
+                       registry=registry)
+    request_duration = Histogram(names.METRIC_REQUEST_DURATION, doc(names.METRIC_REQUEST_DURATION),
+                                 (names.LABEL_ROUTE,), buckets=REQUEST_DURATION_BUCKETS, registry=registry)
+    in_flight = Gauge(names.METRIC_REQUESTS_IN_FLIGHT, doc(names.METRIC_REQUESTS_IN_FLIGHT), registry=registry)
+    rounds = Histogram(names.METRIC_TOOL_ROUNDS, doc(names.METRIC_TOOL_ROUNDS), buckets=ROUND_BUCKETS,
+                       registry=registry)
+    rest = Metrics(CollectorRegistry())  # the metrics that are prometheus_client's own already
+    for metric in (rest.mcp_server_up, rest.mcp_server_disconnects, rest.trajectory_store_dropped,
+                   rest.state_store_up, rest.state_store_failures, rest.state_store_losses):
+        registry.register(metric)
+    rest.mcp_server_up.labels("files").set(1)
+    in_flight.inc()
+    tokens.labels("m", names.TOKEN_INPUT).inc(31)
+    tokens.labels("m", names.TOKEN_OUTPUT).inc(1)
+    upstream.labels("m", "200").inc()
+    upstream_duration.labels("m").observe(0.001, {names.EXEMPLAR_TRACE_ID: f"{0xABC:032x}"})
+    in_flight.dec()
+    rounds.observe(2)
+    requests.labels(CHAT, "200").inc()
+    request_duration.labels(CHAT).observe(0.3)
+    request_duration.labels(CHAT).observe(120.0)
+    calls.labels("echo", "ok").inc()
+    call_duration.labels("echo", "ok").observe(0.01, {names.EXEMPLAR_TRACE_ID: f"{0x5:032x}"})
+    rejections.labels("echo", "parser").inc()
+    retries.labels("echo", "verbatim").inc()
+    recoveries.labels("echo", "verbatim").inc()
+    return registry
+
+
+@pytest.mark.parametrize("page", [openmetrics_page, classic_page], ids=["openmetrics", "classic"])
+def test_the_page_is_what_prometheus_client_metrics_would_show(page: object) -> None:
+    assert callable(page)
+    assert _without_times(page(_ours())) == _without_times(page(_theirs()))
+
+
+def test_a_counter_only_goes_up() -> None:
+    metrics = Metrics(CollectorRegistry())
+    with pytest.raises(ValueError, match="only goes up"):
+        metrics.requests.labels(CHAT, "200").inc(-1)
+
+
+def test_labels_are_checked_in_number() -> None:
+    metrics = Metrics(CollectorRegistry())
+    with pytest.raises(ValueError, match="takes the labels route, status"):
+        metrics.requests.labels(CHAT)
+
+
+def test_a_name_taken_twice_on_a_registry_fails() -> None:
+    registry = CollectorRegistry()
+    Metrics(registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        Metrics(registry)
