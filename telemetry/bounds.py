@@ -12,5 +12,7 @@ def utf8(text: str) -> str:
 
 
 def bounded(text: str, limit: int = ATTRIBUTE_MAX) -> str:
-    """`text` cut to `limit` characters, as valid UTF-8."""
+    """`text` cut to `limit` characters, as valid UTF-8 (short ASCII text, most of it, as it is)."""
+    if len(text) <= limit and text.isascii():
+        return text
     return utf8(text[:limit])

@@ -191,8 +191,13 @@ def _histogram(name: str, documentation: str, labels: Sequence[str], buckets: Se
 class RequestSeries:
     """The series one answered request moves, for one route and status."""
 
-    answered: CounterSeries  # requests_total{route,status}
+    count: CounterSeries  # requests_total{route,status}
     duration: HistogramSeries  # request_duration_seconds{route}
+
+    def answered(self, seconds: float, trace_id: int | None, now: float) -> None:
+        """A request answered after `seconds` (see HistogramSeries.observe for the rest)."""
+        self.count.value += 1
+        self.duration.observe(seconds, trace_id, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +208,16 @@ class UpstreamSeries:
     duration: HistogramSeries  # upstream_request_duration_seconds{model}
     input_tokens: CounterSeries  # tokens_total{model,type=input}
     output_tokens: CounterSeries  # tokens_total{model,type=output}
+
+    def answered(self, seconds: float, trace_id: int | None, now: float, input_tokens: int | None,
+                 output_tokens: int | None) -> None:
+        """A provider call that took `seconds`, and the tokens it reported (None: not reported)."""
+        self.calls.value += 1
+        self.duration.observe(seconds, trace_id, now)
+        if input_tokens is not None:
+            self.input_tokens.inc(input_tokens)
+        if output_tokens is not None:
+            self.output_tokens.inc(output_tokens)
 
 
 class Metrics:
@@ -274,7 +289,7 @@ class Metrics:
         # bounded (see names.py), so this cache is too, and it saves prometheus_client's lock and
         # validation each time.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._request_series: dict[tuple[str, str], RequestSeries] = {}
+        self._request_series: dict[tuple[str, int], RequestSeries] = {}
         self._upstream_series: dict[tuple[str, str], UpstreamSeries] = {}
 
     def state_store_answered(self, up: bool) -> None:
@@ -295,13 +310,13 @@ class Metrics:
             found = self._children[key] = metric.labels(*values)
         return found
 
-    def request_series(self, route: str, status: str) -> RequestSeries:
+    def request_series(self, route: str, status: int) -> RequestSeries:
         """The series of an answered request, cached: one lookup per request, not one per series
         (for a request and its provider call, two lookups of 0.16 us where six of 0.17 were)."""
         found = self._request_series.get((route, status))
         if found is None:
             found = self._request_series[route, status] = RequestSeries(
-                self.requests.labels(route, status), self.request_duration.labels(route))
+                self.requests.labels(route, str(status)), self.request_duration.labels(route))
         return found
 
     def upstream_series(self, model: str, status: str) -> UpstreamSeries:

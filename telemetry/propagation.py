@@ -11,7 +11,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import TextMapPropagator
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span
+from opentelemetry.trace import DEFAULT_TRACE_STATE, INVALID_SPAN_CONTEXT, Span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 DEFAULT_PROPAGATORS = "tracecontext,baggage"  # the specification's default: W3C trace context and baggage
@@ -97,8 +97,9 @@ class Propagation:
             # %-formatting: 0.5 us where an f-string's format specs take 0.7.
             traceparent = "00-%032x-%016x-%02x" % (context.trace_id, context.span_id, context.trace_flags)  # noqa: UP031
             headers["traceparent"] = traceparent
-            if context.trace_state:
-                headers["tracestate"] = context.trace_state.to_header()
+            state = context.trace_state
+            if state is not DEFAULT_TRACE_STATE and state:  # the shared empty one, most often
+                headers["tracestate"] = state.to_header()
         baggage.inject(headers, parent)
 
     def _drop_stale(self, headers: dict[str, str]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags, Tracer
 
 from gateway.instrumentation import ModelAnswer, RequestInfo, RequestRecord
 from telemetry import names
@@ -34,7 +34,7 @@ def exemplar_trace_id(span: Span, context: SpanContext) -> int | None:
     only for a span this process records and the sampler kept, since no other trace can be found
     where the exemplar points. Read when the span starts (an ended span no longer says whether it
     records)."""
-    return context.trace_id if span.is_recording() and context.trace_flags.sampled else None
+    return context.trace_id if context.trace_flags & TraceFlags.SAMPLED and span.is_recording() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +108,10 @@ class RequestSpan:
         self._span = span = self._open(parent)
         self._context = trace.set_span_in_context(span, parent)
         self._token = otel_context.attach(self._context)
+        trace_id, _, _, flags, _, valid = span.get_span_context()  # its fields at once (SpanContext is a tuple)
         # Tracing off (a no-op tracer) and no caller's trace: no valid trace, so no id to name.
-        span_context = span.get_span_context()
-        self.trace_id = format(span_context.trace_id, "032x") if span_context.is_valid else None
-        self._exemplar_trace = exemplar_trace_id(span, span_context)
+        self.trace_id = "%032x" % trace_id if valid else None  # noqa: UP031  # 0.2 us less than format()
+        self._exemplar_trace = trace_id if flags & TraceFlags.SAMPLED and span.is_recording() else None
         self._start = perf_counter()
         self._metrics.in_flight.inc()
         return self
@@ -146,11 +146,8 @@ class RequestSpan:
             status, error_type = 499, error_type or "cancelled"
         now = perf_counter()
         otel_context.detach(self._token)
-        self._metrics.in_flight.dec()
-        self._record(status, record, error_type, now)
-
-    def _record(self, status: int, record: RequestRecord, error_type: str | None, now: float) -> None:
-        metrics, span, info = self._metrics, self._span, self._info
+        metrics, span = self._metrics, self._span
+        metrics.in_flight.dec()
         try:
             span.set_attributes(self._attributes(status, record, error_type))
             # HTTP conventions: a refused request (4xx) is the caller's error, not the server's;
@@ -161,9 +158,7 @@ class RequestSpan:
             span.end()  # whatever the attributes did, the span is not lost
         if record.rounds is not None:
             metrics.tool_rounds.observe(record.rounds)
-        series = metrics.request_series(info.route, str(status))
-        series.answered.inc()
-        series.duration.observe(now - self._start, self._exemplar_trace, now)
+        metrics.request_series(self._info.route, status).answered(now - self._start, self._exemplar_trace, now)
 
     def _attributes(self, status: int, record: RequestRecord, error_type: str | None) -> dict[str, Any]:
         info = self._info
@@ -205,7 +200,8 @@ class ChatSpan:
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
         self._parent = parent = otel_context.get_current()  # the request's (its baggage too)
         self._span = span = self._tracer.start_span(self._model.span_name, context=parent, kind=SpanKind.CLIENT)
-        self._exemplar_trace = exemplar_trace_id(span, span.get_span_context())
+        trace_id, _, _, flags, _, _ = span.get_span_context()
+        self._exemplar_trace = trace_id if flags & TraceFlags.SAMPLED and span.is_recording() else None
         self._start = perf_counter()
         return self
 
@@ -232,9 +228,7 @@ class ChatSpan:
         if exc is not None and self._status is None:  # cancelled or broken before an answer
             kind = type(exc).__name__ if isinstance(exc, Exception) else "cancelled"
             self.failed(None, kind, str(exc) or kind)
-        self._record(perf_counter())
-
-    def _record(self, now: float) -> None:
+        now = perf_counter()
         span, failure, answer = self._span, self._failure, self._answer
         try:
             attributes = self._attributes()
@@ -246,14 +240,9 @@ class ChatSpan:
             span.set_attributes(attributes)
         finally:
             span.end()  # whatever the attributes did, the span is not lost
-        series = self._metrics.upstream_series(self._model.label, self._status or "error")
-        if answer is not None:
-            if answer.input_tokens is not None:
-                series.input_tokens.inc(answer.input_tokens)
-            if answer.output_tokens is not None:
-                series.output_tokens.inc(answer.output_tokens)
-        series.calls.inc()
-        series.duration.observe(now - self._start, self._exemplar_trace, now)
+        self._metrics.upstream_series(self._model.label, self._status or "error").answered(
+            now - self._start, self._exemplar_trace, now, answer.input_tokens if answer is not None else None,
+            answer.output_tokens if answer is not None else None)
 
     def _content(self, capture: MessageCapture) -> dict[str, str]:
         """The messages sent and the answer (opt-in). Content the conversion cannot read is left

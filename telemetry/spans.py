@@ -18,21 +18,33 @@ the SDK's default sampler (parent-based, always on) is decided here without the 
 
 from __future__ import annotations
 
+import dis
 import logging
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from random import getrandbits
 from time import time_ns
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 from opentelemetry.util.types import Attributes, AttributeValue
 
 log = logging.getLogger("toolspan.telemetry")
@@ -48,19 +60,21 @@ def _flags(sampled: bool, random_trace_id: bool) -> TraceFlags:
 
 
 _FLAGS = {(sampled, random): _flags(sampled, random) for sampled in (False, True) for random in (False, True)}
+_NO_FLAGS = _flags(False, False)  # a root span's parent's
+
+
+def _settled_value(value: Any) -> Any:
+    """An attribute value that is not plain, as a span keeps it: a sequence as a tuple, anything
+    else unusual as the text the SDK would make of it."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return tuple(value)
+    return value if isinstance(value, Mapping) else str(value)
 
 
 def _settled(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """`attributes` as a span keeps them: a sequence as a tuple, anything else unusual as the text
-    the SDK would make of it (the gateway's own values are plain already: this is cheap for them)."""
-    kept = dict(attributes)
-    for key, value in kept.items():
-        if type(value) not in _PLAIN:
-            if isinstance(value, Sequence) and not isinstance(value, str):
-                kept[key] = tuple(value)
-            elif not isinstance(value, Mapping):
-                kept[key] = str(value)
-    return kept
+    """`attributes` as a span keeps them (the gateway's own values are plain already: this is
+    cheap for them)."""
+    return {key: value if type(value) in _PLAIN else _settled_value(value) for key, value in attributes.items()}
 
 
 class GatewaySpan(trace.Span, ReadableSpan):
@@ -86,7 +100,7 @@ class GatewaySpan(trace.Span, ReadableSpan):
         self._processor = tracer.span_processor
 
     def get_span_context(self) -> SpanContext:
-        return cast(SpanContext, self._context)  # set once, in __init__
+        return self._context  # type: ignore[return-value]  # set once, in __init__
 
     @property
     def recorded_attributes(self) -> Mapping[str, Any]:
@@ -98,10 +112,14 @@ class GatewaySpan(trace.Span, ReadableSpan):
         return self._end_time is None
 
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
-        if self._end_time is None:
-            self._attributes.update(_settled(attributes))
-        else:
+        if self._end_time is not None:
             log.warning("setting attributes on the ended span %s", self._name)
+            return
+        kept = self._attributes
+        kept.update(attributes)
+        for key, value in attributes.items():
+            if type(value) not in _PLAIN:
+                kept[key] = _settled_value(value)
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         self.set_attributes({key: value})
@@ -152,9 +170,18 @@ class GatewaySpan(trace.Span, ReadableSpan):
         super().__exit__(exc_type, exc, tb)
 
 
+def _does_nothing(function: Callable[..., object]) -> bool:
+    """Whether `function`'s body only returns None (`pass`, a docstring): what most processors'
+    on_start is, the SDK's own among them."""
+    steps = [(step.opname, step.argval) for step in dis.get_instructions(function)
+             if step.opname not in ("RESUME", "NOP", "CACHE")]
+    return steps in ([("LOAD_CONST", None), ("RETURN_VALUE", None)], [("RETURN_CONST", None)])
+
+
 class GatewayTracer(trace.Tracer):
     """Starts GatewaySpans for the SDK tracer it is made from: its sampler, id generator, resource
-    and span processors."""
+    and span processors. Spans are told to the processors whose on_start does something (none, in
+    the gateway's own set-up: 1.2 us a span spared), as the SDK's multi-processor would tell them."""
 
     def __init__(self, sdk_tracer: SdkTracer, scope: InstrumentationScope) -> None:
         self.sampler = sdk_tracer.sampler
@@ -163,31 +190,66 @@ class GatewayTracer(trace.Tracer):
         self.id_generator = sdk_tracer.id_generator
         self._scope = scope
         self._random_ids = sdk_tracer.id_generator.is_trace_id_random()
+        self._sdk_ids = type(sdk_tracer.id_generator) is RandomIdGenerator  # ids drawn here, as it draws them
+        self._known: tuple[SpanProcessor, ...] | None = None  # the processors _starting last looked at
+        self._starting_ones: tuple[SpanProcessor, ...] = ()
+
+    def _span_id(self) -> int:
+        if self._sdk_ids:
+            while not (span_id := getrandbits(64)):  # zero is no span's id
+                pass
+            return span_id
+        return self.id_generator.generate_span_id()
+
+    def _trace_id(self) -> int:
+        if self._sdk_ids:
+            while not (trace_id := getrandbits(128)):  # zero is no trace's id
+                pass
+            return trace_id
+        return self.id_generator.generate_trace_id()
+
+    def _starting(self) -> tuple[SpanProcessor, ...] | None:
+        """The provider's processors whose on_start does something, in order; None when the
+        provider's processor is not the SDK's synchronous multi-processor (it is then asked itself).
+        Looked at again whenever a processor was added."""
+        if type(self.span_processor) is not SynchronousMultiSpanProcessor:
+            return None
+        processors = self.span_processor._span_processors
+        if processors is not self._known:
+            self._known = processors
+            self._starting_ones = tuple(p for p in processors if not _does_nothing(type(p).on_start))
+        return self._starting_ones
 
     def start_span(self, name: str, context: otel_context.Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
                    attributes: Attributes = None, links: Sequence[Link] | None = (), start_time: int | None = None,
                    record_exception: bool = True, set_status_on_exception: bool = True) -> trace.Span:
         links = links or ()
         parent: SpanContext | None = trace.get_current_span(context).get_span_context()
+        trace_state: TraceState | None = None
         if parent is not None and parent.is_valid:
-            trace_id, random_ids = parent.trace_id, parent.trace_flags.random_trace_id
+            trace_id, _, _, flags, trace_state, _ = parent  # its fields at once (SpanContext is a tuple)
+            random_ids = bool(flags & TraceFlags.RANDOM_TRACE_ID)
         else:
-            parent, trace_id, random_ids = None, self.id_generator.generate_trace_id(), self._random_ids
+            parent, flags, random_ids = None, _NO_FLAGS, self._random_ids
+            trace_id = self._trace_id()
         if self.sampler is DEFAULT_ON:  # parent-based, always on: what the sampler would decide, decided here
-            recording = sampled = parent is None or parent.trace_flags.sampled
-            trace_state = parent.trace_state if parent is not None else None
+            recording = sampled = parent is None or bool(flags & TraceFlags.SAMPLED)
         else:
             result = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
             recording, sampled = result.decision is not Decision.DROP, result.decision is Decision.RECORD_AND_SAMPLE
             trace_state, attributes = result.trace_state, result.attributes
-        span_context = SpanContext(trace_id, self.id_generator.generate_span_id(), is_remote=False,
+        span_context = SpanContext(trace_id, self._span_id(), is_remote=False,
                                    trace_flags=_FLAGS[sampled, random_ids], trace_state=trace_state)
         if not recording:
             return NonRecordingSpan(span_context)
         span = GatewaySpan(name, span_context, parent, kind, attributes, links,
                            start_time if start_time is not None else time_ns(), self._scope, self)
         # The processors are typed for the SDK's own Span; they read a span, and this is one to read.
-        self.span_processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
+        starting = self._starting()
+        if starting is None:
+            self.span_processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
+        for processor in starting or ():
+            processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
         return span
 
     # The API's own decorator (its return type) is private; contextmanager does the same.

@@ -32,9 +32,8 @@ def _ours() -> CollectorRegistry:
     series.duration.observe(0.001, 0xABC, now=100.0)
     metrics.in_flight.dec()
     metrics.tool_rounds.observe(2)
-    metrics.request_series(CHAT, "200").answered.inc()
-    metrics.request_series(CHAT, "200").duration.observe(0.3)
-    metrics.request_series(CHAT, "200").duration.observe(120.0)  # on a bound
+    metrics.request_series(CHAT, 200).answered(0.3, None, 0.0)
+    metrics.request_series(CHAT, 200).duration.observe(120.0)  # on a bound
     metrics.tool_calls.labels("echo", "ok").inc()
     metrics.tool_call_duration.labels("echo", "ok").observe(0.01, 0x5, now=1.0)
     metrics.tool_rejections.labels("echo", "parser").inc()

@@ -38,7 +38,7 @@ def bucket_exemplars(metrics: Metrics) -> dict[str, tuple[str, float]]:
 
 def test_a_bucket_takes_one_exemplar_a_second() -> None:
     metrics = Metrics(CollectorRegistry())
-    duration = metrics.request_series(ROUTE, "200").duration
+    duration = metrics.request_series(ROUTE, 200).duration
     duration.observe(0.02, 0xA, now=100.0)
     duration.observe(0.021, 0xB, now=100.0 + EXEMPLAR_INTERVAL / 2)  # same bucket, too soon: observed plainly
     duration.observe(0.3, 0xC, now=100.0 + EXEMPLAR_INTERVAL / 2)  # another bucket: its own second
@@ -50,7 +50,7 @@ def test_a_bucket_takes_one_exemplar_a_second() -> None:
 
 def test_an_observation_without_a_trace_leaves_the_bucket_free() -> None:
     metrics = Metrics(CollectorRegistry())
-    duration = metrics.request_series(ROUTE, "200").duration
+    duration = metrics.request_series(ROUTE, 200).duration
     duration.observe(0.02, None, now=100.0)  # a trace nobody keeps: no exemplar, and no turn taken
     duration.observe(0.02, 0xA, now=100.0)
     assert bucket_exemplars(metrics) == {"0.025": (f"{0xA:032x}", 0.02)}
@@ -58,9 +58,9 @@ def test_an_observation_without_a_trace_leaves_the_bucket_free() -> None:
 
 def test_the_limit_is_per_series_shared_by_every_status() -> None:
     metrics = Metrics(CollectorRegistry())
-    metrics.request_series(ROUTE, "200").duration.observe(0.02, 0xA, now=100.0)
-    metrics.request_series(ROUTE, "500").duration.observe(0.02, 0xB, now=100.1)  # the same duration series
-    metrics.request_series("/v1/responses", "200").duration.observe(0.02, 0xC, now=100.1)  # another series
+    metrics.request_series(ROUTE, 200).duration.observe(0.02, 0xA, now=100.0)
+    metrics.request_series(ROUTE, 500).duration.observe(0.02, 0xB, now=100.1)  # the same duration series
+    metrics.request_series("/v1/responses", 200).duration.observe(0.02, 0xC, now=100.1)  # another series
     found = {(s.labels["route"], s.labels["le"]): s.exemplar.labels[names.EXEMPLAR_TRACE_ID]
              for family in metrics.registry.collect() for s in family.samples
              if s.name == f"{names.METRIC_REQUEST_DURATION}_bucket" and s.exemplar is not None}
@@ -70,7 +70,7 @@ def test_the_limit_is_per_series_shared_by_every_status() -> None:
 @pytest.mark.parametrize("value", [0.0, *REQUEST_DURATION_BUCKETS, 0.0051, 1e9])
 def test_the_exemplar_lands_in_the_bucket_prometheus_counts_the_value_in(value: float) -> None:
     metrics = Metrics(CollectorRegistry())
-    metrics.request_series(ROUTE, "200").duration.observe(value, 0xA, now=100.0)
+    metrics.request_series(ROUTE, 200).duration.observe(value, 0xA, now=100.0)
     [(bucket, _)] = bucket_exemplars(metrics).items()
     counted = [s.labels["le"] for family in metrics.registry.collect() for s in family.samples
                if s.name == f"{names.METRIC_REQUEST_DURATION}_bucket" and s.value == 1]
@@ -82,7 +82,7 @@ def test_the_limiter_takes_turns_by_the_buckets_prometheus_counts_in(bound: floa
     """A value on a bucket's bound and one just above it fall in two buckets: each takes its own
     exemplar within the same second."""
     metrics = Metrics(CollectorRegistry())
-    duration = metrics.request_series(ROUTE, "200").duration
+    duration = metrics.request_series(ROUTE, 200).duration
     duration.observe(bound, 0xA, now=100.0)
     duration.observe(bound * 1.0001, 0xB, now=100.0)
     assert sorted(trace for trace, _ in bucket_exemplars(metrics).values()) == [f"{0xA:032x}", f"{0xB:032x}"]
