@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from telemetry import names
-from telemetry.spans import GatewaySpan
+from telemetry.spans import UNSET_STATUS, GatewaySpan
 
 SCHEMA_VERSION = 2
 # Every row is found through its trajectory: each table's key is (trajectory_id, span_id). The
@@ -127,7 +127,9 @@ def attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
 
 
 def record_of(span: ReadableSpan) -> SpanRecord:
-    """The record of an ended SDK span; a link's attributes are kept as they are (read-only)."""
+    """The record of an ended span; a link's attributes are kept as they are (read-only)."""
+    if type(span) is GatewaySpan:
+        return _gateway_record(span)
     context, parent, status = span.context, span.parent, span.status
     # Most spans have none: asking the SDK's own list first spares the copy `links` makes under its
     # lock (3.9 -> 3.0 to 3.3 us a span).
@@ -137,6 +139,22 @@ def record_of(span: ReadableSpan) -> SpanRecord:
                       format(parent.span_id, "016x") if parent is not None else None, span.start_time or 0,
                       span.end_time or 0, attributes_of(span), status.status_code is StatusCode.ERROR,
                       status.description, links)
+
+
+def _gateway_record(span: GatewaySpan) -> SpanRecord:
+    """A GatewaySpan's record, its fields read as ReadableSpan keeps them rather than through its
+    properties (a call each): per span 1.89 -> 1.24 us (timeit, a chat span)."""
+    trace_id, span_id, *_ = span._context  # type: ignore[misc]  # a SpanContext, set when it started
+    parent, status = span._parent, span._status
+    links = [Link(format(link.context.trace_id, "032x"), format(link.context.span_id, "016x"), link.attributes or {})
+             for link in span._links] if span._links else []
+    error, description = (False, None) if status is UNSET_STATUS else (status.status_code is StatusCode.ERROR,
+                                                                       status.description)
+    # tuple.__new__: a named tuple's own __new__ is Python code, a call more.
+    return tuple.__new__(SpanRecord, (span._name, span._kind, "%032x" % trace_id, "%016x" % span_id,  # noqa: UP031
+                                      "%016x" % parent.span_id if parent is not None else None,  # noqa: UP031
+                                      span._start_time or 0, span._end_time or 0, span.recorded_attributes, error,
+                                      description, links))
 
 
 def kind_of(record: SpanRecord) -> str | None:

@@ -49,7 +49,7 @@ from opentelemetry.util.types import Attributes, AttributeValue
 
 log = logging.getLogger("toolspan.telemetry")
 
-_UNSET = Status(StatusCode.UNSET)
+UNSET_STATUS = Status(StatusCode.UNSET)  # every span's, until one is set
 _PLAIN = frozenset({str, bool, int, float, tuple, bytes, type(None)})  # attribute values kept as they are
 
 
@@ -91,7 +91,7 @@ class GatewaySpan(trace.Span, ReadableSpan):
         self._attributes: dict[str, Any] = _settled(attributes) if attributes else {}
         self._events: list[Event] = []
         self._links = tuple(links)
-        self._status = _UNSET
+        self._status = UNSET_STATUS
         self._start_time = start_time
         self._end_time: int | None = None
         self._resource = tracer.resource
