@@ -396,14 +396,15 @@ def _model_turn_row(r: SpanRecord, trajectory: str) -> _TurnRow:
     a = r.attributes
     stream = a.get(names.ATTR_REQUEST_STREAM)
     parent = r.parent_span_id or _NONE
-    return _TurnRow(r.span_id, r.trace_id, trajectory, parent, None,
-                    _text(a.get(names.ATTR_REQUEST_MODEL)), _text(a.get(names.ATTR_RESPONSE_MODEL)),
-                    _text(a.get(names.ATTR_PROVIDER_NAME)),
-                    _text(a.get(names.ATTR_RESPONSE_ID)), _names(a.get(names.ATTR_FINISH_REASONS)),
-                    None if stream is None else int(bool(stream)), _int(a.get(names.ATTR_INPUT_TOKENS)),
-                    _int(a.get(names.ATTR_OUTPUT_TOKENS)), _text(a.get(names.ATTR_ERROR_TYPE)),
-                    _text(r.status_description if r.error else None), _text(a.get(names.ATTR_INPUT_MESSAGES)),
-                    _text(a.get(names.ATTR_OUTPUT_MESSAGES)), _seconds(r.start_ns), _ms(r))
+    # tuple.__new__: a named tuple's own __new__ is Python code, a call more a row.
+    return tuple.__new__(_TurnRow, (
+        r.span_id, r.trace_id, trajectory, parent, None, _text(a.get(names.ATTR_REQUEST_MODEL)),
+        _text(a.get(names.ATTR_RESPONSE_MODEL)), _text(a.get(names.ATTR_PROVIDER_NAME)),
+        _text(a.get(names.ATTR_RESPONSE_ID)), _names(a.get(names.ATTR_FINISH_REASONS)),
+        None if stream is None else int(bool(stream)), _int(a.get(names.ATTR_INPUT_TOKENS)),
+        _int(a.get(names.ATTR_OUTPUT_TOKENS)), _text(a.get(names.ATTR_ERROR_TYPE)),
+        _text(r.status_description if r.error else None), _text(a.get(names.ATTR_INPUT_MESSAGES)),
+        _text(a.get(names.ATTR_OUTPUT_MESSAGES)), _seconds(r.start_ns), _ms(r)))
 
 
 def _request_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
