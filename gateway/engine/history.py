@@ -143,6 +143,15 @@ def held_tokens(messages: Sequence[Any]) -> list[str]:
     return [token for m in messages if isinstance(m, dict) and (token := _held_token(m)) is not None]
 
 
+def names_gateway_calls(messages: Sequence[Any]) -> bool:
+    """Whether a tool result answers a call under an id the gateway made (client_call_id): the
+    conversation then has something to restore, even when it names no held turn. Most
+    conversations have neither: restore_messages is then not needed (a 40-message conversation,
+    restoring 13.7 us, this 3 us; timeit)."""
+    return any(type(m) is dict and m.get("role") == "tool" and split_call_id(m.get("tool_call_id")) is not None
+               for m in messages)
+
+
 def restore_messages(messages: Sequence[Any], take: Take) -> list[Any]:
     """The conversation with every held turn put back: in place of the assistant message the
     client saw, the messages of the gateway's rounds, the whole assistant message and the

@@ -15,6 +15,7 @@ from gateway.engine.history import (
     ResponsesConversation,
     held_names,
     held_tokens,
+    names_gateway_calls,
     restore_items,
     restore_messages,
 )
@@ -103,12 +104,14 @@ async def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegis
     _check_clash(legacy, gateway_names, "functions")
     if gateway_names and (body.get("n") or 1) != 1:
         raise BadRequest("n must be 1 when the gateway offers tools", param="n")
-    tokens = held_tokens(body["messages"])
+    messages = body["messages"]
+    tokens = held_tokens(messages)
     found = await held.lookup(caller.principal, tokens) if tokens else NOTHING
-    take = partial(found.take, param="messages", api="chat")
+    if tokens or names_gateway_calls(messages):
+        messages = restore_messages(messages, partial(found.take, param="messages", api="chat"))
     options = body.get("stream_options")
     options = options if isinstance(options, Mapping) else {}
-    conversation = ChatConversation(base, tuple(restore_messages(body["messages"], take)), (), options)
+    conversation = ChatConversation(base, tuple(messages), (), options)
     include_usage = bool(options.get("include_usage"))
     return Plan("chat", str(body["model"]), bool(body.get("stream")), conversation, client_names | legacy,
                 gateway_names, include_usage=include_usage, query=query, path=path)

@@ -15,7 +15,7 @@ from gateway.engine import Finished, Plan, Visible, plan_chat
 from gateway.engine.turn import annotates, says_nothing, summed_usage
 from gateway.errors import GatewayError
 from gateway.routes import render
-from gateway.routes.common import JsonObject, caller_of, read_object, validate
+from gateway.routes.common import JsonObjects, NonEmptyJsonObjects, caller_of, read_object, validate
 
 
 class _Function(BaseModel):
@@ -35,13 +35,13 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field(min_length=1)
-    messages: list[JsonObject] = Field(min_length=1)
+    messages: NonEmptyJsonObjects
     tools: list[_ToolSpec] | None = None
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     n: int | None = Field(None, ge=1)
     metadata: dict[str, Any] | None = None
-    functions: list[JsonObject] | None = None  # the legacy form of tools
+    functions: JsonObjects | None = None  # the legacy form of tools
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

@@ -8,7 +8,7 @@ from typing import Annotated, Any, TypeVar
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, PlainValidator, ValidationError
+from pydantic import BaseModel, Field, PlainValidator, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
 from gateway.app_keys import CALLER, RECORD, SETTINGS
@@ -161,6 +161,23 @@ def _json_object(value: Any) -> dict[str, Any]:
 # copied key by key as a `dict[str, Any]` field is. For the 40 messages of bench/proxy.py's 30 KB
 # conversation, 8.4 -> 3.1 us (timeit); the error names the same place with the same words.
 JsonObject = Annotated[dict[str, Any], PlainValidator(_json_object)]
+
+
+def _json_objects(detailed: TypeAdapter[list[dict[str, Any]]]) -> PlainValidator:
+    """A list of JSON objects checked at once, by type, when all is well (for the 40 messages of
+    the 30 KB conversation, validating the request 10.2 -> 7.9 us, timeit); else by `detailed`, whose
+    error names the item and the rule it breaks."""
+    def check(value: Any) -> list[dict[str, Any]]:
+        if type(value) is list and value and all(type(item) is dict for item in value):
+            return value
+        return detailed.validate_python(value)
+
+    return PlainValidator(check)
+
+
+JsonObjects = Annotated[list[dict[str, Any]], _json_objects(TypeAdapter(list[JsonObject]))]
+NonEmptyJsonObjects = Annotated[list[dict[str, Any]],
+                                _json_objects(TypeAdapter(Annotated[list[JsonObject], Field(min_length=1)]))]
 
 
 def validate(model: type[M], body: dict[str, Any], what: str) -> M:

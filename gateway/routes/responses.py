@@ -16,7 +16,7 @@ from gateway.engine import Finished, Plan, Visible, plan_responses
 from gateway.engine.turn import opens_response, summed_usage
 from gateway.errors import GatewayError
 from gateway.routes import render
-from gateway.routes.common import JsonObject, caller_of, read_object, validate
+from gateway.routes.common import JsonObjects, caller_of, read_object, validate
 
 
 class _ToolSpec(BaseModel):
@@ -30,7 +30,7 @@ class ResponsesRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field(min_length=1)
-    input: str | list[JsonObject] | None = None
+    input: str | JsonObjects | None = None
     tools: list[_ToolSpec] | None = None
     stream: bool | None = False
     previous_response_id: str | None = Field(None, min_length=1)

@@ -165,3 +165,26 @@ def test_other_providers_keep_their_own_tracer() -> None:
 def test_console_export_reads_them() -> None:
     [span] = _exported(tracer_of, lambda tracer: tracer.start_span("s", attributes={"a": [1, 2]}).end())
     assert json.loads(span.to_json())["attributes"] == {"a": [1, 2]}
+
+
+class _Starts(SimpleSpanProcessor):
+    """A processor that does something when a span starts: it keeps the span's name."""
+
+    def __init__(self) -> None:
+        super().__init__(InMemorySpanExporter())
+        self.started: list[str] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.started.append(span.name)
+
+
+def test_processors_that_act_on_start_are_told_even_when_added_later() -> None:
+    provider = build_provider()
+    tracer = tracer_of(provider)
+    tracer.start_span("before").end()  # the tracer has looked at the processors once
+    first, second = _Starts(), _Starts()
+    provider.add_span_processor(first)
+    tracer.start_span("one").end()
+    provider.add_span_processor(second)
+    tracer.start_span("two").end()
+    assert (first.started, second.started) == (["one", "two"], ["two"])
