@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from pydantic_core import to_jsonable_python
 
 from gateway.engine.turn import CALL_ITEMS, ModelCall, ModelTurn
-from gateway.state import HeldTurn, client_call_id, split_call_id
+from gateway.state import PREFIX, HeldTurn, client_call_id, split_call_id
 from gateway.tools import ToolOutcome
 
 Take = Callable[[str], HeldTurn]  # a held turn by token (raises Conflict when no longer held)
@@ -144,11 +144,11 @@ def held_tokens(messages: Sequence[Any]) -> list[str]:
 
 
 def names_gateway_calls(messages: Sequence[Any]) -> bool:
-    """Whether a tool result answers a call under an id the gateway made (client_call_id): the
-    conversation then has something to restore, even when it names no held turn. Most
-    conversations have neither: restore_messages is then not needed (a 40-message conversation,
-    restoring 13.7 us, this 3 us; timeit)."""
-    return any(type(m) is dict and m.get("role") == "tool" and split_call_id(m.get("tool_call_id")) is not None
+    """Whether a tool result may answer a call under an id the gateway made (client_call_id): the
+    conversation then may have something to restore, even when it names no held turn. Most
+    conversations have neither: restore_messages is then not needed (the 40 messages of
+    bench/proxy.py's 30 KB conversation: restoring 13.7 us, this check 4.5 us; timeit)."""
+    return any(type(m) is dict and type(call_id := m.get("tool_call_id")) is str and call_id.startswith(PREFIX)
                for m in messages)
 
 
