@@ -23,6 +23,7 @@ import logging
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from random import getrandbits
 from time import time_ns
 from types import TracebackType
@@ -178,6 +179,13 @@ def _does_nothing(function: Callable[..., object]) -> bool:
     return steps in ([("LOAD_CONST", None), ("RETURN_VALUE", None)], [("RETURN_CONST", None)])
 
 
+def _nonzero_bits(bits: int) -> int:
+    """A random id of so many bits, as the SDK's RandomIdGenerator draws it: zero is no id."""
+    while not (value := getrandbits(bits)):
+        pass
+    return value
+
+
 class GatewayTracer(trace.Tracer):
     """Starts GatewaySpans for the SDK tracer it is made from: its sampler, id generator, resource
     and span processors. Spans are told to the processors whose on_start does something (none, in
@@ -190,23 +198,12 @@ class GatewayTracer(trace.Tracer):
         self.id_generator = sdk_tracer.id_generator
         self._scope = scope
         self._random_ids = sdk_tracer.id_generator.is_trace_id_random()
-        self._sdk_ids = type(sdk_tracer.id_generator) is RandomIdGenerator  # ids drawn here, as it draws them
+        self._span_id: Callable[[], int] = sdk_tracer.id_generator.generate_span_id
+        self._trace_id: Callable[[], int] = sdk_tracer.id_generator.generate_trace_id
+        if type(sdk_tracer.id_generator) is RandomIdGenerator:  # its ids drawn here, as it draws them
+            self._span_id, self._trace_id = partial(_nonzero_bits, 64), partial(_nonzero_bits, 128)
         self._known: tuple[SpanProcessor, ...] | None = None  # the processors _starting last looked at
         self._starting_ones: tuple[SpanProcessor, ...] = ()
-
-    def _span_id(self) -> int:
-        if self._sdk_ids:
-            while not (span_id := getrandbits(64)):  # zero is no span's id
-                pass
-            return span_id
-        return self.id_generator.generate_span_id()
-
-    def _trace_id(self) -> int:
-        if self._sdk_ids:
-            while not (trace_id := getrandbits(128)):  # zero is no trace's id
-                pass
-            return trace_id
-        return self.id_generator.generate_trace_id()
 
     def _starting(self) -> tuple[SpanProcessor, ...] | None:
         """The provider's processors whose on_start does something, in order; None when the

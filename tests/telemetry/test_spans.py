@@ -15,6 +15,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -188,3 +189,36 @@ def test_processors_that_act_on_start_are_told_even_when_added_later() -> None:
     provider.add_span_processor(second)
     tracer.start_span("two").end()
     assert (first.started, second.started) == (["one", "two"], ["two"])
+
+
+class _CountingIds(IdGenerator):
+    """A provider's own id generator (an AWS X-Ray style one, say): the ids must be its."""
+
+    def __init__(self) -> None:
+        self.drawn = 0
+
+    def generate_span_id(self) -> int:
+        self.drawn += 1
+        return 0x1000 + self.drawn
+
+    def generate_trace_id(self) -> int:
+        self.drawn += 1
+        return 0xABC0000 + self.drawn
+
+
+def test_a_providers_own_id_generator_makes_the_ids() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(id_generator=_CountingIds(), resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = tracer_of(provider)
+    with tracer.start_as_current_span("request"):
+        tracer.start_span("chat m").end()
+    ids = [(s.context.trace_id, s.context.span_id) for s in exporter.get_finished_spans() if s.context]
+    assert ids == [(0xABC0001, 0x1003), (0xABC0001, 0x1002)]  # the child's, then the request's
+
+
+def test_the_sdk_ids_are_random_and_never_zero() -> None:
+    tracer = tracer_of(build_provider())
+    contexts = [tracer.start_span("s").get_span_context() for _ in range(200)]
+    assert len({c.span_id for c in contexts}) == len({c.trace_id for c in contexts}) == 200
+    assert all(0 < c.span_id < 2**64 and 0 < c.trace_id < 2**128 for c in contexts)
