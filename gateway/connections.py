@@ -189,6 +189,8 @@ class _Connection(asyncio.Protocol):
         self._answer = None
         if not reusable:
             self.close()
+        else:
+            self.resume()  # an answer that came whole to a lagging reader may have paused reading
         self._pool.returned(self, reusable and self.open)
 
     def close(self) -> None:
@@ -344,6 +346,8 @@ class ProviderConnections:
                 _, connection = await loop.create_connection(
                     lambda: _Connection(self), self._host, self._port, ssl=self._ssl,
                     server_hostname=self._host if self._ssl is not None else None)
+        except TimeoutError:
+            raise  # a timeout, as the provider's answer taking too long is (an OSError on 3.11)
         except OSError as exc:
             raise _refused(exc) from exc
         self._open.add(connection)

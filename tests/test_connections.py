@@ -5,6 +5,8 @@ answers, and providers that break the rules; TLS with a certificate authority of
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway import connections
 from gateway.connections import ProviderConnectionError, ProviderConnections
-from gateway.errors import UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.upstream import Upstream
 
 DEADLINE = 5.0
@@ -175,6 +177,48 @@ async def test_a_slow_reader_holds_the_provider_back(raw_provider: Callable[...,
     await pool.close()
 
 
+async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_answer(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    """An answer that arrives whole while its reader lags leaves the socket paused; the caller that
+    stops reading then (its client hung up) gives the connection back, and the next answer on it
+    must still be read."""
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    almost, rest = b"a" * (connections._PAUSE_AT - 1000), b"b" * 10_000
+    first_read, most_read = asyncio.Event(), asyncio.Event()
+    answered = 0
+
+    async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        nonlocal answered
+        answered += 1
+        if answered > 1:
+            writer.write(OK)
+            return True
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"first"))
+        await first_read.wait()
+        writer.write(chunk(almost))
+        await most_read.wait()
+        writer.write(chunk(rest) + b"0\r\n\r\n")  # past the pause mark, and the end
+        return True
+
+    provider = await raw_provider(answer)
+    pool = ProviderConnections(provider.url, 1)
+    slow = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
+    assert await anext(slow.chunks()) == b"first"
+    first_read.set()
+    while slow._buffered < len(almost):
+        await asyncio.wait_for(slow._wait(), DEADLINE)
+    most_read.set()
+    while not slow.complete:
+        await asyncio.wait_for(slow._wait(), DEADLINE)
+    assert slow._connection._paused
+    slow.release()  # complete and kept alive: back to the pool
+    assert await exchange(pool) == (200, b'{"a": true}')
+    assert provider.connections == 1
+    await pool.close()
+
+
 @pytest.mark.parametrize(("sent", "description"), [
     (b"SSH-2.0-OpenSSH_9.2\r\n", "its answer is not HTTP"),
     (b"", "the provider closed the connection"),
@@ -193,6 +237,31 @@ async def test_a_provider_that_breaks_the_rules_is_a_clear_error(
         await upstream.post("chat/completions", {"model": "m"}, {})
     await upstream.aclose()
     await pool.close()
+
+
+async def test_a_provider_that_does_not_take_the_connection_in_time_is_a_timeout() -> None:
+    """A listening socket whose backlog is full drops the connection's SYN: the connect timeout
+    runs out, and that is a 504 (a timeout), not a 502 (an unreachable provider)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(3):  # the backlog's one place and more, never accepted
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    upstream = Upstream(_session_unused(), f"http://127.0.0.1:{port}/v1", None, DEADLINE, 0.3, max_connections=1)
+    try:
+        with pytest.raises(UpstreamTimeout):
+            await upstream.post("chat/completions", {"model": "m"}, {})
+    finally:
+        await upstream.aclose()
+        for filler in fillers:
+            filler.close()
+        listener.close()
 
 
 async def test_a_connection_the_provider_closed_while_idle_is_not_used(
