@@ -296,7 +296,7 @@ async def _raise_for_status(response: aiohttp.ClientResponse | Answer) -> None:
                                   "not follow", code=f"upstream_{response.status}")
     try:
         body = await response.read()
-    except (TimeoutError, aiohttp.ClientError) as exc:
+    except (TimeoutError, aiohttp.ClientError, ProviderConnectionError) as exc:
         raise UpstreamUnavailable(f"the provider answered {response.status} and then broke off") from exc
     if response.status < 500:
         raise UpstreamRefused(response.status, body, response.headers)

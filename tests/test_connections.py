@@ -264,6 +264,16 @@ async def test_a_provider_that_does_not_take_the_connection_in_time_is_a_timeout
         listener.close()
 
 
+async def test_an_error_answer_that_breaks_off_says_what_the_provider_answered(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    provider = await raw_provider(answering(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100\r\n\r\n{\"err",
+                                            keep=False))
+    upstream = Upstream(_session_unused(), provider.url, None, DEADLINE, DEADLINE, max_connections=1)
+    with pytest.raises(UpstreamUnavailable, match="^the provider answered 500 and then broke off$"):
+        await upstream.post("chat/completions", {"model": "m"}, {})
+    await upstream.aclose()
+
+
 async def test_a_connection_the_provider_closed_while_idle_is_not_used(
         raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
     hang_up = asyncio.Event()
