@@ -18,6 +18,7 @@ cookies, proxies, HTTP/2.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import socket
 import ssl
@@ -30,7 +31,8 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-IDLE_SECONDS = 15.0  # an idle connection is not reused after this long: servers close theirs about then
+IDLE_SECONDS = 15.0  # an idle connection is not reused after this long (one its server closed
+# sooner is seen closed and not used; these are the provider's, which keep theirs a minute or more)
 _PAUSE_AT = 256 * 1024  # bytes of an answer waiting to be read: past this, stop reading from the socket
 
 
@@ -271,7 +273,11 @@ class ProviderConnections:
         self._host, self._port = url.host, url.port or (443 if url.scheme == "https" else 80)
         self._ssl = ssl.create_default_context() if url.scheme == "https" else None
         self._base_path = url.raw_path.rstrip("/")
-        self._host_line = f"Host: {url.raw_authority}\r\n"
+        self._host_line = f"Host: {url.host_port_subcomponent}\r\n"  # credentials never in Host
+        # Credentials in the URL are sent as HTTP Basic authentication, as aiohttp's client sends
+        # them, unless the call carries an Authorization header of its own.
+        credentials = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
+        self._basic_auth = f"Authorization: Basic {credentials}\r\n" if url.user is not None else None
         self._slots = asyncio.Semaphore(limit)
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
@@ -297,6 +303,8 @@ class ProviderConnections:
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
                 raise ValueError(f"the header {name!r} holds a line break")
             head.append(f"{name}: {value}\r\n")
+        if self._basic_auth is not None and not any(name.lower() == "authorization" for name in headers):
+            head.append(self._basic_auth)
         head.append(f"Content-Length: {len(body)}\r\n\r\n")
         data = "".join(head).encode("utf-8", "surrogateescape") + body
         await self._slots.acquire()

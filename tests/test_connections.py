@@ -125,6 +125,22 @@ async def test_the_request_target_is_encoded(raw_provider: Callable[..., Awaitab
     await pool.close()
 
 
+async def test_credentials_in_the_url_are_basic_authentication_not_part_of_host(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    provider = await raw_provider(answering(OK))
+    pool = ProviderConnections(provider.url.replace("http://", "http://user:p%40ss@"), 10)
+    await exchange(pool)
+    await asyncio.wait_for(pool.post("chat/completions", {"Authorization": "Bearer k"}, b"{}", DEADLINE),
+                           DEADLINE)
+    host = provider.url.split("/")[2]
+    plain, bearer = provider.requests
+    assert f"\r\nHost: {host}\r\n".encode() in plain
+    assert b"\r\nAuthorization: Basic dXNlcjpwQHNz\r\n" in plain  # user:p@ss
+    assert b"Authorization: Bearer k\r\n" in bearer
+    assert b"Basic" not in bearer
+    await pool.close()
+
+
 async def test_an_answer_that_ends_with_its_connection_is_read_whole(
         raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
     provider = await raw_provider(answering(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}", keep=False))
@@ -269,7 +285,7 @@ async def test_an_error_answer_that_breaks_off_says_what_the_provider_answered(
     provider = await raw_provider(answering(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100\r\n\r\n{\"err",
                                             keep=False))
     upstream = Upstream(_session_unused(), provider.url, None, DEADLINE, DEADLINE, max_connections=1)
-    with pytest.raises(UpstreamUnavailable, match="^the provider answered 500 and then broke off$"):
+    with pytest.raises(UpstreamUnavailable, match=r"^the provider answered 500 and then broke off$"):
         await upstream.post("chat/completions", {"model": "m"}, {})
     await upstream.aclose()
 
