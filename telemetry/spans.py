@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from functools import partial
 from random import getrandbits
 from time import time_ns
-from types import TracebackType
+from types import FunctionType, TracebackType
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -65,8 +65,9 @@ _NO_FLAGS = _flags(False, False)  # a root span's parent's
 
 
 def _settled_value(value: Any) -> Any:
-    """An attribute value that is not plain, as a span keeps it: a sequence as a tuple, anything
-    else unusual as the text the SDK would make of it."""
+    """An attribute value that is not plain, as a span keeps it: a sequence as a tuple, a mapping as
+    it is, anything else as its text. (The SDK's spans copy mappings and drop values they cannot
+    export; the gateway's own spans carry neither.)"""
     if isinstance(value, Sequence) and not isinstance(value, str):
         return tuple(value)
     return value if isinstance(value, Mapping) else str(value)
@@ -78,20 +79,27 @@ def _settled(attributes: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value if type(value) in _PLAIN else _settled_value(value) for key, value in attributes.items()}
 
 
+def _kept_link(context: SpanContext | None, attributes: Attributes) -> bool:
+    """Whether a span keeps a link, by the SDK's rule: to a valid context, or to an invalid one
+    that carries attributes or a trace state."""
+    return bool(context and (context.is_valid or attributes or context.trace_state))
+
+
 class GatewaySpan(trace.Span, ReadableSpan):
     """A span the gateway records, readable by the SDK's processors once it ends. Not locked: one
     task makes, fills and ends it."""
 
     def __init__(self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind,
                  attributes: Attributes, links: Sequence[Link], start_time: int,
-                 scope: InstrumentationScope, tracer: GatewayTracer) -> None:
+                 scope: InstrumentationScope, tracer: GatewayTracer, record_exception: bool = True,
+                 set_status_on_exception: bool = True) -> None:
         self._name = name
         self._context = context
         self._parent = parent
         self._kind = kind
         self._attributes: dict[str, Any] = _settled(attributes) if attributes else {}
         self._events: list[Event] = []
-        self._links = tuple(links)
+        self._links = tuple(link for link in links if _kept_link(link.context, link.attributes)) if links else ()
         self._status = UNSET_STATUS
         self._start_time = start_time
         self._end_time: int | None = None
@@ -99,6 +107,8 @@ class GatewaySpan(trace.Span, ReadableSpan):
         self._instrumentation_scope = scope
         self._instrumentation_info = None
         self._processor = tracer.span_processor
+        self._record_exception = record_exception  # what leaving it as a context manager does
+        self._set_status_on_exception = set_status_on_exception
 
     def get_span_context(self) -> SpanContext:
         return self._context  # type: ignore[return-value]  # set once, in __init__
@@ -130,7 +140,7 @@ class GatewaySpan(trace.Span, ReadableSpan):
             self._events.append(Event(name, _settled(attributes) if attributes else {}, timestamp))
 
     def add_link(self, context: SpanContext, attributes: Attributes = None) -> None:
-        if self._end_time is None and context.is_valid:
+        if self._end_time is None and _kept_link(context, attributes):
             self._links = (*self._links, Link(context, attributes))
 
     def update_name(self, name: str) -> None:
@@ -161,19 +171,26 @@ class GatewaySpan(trace.Span, ReadableSpan):
             log.warning("ending the ended span %s", self._name)
             return
         self._end_time = end_time if end_time is not None else time_ns()
+        self._processor._on_ending(self)  # type: ignore[arg-type]  # as the SDK's spans tell it, then on_end
         self._processor.on_end(self)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc is not None and self._end_time is None:
-            self.record_exception(exc, escaped=True)
-            self.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            if self._record_exception:
+                self.record_exception(exc, escaped=True)
+            if self._set_status_on_exception:
+                self.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
         super().__exit__(exc_type, exc, tb)
 
 
-def _does_nothing(function: Callable[..., object]) -> bool:
-    """Whether `function`'s body only returns None (`pass`, a docstring): what most processors'
-    on_start is, the SDK's own among them."""
+def _does_nothing(method: Callable[..., object]) -> bool:
+    """Whether a processor's bound `method` is Python code whose body only returns None (`pass`,
+    a docstring): what most processors' on_start is, the SDK's own among them. Anything else (a
+    builtin, a callable object, a function set on the processor itself) is taken to do something."""
+    function = getattr(method, "__func__", None)
+    if not isinstance(function, FunctionType):
+        return False
     steps = [(step.opname, step.argval) for step in dis.get_instructions(function)
              if step.opname not in ("RESUME", "NOP", "CACHE")]
     return steps in ([("LOAD_CONST", None), ("RETURN_VALUE", None)], [("RETURN_CONST", None)])
@@ -214,7 +231,7 @@ class GatewayTracer(trace.Tracer):
         processors = self.span_processor._span_processors
         if processors is not self._known:
             self._known = processors
-            self._starting_ones = tuple(p for p in processors if not _does_nothing(type(p).on_start))
+            self._starting_ones = tuple(p for p in processors if not _does_nothing(p.on_start))
         return self._starting_ones
 
     def start_span(self, name: str, context: otel_context.Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
@@ -240,7 +257,8 @@ class GatewayTracer(trace.Tracer):
         if not recording:
             return NonRecordingSpan(span_context)
         span = GatewaySpan(name, span_context, parent, kind, attributes, links,
-                           start_time if start_time is not None else time_ns(), self._scope, self)
+                           start_time if start_time is not None else time_ns(), self._scope, self,
+                           record_exception, set_status_on_exception)
         # The processors are typed for the SDK's own Span; they read a span, and this is one to read.
         starting = self._starting()
         if starting is None:

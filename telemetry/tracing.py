@@ -17,7 +17,7 @@ from opentelemetry.sdk.resources import (
     Resource,
     ServiceInstanceIdResourceDetector,
 )
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -117,11 +117,25 @@ def build_provider(resource: Resource | None = None, exporters: Iterable[SpanExp
     return provider
 
 
+# A gateway span carries a few dozen attributes at most, a few events and a link: span limits at
+# the SDK's defaults (128 of each, values of any length) never cut one.
+_LEAST_COUNT_LIMIT = 128
+
+
+def _limits_cut_nothing(limits: SpanLimits) -> bool:
+    counts = (limits.max_span_attributes, limits.max_events, limits.max_links, limits.max_event_attributes,
+              limits.max_link_attributes)
+    return (all(count is None or count >= _LEAST_COUNT_LIMIT for count in counts)
+            and limits.max_span_attribute_length is None and limits.max_attribute_length is None)
+
+
 def tracer_of(provider: trace.TracerProvider) -> Tracer:
     """The tracer of toolspan's own spans: for an SDK provider, one that makes them at a fraction of
-    the SDK's cost, through the provider's own sampler and processors (`telemetry.spans`); for any
-    other provider (a no-op one, a host's own implementation), the provider's."""
+    the SDK's cost, through the provider's own sampler and processors (`telemetry.spans`); the
+    provider's own tracer when its span limits could cut a span (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
+    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT and the like, which only the SDK's spans apply), and for any
+    other provider (a no-op one, a host's own implementation)."""
     sdk_tracer = provider.get_tracer(INSTRUMENTATION_SCOPE)
-    if isinstance(sdk_tracer, SdkTracer):
+    if isinstance(sdk_tracer, SdkTracer) and _limits_cut_nothing(sdk_tracer._span_limits):
         return GatewayTracer(sdk_tracer, InstrumentationScope(INSTRUMENTATION_SCOPE, ""))  # as the SDK names it
     return sdk_tracer

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -63,6 +63,19 @@ def _failing_step(tracer: trace.Tracer) -> None:
         step()
 
 
+def _flags_and_links(tracer: trace.Tracer) -> None:
+    """Links kept and dropped by the SDK's rule, and spans that leave an exception unrecorded."""
+    invalid = SpanContext(0, 0, is_remote=False)
+    span = tracer.start_span("links", links=[Link(invalid), Link(invalid, {"why": "kept"})])
+    span.add_link(invalid)
+    span.add_link(invalid, {"a": 1})
+    span.end()
+    with pytest.raises(KeyError), tracer.start_span("quiet", record_exception=False, set_status_on_exception=False):
+        raise KeyError("x")
+    with pytest.raises(KeyError), tracer.start_as_current_span("unrecorded", record_exception=False):
+        raise KeyError("y")
+
+
 def _exported(tracer_for: Callable[[TracerProvider], trace.Tracer], session: Session,
               sampler: Any = None) -> list[ReadableSpan]:
     exporter = InMemorySpanExporter()
@@ -94,7 +107,8 @@ def _shape(span: ReadableSpan, ids: dict[int, str]) -> dict[str, Any]:
             "ended_after_start": (span.end_time or 0) >= (span.start_time or 1)}
 
 
-@pytest.mark.parametrize("session", [_a_request, _failing_step], ids=["request", "failing_step"])
+@pytest.mark.parametrize("session", [_a_request, _failing_step, _flags_and_links],
+                         ids=["request", "failing_step", "flags_and_links"])
 def test_processors_get_what_the_sdk_tracer_would_give_them(session: Session) -> None:
     ours, theirs = _exported(tracer_of, session), _exported(_sdk, session)
     assert all(type(span) is GatewaySpan for span in ours)
@@ -222,3 +236,50 @@ def test_the_sdk_ids_are_random_and_never_zero() -> None:
     contexts = [tracer.start_span("s").get_span_context() for _ in range(200)]
     assert len({c.span_id for c in contexts}) == len({c.trace_id for c in contexts}) == 200
     assert all(0 < c.span_id < 2**64 and 0 < c.trace_id < 2**128 for c in contexts)
+
+
+class _Endings(SimpleSpanProcessor):
+    """A processor that acts as a span ends, before it is read (the SDK's `_on_ending`)."""
+
+    def __init__(self) -> None:
+        super().__init__(InMemorySpanExporter())
+        self.ending: list[tuple[str, bool]] = []
+
+    def _on_ending(self, span: Any) -> None:
+        self.ending.append((span.name, span.end_time is not None))
+
+
+def test_processors_are_told_a_span_is_ending_as_the_sdk_tells_them() -> None:
+    told = []
+    for tracer_for in (tracer_of, _sdk):
+        processor = _Endings()
+        provider = build_provider(processors=[processor])
+        _a_request(tracer_for(provider))
+        told.append(processor.ending)
+    assert told[0] == told[1] == [("chat m", True), ("tool.call", True), ("POST /v1/chat/completions", True)]
+
+
+def test_an_on_start_set_on_the_processor_itself_is_called() -> None:
+    processor, started = SimpleSpanProcessor(InMemorySpanExporter()), []
+    processor.on_start = lambda span, parent_context=None: started.append(span.name)  # type: ignore[method-assign]
+    tracer_of(build_provider(processors=[processor])).start_span("s").end()
+    assert started == ["s"]
+
+
+def test_span_limits_that_could_cut_a_span_keep_the_sdk_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the SDK's spans apply span limits: a provider with limits below the defaults keeps its
+    own tracer, and its spans are cut as the host asked."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=2, max_attribute_length=3))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = tracer_of(provider)
+    assert not isinstance(tracer, GatewayTracer)
+    span = tracer.start_span("s", attributes={"a": 1, "b": 2})
+    span.set_attribute("c", "long text")
+    span.end()
+    [ended] = exporter.get_finished_spans()
+    assert dict(ended.attributes or {}) == {"b": 2, "c": "lon"}  # the oldest dropped, the text cut
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "16")
+    assert not isinstance(tracer_of(build_provider()), GatewayTracer)
+    monkeypatch.delenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT")
+    assert isinstance(tracer_of(build_provider()), GatewayTracer)
