@@ -120,7 +120,9 @@ class Settings(BaseSettings):
     body_read_timeout_seconds: float = Field(30.0, gt=0, description="Longest wait for the next part of a body")
     max_concurrent_requests: int = Field(1000, ge=1, description="Requests handled at once; more are refused at once "
                                                                  "(503 with retry-after), never queued")
-    upstream_max_connections: int = Field(1000, ge=1, description="Open connections to the provider, at most")
+    upstream_max_connections: int = Field(1000, ge=1, description="Open connections to the provider, at most, for "
+                                                                  "the tool loop's calls; the pass-through routes "
+                                                                  "have as many again of their own")
     shutdown_grace_seconds: float = Field(20.0, ge=0, description="On SIGTERM, how long requests under way may "
                                                                   "run on before they are ended")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
