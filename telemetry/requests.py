@@ -34,7 +34,8 @@ def exemplar_trace_id(span: Span, context: SpanContext) -> int | None:
     only for a span this process records and the sampler kept, since no other trace can be found
     where the exemplar points. Read when the span starts (an ended span no longer says whether it
     records)."""
-    return context.trace_id if context.trace_flags & TraceFlags.SAMPLED and span.is_recording() else None
+    trace_id, _, _, flags, _, _ = context  # its fields at once (SpanContext is a tuple)
+    return trace_id if flags & TraceFlags.SAMPLED and span.is_recording() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +109,11 @@ class RequestSpan:
         self._span = span = self._open(parent)
         self._context = trace.set_span_in_context(span, parent)
         self._token = otel_context.attach(self._context)
-        trace_id, _, _, flags, _, valid = span.get_span_context()  # its fields at once (SpanContext is a tuple)
+        span_context = span.get_span_context()
+        trace_id, *_, valid = span_context  # its fields at once (SpanContext is a tuple)
         # Tracing off (a no-op tracer) and no caller's trace: no valid trace, so no id to name.
         self.trace_id = "%032x" % trace_id if valid else None  # noqa: UP031  # 0.2 us less than format()
-        self._exemplar_trace = trace_id if flags & TraceFlags.SAMPLED and span.is_recording() else None
+        self._exemplar_trace = exemplar_trace_id(span, span_context)
         self._start = perf_counter()
         self._metrics.in_flight.inc()
         return self
@@ -200,8 +202,7 @@ class ChatSpan:
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
         self._parent = parent = otel_context.get_current()  # the request's (its baggage too)
         self._span = span = self._tracer.start_span(self._model.span_name, context=parent, kind=SpanKind.CLIENT)
-        trace_id, _, _, flags, _, _ = span.get_span_context()
-        self._exemplar_trace = trace_id if flags & TraceFlags.SAMPLED and span.is_recording() else None
+        self._exemplar_trace = exemplar_trace_id(span, span.get_span_context())
         self._start = perf_counter()
         return self
 
