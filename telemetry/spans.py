@@ -222,12 +222,12 @@ class GatewayTracer(trace.Tracer):
         self._known: tuple[SpanProcessor, ...] | None = None  # the processors _starting last looked at
         self._starting_ones: tuple[SpanProcessor, ...] = ()
 
-    def _starting(self) -> tuple[SpanProcessor, ...] | None:
-        """The provider's processors whose on_start does something, in order; None when the
-        provider's processor is not the SDK's synchronous multi-processor (it is then asked itself).
-        Looked at again whenever a processor was added."""
+    def _starting(self) -> tuple[SpanProcessor, ...]:
+        """The provider's processors whose on_start does something, in order; the provider's
+        processor itself when it is not the SDK's synchronous multi-processor. Looked at again
+        whenever a processor was added."""
         if type(self.span_processor) is not SynchronousMultiSpanProcessor:
-            return None
+            return (self.span_processor,)
         processors = self.span_processor._span_processors
         if processors is not self._known:
             self._known = processors
@@ -260,10 +260,7 @@ class GatewayTracer(trace.Tracer):
                            start_time if start_time is not None else time_ns(), self._scope, self,
                            record_exception, set_status_on_exception)
         # The processors are typed for the SDK's own Span; they read a span, and this is one to read.
-        starting = self._starting()
-        if starting is None:
-            self.span_processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
-        for processor in starting or ():
+        for processor in self._starting():
             processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
         return span
 
