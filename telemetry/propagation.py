@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from opentelemetry import trace
+from opentelemetry.baggage import get_all
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.propagators.composite import CompositePropagator
@@ -94,13 +95,13 @@ class Propagation:
         self._drop_stale(headers)
         context = span.get_span_context()
         if context != INVALID_SPAN_CONTEXT:
+            trace_id, span_id, _, flags, state, _ = context  # its fields at once (SpanContext is a tuple)
             # %-formatting: 0.5 us where an f-string's format specs take 0.7.
-            traceparent = "00-%032x-%016x-%02x" % (context.trace_id, context.span_id, context.trace_flags)  # noqa: UP031
-            headers["traceparent"] = traceparent
-            state = context.trace_state
+            headers["traceparent"] = "00-%032x-%016x-%02x" % (trace_id, span_id, flags)  # noqa: UP031
             if state is not DEFAULT_TRACE_STATE and state:  # the shared empty one, most often
                 headers["tracestate"] = state.to_header()
-        baggage.inject(headers, parent)
+        if get_all(parent):  # most requests carry none, and then its propagator writes nothing
+            baggage.inject(headers, parent)
 
     def _drop_stale(self, headers: dict[str, str]) -> None:
         if self._fields.isdisjoint(map(str.lower, headers)):

@@ -231,8 +231,10 @@ class ChatSpan:
             self.failed(None, kind, str(exc) or kind)
         now = perf_counter()
         span, failure, answer = self._span, self._failure, self._answer
+        # The tokens, read once for the span and the metrics (each is a property of the answer).
+        tokens = (answer.input_tokens, answer.output_tokens) if answer is not None else (None, None)
         try:
-            attributes = self._attributes()
+            attributes = self._attributes(*tokens)
             if self._capture is not None:
                 attributes.update(self._content(self._capture))
             if failure is not None:
@@ -242,8 +244,7 @@ class ChatSpan:
         finally:
             span.end()  # whatever the attributes did, the span is not lost
         self._metrics.upstream_series(self._model.label, self._status or "error").answered(
-            now - self._start, self._exemplar_trace, now, answer.input_tokens if answer is not None else None,
-            answer.output_tokens if answer is not None else None)
+            now - self._start, self._exemplar_trace, now, *tokens)
 
     def _content(self, capture: MessageCapture) -> dict[str, str]:
         """The messages sent and the answer (opt-in). Content the conversion cannot read is left
@@ -259,22 +260,23 @@ class ChatSpan:
             log.warning("chat span: message content not captured", exc_info=True)
         return content
 
-    def _attributes(self) -> dict[str, Any]:
+    def _attributes(self, input_tokens: int | None, output_tokens: int | None) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
             names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream}
         answer = self._answer
         if answer is None:
             return attributes
-        # What the provider names (or echoes of the caller's request) is bounded like the caller's own.
-        if answer.response_id is not None:
-            attributes[names.ATTR_RESPONSE_ID] = bounded(str(answer.response_id))
-        if answer.model is not None:
-            attributes[names.ATTR_RESPONSE_MODEL] = bounded(str(answer.model))
-        if answer.finish_reason is not None:
-            attributes[names.ATTR_FINISH_REASONS] = (bounded(str(answer.finish_reason)),)
-        if answer.input_tokens is not None:
-            attributes[names.ATTR_INPUT_TOKENS] = answer.input_tokens
-        if answer.output_tokens is not None:
-            attributes[names.ATTR_OUTPUT_TOKENS] = answer.output_tokens
+        # What the provider names (or echoes of the caller's request) is bounded like the caller's own;
+        # each property read once.
+        if (response_id := answer.response_id) is not None:
+            attributes[names.ATTR_RESPONSE_ID] = bounded(str(response_id))
+        if (model := answer.model) is not None:
+            attributes[names.ATTR_RESPONSE_MODEL] = bounded(str(model))
+        if (finish_reason := answer.finish_reason) is not None:
+            attributes[names.ATTR_FINISH_REASONS] = (bounded(str(finish_reason)),)
+        if input_tokens is not None:
+            attributes[names.ATTR_INPUT_TOKENS] = input_tokens
+        if output_tokens is not None:
+            attributes[names.ATTR_OUTPUT_TOKENS] = output_tokens
         return attributes

@@ -205,6 +205,19 @@ def test_processors_that_act_on_start_are_told_even_when_added_later() -> None:
     assert (first.started, second.started) == (["one", "two"], ["two"])
 
 
+def test_a_processor_added_while_a_span_is_open_is_told_of_its_end_as_the_sdk_tells_it() -> None:
+    ended = []
+    for tracer_for in (tracer_of, _sdk):
+        provider, exporter = build_provider(), InMemorySpanExporter()
+        tracer = tracer_for(provider)
+        tracer.start_span("before").end()  # the tracer has looked at the processors once
+        span = tracer.start_span("open")
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        span.end()
+        ended.append([s.name for s in exporter.get_finished_spans()])
+    assert ended[0] == ended[1] == ["open"]
+
+
 class _CountingIds(IdGenerator):
     """A provider's own id generator (an AWS X-Ray style one, say): the ids must be its."""
 
@@ -229,6 +242,25 @@ def test_a_providers_own_id_generator_makes_the_ids() -> None:
         tracer.start_span("chat m").end()
     ids = [(s.context.trace_id, s.context.span_id) for s in exporter.get_finished_spans() if s.context]
     assert ids == [(0xABC0001, 0x1003), (0xABC0001, 0x1002)]  # the child's, then the request's
+
+
+class _ZeroIds(IdGenerator):
+    """An id generator gone wrong: its ids are zero, which no span context takes as valid."""
+
+    def generate_span_id(self) -> int:
+        return 0
+
+    def generate_trace_id(self) -> int:
+        return 0
+
+
+def test_a_span_context_is_valid_or_not_as_the_sdk_makes_it() -> None:
+    made = []
+    for tracer_for in (tracer_of, _sdk):
+        provider = TracerProvider(id_generator=_ZeroIds(), resource=RESOURCE)
+        made.append(tracer_for(provider).start_span("s").get_span_context())
+    assert made[0] == made[1]
+    assert not made[0].is_valid
 
 
 def test_the_sdk_ids_are_random_and_never_zero() -> None:
