@@ -412,16 +412,21 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _need_wrk() -> None:
-    """Installs wrk with apt-get when it is missing and this is root on Debian; else says how."""
-    if shutil.which("wrk") is not None:
+def need_program(program: str, how: str) -> None:
+    """Installs `program` (its Debian package has its name) with apt-get when it is missing and this
+    is root on Debian; else exits, saying `how` to install it."""
+    if shutil.which(program) is not None:
         return
     if os.geteuid() == 0 and shutil.which("apt-get") is not None:
-        print("wrk is missing: apt-get install -y wrk", flush=True)
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "wrk"], check=False)
-    if shutil.which("wrk") is None:
-        sys.exit("bench/proxy.py needs wrk, a C load generator: `sudo apt-get install wrk` (Debian, Ubuntu), "
-                 "`brew install wrk` (macOS), or build it from https://github.com/wg/wrk")
+        print(f"{program} is missing: apt-get install -y {program}", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", program], check=False)
+    if shutil.which(program) is None:
+        sys.exit(f"the bench needs {program}: {how}")
+
+
+def _need_wrk() -> None:
+    need_program("wrk", "`sudo apt-get install wrk` (Debian, Ubuntu), `brew install wrk` (macOS), or build it "
+                        "from https://github.com/wg/wrk")
 
 
 # --- the load --------------------------------------------------------------------------------------------

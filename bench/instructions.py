@@ -1,0 +1,142 @@
+"""Instructions per request, counted by callgrind: a figure that does not move with the machine.
+
+bench/proxy.py measures what a request costs in CPU time, which on a shared machine moves with
+everything else the machine does (its rounds and medians deal with that; a difference of 10 us
+between two targets still takes many rounds to see). The instructions a request executes do not
+move: this runs bench/proxy.py's targets, each its own process, under valgrind's callgrind (all
+threads counted, one at a time), loads each with wrk at 10 connections, and divides the instructions
+executed during the load (counters zeroed before it, dumped after it: `callgrind_control`) by the
+requests wrk got answered. The upstream runs outside valgrind. Python's hash seed is fixed, so
+runs repeat to within about 1%.
+
+Targets: floor, toolspan-notel, toolspan-nostore, toolspan (as in bench/proxy.py), and
+toolspan-spansoff, the gateway with telemetry on and tracing off (OTEL_SDK_DISABLED: metrics and
+trace context only), so that the gateway's telemetry splits into its metrics and the trace context
+it passes on (spansoff - notel), its spans (nostore - spansoff) and the trajectory store
+(toolspan - nostore).
+
+What it does not show: the kernel's work (callgrind counts the process's own instructions, not its
+system calls), time spent waiting (a thread waiting for the GIL or the disk costs no instructions),
+and what an instruction costs: orjson reading and writing 30 KB does far more in a microsecond than
+Python's bookkeeping, so a ratio to the floor is higher in instructions than in CPU time there.
+Under valgrind a target runs some 30 times slower, so the trajectory store, which writes what
+arrives within 0.2 s in one transaction, writes smaller batches than at full speed (the requests a
+second each target answered are printed): its figure here is higher than under real load.
+
+    python bench/instructions.py [--scenarios plain,30kb,responses-plain,responses-30kb] [--seconds 15]
+
+Needs valgrind (Debian package `valgrind`, installed by the bench when missing and run as root)
+and wrk (as bench/proxy.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from proxy import CHAT, ROOT, Scenario, _chosen, _free_port, _need_wrk, _start, _wait_ready, check, load, need_program
+
+TARGETS = ("floor", "toolspan-notel", "toolspan-spansoff", "toolspan-nostore", "toolspan")
+READY_SECONDS = 300.0  # a gateway starting under valgrind takes a minute or more on a busy machine
+
+
+def _under_callgrind(target: str, port: int, upstream: str, folder: Path) -> subprocess.Popen[bytes]:
+    """`target` served by bench/proxy.py under callgrind, writing its counts into `folder` (its own)."""
+    kind = "toolspan" if target == "toolspan-spansoff" else target
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0",
+           "TOOLSPAN_TRAJECTORY_STORE_PATH": str(folder / f"{target}.sqlite3")}
+    if target == "toolspan-spansoff":
+        env["OTEL_SDK_DISABLED"] = "true"
+    args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder / target}.out", "--dump-instr=no",
+            sys.executable, str(ROOT / "bench" / "proxy.py"), "--serve", kind, "--port", str(port),
+            "--upstream", upstream]
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _instructions(dump: Path) -> int:
+    """The instructions a callgrind dump counts (all threads)."""
+    for line in dump.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"{dump}: no totals")
+
+
+def per_request(target: str, scenario: Scenario, upstream: str, seconds: int, folder: Path) -> tuple[float, float]:
+    """Instructions per request of `target` on `scenario` under wrk at 10 connections, and the
+    requests a second it answered under callgrind (what the store's batches hold depends on it)."""
+    port = _free_port()
+    own = folder / f"{scenario.option}-{target}"  # each run's dumps apart: callgrind numbers them per file
+    own.mkdir()
+    process = _under_callgrind(target, port, upstream, own)
+    url = f"http://127.0.0.1:{port}/v1{scenario.path}"
+    try:
+        asyncio.run(_wait_ready(f"http://127.0.0.1:{port}/v1{CHAT}", READY_SECONDS))
+        sent_as = "toolspan" if target.startswith("toolspan") else target
+        if (problem := check(url, scenario, sent_as)) is not None:
+            raise RuntimeError(f"{scenario.name}, {target}: {problem}")
+        load(url, scenario.body(sent_as), 3, 10)  # warmed up past the first requests' one-off work
+        dumps = set(own.glob(f"{target}.out*"))
+        subprocess.run(["callgrind_control", "-z", str(process.pid)], check=True, capture_output=True)
+        run = load(url, scenario.body(sent_as), seconds, 10)
+        subprocess.run(["callgrind_control", "-d", str(process.pid)], check=True, capture_output=True)
+        [dump] = set(own.glob(f"{target}.out*")) - dumps
+        return _instructions(dump) / run.requests, run.requests / run.seconds
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", default="plain,30kb,responses-plain,responses-30kb")
+    parser.add_argument("--seconds", type=int, default=15, help="length of the counted wrk run")
+    options = parser.parse_args(argv)
+    _need_wrk()
+    need_program("valgrind", "`sudo apt-get install valgrind`")
+    scenarios = _chosen(options.scenarios)
+    counts: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="toolspan-instructions-") as name:
+        folder = Path(name)
+        upstream_port = _free_port()
+        upstream = _start("upstream", upstream_port)
+        try:
+            asyncio.run(_wait_ready(f"http://127.0.0.1:{upstream_port}/v1{CHAT}"))
+            for scenario in scenarios:
+                counts[scenario.option] = {}
+                for target in TARGETS:
+                    found, rate = per_request(target, scenario, f"http://127.0.0.1:{upstream_port}/v1",
+                                              options.seconds, folder)
+                    counts[scenario.option][target] = found
+                    print(f"{scenario.name}, {target}: {found / 1000:.0f} thousand instructions a request "
+                          f"({rate:.0f} requests a second under callgrind)", flush=True)
+        finally:
+            upstream.terminate()
+            upstream.wait(timeout=30)
+    report(counts, scenarios)
+
+
+def report(counts: dict[str, dict[str, float]], scenarios: Sequence[Scenario]) -> None:
+    print("\nThousands of instructions a request (callgrind, all threads, wrk at 10 connections):\n")
+    print("| scenario | " + " | ".join(TARGETS) + " | toolspan ÷ floor | telemetry's share "
+          "| metrics and trace context | spans | the store |")
+    print("|---|" + "---:|" * (len(TARGETS) + 5))
+    for scenario in scenarios:
+        found = counts[scenario.option]
+        toolspan, notel = found["toolspan"], found["toolspan-notel"]
+        parts = (found["toolspan-spansoff"] - notel, found["toolspan-nostore"] - found["toolspan-spansoff"],
+                 toolspan - found["toolspan-nostore"])
+        print(f"| {scenario.name} | " + " | ".join(f"{found[t] / 1000:.0f}" for t in TARGETS)
+              + f" | {toolspan / found['floor']:.2f} | {(toolspan - notel) / toolspan:.0%} | "
+              + " | ".join(f"{part / 1000:.0f} ({part / toolspan:.0%})" for part in parts) + " |")
+    print("\nShares are of toolspan's instructions; the targets of issue 14 (CPU time): toolspan ÷ floor <= 1.5, "
+          "telemetry's share <= 20%.")
+
+
+if __name__ == "__main__":
+    main()
