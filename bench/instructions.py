@@ -46,15 +46,20 @@ TARGETS = ("floor", "toolspan-notel", "toolspan-spansoff", "toolspan-nostore", "
 READY_SECONDS = 300.0  # a gateway starting under valgrind takes a minute or more on a busy machine
 
 
+def _served_as(target: str) -> str:
+    """What bench/proxy.py serves for `target` (toolspan-spansoff is toolspan, with OTEL_SDK_DISABLED),
+    and so what a client sends it."""
+    return "toolspan" if target == "toolspan-spansoff" else target
+
+
 def _under_callgrind(target: str, port: int, upstream: str, folder: Path) -> subprocess.Popen[bytes]:
     """`target` served by bench/proxy.py under callgrind, writing its counts into `folder` (its own)."""
-    kind = "toolspan" if target == "toolspan-spansoff" else target
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0",
            "TOOLSPAN_TRAJECTORY_STORE_PATH": str(folder / f"{target}.sqlite3")}
     if target == "toolspan-spansoff":
         env["OTEL_SDK_DISABLED"] = "true"
     args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder / target}.out", "--dump-instr=no",
-            sys.executable, str(ROOT / "bench" / "proxy.py"), "--serve", kind, "--port", str(port),
+            sys.executable, str(ROOT / "bench" / "proxy.py"), "--serve", _served_as(target), "--port", str(port),
             "--upstream", upstream]
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -96,7 +101,7 @@ def per_request(target: str, scenario: Scenario, upstream: str, seconds: int, fo
     url = f"http://127.0.0.1:{port}/v1{scenario.path}"
     try:
         asyncio.run(_wait_ready(f"http://127.0.0.1:{port}/v1{CHAT}", READY_SECONDS))
-        sent_as = "toolspan" if target.startswith("toolspan") else target
+        sent_as = _served_as(target)
         if (problem := check(url, scenario, sent_as)) is not None:
             raise RuntimeError(f"{scenario.name}, {target}: {problem}")
         load(url, scenario.body(sent_as), 3, 10)  # warmed up past the first requests' one-off work

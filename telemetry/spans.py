@@ -292,6 +292,7 @@ class GatewayTracer(trace.Tracer):
                            start_time if start_time is not None else time_ns(), self._scope, self,
                            record_exception, set_status_on_exception)
         # The processors are typed for the SDK's own Span; they read a span, and this is one to read.
+        # As in GatewaySpan.end: the processors as last looked at, unless one was added since.
         known = self.multi is not None and self.multi._span_processors is self.known
         for processor in self.starting_ones if known else self.starting():
             processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
