@@ -131,8 +131,13 @@ async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: Tool
     sent = sent if isinstance(sent, str) else None
     tokens, item_ids = held_names(raw_input or []) if not isinstance(raw_input, str) else ([], [])
     found = await held.lookup(caller.principal, tokens, item_ids, sent) if tokens or item_ids or sent else NOTHING
-    take = partial(found.take, param="input", api="responses")
-    items = raw_input if isinstance(raw_input, str) else tuple(restore_items(raw_input or [], take, found.owner))
+    if isinstance(raw_input, str):
+        items: str | tuple[Any, ...] = raw_input
+    elif tokens or item_ids:  # only these can name a held turn (restore_items)
+        items = tuple(restore_items(raw_input or [], partial(found.take, param="input", api="responses"),
+                                    found.owner))
+    else:  # most input: nothing to restore, as Chat's messages skip restore_messages
+        items = tuple(raw_input or [])
     previous = found.resolve(sent) if sent is not None else None
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
