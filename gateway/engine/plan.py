@@ -136,7 +136,8 @@ async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: Tool
     elif tokens or item_ids:  # only these can name a held turn (restore_items)
         items = tuple(restore_items(raw_input or [], partial(found.take, param="input", api="responses"),
                                     found.owner))
-    else:  # most input: nothing to restore, as Chat's messages skip restore_messages
+    else:  # most input: nothing to restore, as Chat's messages skip restore_messages (bench/proxy.py's
+        # 30 KB input, toolspan-notel: about 8% fewer instructions a request, bench/instructions.py)
         items = tuple(raw_input or [])
     previous = found.resolve(sent) if sent is not None else None
     conversation = ResponsesConversation(base, items, previous)
