@@ -7,7 +7,8 @@ move: this runs bench/proxy.py's targets, each its own process, under valgrind's
 threads counted, one at a time), loads each with wrk at 10 connections, and divides the instructions
 executed during the load (counters zeroed before it, dumped after it: `callgrind_control`) by the
 requests wrk got answered. The upstream runs outside valgrind. Python's hash seed is fixed, so
-runs repeat closely (two runs of the plain Chat scenario: within 1% a target).
+runs repeat closely: within 1% a target for two runs of the plain Chat scenario, within 2.5% for the
+30 KB conversation (four runs of Responses' toolspan-notel: 1,797 to 1,825 thousand).
 
 Targets: floor, toolspan-notel, toolspan-nostore, toolspan (as in bench/proxy.py), and
 toolspan-spansoff, the gateway with telemetry on and tracing off (OTEL_SDK_DISABLED: metrics and
@@ -23,7 +24,7 @@ Under valgrind a target runs some 30 times slower, so the trajectory store, whic
 arrives within 0.2 s in one transaction, writes smaller batches than at full speed (the requests a
 second each target answered are printed): its figure here is higher than under real load.
 
-    python bench/instructions.py [--scenarios plain,30kb,responses-plain,responses-30kb] [--seconds 15]
+    python bench/instructions.py [--scenarios plain,30kb,responses-plain,responses-30kb] [--seconds 10]
 
 Needs valgrind (Debian package `valgrind`, installed by the bench when missing and run as root)
 and wrk (as bench/proxy.py).
@@ -118,7 +119,8 @@ def per_request(target: str, scenario: Scenario, upstream: str, seconds: int, fo
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default="plain,30kb,responses-plain,responses-30kb")
-    parser.add_argument("--seconds", type=int, default=15, help="length of the counted wrk run")
+    parser.add_argument("--seconds", type=int, default=10,
+                        help="length of the counted wrk run (the README's table: 10; compare runs of one length)")
     options = parser.parse_args(argv)
     _need_wrk()
     need_program("valgrind", "`sudo apt-get install valgrind`")
