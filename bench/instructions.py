@@ -162,16 +162,16 @@ def report(counts: dict[str, dict[str, float]], scenarios: Sequence[Scenario]) -
         toolspan, notel = found["toolspan"], found["toolspan-notel"]
         parts = (found["toolspan-spansoff"] - notel, found["toolspan-nostore"] - found["toolspan-spansoff"],
                  toolspan - found["toolspan-nostore"])
-        ours, sdk = found["toolspan-nostore"] - notel, found["floor-otel"] - found["floor"]
+        sdk_cell = ""  # floor-otel makes one provider call: only a plain request's compares with it
+        if scenario.kind == "plain":
+            ours, sdk = found["toolspan-nostore"] - notel, found["floor-otel"] - found["floor"]
+            sdk_cell = f"{ours / sdk:.2f} ({ours / 1000:.0f} / {sdk / 1000:.0f})"
         print(f"| {scenario.name} | " + " | ".join(f"{found[t] / 1000:.0f}" for t in TARGETS)
               + f" | {toolspan / found['floor']:.2f} | {(toolspan - notel) / toolspan:.0%} | "
-              + " | ".join(f"{part / 1000:.0f} ({part / toolspan:.0%})" for part in parts)
-              + (f" | {ours / sdk:.2f} ({ours / 1000:.0f} / {sdk / 1000:.0f}) |" if scenario.kind == "plain"
-                 else " |  |"))  # floor-otel makes one provider call: a tool round's two are not comparable
+              + " | ".join(f"{part / 1000:.0f} ({part / toolspan:.0%})" for part in parts) + f" | {sdk_cell} |")
     for scenario in scenarios:
-        plain = "plain" if scenario.path == CHAT else "responses-plain"
-        if scenario.kind == "tool" and plain in counts:
-            ratio = counts[scenario.option]["toolspan"] / counts[plain]["toolspan"]
+        if scenario.kind == "tool" and scenario.plain in counts:
+            ratio = counts[scenario.option]["toolspan"] / counts[scenario.plain]["toolspan"]
             print(f"\n{scenario.name}: toolspan's instructions {ratio:.2f} times a plain request's "
                   "(the target of issue 14, in CPU time: <= 2.2)")
     print("\nShares are of toolspan's instructions; the targets of issue 14 (CPU time): toolspan ÷ floor <= 1.5, "

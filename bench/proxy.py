@@ -217,6 +217,11 @@ class Scenario:
         demo = registry.responses_tools() if self.path == RESPONSES else registry.openai_tools()
         return json.dumps({**self.request, "tools": [*self.request.get("tools", []), *demo]}).encode()
 
+    @property
+    def plain(self) -> str:
+        """The option of the plain request in this scenario's API (a tool round's verdict is a multiple of it)."""
+        return "plain" if self.path == CHAT else "responses-plain"
+
     def expected(self, target: str) -> str | None:
         """What the answer must say (see `_answer`); None: a stream, only its status is checked."""
         if self.kind == "stream":
@@ -715,9 +720,9 @@ def verdicts(scenario: Scenario, results: Results) -> list[str]:
     ]
     if scenario.kind == "stream":
         lines += added("TTFB added over direct, c=1", lambda a, b: (a.ttfb_ms or 0) - (b.ttfb_ms or 0), 1.0)
-    plain = "plain" if scenario.path == CHAT else "responses-plain"
-    if scenario.kind == "tool" and plain in results:
-        ratios = [a.cpu_us / b.cpu_us for a, b in zip(found["toolspan"], results[plain]["toolspan"], strict=True)]
+    if scenario.kind == "tool" and scenario.plain in results:
+        ratios = [a.cpu_us / b.cpu_us for a, b in zip(found["toolspan"], results[scenario.plain]["toolspan"],
+                                                      strict=True)]
         lines.append(_line(scenario, "toolspan CPU, tool round / plain", ratios, "{:.2f}", 2.2))
     if "floor-otel" in found:
         cpu = {name: [sample.cpu_us for sample in found[name]]
