@@ -118,10 +118,11 @@ def main() -> None:
             for _ in range(options.batch):
                 trajectory = secrets.token_hex(16) if options.named_ids else request_ids({})[0]
                 batch += plain_request(trajectory, time.time_ns())
-            started, kernel_before = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
+            before = resource.getrusage(resource.RUSAGE_SELF)
             write_batch(batch)
-            spent = time.process_time() - started
-            kernel += resource.getrusage(resource.RUSAGE_SELF).ru_stime - kernel_before
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            spent = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            kernel += after.ru_stime - before.ru_stime
             cpu += spent
             total += spent
             written += options.batch

@@ -129,16 +129,16 @@ async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: Tool
     raw_input = body.get("input")
     sent = body.get("previous_response_id")
     sent = sent if isinstance(sent, str) else None
-    tokens, item_ids = held_names(raw_input or []) if not isinstance(raw_input, str) else ([], [])
+    listed: tuple[Any, ...] = () if isinstance(raw_input, str) else tuple(raw_input or ())
+    tokens, item_ids = held_names(listed)
     found = await held.lookup(caller.principal, tokens, item_ids, sent) if tokens or item_ids or sent else NOTHING
     if isinstance(raw_input, str):
         items: str | tuple[Any, ...] = raw_input
     elif tokens or item_ids:  # only these can name a held turn (restore_items)
-        items = tuple(restore_items(raw_input or [], partial(found.take, param="input", api="responses"),
-                                    found.owner))
+        items = tuple(restore_items(listed, partial(found.take, param="input", api="responses"), found.owner))
     else:  # most input: nothing to restore, as Chat's messages skip restore_messages (bench/proxy.py's
         # 30 KB input, toolspan-notel: about 8% fewer instructions a request, bench/instructions.py)
-        items = tuple(raw_input or [])
+        items = listed
     previous = found.resolve(sent) if sent is not None else None
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
