@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
@@ -24,10 +25,11 @@ from gateway.app_keys import (
     TRACE,
     UPSTREAM,
 )
+from gateway.browsers import BrowserRule, browser_rule, check_browser
 from gateway.caller import request_ids, resolve_caller
 from gateway.engine import Engine
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
-from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
+from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER, SecretNames, secret_names
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.metrics_page import MetricsPage, OwnMetrics
@@ -40,6 +42,8 @@ from gateway.upstream import Upstream
 
 log = logging.getLogger("toolspan")
 ADMISSION = web.AppKey("admission", Admission)
+BROWSERS = web.AppKey("browsers", BrowserRule)  # the Host and Origin a request may come with
+SECRET_HEADERS = web.AppKey("secret_headers", SecretNames)  # caller headers that stay behind with the credentials
 SHUTDOWN_WRAP_UP_SECONDS = 5.0  # after the grace period, for requests whose provider calls were ended to answer
 
 
@@ -60,12 +64,15 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         request[TRACE] = trace
         error: GatewayError | None = None
         try:
+            # Before anything else: a DNS-rebinding or cross-site page gets nothing, /healthz included.
+            check_browser(request, request.app[BROWSERS])
             with request.app[ADMISSION].admit(request.path):
                 # Before any body is read; only /v1 routes and /mcp speak for a caller.
                 request[CALLER] = resolve_caller(request.headers, ids, request.app[SETTINGS].keys,
                                                  authenticate=request.path.startswith(("/v1/", "/openai/"))
                                                  or request.path == mcp.PATH,
-                                                 own_key=request.app[SETTINGS].upstream_api_key is not None)
+                                                 own_key=request.app[SETTINGS].upstream_api_key is not None,
+                                                 secret=request.app[SECRET_HEADERS])
                 response = await handler(request)
         except GatewayError as exc:
             error = exc
@@ -81,6 +88,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             record = RequestRecord(error_type=error.type)
         else:
             record = response.get(RECORD) or RequestRecord()
+        if CALLER in request and (principal := request[CALLER].principal) is not None:
+            record = replace(record, principal=principal)  # with keys: which key's trajectory it is
         # A client that left is counted as such (499), however the gateway found out.
         trace.finish(499 if record.error_type == CLIENT_GONE else response.status, record)
         return response
@@ -139,6 +148,8 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
                           handler_args={"keepalive_timeout": settings.header_read_timeout_seconds})
     app[SETTINGS] = settings
     app[ADMISSION] = Admission(settings.max_concurrent_requests)
+    app[BROWSERS] = browser_rule(settings)
+    app[SECRET_HEADERS] = secret_names(settings.redact_keys)
     app.on_shutdown.append(_wind_down)
     app[REGISTRY] = registry
     app[INSTRUMENTATION] = instrumentation

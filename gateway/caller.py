@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.errors import Unauthorized
-from gateway.headers import TRAJECTORY_HEADER, to_provider
+from gateway.headers import TRAJECTORY_HEADER, SecretNames, to_provider
 from gateway.settings import GatewayKey
 from gateway.tools import Turn
 
@@ -66,15 +66,19 @@ def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:
 
 
 def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys: Mapping[str, GatewayKey],
-                   authenticate: bool, own_key: bool) -> Caller:
+                   authenticate: bool, own_key: bool, secret: SecretNames) -> Caller:
     """The caller of a request. Without gateway keys, its credentials are the provider's business
     (unless the gateway calls the provider with its `own_key`); with them, it must send one of them
     (as `Authorization: Bearer` or, as Azure clients do, `api-key`; a 401 otherwise), and that key
-    stops here."""
+    stops here. Whenever the caller's credentials stay here, so does every header whose name
+    holds a secret by its name (`secret`: the redact list's rule)."""
     trajectory_id, request_id, named = ids
     if not authenticate:
         return Caller(trajectory_id, request_id, trajectory_named=named)
-    upstream_headers = to_provider(headers, with_credentials=not keys and not own_key)
+    if not keys and not own_key:
+        upstream_headers = to_provider(headers, with_credentials=True)
+    else:
+        upstream_headers = to_provider(headers, with_credentials=False, secret=secret)
     if not keys:
         return Caller(trajectory_id, request_id, upstream_headers=upstream_headers, trajectory_named=named)
     scheme, _, token = headers.get("Authorization", "").partition(" ")

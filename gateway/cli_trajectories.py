@@ -1,12 +1,15 @@
 """`toolspan trajectories list|show|report|import|export`: the embedded trajectory store, read in
 the terminal (telemetry.report answers, telemetry.report_text prints).
 
-    toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N]
-    toolspan trajectories show ID
-    toolspan trajectories report [--since ...]
+    toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N] [--key K]
+    toolspan trajectories show [--key K] ID
+    toolspan trajectories report [--since ...] [--key K]
     toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
     toolspan trajectories export [FILE]       (the same format; default: stdout)
-Each takes --db PATH (default: the settings' store path) and --json (list, show, report).
+Each takes --db PATH (default: the settings' store path) and --json (list, show, report). With
+gateway keys, a trajectory is the key's and the id's together: --key names the key (list and report:
+only its trajectories; show: the id is the one its caller sent), or show takes the stored id, KEY~ID.
+What is printed has the control characters of stored strings made visible (gateway.escaping).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.escaping import visible_lines
 from gateway.settings import load_settings
 from telemetry import otlp, report, report_text
 from telemetry.records import connect
@@ -59,6 +63,8 @@ def add_parser(commands: Any) -> None:
     summary = sub.add_parser("report", parents=[shown], help="per tool and per model: rejections, renames, "
                                                                "retries, recoveries")
     summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    for keyed in (listing, show, summary):
+        keyed.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
     imports = sub.add_parser("import", parents=[common], help="add OTLP JSON trace files to the store")
     imports.add_argument("files", nargs="+", type=Path)
     exports = sub.add_parser("export", parents=[common], help="write the store as OTLP JSON")
@@ -74,7 +80,8 @@ def _open(path: Path, writing: bool) -> sqlite3.Connection:
 
 
 def _print(value: Any, as_json: bool, lines: list[str]) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False) if as_json else "\n".join(lines))
+    """JSON escapes the C0 controls itself, not C1 nor the bidirectional ones: those as \\u escapes too."""
+    print(visible_lines(json.dumps(value, indent=2, ensure_ascii=False) if as_json else "\n".join(lines)))
 
 
 def run_trajectories(options: argparse.Namespace) -> int:
@@ -91,16 +98,16 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
     action = options.action
     if action == "list":
         found = report.list_trajectories(db, tool=options.tool, outcome=options.outcome, since=options.since,
-                                         model=options.model, limit=options.limit)
+                                         model=options.model, limit=options.limit, key=options.key)
         _print(found, options.json, report_text.trajectory_list(found))
     elif action == "show":
-        one = report.trajectory(db, options.id)
+        one = report.trajectory(db, options.id, options.key)
         if one is None:
             print(f"toolspan: no trajectory {options.id!r} in the store", file=sys.stderr)
             return 1
         _print(one, options.json, report_text.timeline(one))
     elif action == "report":
-        figures = report.report(db, since=options.since)
+        figures = report.report(db, since=options.since, key=options.key)
         _print(figures, options.json, report_text.report(figures))
     elif action == "import":
         for file in options.files:

@@ -2,16 +2,17 @@
 
 Caller -> provider: everything but hop-by-hop headers, the gateway's own (its keys, its trajectory
 header), headers that describe a body the gateway writes anew, and cookies; the caller's
-credentials (and the account headers that go with them) only when the provider call is made with
-them. The trace context goes on as the caller sent it unless the gateway's own tracing writes its
-own over it.
+credentials (and the account headers that go with them, and any header the redact list names)
+only when the provider call is made with them. The trace context goes on as the caller sent it
+unless the gateway's own tracing writes its own over it.
 Provider -> caller: everything but hop-by-hop headers, the account behind the gateway, cookies,
 and headers that describe a body the gateway writes anew.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 TRAJECTORY_HEADER = "X-Trajectory-Id"  # names the trajectory; every response carries it
 TRACE_HEADER = "X-Trace-Id"  # names the request's trace, when there is one
@@ -21,7 +22,7 @@ HOP_BY_HOP = frozenset({
     "transfer-encoding", "upgrade", "content-length", "host", "expect",
 })
 BODY = frozenset({"content-type", "content-encoding", "content-length"})  # describe the body as sent
-CREDENTIALS = frozenset({"authorization", "api-key", "openai-organization", "openai-project"})
+CREDENTIALS = frozenset({"authorization", "api-key", "x-api-key", "openai-organization", "openai-project"})
 _CALLER_ONLY = frozenset({"x-trajectory-id", "cookie", "accept-encoding"})
 # Provider answers that would tell callers which account is behind the gateway, or set cookies on
 # the gateway's origin; the headers aiohttp writes itself; and the gateway's own (a provider that is
@@ -43,12 +44,44 @@ def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:
     return frozenset(t.strip().lower() for t in listed.split(",") if t.strip())
 
 
-def to_provider(headers: Mapping[str, str], with_credentials: bool) -> dict[str, str]:
-    """The caller's headers that travel with a provider call whose body the gateway writes."""
+@dataclass(frozen=True)
+class SecretNames:
+    """Names that hold a secret: those containing any of the redact keys, in any letter case, '-'
+    and '_' alike (the rule the argument masking on spans follows)."""
+
+    keys: tuple[str, ...]  # lower case, '-' written as '_'
+
+    def holds(self, name: str) -> bool:
+        return self._in(name.lower().replace("-", "_"))
+
+    def any_of(self, names: Iterable[str]) -> bool:
+        """Whether any of `names` holds a secret, in one pass over them all (no key holds a line
+        break, so none is found across two names)."""
+        return self._in("\n".join(names).lower().replace("-", "_"))
+
+    def _in(self, normal: str) -> bool:
+        # Substring tests rather than one regex of alternatives: quicker over a client's dozen
+        # header names, and this runs on every request with keys.
+        return any(key in normal for key in self.keys)
+
+
+def secret_names(redact_keys: tuple[str, ...]) -> SecretNames:
+    """The rule for `redact_keys` (made once, when the app is: see gateway.app)."""
+    return SecretNames(tuple(sorted({k.lower().replace("-", "_") for k in redact_keys if k})))
+
+
+def to_provider(headers: Mapping[str, str], with_credentials: bool,
+                secret: SecretNames | None = None) -> dict[str, str]:
+    """The caller's headers that travel with a provider call whose body the gateway writes.
+    Without the caller's credentials, a header whose name `secret` holds stays behind too."""
     dropped = _NOT_TO_PROVIDER if with_credentials else _NOT_TO_PROVIDER_NOR_CREDENTIALS
     if "Connection" in headers or "connection" in headers:
         dropped = dropped | _connection_tokens(headers)
-    return {k: v for k, v in headers.items() if k.lower() not in dropped}
+    kept = {k: v for k, v in headers.items() if k.lower() not in dropped}
+    # Most requests name no secret header: one search over all the names tells, one per name only then.
+    if with_credentials or secret is None or not secret.any_of(kept):
+        return kept
+    return {k: v for k, v in kept.items() if not secret.holds(k)}
 
 
 _NOT_TO_CALLER = HOP_BY_HOP | _PROVIDER_ONLY

@@ -35,6 +35,7 @@ class RequestRecord:
     rounds: int | None = None  # provider calls made, for requests that ran the tool loop
     limit_reached: bool = False  # the round limit ended the loop
     error_type: str | None = None  # what went wrong after the status was sent (a stream's failure)
+    principal: str | None = None  # the name of the gateway key that sent the request
 
 
 class ModelAnswer(Protocol):

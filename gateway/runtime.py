@@ -9,7 +9,7 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,11 +24,11 @@ from gateway.demo.agent import DemoPolicy
 from gateway.demo.model import Policy, ScriptedModel
 from gateway.demo.tools import demo_registry
 from gateway.instrumentation import Instrumentation, NoInstrumentation
-from gateway.logs import ACCESS_LOGGER, AccessLogger
+from gateway.logs import ACCESS_LOGGER, access_logger
 from gateway.metrics_page import MetricsPage, OwnMetrics, WorkersMetrics, serving_own_metrics
 from gateway.server import GatewayRunner
-from gateway.settings import Settings
-from gateway.state import StateStore, make_store
+from gateway.settings import REDACT_KEYS, Settings
+from gateway.state import Bounds, StateStore, make_store
 from gateway.tools import ToolRegistry
 from gateway.upstream import PROVIDER_NAMES
 from gateway.workers import WorkerSlot
@@ -75,8 +75,12 @@ def build_store(settings: Settings, metrics: Metrics) -> TrajectoryStore | None:
 def build_state(settings: Settings, metrics: Metrics | None) -> StateStore:
     """The state store the settings name; `metrics` hear whether each command to Redis worked, and
     whether Redis lost its data."""
-    return make_store(settings.state_url, settings.pending_turn_capacity, settings.pending_turn_ttl_seconds,
-                      settings.state_timeout_seconds, metrics.state_store_answered if metrics else lambda up: None,
+    turns = Bounds(settings.pending_turn_capacity, settings.pending_turn_ttl_seconds,
+                   settings.pending_turn_capacity_per_key)
+    owned = Bounds(settings.owned_response_capacity, settings.owned_response_ttl_seconds,
+                   settings.owned_response_capacity_per_key)
+    return make_store(settings.state_url, turns, owned, settings.state_timeout_seconds,
+                      metrics.state_store_answered if metrics else lambda up: None,
                       metrics.state_store_lost if metrics else lambda: None)
 
 
@@ -124,9 +128,11 @@ class CannotListen(Exception):
 
 @contextlib.asynccontextmanager
 async def serving(app: web.Application, host: str, port: int, access_log: bool = False,
-                  shutdown_timeout: float = 60.0, reuse_port: bool = False) -> AsyncIterator[str]:
+                  shutdown_timeout: float = 60.0, reuse_port: bool = False,
+                  redact_keys: Sequence[str] = REDACT_KEYS) -> AsyncIterator[str]:
     """Run `app` on host:port until the block ends; yields its base URL. With `access_log`, each
-    request is logged on the toolspan.access logger; with `reuse_port`, other processes may listen
+    request is logged on the toolspan.access logger (query parameters holding credentials, or
+    named by `redact_keys`, masked); with `reuse_port`, other processes may listen
     on the same port (SO_REUSEPORT: the kernel spreads connections over them). Raises CannotListen
     when the bind fails.
 
@@ -134,7 +140,7 @@ async def serving(app: web.Application, host: str, port: int, access_log: bool =
     on_shutdown handlers (the gateway's waits for the requests under way, see gateway.app), then
     wait up to `shutdown_timeout` for the handlers still running and cancel them, then clean up."""
     runner = GatewayRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout,
-                           access_log_class=AccessLogger,
+                           access_log_class=access_logger(redact_keys),
                            access_log=logging.getLogger(ACCESS_LOGGER) if access_log else None)
     await runner.setup()
     try:
@@ -179,7 +185,7 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
         # The app's own shutdown handler gives requests their grace period; the runner then only
         # cancels what outlived it, after a second.
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0,
-                       reuse_port=worker is not None)
+                       reuse_port=worker is not None, redact_keys=settings.redact_keys)
         url = await stack.enter_async_context(site)
         settle_garbage_collector()
         yield url, telemetry, model

@@ -30,6 +30,8 @@ class GatewayKey(BaseModel):
     """A key callers present as `Authorization: Bearer <key>`, and the tools it may use."""
 
     key: SecretStr = Field(min_length=8)
+    operator: bool = Field(False, description="The page (/ui) shows this key every key's trajectories; any "
+                                              "other key sees only its own")
     tools: list[str] | None = Field(None, description="Tool names this key may use; unset: all")
     routes: list[str] | None = Field(
         None, description="Pass-through path prefixes this key may use (e.g. /v1/models, /v1/embeddings); unset: all")
@@ -44,7 +46,11 @@ class GatewayKey(BaseModel):
         return routes
 
 
+KEY_NAME = re.compile(r"[A-Za-z0-9._:@+-]{1,64}")
 MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__": that separates server and tool
+# An allowed_hosts entry: "*", a name or IPv4 address (a leading "." for its subdomains), or an IPv6 address.
+HOST_ENTRY = re.compile(r"\*|\.?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[?[0-9A-Fa-f.]*(?::[0-9A-Fa-f.]*){2,}\]?")
+ORIGIN_ENTRY = re.compile(r"https?://(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?/?", re.IGNORECASE)
 
 
 class McpServer(BaseModel):
@@ -87,6 +93,14 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535, description="Port to listen on (0: any free port)")
     workers: int = Field(1, ge=1, description="Processes serving the port, each with its event loop (more than "
                                               "one needs state_url: the held turns must be shared)")
+    allowed_hosts: list[str] | None = Field(
+        None, description="Host names the gateway answers (a request with another Host gets a 421): "
+                          "'gateway.internal', '.example.com' for it and its subdomains, '*' for any; unset: on a "
+                          "loopback host, its address and the localhost names, on any other, every name")
+    allowed_origins: list[str] = Field(
+        default_factory=list, description="Web pages, besides the gateway's own, whose browser requests are "
+                                          "taken, as origins ('https://app.example.com'); a request with any "
+                                          "other Origin header gets a 403")
     upstream: str | None = Field(None, description="Provider base URL, e.g. https://api.openai.com/v1; "
                                                    "unset: the built-in scripted model")
     upstream_api_key: SecretStr | None = Field(None, description="Provider key; unset: the caller's "
@@ -106,6 +120,15 @@ class Settings(BaseSettings):
                                           "their tools' names); JSON in TOOLSPAN_MCP_SERVERS")
     mcp_endpoint: bool = Field(True, description="Serve the tool registry to MCP clients at /mcp (streamable "
                                                   "HTTP), authenticated and allowlisted by the gateway keys")
+    mcp_max_sessions: int = Field(1000, ge=1, description="/mcp sessions open at once, all keys together; "
+                                                          "past it a new one is refused (503)")
+    mcp_max_sessions_per_key: int = Field(
+        100, ge=1, description="/mcp sessions any one gateway key may have open at once; past it a new one is "
+                               "refused (429 too_many_sessions, with Retry-After)")
+    mcp_session_idle_seconds: float = Field(
+        900.0, gt=0, allow_inf_nan=False,
+        description="An /mcp session that has had no request in flight for this long is ended (its id then "
+                    "answers 404) and no longer counts against either bound")
     keys: dict[str, GatewayKey] = Field(
         default_factory=dict, description="Gateway keys by caller name (JSON in TOOLSPAN_KEYS); when set, "
                                           "every /v1 request needs one, and it never reaches the provider")
@@ -127,6 +150,17 @@ class Settings(BaseSettings):
                                                                   "run on before they are ended")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
     pending_turn_ttl_seconds: float = Field(900.0, gt=0, description="How long a mixed turn is held")
+    pending_turn_capacity_per_key: int = Field(
+        250, ge=1, description="Mixed turns held for any one gateway key, at most (its least recently used go "
+                               "first), so that one key cannot push the others' out")
+    owned_response_capacity: int = Field(
+        100_000, ge=1, description="Provider response ids remembered with the gateway key that made them (with "
+                                   "keys set, a key reaches only its own responses)")
+    owned_response_capacity_per_key: int = Field(
+        25_000, ge=1, description="Provider response ids remembered for any one gateway key, at most")
+    owned_response_ttl_seconds: float = Field(
+        30 * 86400.0, gt=0, description="How long a response id's owner is remembered after its last use "
+                                        "(OpenAI keeps a stored response 30 days)")
     state_url: str | None = Field(None, description="Where held turns live: unset, this process's memory; "
                                   "redis://host:6379/0, a Redis that replicas share")
     state_timeout_seconds: float = Field(1.0, gt=0, description="Longest wait for one command to the Redis state "
@@ -141,7 +175,9 @@ class Settings(BaseSettings):
     argument_max_chars: int = Field(2048, ge=64, description="Raw arguments on spans are cut to this")
     redact_keys: tuple[str, ...] = Field(
         REDACT_KEYS, description="Argument values under keys containing any of these (any case; '-' and '_' "
-                                 "alike) are masked on spans, and so are their values in status descriptions")
+                                 "alike) are masked on spans, and so are their values in status descriptions; "
+                                 "so are query parameters so named in the access log, and caller headers so "
+                                 "named stay behind when the caller's credentials do")
     metrics_max_models: int = Field(50, ge=1, description="Distinct model label values before '__other__'")
     metrics_max_label_chars: int = Field(
         128, ge=8, description="Longest model name kept as a metric label; longer ones count as '__other__'")
@@ -204,6 +240,38 @@ class Settings(BaseSettings):
         data = os.environ.get("XDG_DATA_HOME", "").strip()
         base = Path(data) if data and Path(data).is_absolute() else Path.home() / ".local" / "share"
         return base / "toolspan" / "trajectories.sqlite3"
+
+    @field_validator("keys")
+    @classmethod
+    def _key_names(cls, keys: dict[str, GatewayKey]) -> dict[str, GatewayKey]:
+        # A key's name is shown on the page, in the CLI and in trajectory ids: nothing to escape there.
+        for name in keys:
+            if not KEY_NAME.fullmatch(name):
+                raise ValueError(f"gateway key name {name!r}: use up to 64 letters, digits, '.', '_', '-', ':', "
+                                 "'@' or '+'")
+        return keys
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, hosts: list[str] | None) -> list[str] | None:
+        # The Host check compares names only: a port here would never match and refuse everyone.
+        if hosts is not None and not hosts:
+            raise ValueError("allowed_hosts lists no name: leave it unset for the default, or give '*' for any")
+        for entry in hosts or ():
+            if not HOST_ENTRY.fullmatch(entry):
+                raise ValueError(f"allowed_hosts entry {entry!r}: give a host name or address without a port "
+                                 "(gateway.internal, .example.com, ::1) or '*'")
+        return hosts
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        # As browsers write the Origin header; "null" is every sandboxed page's, so never one to trust.
+        for origin in origins:
+            if not ORIGIN_ENTRY.fullmatch(origin):
+                raise ValueError(f"allowed_origins entry {origin!r}: give a scheme, a host and any port, with "
+                                 "no path, such as https://app.example.com or http://localhost:3000")
+        return origins
 
     @field_validator("mcp_servers")
     @classmethod

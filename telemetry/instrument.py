@@ -125,6 +125,8 @@ class ToolCallSpan:
         }
         if turn.trajectory_id is not None:
             attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
+        if turn.principal is not None:
+            attributes[names.ATTR_KEY_NAME] = turn.principal
         if self._origin is not None:
             attributes.update(_origin_attributes(self._origin))
         # Retries are tracked per gateway key, under the metric's tool label: names outside the

@@ -20,6 +20,9 @@ ATTR_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 ATTR_TOOL_TYPE: Final = "gen_ai.tool.type"
 ATTR_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 ATTR_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+# The name (never the secret) of the gateway key that sent the request: with keys, a trajectory is
+# the key's and the id's together, so that two keys sending one X-Trajectory-Id never share one.
+ATTR_KEY_NAME: Final = "toolspan.key.name"
 ATTR_ERROR_TYPE: Final = "error.type"
 ATTR_OUTCOME: Final = "toolspan.outcome"
 ATTR_REJECTION_REASON: Final = "toolspan.rejection.reason"

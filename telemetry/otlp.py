@@ -15,7 +15,7 @@ from typing import IO, Any
 from opentelemetry.trace import SpanKind
 
 from telemetry import names
-from telemetry.records import Link, SpanRecord, attribute_problem, write
+from telemetry.records import Link, SpanRecord, attribute_problem, split_stored_id, write
 
 _KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
 _KIND_NUMBERS = {kind: number for number, kind in _KINDS.items()}
@@ -155,10 +155,18 @@ def _listed(text: str | None) -> list[Any] | None:
     return json.loads(text) if text else None
 
 
+def _trajectory_attributes(stored: str) -> dict[str, Any]:
+    """A row's trajectory as the spans said it: the id, and the gateway key's name when there was one."""
+    if not stored:
+        return {}
+    key, trajectory_id = split_stored_id(stored)
+    return {names.ATTR_CONVERSATION_ID: trajectory_id, names.ATTR_KEY_NAME: key}
+
+
 def _call_record(row: sqlite3.Row) -> SpanRecord:
     attributes = {names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL, names.ATTR_TOOL_NAME: row["tool"],
                   names.ATTR_TOOL_CALL_ID: row["call_id"], names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
-                  names.ATTR_CONVERSATION_ID: row["trajectory_id"] or None, names.ATTR_ROUND: row["round"],
+                  **_trajectory_attributes(row["trajectory_id"]), names.ATTR_ROUND: row["round"],
                   names.ATTR_OUTCOME: row["outcome"], names.ATTR_REJECTION_REASON: row["rejection_reason"],
                   names.ATTR_ERROR_TYPE: row["error_type"], names.ATTR_ARGS_MISSING: _listed(row["missing"]),
                   names.ATTR_ARGS_UNRECOGNIZED: _listed(row["unrecognized"]),
@@ -181,7 +189,7 @@ def _turn_record(row: sqlite3.Row) -> SpanRecord:
                   names.ATTR_INPUT_TOKENS: row["input_tokens"], names.ATTR_OUTPUT_TOKENS: row["output_tokens"],
                   names.ATTR_ERROR_TYPE: row["error_type"], names.ATTR_INPUT_MESSAGES: row["input_messages"],
                   names.ATTR_OUTPUT_MESSAGES: row["output_messages"],
-                  names.ATTR_CONVERSATION_ID: row["trajectory_id"] or None}
+                  **_trajectory_attributes(row["trajectory_id"])}
     return SpanRecord(f"{names.SPAN_CHAT_PREFIX} {row['model']}", SpanKind.CLIENT, row["trace_id"], row["span_id"],
                       row["request_span_id"], _ns(row["started"]), _ns(row["started"], row["duration_ms"]),
                       {k: v for k, v in attributes.items() if v is not None}, row["error_message"] is not None,
@@ -189,7 +197,7 @@ def _turn_record(row: sqlite3.Row) -> SpanRecord:
 
 
 def _request_record(row: sqlite3.Row) -> SpanRecord:
-    attributes = {names.ATTR_CONVERSATION_ID: row["trajectory_id"], names.ATTR_HTTP_ROUTE: row["route"],
+    attributes = {**_trajectory_attributes(row["trajectory_id"]), names.ATTR_HTTP_ROUTE: row["route"],
                   names.ATTR_HTTP_STATUS: row["status"], names.ATTR_ROUNDS: row["rounds"],
                   names.ATTR_ROUND_LIMIT_REACHED: None if row["limit_reached"] is None else bool(row["limit_reached"]),
                   names.ATTR_ERROR_TYPE: row["error_type"]}

@@ -285,7 +285,7 @@ _TEXT_ATTRIBUTES = frozenset({
     names.ATTR_REJECTION_REASON, names.ATTR_ERROR_TYPE, names.ATTR_RETRY_KIND, names.ATTR_TOOL_CALL_ARGUMENTS,
     names.ATTR_MCP_SERVER, names.ATTR_MCP_METHOD_NAME, names.ATTR_REQUEST_MODEL, names.ATTR_RESPONSE_MODEL,
     names.ATTR_PROVIDER_NAME, names.ATTR_RESPONSE_ID, names.ATTR_INPUT_MESSAGES, names.ATTR_OUTPUT_MESSAGES,
-    names.ATTR_HTTP_ROUTE})
+    names.ATTR_HTTP_ROUTE, names.ATTR_KEY_NAME})
 _NAMES_ATTRIBUTES = frozenset({names.ATTR_ARGS_MISSING, names.ATTR_ARGS_UNRECOGNIZED, names.ATTR_ARGS_SUGGESTIONS,
                                names.ATTR_FINISH_REASONS})
 _COUNT_ATTRIBUTES = frozenset({names.ATTR_ROUND, names.ATTR_ROUNDS, names.ATTR_INPUT_TOKENS,
@@ -445,10 +445,34 @@ _TRAJECTORY_SPAN = ("ON CONFLICT (id) DO UPDATE SET started = min(started, exclu
 _UPSERT_TRAJECTORIES = ("INSERT INTO trajectories VALUES ", "(?, ?, ?)", f" {_TRAJECTORY_SPAN}")
 
 
+KEY_SEPARATOR = "~"  # in no gateway key's name nor any trajectory id the gateway takes from a caller
+
+
+def stored_id(key: str | None, trajectory_id: str) -> str:
+    """A trajectory's id in the store: the id a caller sent, after the name of the gateway key that
+    sent it (with keys), so that the same id from two keys is two trajectories."""
+    return trajectory_id if key is None else f"{key}{KEY_SEPARATOR}{trajectory_id}"
+
+
+def split_stored_id(stored: str) -> tuple[str | None, str]:
+    """(gateway key name or None, the trajectory id its caller knows) of a stored id."""
+    key, separator, trajectory_id = stored.partition(KEY_SEPARATOR)
+    return (key, trajectory_id) if separator else (None, stored)
+
+
+def key_range(key: str) -> tuple[str, str]:
+    """The stored ids of one key's trajectories lie in [low, high): an index range, not a scan."""
+    return f"{key}{KEY_SEPARATOR}", f"{key}{chr(ord(KEY_SEPARATOR) + 1)}"
+
+
 def _trajectory(record: SpanRecord) -> str:
-    """The trajectory a span names ("" when it names none)."""
-    value = record.attributes.get(names.ATTR_CONVERSATION_ID)
-    return _NONE if value is None else str(value)
+    """The trajectory a span names ("" when it names none), as the store keys it."""
+    attributes = record.attributes
+    value = attributes.get(names.ATTR_CONVERSATION_ID)
+    if value is None:
+        return _NONE
+    key = attributes.get(names.ATTR_KEY_NAME)
+    return str(value) if key is None else f"{key}{KEY_SEPARATOR}{value}"
 
 
 _CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # rows an insert takes: few distinct statements (sqlite3 caches 128)

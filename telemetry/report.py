@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from telemetry.records import key_range, split_stored_id, stored_id
+
 STUCK_VERBATIM = 2  # as telemetry.trajectory warns: the second verbatim retry of one failure
 FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a failed call ("interrupted" waits)
 
@@ -67,6 +69,21 @@ def _suggestions(pairs: Iterable[str] | None) -> dict[str, str]:
     return dict(pair.rsplit("->", 1) for pair in pairs or () if "->" in pair)
 
 
+def _named(stored: str) -> dict[str, Any]:
+    """How a trajectory is named: its id in the store, the gateway key that made it (None without
+    keys) and the id its caller knows it by."""
+    key, local_id = split_stored_id(stored)
+    return {"id": stored, "key": key, "local_id": local_id}
+
+
+def _of_key(column: str, key: str | None) -> tuple[str, tuple[str, ...]]:
+    """The condition (to follow a WHERE) and its parameters that keep the rows of one gateway key's
+    trajectories, `column` holding the stored id; none without a key."""
+    if key is None:
+        return "", ()
+    return f" AND {column} >= ? AND {column} < ?", key_range(key)
+
+
 # A trajectory's model turns are those of its recorded requests (as `m`), found through its key.
 _RECORDED_TURNS = ("FROM model_turns m JOIN requests r ON r.trajectory_id = m.trajectory_id "
                    "AND r.span_id = m.request_span_id")
@@ -82,15 +99,21 @@ def _selected(db: sqlite3.Connection, table: str, columns: Sequence[str], where:
 
 def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcome: str | None = None,
                       since: float | None = None, model: str | None = None,
-                      limit: int = 50) -> list[dict[str, Any]]:
+                      limit: int = 50, key: str | None = None) -> list[dict[str, Any]]:
     """Trajectories, newest (last active) first: those with a call of `tool`, a call with
-    `outcome`, activity at or after `since`, a turn of `model` (each filter when given).
+    `outcome`, activity at or after `since`, a turn of `model`, of the gateway key named `key`
+    (each filter when given).
 
-    Each: {"id", "started", "ended", "requests", "model_turns", "tool_calls", "failed_calls",
-    "rejections", "retries", "input_tokens", "output_tokens", "models": [...], "tools": [...],
-    "outcomes": {outcome: calls}, "trace_ids": [...], "stuck": bool}."""
+    Each: {"id" (as the store keys it), "key" (the gateway key's name, None without keys), "local_id"
+    (the id the key's caller knows it by), "started", "ended", "requests", "model_turns",
+    "tool_calls", "failed_calls", "rejections", "retries", "input_tokens", "output_tokens",
+    "models": [...], "tools": [...], "outcomes": {outcome: calls}, "trace_ids": [...], "stuck": bool}."""
     where: list[str] = ["1 = 1"]
     params: list[Any] = []
+    if key is not None:
+        of_key, bounds = _of_key("t.id", key)
+        where.append(of_key.removeprefix(" AND "))
+        params += bounds
     if since is not None:
         where.append("t.ended >= ?")
         params.append(since)
@@ -111,7 +134,7 @@ def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: 
     turns = _turns_of(db, trajectory_id)
     traces = [row[0] for row in db.execute(
         "SELECT trace_id FROM requests WHERE trajectory_id = ? ORDER BY started", (trajectory_id,))]
-    return {"id": trajectory_id, "started": started, "ended": ended, "requests": len(traces),
+    return {**_named(trajectory_id), "started": started, "ended": ended, "requests": len(traces),
             "model_turns": len(turns), "tool_calls": len(calls),
             "failed_calls": sum(c["outcome"] in FAILED for c in calls),
             "rejections": sum(c["outcome"] == "rejected" for c in calls),
@@ -132,10 +155,12 @@ def _turns_of(db: sqlite3.Connection, trajectory_id: str) -> list[dict[str, Any]
 
 # --- one trajectory ---------------------------------------------------------------------------------
 
-def trajectory(db: sqlite3.Connection, trajectory_id: str) -> dict[str, Any] | None:
-    """One trajectory's timeline, None when the store has no such trajectory:
-    {"id", "started", "ended", "requests": [{"span_id", "trace_id", "name", "route", "status",
-    "rounds", "limit_reached", "error_type", "started", "duration_ms", "events": [event, ...]}]}.
+def trajectory(db: sqlite3.Connection, trajectory_id: str, key: str | None = None) -> dict[str, Any] | None:
+    """One trajectory's timeline, None when the store has no such trajectory; given `key`, only one
+    of that gateway key's, named by its stored id or by the id its caller knows:
+    {"id", "key", "local_id", "started", "ended", "requests": [{"span_id", "trace_id", "name",
+    "route", "status", "rounds", "limit_reached", "error_type", "started", "duration_ms",
+    "events": [event, ...]}]}.
 
     Events, in the order they started: {"type": "model_turn", "span_id", "round", "model",
     "response_model", "provider", "response_id", "finish_reasons", "stream", "input_tokens",
@@ -146,6 +171,8 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str) -> dict[str, Any] | N
     "retries_span_id" (the failed call it retries), "diagnostic" (what the model was told),
     "arguments" (masked; failed calls, or all when recorded), "mcp_server", "mcp_method", "started",
     "duration_ms", ...}."""
+    if key is not None and split_stored_id(trajectory_id)[0] != key:
+        trajectory_id = stored_id(key, trajectory_id)  # the id the key's caller knows it by, or none of its own
     found = db.execute("SELECT id, started, ended FROM trajectories WHERE id = ?", (trajectory_id,)).fetchone()
     if found is None:
         return None
@@ -160,23 +187,25 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str) -> dict[str, Any] | N
             call["suggestions"] = _suggestions(call["suggestions"])
         events = [{"type": "model_turn", **t} for t in turns] + [{"type": "tool_call", **c} for c in calls]
         request["events"] = sorted(events, key=lambda e: e["started"])
-    return {"id": found[0], "started": found[1], "ended": found[2], "requests": requests}
+    return {**_named(found[0]), "started": found[1], "ended": found[2], "requests": requests}
 
 
 # --- the report -------------------------------------------------------------------------------------
 
-def report(db: sqlite3.Connection, *, since: float | None = None) -> dict[str, Any]:
-    """The figures per tool and per model, over the trajectories active at or after `since`:
+def report(db: sqlite3.Connection, *, since: float | None = None, key: str | None = None) -> dict[str, Any]:
+    """The figures per tool and per model, over the trajectories active at or after `since` (of the
+    gateway key named `key`, when given):
     {"trajectories", "tool_calls", "model_turns", "input_tokens", "output_tokens",
      "overall": figures, "tools": [{"tool", **figures}], "models": [{"model", **figures}],
-     "stuck": [{"trajectory_id", "tool", "model", "verbatim_retries"}]}, where figures is
+     "stuck": [{"trajectory_id", "key", "local_id", "tool", "model", "verbatim_retries"}]}, where figures is
     {"calls", "outcomes": {outcome: n}, "failed", "rejections", "rejection_rate",
      "rejections_by_reason": {reason: {"count", "rate"}}, "renames": [{"from", "to", "count"}],
      "retries": {"verbatim", "corrected", "verbatim_rate", "corrected_rate"},
      "failures", "recoveries", "recovery_rate", "rounds_to_recover": {"mean", "max"} or None,
      "stuck_trajectories": [ids]}. Tools and models are sorted by calls, most first."""
-    ids = [row[0] for row in db.execute("SELECT id FROM trajectories WHERE ended >= ?",
-                                        (since if since is not None else float("-inf"),))]
+    of_key, params = _of_key("id", key)
+    ids = [row[0] for row in db.execute(f"SELECT id FROM trajectories WHERE ended >= ?{of_key}",
+                                        (since if since is not None else float("-inf"), *params))]
     calls: list[dict[str, Any]] = []
     turn_count = input_tokens = output_tokens = 0
     for trajectory_id in ids:
@@ -282,18 +311,20 @@ def _stuck(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             run = run + 1 if call["retry_kind"] == "verbatim" else 0
             longest = max(longest, run)
         if longest >= STUCK_VERBATIM:
-            found.append({"trajectory_id": trajectory_id, "tool": tool, "model": group[-1].get("model"),
-                          "verbatim_retries": longest})
+            key, local_id = split_stored_id(trajectory_id or "")
+            found.append({"trajectory_id": trajectory_id, "key": key, "local_id": local_id, "tool": tool,
+                          "model": group[-1].get("model"), "verbatim_retries": longest})
     return found
 
 
 def rejections_over_time(db: sqlite3.Connection, *, bucket_seconds: float = 3600.0,
-                         since: float | None = None) -> list[dict[str, Any]]:
-    """Calls and rejections per tool per time bucket, oldest first (for a chart):
-    [{"tool", "bucket_start", "calls", "rejections", "rejection_rate"}]."""
-    sql = ("SELECT tool, CAST(started / ? AS INTEGER) * ? AS bucket, COUNT(*), "
-           "SUM(outcome = 'rejected') FROM tool_calls WHERE started >= ? GROUP BY tool, bucket ORDER BY bucket, tool")
-    rows = db.execute(sql, (bucket_seconds, bucket_seconds, since if since is not None else float("-inf")))
+                         since: float | None = None, key: str | None = None) -> list[dict[str, Any]]:
+    """Calls and rejections per tool per time bucket, oldest first (for a chart), of the gateway key
+    named `key` when given: [{"tool", "bucket_start", "calls", "rejections", "rejection_rate"}]."""
+    of_key, params = _of_key("trajectory_id", key)
+    sql = ("SELECT tool, CAST(started / ? AS INTEGER) * ? AS bucket, COUNT(*), SUM(outcome = 'rejected') "
+           f"FROM tool_calls WHERE started >= ?{of_key} GROUP BY tool, bucket ORDER BY bucket, tool")
+    rows = db.execute(sql, (bucket_seconds, bucket_seconds, since if since is not None else float("-inf"), *params))
     return [{"tool": tool, "bucket_start": float(bucket), "calls": n, "rejections": int(rejected or 0),
              "rejection_rate": _rate(int(rejected or 0), n)} for tool, bucket, n, rejected in rows]
 

@@ -1,5 +1,11 @@
 """The report's answers as terminal text: the timeline `toolspan demo` and `toolspan trajectories
-show` both print, the list and the report tables. Input: the dicts of `telemetry.report`."""
+show` both print, the list and the report tables. Input: the dicts of `telemetry.report`.
+
+Every stored string is what a model, a caller or a provider chose: before it is laid out, each has
+its control characters made visible (`gateway.escaping`), so that no value can move the cursor,
+clear the screen, retitle the terminal or start a line of its own. The texts that are several
+lines by nature (what the model was told, message content) keep their line breaks, and the
+layout indents them."""
 
 from __future__ import annotations
 
@@ -7,6 +13,22 @@ import json
 import time
 from collections.abc import Iterable
 from typing import Any
+
+from gateway.escaping import visible, visible_lines
+
+_SEVERAL_LINES = frozenset({"diagnostic", "content", "response"})  # fields whose line breaks are the text's
+
+
+def terminal_safe(value: Any, lines: bool = False) -> Any:
+    """`value` (a report shape) with every string in it made safe to print; `lines`: a string
+    keeps its line breaks."""
+    if isinstance(value, str):
+        return visible_lines(value) if lines else visible(value)
+    if isinstance(value, dict):
+        return {visible(str(k)): terminal_safe(v, k in _SEVERAL_LINES) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [terminal_safe(item) for item in value]
+    return value
 
 
 def _when(seconds: float) -> str:
@@ -90,7 +112,10 @@ def timeline(trajectory: dict[str, Any], events_only: bool = False) -> list[str]
     """One trajectory, event by event: each model turn, and under it the tool calls it made with
     their outcome, the diagnostic the model got and the retry they are. `events_only` leaves out
     the header lines of the trajectory and its requests (the demo prints its own)."""
-    lines = [] if events_only else [f"trajectory {trajectory['id']}  started {_when(trajectory['started'])}"]
+    trajectory = terminal_safe(trajectory)
+    key = f"  gateway key {trajectory['key']}" if trajectory.get("key") else ""
+    lines = [] if events_only else [f"trajectory {trajectory.get('local_id') or trajectory['id']}{key}  "
+                                    f"started {_when(trajectory['started'])}"]
     for request in trajectory["requests"]:
         if not events_only:
             lines.append(f"\nrequest {request['name']} -> {request['status']}  rounds: {request['rounds']}  "
@@ -107,10 +132,17 @@ def timeline(trajectory: dict[str, Any], events_only: bool = False) -> list[str]
 
 
 def trajectory_list(items: Iterable[dict[str, Any]]) -> list[str]:
-    lines = [f"{'last active':19}  {'trajectory':32}  req turns calls failed retries  models / tools"]
+    """One line a trajectory; with a column for the gateway key when any trajectory has one (then
+    `show --key KEY ID` finds it, as does `show KEY~ID`)."""
+    items = [terminal_safe(item) for item in items]
+    width = max((len(item["key"]) for item in items if item.get("key")), default=0)
+    keys = f"{'key':{width}}  " if width else ""
+    lines = [f"{'last active':19}  {keys}{'trajectory':32}  req turns calls failed retries  models / tools"]
     for item in items:
         flag = "  STUCK (verbatim retries)" if item["stuck"] else ""
-        lines.append(f"{_when(item['ended'])}  {item['id'][:32]:32}  {item['requests']:3} {item['model_turns']:5} "
+        key = f"{item.get('key') or '-':{width}}  " if width else ""
+        shown = item.get("local_id") or item["id"]
+        lines.append(f"{_when(item['ended'])}  {key}{shown[:32]:32}  {item['requests']:3} {item['model_turns']:5} "
                      f"{item['tool_calls']:5} {item['failed_calls']:6} {item['retries']:7}  "
                      f"{','.join(item['models'])} / {','.join(item['tools'])}{flag}")
     return lines
@@ -134,6 +166,7 @@ def _figures(name: str, f: dict[str, Any]) -> list[str]:
 
 
 def report(figures: dict[str, Any]) -> list[str]:
+    figures = terminal_safe(figures)
     lines = [f"{figures['trajectories']} trajectories, {figures['model_turns']} model turns, "
              f"{figures['tool_calls']} tool calls, tokens in/out {figures['input_tokens']}/{figures['output_tokens']}",
              "", "per tool:"]

@@ -168,6 +168,8 @@ class RequestSpan:
             names.ATTR_HTTP_METHOD: self._method, names.ATTR_HTTP_ROUTE: info.route,
             names.ATTR_URL_PATH: bounded(info.path, 512), names.ATTR_HTTP_STATUS: status,
             names.ATTR_CONVERSATION_ID: record.trajectory_id or info.trajectory_id}
+        if record.principal is not None:
+            attributes[names.ATTR_KEY_NAME] = record.principal
         if self._original_method is not None:
             attributes[names.ATTR_HTTP_METHOD_ORIGINAL] = self._original_method
         if error_type is not None or status >= 500:

@@ -1,6 +1,7 @@
 """The trajectory store's file as the page (`GET /ui`) reads it: `telemetry.report`'s questions,
-each on a read-only connection of its own (the store's writer thread keeps its own; in WAL mode
-readers never wait for it). A file not written yet raises sqlite3.Error, as a broken one does."""
+over one gateway key's trajectories (`key`) or every one (None), each on a read-only connection
+of its own (the store's writer thread keeps its own; in WAL mode readers never wait for it). A
+file not written yet raises sqlite3.Error, as a broken one does."""
 
 from __future__ import annotations
 
@@ -23,16 +24,16 @@ class StoreReader:
         with closing(report.open_readonly(str(self.path))) as db:
             return question(db)
 
-    def report(self) -> dict[str, Any]:
-        return self._read(report.report)
+    def report(self, key: str | None) -> dict[str, Any]:
+        return self._read(lambda db: report.report(db, key=key))
 
-    def rejections_over_time(self, bucket_seconds: float) -> list[dict[str, Any]]:
-        return self._read(lambda db: report.rejections_over_time(db, bucket_seconds=bucket_seconds))
+    def rejections_over_time(self, bucket_seconds: float, key: str | None) -> list[dict[str, Any]]:
+        return self._read(lambda db: report.rejections_over_time(db, bucket_seconds=bucket_seconds, key=key))
 
     def list_trajectories(self, *, tool: str | None, outcome: str | None, since: float | None,
-                          model: str | None, limit: int) -> list[dict[str, Any]]:
+                          model: str | None, limit: int, key: str | None) -> list[dict[str, Any]]:
         return self._read(lambda db: report.list_trajectories(db, tool=tool, outcome=outcome, since=since,
-                                                              model=model, limit=limit))
+                                                              model=model, limit=limit, key=key))
 
-    def trajectory(self, trajectory_id: str) -> dict[str, Any] | None:
-        return self._read(lambda db: report.trajectory(db, trajectory_id))
+    def trajectory(self, trajectory_id: str, key: str | None) -> dict[str, Any] | None:
+        return self._read(lambda db: report.trajectory(db, trajectory_id, key))

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import socket
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -21,11 +23,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from playwright.async_api import Browser, async_playwright
 from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.app import create_app
 from gateway.demo.model import Reply, ScriptedModel
+from gateway.logs import configure_logging
 from gateway.runtime import Observability, build_telemetry
 from gateway.settings import Settings
 from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
@@ -305,6 +309,16 @@ def tool_outcomes(traced: Traced, trace_id: str) -> list[tuple[str, str]]:
             for s in tree(traced.spans(trace_id))["tool_calls"]]
 
 
+async def toolspan_cli(*args: str) -> str:
+    """`toolspan ...` in a process of its own (the test's environment, its temporary data home
+    included); what it printed. It must succeed."""
+    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway", *args,
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
 def free_port() -> int:
     """A port nothing listens on (for a provider that is not there, or a process of our own)."""
     with socket.socket() as probe:
@@ -395,3 +409,50 @@ async def make_gateway(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpCli
 @pytest.fixture
 async def stack(make_stack: StackFactory) -> Stack:
     return await make_stack()
+
+
+# --- a real browser ---------------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+# Every name under .test is 127.0.0.1 to this browser: a page can come from a site of its own (a
+# second test server), and a name can point at the gateway as a DNS-rebinding page's name ends up doing.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--host-resolver-rules=MAP *.test 127.0.0.1"]
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Debian's headless Chromium, driven by Playwright (no browser of Playwright's own)."""
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+# --- log lines as `toolspan serve` writes them ------------------------------------------------------
+
+def installed_formatter(log_format: str) -> logging.Formatter:
+    """The formatter `configure_logging` gives the process's log handler for `log_format`; every
+    logger's handlers and level are left as they were."""
+    def loggers() -> dict[str, logging.Logger]:
+        named = logging.root.manager.loggerDict.items()
+        return {"": logging.root} | {name: v for name, v in named if isinstance(v, logging.Logger)}
+
+    levels, handlers = {name: logger.level for name, logger in loggers().items()}, logging.root.handlers
+    logging.root.handlers = []  # `configure_logging` would close and remove pytest's own
+    try:
+        configure_logging("info", log_format)
+        [handler] = logging.root.handlers
+        handler.close()
+        assert handler.formatter is not None
+        return handler.formatter
+    finally:
+        logging.root.handlers = handlers
+        for name, logger in loggers().items():
+            logger.setLevel(levels.get(name, logging.NOTSET))
+
+
+def log_lines(records: list[logging.LogRecord], formatter: logging.Formatter) -> list[str]:
+    """The lines the records make in a log written with `formatter`."""
+    return [line for record in records for line in formatter.format(record).split("\n")]

@@ -1,4 +1,5 @@
-"""Logging for operators: the JSON formatter, the access log, and a bind failure as one clear error."""
+"""Logging for operators: the text and JSON formatters (what a caller or a provider put in a line
+escaped), the access log (credentials in the query masked), and a bind failure as one clear error."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.logs import ACCESS_LOGGER, JsonFormatter
+from gateway.headers import secret_names
+from gateway.logs import ACCESS_LOGGER, AccessLogger, JsonFormatter, access_logger, redacted_target
 from gateway.runtime import CannotListen, serving
+from gateway.settings import REDACT_KEYS
+from tests.conftest import installed_formatter
 
 TRAJECTORY = "traj_0123456789abcdef"
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -48,6 +52,79 @@ def test_json_lines_carry_the_exception_text() -> None:
     assert entry["level"] == "error"
     assert entry["exception"].startswith("Traceback (most recent call last):")
     assert entry["exception"].endswith("ValueError: boom")
+
+
+FORGING = "/v1/x\r\n2030-01-01 INFO toolspan: fine\x1b[2J\x7f\x9b\u202e\u2028"  # what a caller may put in a path
+SHOWN = "/v1/x\\r\\n2030-01-01 INFO toolspan: fine\\u001b[2J\\u007f\\u009b\\u202e\\u2028"
+
+
+def failed_record(message: str) -> logging.LogRecord:
+    """An ERROR record with the traceback of a ValueError whose message is `message`."""
+    try:
+        raise ValueError(message)
+    except ValueError:
+        return logging.LogRecord("toolspan.test", logging.ERROR, __file__, 1, "failed on %s", (FORGING,),
+                                 sys.exc_info())
+
+
+def test_text_lines_show_control_characters_as_escapes() -> None:
+    line = installed_formatter("text").format(record("GET %s: %s", FORGING, "done"))
+    assert line.endswith(f"INFO toolspan.test: GET {SHOWN}: done")
+    assert "\n" not in line
+
+
+def test_a_traceback_keeps_its_own_line_breaks_and_nothing_else() -> None:
+    text = installed_formatter("text").format(failed_record("bad \x1b]0;title\x07 input"))
+    first, *traceback = text.split("\n")
+    assert first.endswith(f"ERROR toolspan.test: failed on {SHOWN}")
+    assert traceback[0] == "Traceback (most recent call last):"
+    assert traceback[-1] == "ValueError: bad \\u001b]0;title\\u0007 input"
+
+
+def test_stack_text_keeps_its_own_line_breaks_and_nothing_else() -> None:
+    entry = record("here")
+    entry.stack_info = "Stack (most recent call last):\n  File \"x\x1b[2J.py\", line 1"
+    assert installed_formatter("text").format(entry).split("\n")[1:] == [
+        "Stack (most recent call last):", '  File "x\\u001b[2J.py", line 1']
+
+
+def test_json_lines_escape_the_message_and_every_string_field() -> None:
+    """JSON escapes C0 itself; DEL, C1, the separators and the bidi controls too are escaped, the same way."""
+    entry = record("GET %s", FORGING)
+    entry.fields = {"path": FORGING, "status": 200}
+    line = installed_formatter("json").format(entry)
+    assert not any(c in line for c in "\x7f\x9b\u202e\u2028")
+    decoded = json.loads(line)
+    assert (decoded["message"], decoded["path"], decoded["status"]) == (f"GET {SHOWN}", SHOWN, 200)
+
+
+def test_json_lines_show_the_tracebacks_control_characters() -> None:
+    decoded = json.loads(installed_formatter("json").format(failed_record("bad \x9b input")))
+    assert decoded["message"] == f"failed on {SHOWN}"
+    assert decoded["exception"].splitlines()[-1] == "ValueError: bad \\u009b input"
+
+
+@pytest.mark.parametrize(("target", "shown"), [
+    ("/v1/models", "/v1/models"),
+    ("/v1/models?limit=2&order=asc", "/v1/models?limit=2&order=asc"),
+    ("/v1/m?API_KEY=a&Key=b&token=c&sig=d&access_token=e&api-key=f",
+     "/v1/m?API_KEY=[REDACTED]&Key=[REDACTED]&token=[REDACTED]&sig=[REDACTED]&access_token=[REDACTED]"
+     "&api-key=[REDACTED]"),
+    ("/v1/m?api%5Fkey=a&my_password=b&x-secret-id=c&refresh_token=d", "/v1/m?api%5Fkey=[REDACTED]"
+     "&my_password=[REDACTED]&x-secret-id=[REDACTED]&refresh_token=[REDACTED]"),  # names decoded; the redact list
+    ("/v1/m?keyring=a&monkey=b&token&flag=1", "/v1/m?keyring=a&monkey=b&token&flag=1"),  # not named, no value
+], ids=["no-query", "no-credential", "by-name", "by-redact-list", "others"])
+def test_credentials_in_the_query_are_masked(target: str, shown: str) -> None:
+    assert redacted_target(target, AccessLogger.secret_parameter) == shown
+
+
+def test_the_access_logger_takes_the_configured_redact_list() -> None:
+    bound = access_logger([*REDACT_KEYS, "tenant"])
+    assert issubclass(bound, AccessLogger)
+    assert redacted_target("/v1/m?tenant-id=a&sig=b", bound.secret_parameter) == (
+        "/v1/m?tenant-id=[REDACTED]&sig=[REDACTED]")
+    assert redacted_target("/v1/m?tenant-id=a", AccessLogger.secret_parameter) == "/v1/m?tenant-id=a"
+    assert access_logger(()).secret_parameter == secret_names(())
 
 
 async def stamped(request: web.Request) -> web.Response:

@@ -264,3 +264,26 @@ def test_responses_input_naming_a_turn_no_longer_held_is_a_409(clock: Clock) -> 
     with pytest.raises(Conflict) as caught:
         restore(held, [fco(client_call_id(token, "call_c"), "yes")])
     assert caught.value.param == "input"
+
+
+def test_one_key_past_its_share_loses_its_own_turns_never_anothers(clock: Clock) -> None:
+    held = HeldTurns(4, TTL, clock, per_key=2)
+    bobs = done(held.hold(HeldTurn("chat", ()), "bob"))
+    alices = [done(held.hold(HeldTurn("chat", ()), "alice")) for _ in range(3)]
+    assert sorted(done(held.lookup("alice", alices)).turns) == sorted(alices[1:])
+    assert list(done(held.lookup("bob", [bobs])).turns) == [bobs]
+    carols = [done(held.hold(HeldTurn("chat", ()), "carol")) for _ in range(2)]  # past the capacity: the oldest of all
+    left = done(held.lookup("alice", alices)).turns.keys()  # one of her two (which: the lookup's order)
+    assert len(left) == 1
+    assert left <= set(alices[1:])
+    assert sorted(done(held.lookup("carol", carols)).turns) == sorted(carols)
+    assert list(done(held.lookup("bob", [bobs])).turns) == [bobs]  # refreshed by the lookup before
+
+
+def test_a_provider_response_is_owned_by_the_key_that_made_it(clock: Clock) -> None:
+    held = HeldTurns(4, TTL, clock)
+    done(held.claim(["resp_1"], "alice"))
+    assert done(held.lookup("alice", (), (), "resp_1")).owned
+    assert not done(held.lookup("bob", (), (), "resp_1")).owned
+    clock.now += 31 * 86400  # past the owners' 30 days unused
+    assert not done(held.lookup("alice", (), (), "resp_1")).owned

@@ -41,8 +41,12 @@ class ScriptedModel:
     Responses bodies and headers it received, in order (bounded: `toolspan serve` may run it for
     days); so do the conversations kept for `previous_response_id`."""
 
-    def __init__(self, policy: Policy, model_name: str = "toolspan-scripted", keep: int = 1000) -> None:
+    def __init__(self, policy: Policy, model_name: str = "toolspan-scripted", keep: int = 1000,
+                 stores_responses: bool = False) -> None:
         self.policy = policy
+        # Stored responses answered as a provider answers them (GET, input_items, DELETE; 404 for an id it
+        # never made or has deleted), rather than echoed.
+        self.stores_responses = stores_responses
         self.model_name = model_name
         self.keep = keep
         self.requests: list[dict[str, Any]] = []
@@ -65,6 +69,10 @@ class ScriptedModel:
         app.router.add_post("/openai/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/echo", self._echo)
+        if self.stores_responses:
+            app.router.add_route("GET", "/v1/responses/{id}", self._stored)
+            app.router.add_route("DELETE", "/v1/responses/{id}", self._stored)
+            app.router.add_route("GET", "/v1/responses/{id}/input_items", self._stored)
         app.router.add_route("*", "/v1/responses/{tail:.+}", self._echo)  # stored responses: echoed
         app.router.add_route("*", "/openai/{tail:.+}", self._echo)  # an Azure resource's other routes: echoed
         return app
@@ -80,6 +88,21 @@ class ScriptedModel:
         return web.Response(status=status, body=await request.read(), content_type=request.content_type,
                             headers={"X-Echo-Method": request.method, "X-Echo-Path": request.path_qs,
                                      "openai-organization": "org-scripted"})  # as OpenAI's answers carry
+
+    async def _stored(self, request: web.Request) -> web.Response:
+        """A stored response, as the provider keeps it: found, listed or deleted; a 404 when unknown."""
+        response_id = request.match_info["id"]
+        if not self.conversations.knows(response_id):
+            return web.json_response({"error": {"message": f"Response with id '{response_id}' not found.",
+                                                "type": "invalid_request_error", "param": None, "code": None}},
+                                     status=404)
+        if request.method == "DELETE":
+            self.conversations.forget(response_id)
+            return web.json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+        if request.path.endswith("/input_items"):
+            return web.json_response({"object": "list", "data": [], "first_id": None, "last_id": None,
+                                      "has_more": False})
+        return web.json_response({"id": response_id, "object": "response", "status": "completed"})
 
     async def _received(self, request: web.Request) -> dict[str, Any]:
         body: dict[str, Any] = await request.json()

@@ -82,6 +82,12 @@ class Conversations:
                                  "previous_response_id", "previous_response_not_found")
         return self._histories[previous_id]
 
+    def knows(self, response_id: str) -> bool:
+        return response_id in self._histories
+
+    def forget(self, response_id: str) -> None:
+        self._histories.pop(response_id, None)
+
     def add(self, response_id: str, history: list[dict[str, Any]]) -> None:
         self._histories[response_id] = history
         while len(self._histories) > self.keep:

@@ -139,7 +139,7 @@ async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: Tool
     else:  # most input: nothing to restore, as Chat's messages skip restore_messages (bench/proxy.py's
         # 30 KB input, toolspan-notel: about 8% fewer instructions a request, bench/instructions.py)
         items = listed
-    previous = found.resolve(sent) if sent is not None else None
+    previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None else None
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent,

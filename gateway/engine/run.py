@@ -72,6 +72,13 @@ class Finished:
 Event = Opened | Visible | Keepalive | Finished
 
 
+def _response_id(piece: Mapping[str, Any]) -> str | None:
+    """The id of the response a Responses stream's opening event carries."""
+    response = piece.get("response")
+    found = response.get("id") if isinstance(response, Mapping) else None
+    return found if isinstance(found, str) else None
+
+
 class Engine:
     """Runs plans: the provider client, the tool executor, the held-turn store and the observer."""
 
@@ -165,6 +172,7 @@ class Engine:
                 trace.failed(exc.status, exc.type, exc.message)
                 raise
             trace.answered(turn)
+        await self._claim(plan, caller, turn.response_id)
         return turn
 
     async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any],
@@ -178,8 +186,11 @@ class Engine:
                 async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:
                     if round_ == 0:
                         yield Opened(answer.headers)
+                    claimed = False
                     async for event in answer.events:
                         if (piece := reader.absorb(event)) is not None:
+                            if not claimed and opens_response(piece):
+                                claimed = await self._claim(plan, caller, _response_id(piece))
                             yield Visible(piece, round_)
                 turn = reader.turn(answer.headers)
             except GatewayError as exc:
@@ -187,6 +198,15 @@ class Engine:
                 raise
             trace.answered(turn)
         yield turn
+
+    async def _claim(self, plan: Plan, caller: Caller, response_id: str | None) -> bool:
+        """With gateway keys, the key that made a provider response is remembered before its client
+        can learn the response's id: only that key may read, continue or delete it. Whether there
+        was an id to remember."""
+        if plan.api != "responses" or caller.principal is None or response_id is None:
+            return False
+        await self.held.claim((response_id,), caller.principal)
+        return True
 
     def _headers(self, caller: Caller, trace: ChatTrace) -> dict[str, str]:
         """A provider call's headers: its credentials and the trace context of its span."""

@@ -8,6 +8,10 @@ same `tool.call` span, metrics, rejection diagnostics and retry classification. 
 failed call is a result with `isError: true` whose text the model can act on; a name the caller
 has no tool by (unknown, or outside its allowlist) is a JSON-RPC "invalid params" error, as the
 MCP specification asks for an unknown tool.
+
+Sessions (those of the 2025 revisions) are bounded in all by the SDK's session manager, and per
+gateway key by gateway.mcp.key_sessions; a session with no request for `mcp_session_idle_seconds`
+ends.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import importlib.metadata
 import json
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
@@ -26,12 +31,16 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from starlette.types import Receive, Scope, Send
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.caller import Caller
+from gateway.mcp.key_sessions import KeySessions
 from gateway.settings import Settings
 from gateway.tools import Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry
 
@@ -40,7 +49,6 @@ from gateway.tools import Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistr
 # that carried its message, so the tool.call spans nest under that request's span.)
 CALLER_SCOPE_KEY = "toolspan.caller"
 _NO_SUCH_TOOL = ("unknown_tool", "not_allowed")  # for this caller: a JSON-RPC error, as for an unknown tool
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _version() -> str:
@@ -50,15 +58,34 @@ def _version() -> str:
         return ""
 
 
-def _security(settings: Settings) -> TransportSecuritySettings | None:
-    """On a loopback address, the Host and Origin checks against DNS rebinding that the MCP
-    specification asks for (a web page must not reach a local gateway's tools); the SDK's own
-    default for such servers."""
-    if settings.host not in _LOOPBACK:
-        return None
-    return TransportSecuritySettings(
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+def _header(scope: Scope, name: str) -> str | None:
+    """The first value of a request header (the SDK reads the first as well)."""
+    wanted = name.lower().encode("latin-1")
+    return next((bytes(v).decode("latin-1") for k, v in scope.get("headers", ()) if bytes(k).lower() == wanted), None)
+
+
+def _of_a_sessionless_revision(scope: Scope) -> bool:
+    """A request of a protocol revision without sessions (2026-07-28 on), which the SDK serves
+    apart, whatever its headers: it neither opens nor uses one. The SDK's own test, on the same header."""
+    version = _header(scope, MCP_PROTOCOL_VERSION_HEADER)
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+@dataclass
+class _AnswerHead:
+    """The status and session id the SDK's answer begins with, kept as soon as it is sent (so known
+    even when the request is cancelled afterwards)."""
+
+    status: int | None = None
+    session_id: str | None = None
+
+    def watching(self, send: Send) -> Send:
+        async def watched(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.status = int(message["status"])
+                self.session_id = _header({"headers": message.get("headers", ())}, MCP_SESSION_ID_HEADER)
+            await send(message)
+        return watched
 
 
 def _caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
@@ -113,8 +140,16 @@ class McpEndpoint:
         # request span; the request span and the tool.call spans are the telemetry contract.
         server.middleware.clear()
         # One JSON answer per POST: no event stream to keep open per call.
-        self.sessions = StreamableHTTPSessionManager(server, json_response=True, security_settings=_security(settings),
-                                                     max_request_body_size=settings.max_body_bytes)
+        # The Host and Origin checks against DNS rebinding the MCP specification asks for are the
+        # gateway's, for every route (gateway.browsers, in the app's middleware), so the SDK's are off:
+        # one rule, and the gateway's OpenAI-shaped refusals.
+        no_second_check = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        self.sessions = StreamableHTTPSessionManager(server, json_response=True, security_settings=no_second_check,
+                                                     max_request_body_size=settings.max_body_bytes,
+                                                     max_sessions=settings.mcp_max_sessions,
+                                                     session_idle_timeout=settings.mcp_session_idle_seconds)
+        # The SDK bounds the sessions of all keys together; this bounds each key's share.
+        self.key_sessions = KeySessions(settings.mcp_max_sessions_per_key, settings.mcp_session_idle_seconds)
         self.closing = asyncio.Event()
 
     def scope_of(self, caller: Caller) -> dict[str, Any]:
@@ -126,7 +161,19 @@ class McpEndpoint:
         return scope
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.sessions.handle_request(scope, receive, send)
+        """The SDK answers; a request by a gateway key is counted against the key's sessions first
+        (a TooManySessions refusal, raised before anything is sent, is the gateway's to answer)."""
+        caller = scope.get(CALLER_SCOPE_KEY)
+        principal = caller.principal if isinstance(caller, Caller) else None
+        if principal is None or _of_a_sessionless_revision(scope):
+            await self.sessions.handle_request(scope, receive, send)  # without keys: only the SDK's bound
+            return
+        visit = self.key_sessions.enter(principal, _header(scope, MCP_SESSION_ID_HEADER))
+        head = _AnswerHead()
+        try:
+            await self.sessions.handle_request(scope, receive, head.watching(send))
+        finally:
+            self.key_sessions.leave(visit, head.status, head.session_id, deleting=scope.get("method") == "DELETE")
 
     async def lifetime(self, app: web.Application) -> AsyncIterator[None]:
         """Runs the session manager on a task of its own: its task group must end on the task

@@ -24,6 +24,7 @@ CLIENT_GONE = "client_disconnected"  # a request's error type when its client le
 M = TypeVar("M", bound=BaseModel)
 UPLOADS = ("/v1/files", "/v1/uploads", "/openai/files", "/openai/uploads", "/openai/v1/files", "/openai/v1/uploads")
 _BELOW_UPLOADS = tuple(f"{prefix}/" for prefix in UPLOADS)  # what lies under them, for one startswith
+JSON_TYPE = "application/json"
 
 
 def under(path: str, prefix: str) -> bool:
@@ -114,8 +115,26 @@ def _too_large(limit: int) -> TooLarge:
     return TooLarge(f"the request body is larger than {limit} bytes (decoded)", code="body_too_large")
 
 
+def require_json(request: web.Request, *, structured_suffix: bool = True) -> None:
+    """A 415 unless the request says its body is JSON: application/json, or (`structured_suffix`)
+    a type such as application/merge-patch+json, any parameters. A browser sends a cross-site
+    form or text/plain body without asking first; one typed JSON it sends only if the gateway
+    agreed to it in a preflight, which it never does: so no web page can make a browser post a
+    body that a JSON route reads."""
+    declared = request.headers.get("Content-Type")
+    if declared == JSON_TYPE:  # what nearly every client sends: no parsing
+        return
+    media = (declared or "").partition(";")[0].strip().lower()
+    if media == JSON_TYPE or (structured_suffix and media.startswith("application/") and media.endswith("+json")):
+        return
+    got = f"is {media[:100]!r}" if media else "is missing"
+    raise BadRequest(f"the Content-Type header {got}: this route reads a JSON body, sent as {JSON_TYPE}",
+                     status=415, code="unsupported_media_type")
+
+
 async def read_object(request: web.Request) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 saying what is wrong with it."""
+    """The body as a JSON object (a 415 unless it is declared JSON), or a 400 saying what is wrong with it."""
+    require_json(request)
     raw = await read_body(request)
     limit = request.app[SETTINGS].max_json_depth
     try:

@@ -16,7 +16,7 @@ from gateway.app_keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.asgi import serve_asgi
 from gateway.caller import Caller, is_trajectory_id
 from gateway.mcp.server import McpEndpoint
-from gateway.routes.common import read_body, reported
+from gateway.routes.common import read_body, reported, require_json
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
@@ -33,6 +33,8 @@ async def serve(request: web.Request) -> web.StreamResponse:
     caller = request[CALLER] = _trajectory(request[CALLER], request.headers.get(SESSION_HEADER))
     # An event stream (GET) ends when the gateway shuts down; calls under way run to their end.
     closing = endpoint.closing if request.method == "GET" else None
+    if request.method == "POST":  # the transport takes application/json only: the SDK's rule, in our answer
+        require_json(request, structured_suffix=False)
     body = await read_body(request)  # held to the gateway's limits
     response = await serve_asgi(endpoint.handle, request, body, endpoint.scope_of(caller), closing=closing)
     return reported(response, caller)

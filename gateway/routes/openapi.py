@@ -132,6 +132,8 @@ def _operation(summary: str, body: str | None, answer: dict[str, Any], *, parame
                                  "responses": {"200": {"description": "OK", "content": answer}, **_errors()}}
     if body is not None:
         operation["requestBody"] = {"required": True, "content": _json(_ref(body))}
+        # A body of any other type than JSON is refused unread (unsupported_media_type).
+        operation["responses"]["415"] = {"$ref": "#/components/responses/Error"}
     return operation
 
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
 
-from gateway.app_keys import CALLER, RECORD, TRACE, UPSTREAM
+from gateway.app_keys import CALLER, HELD, RECORD, TRACE, UPSTREAM
 from gateway.errors import Forbidden, GatewayError, NotFound
 from gateway.headers import body_headers, from_provider
 from gateway.instrumentation import RequestRecord
 from gateway.routes.common import CLIENT_GONE, body_parts, check_declared_size, under
+from gateway.state import no_such_response
 
 log = logging.getLogger("toolspan.upstream")
 
@@ -40,6 +42,24 @@ class _Body:
             raise
 
 
+# A stored response and what hangs off it (input_items, cancel), as OpenAI and Azure address them; the
+# routes below /responses that name no response are the API's own.
+_STORED_RESPONSE = re.compile(r"/(?:v1|openai(?:/v1)?)/responses/([^/]+)")
+_RESPONSES_ACTIONS = frozenset({"input_tokens", "compact"})
+
+
+async def _check_owner(request: web.Request) -> None:
+    """With gateway keys, a stored response is reached only by the key that made it: any other
+    key is told it does not exist (a 404, as for an id no one made), and the provider is not asked."""
+    caller = request[CALLER]
+    match = _STORED_RESPONSE.match(request.path) if caller.principal is not None else None
+    if match is None or match.group(1) in _RESPONSES_ACTIONS:
+        return
+    found = await request.app[HELD].lookup(caller.principal, (), (), match.group(1))
+    if not found.owned:
+        raise no_such_response(match.group(1))
+
+
 def _check_route(request: web.Request) -> None:
     if any(part in (".", "..") for part in request.match_info.get("tail", "").split("/")):
         # The provider URL would be normalised past /v1: never send the key there.
@@ -52,6 +72,7 @@ def _check_route(request: web.Request) -> None:
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other /v1 route: the caller's request to the provider, and its answer back, byte for byte."""
     _check_route(request)
+    await _check_owner(request)
     if request.method == "OPTIONS":  # a browser's preflight: the gateway's answers are not for web pages
         return web.Response(status=204, headers={"Allow": "GET, POST, DELETE"})
     upstream = request.app[UPSTREAM]

@@ -11,6 +11,7 @@ import asyncio
 import re
 import sqlite3
 import time
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import parse_qs
@@ -23,10 +24,10 @@ from gateway.routes.ui_auth import (
     HOME,
     end_session,
     key_name,
-    may_open_page,
     page_after_sign_in,
     same_origin,
     set_session,
+    shown_key,
     signed_in,
 )
 from gateway.routes.ui_layout import notice, page
@@ -37,25 +38,33 @@ from gateway.routes.ui_timeline import timeline_page
 # Scripts, styles and forms of this origin only; no inline script or style, no frames, no plugins.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                            "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+# On every response under /ui as it is sent (_page_headers): the pages, the redirects, the assets,
+# and the gateway's own answers there (a 404, a refused request), so none can be framed, read as
+# another type than it says, or run anyone else's script.
+PAGE_HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
+                "X-Frame-Options": "DENY",  # frame-ancestors 'none', for browsers that predate it
+                "Referrer-Policy": "same-origin"}  # trace links leak no page address; own forms keep their Origin
 RECENT = 10
 LIST_LIMIT = 200
 FINE_BUCKET_SECONDS, COARSE_BUCKET_SECONDS = 60.0, 3600.0
 _SECONDS = re.compile(r"[0-9]{1,9}")
 _ASSET_TYPES = {"ui.css": "text/css", "ui.js": "text/javascript"}
+_BELOW_HOME = HOME + "/"
 
 
 class TrajectoryReader(Protocol):
-    """The trajectory store's questions (`telemetry.report`), in its shapes. Blocking calls: the
-    page runs them on a thread. `sqlite3.Error` means there is nothing to read (yet)."""
+    """The trajectory store's questions (`telemetry.report`), in its shapes, over one gateway key's
+    trajectories (`key`) or every one (None). Blocking calls: the page runs them on a thread.
+    `sqlite3.Error` means there is nothing to read (yet)."""
 
-    def report(self) -> dict[str, Any]: ...
+    def report(self, key: str | None) -> dict[str, Any]: ...
 
-    def rejections_over_time(self, bucket_seconds: float) -> list[dict[str, Any]]: ...
+    def rejections_over_time(self, bucket_seconds: float, key: str | None) -> list[dict[str, Any]]: ...
 
     def list_trajectories(self, *, tool: str | None, outcome: str | None, since: float | None,
-                          model: str | None, limit: int) -> list[dict[str, Any]]: ...
+                          model: str | None, limit: int, key: str | None) -> list[dict[str, Any]]: ...
 
-    def trajectory(self, trajectory_id: str) -> dict[str, Any] | None: ...
+    def trajectory(self, trajectory_id: str, key: str | None) -> dict[str, Any] | None: ...
 
 
 class UiAssets:
@@ -71,11 +80,15 @@ ASSETS = web.AppKey("ui_assets", UiAssets)
 
 
 def _secured(response: web.Response) -> web.Response:
-    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "same-origin"  # trace links leak no page address; own forms keep their Origin
+    """A page or a redirect: never stored (PAGE_HEADERS come with every /ui response)."""
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:
+    path = request.path
+    if path == HOME or path.startswith(_BELOW_HOME):
+        response.headers.update(PAGE_HEADERS)
 
 
 def _html(markup: Html, status: int = 200) -> web.Response:
@@ -96,22 +109,27 @@ def _sign_in_page(next_path: str, message: str | None = None) -> web.Response:
     return response
 
 
-_RESTRICTED = ("This key is limited to some tools or routes, and the page shows every caller's calls and "
-               "arguments: only a gateway key that is not restricted (no tools, no routes list) opens it.")
+@dataclass(frozen=True)
+class _Viewer:
+    """Whose trajectories a request for the page may see: one gateway key's, or (None) every one."""
+
+    key: str | None
 
 
-def _refused(request: web.Request) -> web.Response | None:
-    """Without gateway keys the page is as open as the gateway; with them, a request must carry one
-    that is not restricted (else: None, it may see the page)."""
+_EVERY_KEY = _Viewer(None)
+
+
+def _viewer(request: web.Request) -> web.Response | _Viewer:
+    """Without gateway keys the page is as open as the gateway, and shows everything; with them, a
+    request must carry one (else: the sign-in page), and sees that key's trajectories (every key's
+    for an operator's key)."""
     keys = request.app[SETTINGS].keys
     if not keys:
-        return None
-    key = signed_in(request, keys)
-    if key is None:
+        return _EVERY_KEY
+    name = signed_in(request, keys)
+    if name is None:
         return _sign_in_page(request.path_qs)
-    if not may_open_page(key):
-        return _html(page("Not for this key", notice(_RESTRICTED)), status=403)
-    return None
+    return _Viewer(shown_key(name, keys))
 
 
 async def _ask(request: web.Request, question: str, *args: Any, **kwargs: Any) -> Any:
@@ -131,18 +149,18 @@ _NO_STORE = "The trajectory store is off or has recorded nothing yet: nothing to
 
 async def report_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    if (refused := _refused(request)) is not None:
-        return refused
-    report = await _ask(request, "report")
+    if not isinstance(viewer := _viewer(request), _Viewer):
+        return viewer
+    report = await _ask(request, "report", viewer.key)
     if report is None:
         return _html(page("Trajectory report", notice(_NO_STORE), HOME, bool(settings.keys)))
-    hourly = await _ask(request, "rejections_over_time", COARSE_BUCKET_SECONDS) or []
+    hourly = await _ask(request, "rejections_over_time", COARSE_BUCKET_SECONDS, viewer.key) or []
     starts = [row["bucket_start"] for row in hourly]
     # Less than a day of calls: minutes are the finer steps for the chart.
     if starts and max(starts) - min(starts) < 86400:
-        hourly = await _ask(request, "rejections_over_time", FINE_BUCKET_SECONDS) or []
+        hourly = await _ask(request, "rejections_over_time", FINE_BUCKET_SECONDS, viewer.key) or []
     recent = await _ask(request, "list_trajectories", tool=None, outcome=None, since=None, model=None,
-                        limit=RECENT) or []
+                        limit=RECENT, key=viewer.key) or []
     body = report_page(report, hourly, recent, settings.trace_ui_url)
     return _html(page("Trajectory report", body, HOME, bool(settings.keys)))
 
@@ -159,27 +177,27 @@ def _filters(request: web.Request) -> ListFilters:
 
 async def list_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    if (refused := _refused(request)) is not None:
-        return refused
+    if not isinstance(viewer := _viewer(request), _Viewer):
+        return viewer
     filters = _filters(request)
     since = time.time() - filters.within_seconds if filters.within_seconds else None
     rows = await _ask(request, "list_trajectories", tool=filters.tool, outcome=filters.outcome, since=since,
-                      model=filters.model, limit=LIST_LIMIT)
+                      model=filters.model, limit=LIST_LIMIT, key=viewer.key)
     body = notice(_NO_STORE) if rows is None else list_page(rows, filters, settings.trace_ui_url)
     return _html(page("Trajectories", body, "/ui/trajectories", bool(settings.keys)))
 
 
 async def trajectory_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    if (refused := _refused(request)) is not None:
-        return refused
+    if not isinstance(viewer := _viewer(request), _Viewer):
+        return viewer
     trajectory_id = request.match_info["id"]
-    found = await _ask(request, "trajectory", trajectory_id)
-    if found is None:
+    found = await _ask(request, "trajectory", trajectory_id, viewer.key)
+    if found is None:  # another key's trajectory is one this key's page has not got
         body = notice("The store has no trajectory with this id (it may have aged out).")
         return _html(page(f"Trajectory {trajectory_id}", body, None, bool(settings.keys)), status=404)
     body = timeline_page(found, settings.trace_ui_url)
-    return _html(page(f"Trajectory {trajectory_id}", body, None, bool(settings.keys)))
+    return _html(page(f"Trajectory {found['local_id']}", body, None, bool(settings.keys)))
 
 
 async def _form(request: web.Request) -> dict[str, str]:
@@ -198,11 +216,8 @@ async def login(request: web.Request) -> web.Response:
     if not keys:
         return response
     sent = form.get("key", "").strip()
-    name = key_name(sent, keys)
-    if name is None:
+    if key_name(sent, keys) is None:
         return _sign_in_page(target, "That is not one of this gateway's keys.")
-    if not may_open_page(keys[name]):
-        return _html(page("Not for this key", notice(_RESTRICTED)), status=403)
     set_session(response, sent, secure=request.secure)
     return response
 
@@ -220,14 +235,13 @@ async def asset(request: web.Request) -> web.Response:
     if name not in _ASSET_TYPES:
         raise web.HTTPNotFound()
     body = request.app[ASSETS].files[name]
-    response = web.Response(body=body, content_type=_ASSET_TYPES[name], charset="utf-8")
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
+    return web.Response(body=body, content_type=_ASSET_TYPES[name], charset="utf-8")
 
 
 def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
     """The page's routes; without a reader (the store is off) the page says so."""
     app[ASSETS] = UiAssets()
+    app.on_response_prepare.append(_page_headers)
     if reader is not None:
         app[TRAJECTORIES] = reader
     app.router.add_get("/ui", report_view)

@@ -1,6 +1,6 @@
-"""Who may open /ui: with gateway keys configured, whoever holds one of them that is restricted
-to neither some tools nor some routes (the page shows every caller's calls and arguments), and
-nobody else.
+"""Who may open /ui, and what it shows them: with gateway keys configured, whoever holds one of
+them sees that key's own trajectories (every key's, for a key marked `operator`), and nobody else
+sees anything.
 
 A script sends the key as on /v1 (`Authorization: Bearer <key>`). A browser cannot, so the page
 offers a sign-in form: the key is posted once (never put in a URL, where it would stay in the
@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from gateway.browsers import is_own_origin
 from gateway.settings import GatewayKey
 
 SESSION_COOKIE = "toolspan_ui"
@@ -43,26 +43,26 @@ def _session_key_name(cookie: str, keys: Mapping[str, GatewayKey]) -> str | None
     return None
 
 
-def signed_in(request: web.Request, keys: Mapping[str, GatewayKey]) -> GatewayKey | None:
-    """The gateway key a request carries, as a bearer token or as the session cookie it made."""
+def signed_in(request: web.Request, keys: Mapping[str, GatewayKey]) -> str | None:
+    """The name of the gateway key a request carries, as a bearer token or as the session cookie
+    it made."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     name = key_name(token.strip(), keys) if scheme.lower() == "bearer" else None
-    if name is None:
-        name = _session_key_name(request.cookies.get(SESSION_COOKIE, ""), keys)
-    return None if name is None else keys[name]
+    return name if name is not None else _session_key_name(request.cookies.get(SESSION_COOKIE, ""), keys)
 
 
-def may_open_page(key: GatewayKey) -> bool:
-    """The page shows every caller's calls and arguments: a key limited to some tools or some
-    routes must not read them."""
-    return key.tools is None and key.routes is None
+def shown_key(name: str, keys: Mapping[str, GatewayKey]) -> str | None:
+    """Whose trajectories the page shows the holder of key `name`: its own, or (None) every key's
+    to the operator's."""
+    return None if keys[name].operator else name
 
 
 def same_origin(request: web.Request) -> bool:
     """A form post from a page of this gateway (or from a client that sends no Origin): another
-    site must not sign a browser in, nor out."""
+    site must not sign a browser in, nor out. Stricter than the gateway's Origin check, which
+    takes `allowed_origins` too: only the page itself signs in."""
     origin = request.headers.get("Origin")
-    return origin is None or urlsplit(origin).netloc == request.host
+    return origin is None or is_own_origin(request, origin)
 
 
 def page_after_sign_in(requested: str | None) -> str:

@@ -69,9 +69,15 @@ def trace_link(trace_id: str | None, template: str | None) -> Html:
                   href=template.replace("{trace_id}", trace_id), id=trace_id)
 
 
-def trajectory_link(trajectory_id: str) -> Html:
+def trajectory_link(trajectory_id: str, shown: str | None = None) -> Html:
+    """A link to a trajectory by its stored id, showing `shown` (the id its caller knows) or that id."""
     return render('<a href="/ui/trajectories/{path}"><code>{id}</code></a>', path=quote(trajectory_id, safe=""),
-                  id=trajectory_id)
+                  id=shown or trajectory_id)
+
+
+def key_cell(key: str | None) -> Html:
+    """The table cell naming the gateway key a trajectory is of."""
+    return render('<td class="key">{key}</td>', key=key) if key else render('<td class="key muted">-</td>')
 
 
 def notice(text: str) -> Html:

@@ -12,6 +12,7 @@ from typing import Any
 from gateway.routes.ui_charts import Bucket, count_chart, rejection_rate_chart
 from gateway.routes.ui_layout import (
     escape_all,
+    key_cell,
     ms,
     notice,
     number,
@@ -122,11 +123,13 @@ def _renames(tools: Sequence[Mapping[str, Any]]) -> Html:
 def _stuck(stuck: Sequence[Mapping[str, Any]]) -> Html:
     if not stuck:
         return notice("No trajectory re-sent a failed call verbatim again and again.")
-    rows = [render("<tr><td>{link}</td><td><code>{tool}</code></td><td>{model}</td>{count}</tr>",
-                   link=trajectory_link(str(item["trajectory_id"])), tool=item["tool"], model=item["model"] or "-",
+    keyed = any(item.get("key") for item in stuck)
+    rows = [render("<tr><td>{link}</td>{key}<td><code>{tool}</code></td><td>{model}</td>{count}</tr>",
+                   link=trajectory_link(str(item["trajectory_id"]), item.get("local_id")),
+                   key=when(keyed, key_cell(item.get("key"))), tool=item["tool"], model=item["model"] or "-",
                    count=number(item["verbatim_retries"])) for item in stuck]
-    return table([("trajectory", False), ("tool", False), ("model", False), ("verbatim retries in a row", True)],
-                 rows, "stuck")
+    return table([("trajectory", False), *(_KEY_HEADER if keyed else []), ("tool", False), ("model", False),
+                  ("verbatim retries in a row", True)], rows, "stuck")
 
 
 def _totals(report: Mapping[str, Any]) -> Html:
@@ -158,19 +161,25 @@ def report_page(report: Mapping[str, Any], over_time: Sequence[Mapping[str, Any]
         recent=trajectory_table(recent, trace_ui))
 
 
+_KEY_HEADER = [("key", False)]  # the gateway key's column, where any row has a key
+
+
 def trajectory_table(rows: Sequence[Mapping[str, Any]], trace_ui: str | None) -> Html:
     if not rows:
         return notice("No trajectory matches.")
+    keyed = any(row.get("key") for row in rows)
     body = [render(
-        "<tr><td>{link}{stuck}</td><td>{ended}</td>{requests}{turns}{calls}{failed}{rejections}{retries}"
+        "<tr><td>{link}{stuck}</td>{key}<td>{ended}</td>{requests}{turns}{calls}{failed}{rejections}{retries}"
         "<td>{models}</td><td>{tools}</td><td>{traces}</td></tr>",
-        link=trajectory_link(str(row["id"])), stuck=when(row["stuck"], render(" {tag}", tag=tag("stuck", "verbatim"))),
+        link=trajectory_link(str(row["id"]), row.get("local_id")), key=when(keyed, key_cell(row.get("key"))),
+        stuck=when(row["stuck"], render(" {tag}", tag=tag("stuck", "verbatim"))),
         ended=when_at(row["ended"]), requests=number(row["requests"]), turns=number(row["model_turns"]),
         calls=number(row["tool_calls"]), failed=number(row["failed_calls"]), rejections=number(row["rejections"]),
         retries=number(row["retries"]), models=escape_all(row["models"]), tools=escape_all(row["tools"]),
         traces=join((trace_link(trace_id, trace_ui) for trace_id in row["trace_ids"]), " "))
         for row in rows]
-    return table([("trajectory", False), ("last active", False), ("requests", True), ("model turns", True),
+    return table([("trajectory", False), *(_KEY_HEADER if keyed else []), ("last active", False), ("requests", True),
+                  ("model turns", True),
                   ("tool calls", True), ("failed", True), ("rejected", True), ("retries", True), ("models", False),
                   ("tools", False), ("traces", False)], body, "trajectories")
 

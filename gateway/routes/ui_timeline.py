@@ -131,8 +131,9 @@ def timeline_page(trajectory: Mapping[str, Any], trace_ui: str | None) -> Html:
     retried_by = _retried_by(requests)
     calls = [e for r in requests for e in r["events"] if e["type"] == "tool_call"]
     failed = sum(e.get("outcome") in FAILED for e in calls)
-    summary = render('<p class="muted">{started} to {ended} · {requests} · {calls}, {failed} failed · '
+    summary = render('<p class="muted">{key}{started} to {ended} · {requests} · {calls}, {failed} failed · '
                      '<a href="/ui/trajectories">all trajectories</a></p>',
+                     key=when(trajectory.get("key"), render("gateway key {k} · ", k=trajectory.get("key"))),
                      started=when_at(trajectory["started"]), ended=when_at(trajectory["ended"]),
                      requests=plural(len(requests), "request"), calls=plural(len(calls), "tool call"), failed=failed)
     return render("{summary}{requests}", summary=summary, requests=join(

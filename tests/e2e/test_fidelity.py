@@ -286,8 +286,9 @@ async def test_the_providers_browser_and_transport_policy_stays_behind(make_stac
 
 
 async def test_a_preflight_is_answered_by_the_gateway_not_sent_on(make_stack: StackFactory) -> None:
-    stack = await make_stack(upstream_api_key="sk-operator")
-    response = await stack.http.options("/v1/chat/completions", headers={"Origin": "https://evil.example",
+    """From a page the operator allowed (any other page's preflight is refused, 403, with the request)."""
+    stack = await make_stack(upstream_api_key="sk-operator", allowed_origins=["https://app.example"])
+    response = await stack.http.options("/v1/chat/completions", headers={"Origin": "https://app.example",
                                                                          "Access-Control-Request-Method": "POST"})
     assert response.status == 204
     assert not [k for k in response.headers if k.lower().startswith("access-control-")]

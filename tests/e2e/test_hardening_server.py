@@ -306,7 +306,7 @@ async def test_a_connection_that_sends_its_head_too_slowly_is_closed(served: str
 
 async def test_a_stalled_body_is_a_408_and_leaves_nothing_in_flight(make_stack: StackFactory) -> None:
     stack = await make_stack(body_read_timeout_seconds=0.3)
-    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n{\"model\": ")
     status, _, body = parsed(await raw_exchange(*address(stack), head))
     assert status == 408
@@ -318,7 +318,7 @@ async def test_a_stalled_body_is_a_408_and_leaves_nothing_in_flight(make_stack: 
 async def test_a_stalled_pass_through_body_is_a_408(aiohttp_server: AiohttpServer,
                                                     make_gateway: GatewayFactory) -> None:
     found = await proxied(aiohttp_server, make_gateway, body_read_timeout_seconds=0.3)
-    head = b"POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nsome of it"
+    head = b"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nsome of it"
     status, _, body = parsed(await raw_exchange(*address(found.gateway), head))
     assert status == 408
     assert_openai_error(json.loads(body), type_="invalid_request_error", code="request_timeout")
@@ -434,7 +434,7 @@ async def test_hanging_up_mid_pass_through_is_never_a_500(aiohttp_server: Aiohtt
     loop = asyncio.get_running_loop()
     for _ in range(HANG_UPS):
         client = socket.create_connection(address(found.gateway))
-        client.sendall(b"GET /v1/held HTTP/1.1\r\nHost: x\r\n\r\n")
+        client.sendall(b"GET /v1/held HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         client.setblocking(False)
         answer = await asyncio.wait_for(found.provider.held.get(), DEADLINE)
         seen = b""

@@ -151,7 +151,8 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
                    {"role": "tool", "tool_call_id": paused.id, "content": "approved"}]
         await stack.client.chat.completions.create(model="m", messages=resumed, extra_headers=trajectory)
         for body in (b"{not json", json.dumps({"model": "m", "messages": USER}).encode()):  # a 400, a 502
-            async with stack.http.post("/v1/chat/completions", data=body, headers=AUTH) as response:
+            async with stack.http.post("/v1/chat/completions", data=body,
+                                       headers={**AUTH, "Content-Type": "application/json"}) as response:
                 assert response.status in (400, 502)
         expected = 12 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",

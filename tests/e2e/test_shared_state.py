@@ -312,3 +312,31 @@ async def test_a_redis_that_lost_its_data_is_reported(redis_up: RedisServer) -> 
 def test_settings_name_the_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLSPAN_STATE_URL", "redis://cache:6379/0")
     assert Settings(upstream="http://x").state_url == "redis://cache:6379/0"
+
+
+async def test_redis_store_bounds_each_keys_share(redis_up: RedisServer) -> None:
+    """One key past its share loses its own least recently used, never another key's; past the
+    capacity the least recently used of all go, out of their key's set too."""
+    prefix = f"test{free_port()}:"
+    store = RedisState(redis_up.url, 4, 60.0, 1.0, prefix=prefix, per_key=2)
+    client = Redis.from_url(redis_up.url)
+    try:
+        bobs = await store.hold(turn(0), "bob")
+        alices = [await store.hold(turn(n), "alice") for n in range(1, 4)]
+        assert sorted((await store.lookup("alice", alices)).turns) == sorted(alices[1:])
+        assert list((await store.lookup("bob", [bobs])).turns) == [bobs]
+        carols = [await store.hold(turn(n), "carol") for n in range(4, 6)]  # five held: the oldest of all goes
+        left = (await store.lookup("alice", alices)).turns.keys()  # one of her two (which: the lookup's order)
+        assert len(left) == 1
+        assert left <= set(alices[1:])
+        assert list((await store.lookup("bob", [bobs])).turns) == [bobs]  # refreshed by the lookup before
+        assert sorted((await store.lookup("carol", carols)).turns) == sorted(carols)
+        assert await client.zcard(f"{prefix}lru:turn") == 4
+        per_key = [k async for k in client.scan_iter(f"{prefix}lru:turn:*")]
+        assert sorted([await client.zcard(k) for k in per_key]) == [1, 1, 2]  # alice's set lost her oldest too
+        await store.claim(["resp_1"], "alice")
+        assert (await store.lookup("alice", (), (), "resp_1")).owned
+        assert not (await store.lookup("bob", (), (), "resp_1")).owned
+    finally:
+        await client.aclose()
+        await store.aclose()

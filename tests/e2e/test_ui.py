@@ -7,12 +7,11 @@ screenshots (docs/ui.png, docs/ui-trajectory.png)."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from gateway.demo.model import Reply
 from gateway.demo.tools import demo_registry
@@ -20,23 +19,12 @@ from gateway.routes.ui import CONTENT_SECURITY_POLICY
 from gateway.routes.ui_auth import SESSION_COOKIE
 from tests.conftest import AUTH, TEST_KEY, Stack, StackFactory
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TRACE_UI = "https://grafana.example/explore?left=%7B%22queries%22:%5B%7B%22query%22:%22{trace_id}%22%7D%5D%7D"
 KEYS = {"ops": {"key": TEST_KEY}}
 QUESTION = [{"role": "user", "content": "What is the weather in Lisbon?"}]
 HOSTILE_TOOL = "<img src=x onerror=window.pwned=1>"
 HOSTILE_CITY = "<script>window.pwned=2</script>Lisbon"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        await launched.close()
 
 
 @pytest.fixture
@@ -99,8 +87,8 @@ async def test_the_page_shows_the_report_the_list_and_a_timeline(keyed: Stack, b
     await expect(page.locator("svg.chart text.name")).to_have_text(["to_fahrenheit: celsius_value → celsius",
                                                                     "get_weather: city_name → city"])
     flagged = page.locator("#stuck tbody tr")
-    assert await flagged.locator("td").all_inner_texts() == [stuck["x-trajectory-id"], "to_fahrenheit", "test-model",
-                                                             "2"]
+    assert await flagged.locator("td").all_inner_texts() == [stuck["x-trajectory-id"], "ops", "to_fahrenheit",
+                                                             "test-model", "2"]
 
     # The page's own script ran under its Content-Security-Policy: times are in the reader's zone.
     assert await page.locator("time").first.get_attribute("title") is not None
@@ -119,7 +107,7 @@ async def test_the_page_shows_the_report_the_list_and_a_timeline(keyed: Stack, b
     await expect(listed).to_have_count(2)
 
     await page.locator("#trajectories a", has_text=headers["x-trajectory-id"]).click()
-    await page.wait_for_url(f"**/ui/trajectories/{headers['x-trajectory-id']}")
+    await page.wait_for_url(f"**/ui/trajectories/ops~{headers['x-trajectory-id']}")
     failed = page.locator("li.call.failed")
     await expect(failed.locator("pre.arguments")).to_have_text('{\n  "city_name": "Lisbon"\n}')
     await expect(failed.locator("pre.diagnostic")).to_contain_text("Unrecognized: city_name (did you mean 'city'?)")
@@ -217,19 +205,24 @@ async def test_a_control_character_in_next_never_reaches_the_location(keyed: Sta
     assert "evil" not in signed.cookies
 
 
-async def test_only_an_unrestricted_key_opens_the_page(make_stack: StackFactory) -> None:
+async def test_a_key_sees_only_its_own_trajectories_and_the_operator_every_one(make_stack: StackFactory) -> None:
+    """Restricted or not, a key's page shows its own calls only: another key's trajectory, by its
+    stored id or by the id its caller knows, is a 404 page; a key marked operator sees them all."""
     stack = await make_stack(registry=demo_registry(), keys={
         "ops": {"key": TEST_KEY}, "tools-only": {"key": "sk-tools-only", "tools": ["get_weather"]},
-        "models-only": {"key": "sk-models-only", "tools": [], "routes": ["/v1/models"]}})
-    await _renamed_then_corrected(stack)
-    for key in ("sk-tools-only", "sk-models-only"):
-        for path in ("/ui", "/ui/trajectories", "/ui/trajectories/anything"):
-            refused = await stack.http.get(path, headers={"Authorization": f"Bearer {key}"})
-            assert refused.status == 403
-            text = await refused.text()
-            assert "not restricted" in text
-            assert "get_weather" not in text
-        signed = await stack.http.post("/ui/login", data={"key": key, "next": "/ui"}, allow_redirects=False)
-        assert signed.status == 403
-        assert SESSION_COOKIE not in signed.cookies
-    assert (await stack.http.get("/ui/trajectories", headers=AUTH)).status == 200
+        "root": {"key": "sk-root-key", "operator": True}})
+    theirs = (await _renamed_then_corrected(stack))["x-trajectory-id"]  # made with the "ops" key
+    for path in ("/ui", "/ui/trajectories", f"/ui/trajectories/{theirs}", f"/ui/trajectories/ops~{theirs}"):
+        shown = await stack.http.get(path, headers={"Authorization": "Bearer sk-tools-only"})
+        assert shown.status == (404 if "/trajectories/" in path else 200)
+        text = await shown.text()
+        assert "get_weather" not in text
+        assert theirs not in text or path.endswith(theirs)  # the 404 page names only the id asked for
+    signed = await stack.http.post("/ui/login", data={"key": "sk-tools-only", "next": "/ui"}, allow_redirects=False)
+    assert signed.status == 303
+    for key in (TEST_KEY, "sk-root-key"):
+        listed = await stack.http.get("/ui/trajectories", headers={"Authorization": f"Bearer {key}"})
+        assert theirs in await listed.text()
+        own = await stack.http.get(f"/ui/trajectories/ops~{theirs}", headers={"Authorization": f"Bearer {key}"})
+        assert own.status == 200
+        assert "get_weather" in await own.text()

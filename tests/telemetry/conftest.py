@@ -13,11 +13,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from gateway.demo.model import Reply
 from telemetry import names
+from telemetry.records import stored_id
 from tests.conftest import TEST_KEY, USER, Stack, StackFactory, every_outcome_registry
 
 ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict"]  # not "admin": not_allowed
 KEYS = {"agent": {"key": TEST_KEY, "tools": ALLOWED}}
 ACROSS = "traj-across-requests"  # the X-Trajectory-Id two requests share
+STORED_ACROSS = stored_id("agent", ACROSS)  # the store's id of that trajectory: the key's and the id's
 
 # Each round's calls; the comment says what the span will say.
 EVERY_OUTCOME: list[list[tuple[str, Any]]] = [
@@ -50,6 +52,11 @@ class Session:
 
 def attr(span: ReadableSpan, key: str) -> Any:
     return (span.attributes or {}).get(key)
+
+
+def stored_trajectory(span: ReadableSpan) -> str:
+    """The store's id of a span's trajectory, as its attributes name it."""
+    return stored_id(attr(span, names.ATTR_KEY_NAME), attr(span, names.ATTR_CONVERSATION_ID))
 
 
 def hex_id(value: int, width: int = 16) -> str:

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from telemetry import names, otlp, report
 from telemetry.records import SCHEMA
 from telemetry.report_text import timeline
-from tests.telemetry.conftest import ACROSS, Session, attr, hex_id
+from tests.telemetry.conftest import STORED_ACROSS, Session, attr, hex_id, stored_trajectory
 
 
 def _by_tool(spans: list[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
@@ -61,11 +61,13 @@ def test_renames_retries_and_recoveries(session: Session) -> None:
 def test_stuck_trajectories_are_flagged(session: Session) -> None:
     figures = report.report(session.db)
     [stuck] = figures["stuck"]
-    first = attr(session.tool_spans()[0], names.ATTR_CONVERSATION_ID)
-    assert stuck == {"trajectory_id": first, "tool": "locked", "model": "test-model", "verbatim_retries": 2}
+    first_span = session.tool_spans()[0]
+    first = stored_trajectory(first_span)
+    assert stuck == {"trajectory_id": first, "key": "agent", "local_id": attr(first_span, names.ATTR_CONVERSATION_ID),
+                     "tool": "locked", "model": "test-model", "verbatim_retries": 2}
     assert {item["tool"]: item["stuck_trajectories"] for item in figures["tools"]}["locked"] == [first]
     listed = {item["id"]: item["stuck"] for item in report.list_trajectories(session.db)}
-    assert listed == {first: True, ACROSS: False}
+    assert listed == {first: True, STORED_ACROSS: False}
 
 
 def test_per_model_figures_and_totals(session: Session) -> None:
@@ -81,9 +83,9 @@ def test_per_model_figures_and_totals(session: Session) -> None:
 
 
 def test_the_list_is_newest_first_and_filters(session: Session) -> None:
-    assert next(t["id"] for t in report.list_trajectories(session.db)) == ACROSS
-    assert [t["id"] for t in report.list_trajectories(session.db, tool="add", outcome="ok")] == [ACROSS]
-    assert [t["id"] for t in report.list_trajectories(session.db, outcome="timeout")] != [ACROSS]
+    assert next(t["id"] for t in report.list_trajectories(session.db)) == STORED_ACROSS
+    assert [t["id"] for t in report.list_trajectories(session.db, tool="add", outcome="ok")] == [STORED_ACROSS]
+    assert [t["id"] for t in report.list_trajectories(session.db, outcome="timeout")] != [STORED_ACROSS]
     assert report.list_trajectories(session.db, model="another-model") == []
     assert report.list_trajectories(session.db, since=10**10) == []
     assert len(report.list_trajectories(session.db, limit=1)) == 1
@@ -93,7 +95,7 @@ def test_the_list_is_newest_first_and_filters(session: Session) -> None:
 
 
 def test_one_trajectorys_timeline(session: Session) -> None:
-    found = report.trajectory(session.db, ACROSS)
+    found = report.trajectory(session.db, STORED_ACROSS)
     assert found is not None
     assert [r["trace_id"] for r in found["requests"]] == session.trace_ids[1:]
     events = [e for r in found["requests"] for e in r["events"]]

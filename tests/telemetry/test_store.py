@@ -19,7 +19,7 @@ from telemetry import names
 from telemetry.records import SCHEMA, SpanRecord, connect, prune, wal_kept_bytes, write
 from telemetry.store import TrajectoryStore
 from tests.conftest import USER, Stack, StackFactory
-from tests.telemetry.conftest import ACROSS, Session, attr, hex_id
+from tests.telemetry.conftest import STORED_ACROSS, Session, attr, hex_id, stored_trajectory
 
 
 def _rows(db: sqlite3.Connection, table: str) -> dict[str, dict[str, Any]]:
@@ -38,7 +38,7 @@ def _listed(value: Any) -> str | None:
 def _expected_call(span: ReadableSpan) -> dict[str, Any]:
     link = next(iter(span.links), None)
     return {"trace_id": hex_id(span.context.trace_id, 32), "request_span_id": hex_id(span.parent.span_id),  # type: ignore[union-attr]
-            "trajectory_id": attr(span, names.ATTR_CONVERSATION_ID), "round": attr(span, names.ATTR_ROUND),
+            "trajectory_id": stored_trajectory(span), "round": attr(span, names.ATTR_ROUND),
             "tool": attr(span, names.ATTR_TOOL_NAME), "call_id": attr(span, names.ATTR_TOOL_CALL_ID),
             "outcome": attr(span, names.ATTR_OUTCOME), "rejection_reason": attr(span, names.ATTR_REJECTION_REASON),
             "error_type": attr(span, names.ATTR_ERROR_TYPE), "missing": _listed(attr(span, names.ATTR_ARGS_MISSING)),
@@ -90,7 +90,7 @@ def test_model_turns_and_requests_are_stored_as_their_spans_say(session: Session
     for span in servers:
         row = requests[hex_id(span.context.span_id)]
         assert (row["trajectory_id"], row["status"], row["rounds"]) == (
-            attr(span, names.ATTR_CONVERSATION_ID), attr(span, names.ATTR_HTTP_STATUS), attr(span, names.ATTR_ROUNDS))
+            stored_trajectory(span), attr(span, names.ATTR_HTTP_STATUS), attr(span, names.ATTR_ROUNDS))
     # Each turn's round is its place in the request, as the tool calls number theirs.
     rounds = sorted(r["round"] for r in turns.values() if r["request_span_id"] == hex_id(servers[0].context.span_id))
     assert rounds == list(range(1, 7))
@@ -99,8 +99,8 @@ def test_model_turns_and_requests_are_stored_as_their_spans_say(session: Session
 def test_a_trajectory_spans_requests_and_its_retry_links_across_them(session: Session) -> None:
     trajectories = _rows(session.db, "trajectories")
     assert len(trajectories) == 2
-    assert ACROSS in trajectories
-    calls = [r for r in _rows(session.db, "tool_calls").values() if r["trajectory_id"] == ACROSS]
+    assert STORED_ACROSS in trajectories
+    calls = [r for r in _rows(session.db, "tool_calls").values() if r["trajectory_id"] == STORED_ACROSS]
     first, retry = sorted(calls, key=lambda r: r["started"])
     assert first["request_span_id"] != retry["request_span_id"]
     assert (retry["retry_kind"], retry["retries_span_id"], retry["outcome"]) == ("corrected", first["span_id"], "ok")

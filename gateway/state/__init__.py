@@ -1,0 +1,55 @@
+"""What the gateway remembers between requests: mixed turns held for the client's follow-up, the
+provider response a client-facing response id stands for, which gateway key made which provider
+response, and the last failed call of each tool in a trajectory (telemetry classifies retries by
+it, see telemetry.trajectory).
+
+When one model turn calls both gateway tools and client tools, the client only sees its own
+calls. The gateway keeps its part (its calls and their results) under a token, and gives the
+client's calls ids that name the token, so that the turn can be put together again when the
+conversation comes back. Entries are bounded in number (in all and per gateway key), expire
+when unused, and belong to the gateway key that made them: another key never finds them.
+
+Two stores, one interface (`StateStore`): `HeldTurns`, in this process's memory (the default),
+and `RedisState`, shared by replicas (`state_url`). A request first looks up, in one go, what it
+names (`StateStore.lookup`: tokens, ids of shown items, a response id); the conversation is then
+put back from that `Found`, synchronously. A store that cannot answer raises `StateUnavailable`
+(a 503 with retry-after), never a wrong history. Failure records are opaque text here: their
+shape is telemetry's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.state.base import (
+    NOTHING,
+    OWNED_RESPONSES,
+    PREFIX,
+    RESPONSE_PREFIX,
+    Bounds,
+    FailureBook,
+    FailureBounds,
+    Found,
+    HeldTurn,
+    StateStore,
+    StateUnavailable,
+    client_call_id,
+    no_such_response,
+    split_call_id,
+)
+from gateway.state.memory import FailureRecords, HeldTurns
+from gateway.state.redis_store import RedisState
+
+__all__ = ["NOTHING", "OWNED_RESPONSES", "PREFIX", "RESPONSE_PREFIX", "Bounds", "FailureBook", "FailureBounds",
+           "FailureRecords", "Found", "HeldTurn", "HeldTurns", "RedisState", "StateStore", "StateUnavailable",
+           "client_call_id", "make_store", "no_such_response", "split_call_id"]
+
+
+def make_store(url: str | None, turns: Bounds, owned: Bounds, timeout_seconds: float,
+               observe: Callable[[bool], None], lost: Callable[[], None] = lambda: None) -> StateStore:
+    """The store `state_url` names: None, memory; redis:// (rediss://, unix://), Redis. Failure
+    records keep `FailureRecords`' default bounds either way."""
+    if url is None:
+        return HeldTurns(turns.capacity, turns.ttl_seconds, per_key=turns.per_key, owned=owned)
+    return RedisState(url, turns.capacity, turns.ttl_seconds, timeout_seconds, observe, lost=lost,
+                      per_key=turns.per_key, owned=owned)

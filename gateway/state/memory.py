@@ -1,0 +1,197 @@
+"""The state in this process's memory (the default: one process, no `state_url`)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from gateway.state.base import DEFAULT_FAILURE_BOUNDS, OWNED_RESPONSES, Bounds, FailureBounds, Found, HeldTurn
+
+V = TypeVar("V")
+_Key = tuple[str | None, str]  # (principal, id): another key's id is another entry, never a hit
+
+
+@dataclass
+class _Entry(Generic[V]):
+    value: V
+    expires: float
+
+
+class _Bounded(Generic[V]):
+    """Values by (principal, id), within `Bounds`: least recently used dropped past the capacity,
+    and past a gateway key's own share that key's least recently used; expired after `ttl` unused.
+    Every write and read moves its entry to the end with the same `ttl`, so the entries stay in
+    order of expiry: the expired ones are dropped from the front."""
+
+    def __init__(self, bounds: Bounds, clock: Callable[[], float]) -> None:
+        self._items: OrderedDict[_Key, _Entry[V]] = OrderedDict()
+        self._by_key: dict[str, OrderedDict[_Key, None]] = {}  # each gateway key's entries, in the same order
+        self._bounds = bounds
+        self._clock = clock
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, principal: str | None, key: str, value: V) -> None:
+        now = self._clock()
+        item = (principal, key)
+        self._drop(item)  # written again: it goes to the end
+        while self._items and next(iter(self._items.values())).expires <= now:
+            self._drop(next(iter(self._items)))
+        while len(self._items) >= self._bounds.capacity:
+            self._drop(next(iter(self._items)))
+        if principal is not None:
+            own = self._by_key.setdefault(principal, OrderedDict())
+            while own and len(own) >= (self._bounds.per_key or self._bounds.capacity):
+                self._drop(next(iter(own)))
+            own[item] = None
+        self._items[item] = _Entry(value, now + self._bounds.ttl_seconds)
+
+    def get(self, principal: str | None, key: str) -> V | None:
+        """The principal's value, its expiry refreshed; None when absent or expired."""
+        now, item = self._clock(), (principal, key)
+        entry = self._items.get(item)
+        if entry is None:
+            return None
+        if entry.expires <= now:
+            self._drop(item)
+            return None
+        entry.expires = now + self._bounds.ttl_seconds
+        self._items.move_to_end(item)
+        if principal is not None:
+            self._by_key[principal].move_to_end(item)
+        return entry.value
+
+    def _drop(self, item: _Key) -> None:
+        if self._items.pop(item, None) is not None and item[0] is not None:
+            own = self._by_key[item[0]]
+            del own[item]
+            if not own:
+                del self._by_key[item[0]]
+
+
+_Trajectory = tuple[str | None, str]  # (principal, trajectory id)
+
+
+@dataclass
+class _Failures:
+    expires: float
+    by_tool: OrderedDict[str, str]
+
+
+class FailureRecords:
+    """The last failed call of each tool, per (principal, trajectory), in this process's memory,
+    within `FailureBounds`."""
+
+    def __init__(self, bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._items: OrderedDict[_Trajectory, _Failures] = OrderedDict()
+        self._bounds = bounds
+        self._clock = clock
+        self.count = 0  # records held, over every trajectory
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
+        entry = self._items.get((principal, trajectory_id))
+        if entry is None or entry.expires <= self._clock():
+            return None
+        return entry.by_tool.get(tool)
+
+    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
+                               record: str | None) -> None:
+        key, now = (principal, trajectory_id), self._clock()
+        entry = self._items.get(key)
+        if entry is None or entry.expires <= now:
+            if record is None:
+                return
+            entry = self._admit(key, now)
+        entry.expires = now + self._bounds.ttl_seconds
+        self._items.move_to_end(key)
+        self.count -= len(entry.by_tool)
+        entry.by_tool.pop(tool, None)
+        if record is not None:
+            entry.by_tool[tool] = record
+            while len(entry.by_tool) > self._bounds.tools_per_trajectory:
+                entry.by_tool.popitem(last=False)
+        self.count += len(entry.by_tool)
+        self._evict(now, keep=key)
+
+    def _admit(self, key: _Trajectory, now: float) -> _Failures:
+        stale = self._items.pop(key, None)  # expired: its records go
+        self.count -= len(stale.by_tool) if stale is not None else 0
+        self._evict(now, room=1)
+        entry = _Failures(now + self._bounds.ttl_seconds, OrderedDict())
+        self._items[key] = entry
+        return entry
+
+    def _evict(self, now: float, room: int = 0, keep: _Trajectory | None = None) -> None:
+        """Drop the least recently written trajectories while they are expired or past a capacity
+        (leaving `room` trajectories free); never `keep`, the one just written."""
+        while self._items:
+            oldest_key, oldest = next(iter(self._items.items()))
+            if oldest_key == keep or (oldest.expires > now and len(self._items) + room <= self._bounds.trajectories
+                                      and self.count <= self._bounds.records):
+                break
+            del self._items[oldest_key]
+            self.count -= len(oldest.by_tool)
+
+
+class HeldTurns:
+    """The state in this process's memory: held turns, the items their clients saw, response
+    aliases and owners, and the retry state."""
+
+    def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic,
+                 failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, per_key: int | None = None,
+                 owned: Bounds = OWNED_RESPONSES) -> None:
+        turns = Bounds(capacity, ttl_seconds, per_key)
+        self._turns: _Bounded[HeldTurn] = _Bounded(turns, clock)
+        self._items: _Bounded[str] = _Bounded(turns, clock)  # shown item id -> token
+        self._responses: _Bounded[str] = _Bounded(turns, clock)  # the client's response id -> the provider's
+        self._owned: _Bounded[bool] = _Bounded(owned, clock)  # provider response ids, by the key that made them
+        self.failures = FailureRecords(failure_bounds, clock)
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    async def hold(self, turn: HeldTurn, principal: str | None) -> str:
+        token = secrets.token_hex(6)
+        self._turns.put(principal, token, turn)
+        for item_id in turn.shown:
+            self._items.put(principal, item_id, token)
+        return token
+
+    async def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
+        self._responses.put(principal, client_id, provider_id)
+
+    async def claim(self, response_ids: Collection[str], principal: str) -> None:
+        for response_id in response_ids:
+            self._owned.put(principal, response_id, True)
+
+    async def lookup(self, principal: str | None, tokens: Collection[str], item_ids: Collection[str] = (),
+                     response_id: str | None = None) -> Found:
+        owners = {i: t for i in item_ids if (t := self._items.get(principal, i)) is not None}
+        turns = {t: turn for t in {*tokens, *owners.values()} if (turn := self._turns.get(principal, t)) is not None}
+        if response_id is None:
+            return Found(turns, owners)
+        response = self._responses.get(principal, response_id)
+        owned = response is not None or bool(self._owned.get(principal, response_id))
+        return Found(turns, owners, response, owned)
+
+    async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
+        return await self.failures.failure(principal, trajectory_id, tool)
+
+    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
+                               record: str | None) -> None:
+        await self.failures.remember_failure(principal, trajectory_id, tool, record)
+
+    async def status(self) -> str | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,203 @@
+"""Tenancy, tried as another tenant would: with two gateway keys, one key never reads, continues or
+deletes the other's responses, never lands in its trajectories, never pushes its held turns out, and
+cannot tell the other's objects from ones that do not exist. Through the real HTTP surface and the
+official `openai` client; the response owners across two replicas in a real Redis."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.demo.model import Reply
+from gateway.settings import Settings
+from telemetry import names
+from telemetry.records import stored_id
+from tests.conftest import TEST_KEY, USER, GatewayFactory, Stack, StackFactory, server_span, toolspan_cli
+from tests.e2e.redis_server import RedisServer
+
+BOB_KEY = "sk-bob-key-0000"
+NARROW_KEY = "sk-narrow-key-0000"
+KEYS = {"alice": {"key": TEST_KEY}, "bob": {"key": BOB_KEY},
+        "narrow": {"key": NARROW_KEY, "tools": ["read_file"]}}  # alice's client is the stack's own
+ASK = {"type": "function", "function": {"name": "ask_human", "description": "Ask the user",
+                                        "parameters": {"type": "object", "properties": {}}}}
+
+
+@asynccontextmanager
+async def client_of(stack: Stack, key: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=20) as client:
+        yield client
+
+
+@pytest.fixture
+async def keyed(make_stack: StackFactory) -> Stack:
+    return await make_stack(keys=KEYS)
+
+
+async def alices_response(stack: Stack, stream: bool = False) -> str:
+    stack.script.then(Reply(content="alice's secret plan"))
+    return (await stack.respond(stream, input="my secret prompt")).id
+
+
+# --- provider response ids ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+@pytest.mark.parametrize("other", [BOB_KEY, NARROW_KEY], ids=["another-key", "a-restricted-key"])
+async def test_another_key_cannot_reach_a_provider_response(keyed: Stack, stream: bool, other: str) -> None:
+    response_id = await alices_response(keyed, stream)
+    assert response_id.startswith("resp_scripted_")  # the provider's own id: no gateway round
+    seen = len(keyed.model.request_paths)
+    async with client_of(keyed, other) as intruder:
+        with pytest.raises(openai.NotFoundError):
+            await intruder.responses.retrieve(response_id)
+        with pytest.raises(openai.NotFoundError):
+            await intruder.responses.input_items.list(response_id)
+        with pytest.raises(openai.NotFoundError):
+            await intruder.responses.cancel(response_id)
+        with pytest.raises(openai.NotFoundError):
+            await intruder.responses.delete(response_id)
+        with pytest.raises(openai.NotFoundError) as continued:
+            await intruder.responses.create(model="m", input="and now?", previous_response_id=response_id)
+    assert continued.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    assert keyed.model.request_paths[seen:] == []  # the provider was never asked: nothing to read or destroy
+    # Its owner still has it all.
+    raw = await keyed.client.responses.with_raw_response.retrieve(response_id)
+    assert raw.headers["x-echo-path"] == f"/v1/responses/{response_id}"
+    keyed.script.then(Reply(content="go on"))
+    assert (await keyed.respond(False, input="and now?", previous_response_id=response_id)).text == "go on"
+
+
+async def test_another_keys_response_looks_like_one_that_does_not_exist(keyed: Stack) -> None:
+    """A 404 that says nothing a made-up id would not: never a 403 that confirms the id."""
+    response_id = await alices_response(keyed)
+    made_up = "resp_scripted_" + "9" * len(response_id.removeprefix("resp_scripted_"))
+    bodies = []
+    for target in (response_id, made_up):
+        async with keyed.http.get(f"/v1/responses/{target}", headers={"Authorization": f"Bearer {BOB_KEY}"}) as got:
+            assert got.status == 404
+            bodies.append(json.dumps(await got.json()).replace(target, "ID"))
+    assert bodies[0] == bodies[1]
+
+
+async def test_the_routes_below_responses_that_name_no_response_pass_on(keyed: Stack) -> None:
+    async with keyed.http.post("/v1/responses/input_tokens", json={"model": "m", "input": "x"},
+                               headers={"Authorization": f"Bearer {BOB_KEY}"}) as counted:
+        assert counted.status == 200
+        assert counted.headers["X-Echo-Path"] == "/v1/responses/input_tokens"
+
+
+async def test_a_gateway_response_id_is_its_keys_alone(keyed: Stack) -> None:
+    """An answer over two provider responses goes by a resp_tspan_ id: another key continuing
+    from it learns nothing the gateway would not tell of a forgotten one."""
+    keyed.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    answer = await keyed.respond(False, input="add", store=True)
+    assert answer.id.startswith("resp_tspan_")
+    async with client_of(keyed, BOB_KEY) as bob:
+        with pytest.raises(openai.ConflictError) as continued:
+            await bob.responses.create(model="m", input="more", previous_response_id=answer.id)
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.retrieve(answer.id)
+    assert continued.value.code == "response_not_held"
+    for provider_id in ("resp_scripted_1", "resp_scripted_2"):  # the rounds behind it are alice's too
+        async with client_of(keyed, BOB_KEY) as bob:
+            with pytest.raises(openai.NotFoundError):
+                await bob.responses.retrieve(provider_id)
+
+
+async def test_without_keys_responses_pass_through_as_before(stack: Stack) -> None:
+    response_id = await alices_response(stack)
+    raw = await stack.client.responses.with_raw_response.retrieve(response_id)
+    assert raw.headers["x-echo-path"] == f"/v1/responses/{response_id}"
+    raw = await stack.client.responses.with_raw_response.retrieve("resp_never_made")
+    assert raw.headers["x-echo-path"] == "/v1/responses/resp_never_made"  # the provider's to answer
+
+
+async def test_response_owners_hold_across_replicas_in_redis(make_stack: StackFactory, make_gateway: GatewayFactory,
+                                                             tmp_path: Path, redis_up: RedisServer) -> None:
+    first = await make_stack(keys=KEYS, state_url=redis_up.url)
+    settings = Settings(port=0, upstream=f"{first.model.base_url}/v1", state_url=redis_up.url, keys=KEYS,
+                        trajectory_store_path=tmp_path / "second.sqlite3")
+    second = await make_gateway(settings, provider_name="toolspan.scripted")
+    response_id = await alices_response(first, stream=True)
+    async with openai.AsyncOpenAI(base_url=f"{second.url}/v1", api_key=BOB_KEY, max_retries=0) as bob:
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.retrieve(response_id)
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.delete(response_id)
+    raw = await second.client.responses.with_raw_response.retrieve(response_id)  # alice, on the other replica
+    assert raw.headers["x-echo-path"] == f"/v1/responses/{response_id}"
+
+
+# --- trajectories -------------------------------------------------------------------------------------
+
+async def test_one_trajectory_id_from_two_keys_is_two_trajectories(keyed: Stack) -> None:
+    shared = {"X-Trajectory-Id": "run-42"}
+    keyed.script.then(Reply(tool_calls=[("read_file", {"file_path": "/a"})]), Reply(content="alice done"))
+    alice = await keyed.ask(False, messages=USER, extra_headers=shared)
+    # bob sends the very call alice's model got wrong: in his trajectory it is no retry of hers.
+    keyed.script.then(Reply(tool_calls=[("read_file", {"file_path": "/a"})]), Reply(content="bob done"))
+    async with client_of(keyed, BOB_KEY) as bob:
+        raw = await bob.chat.completions.with_raw_response.create(model="m", messages=USER, extra_headers=shared)
+    await keyed.store.flushed()
+    assert server_span(keyed, alice.headers["x-trace-id"]).attributes[names.ATTR_KEY_NAME] == "alice"  # type: ignore[index]
+    bobs_calls = [s for s in keyed.spans(raw.headers["x-trace-id"]) if s.name == names.SPAN_TOOL_CALL]
+    assert [(s.attributes or {}).get(names.ATTR_KEY_NAME) for s in bobs_calls] == ["bob"]
+    assert names.ATTR_RETRY_KIND not in (bobs_calls[0].attributes or {})
+    reader = keyed.observability.trajectory_reader()
+    assert reader is not None
+    listed = reader.list_trajectories(tool=None, outcome=None, since=None, model=None, limit=10, key=None)
+    assert {(t["key"], t["local_id"], t["requests"]) for t in listed} == {("alice", "run-42", 1), ("bob", "run-42", 1)}
+    assert [t["id"] for t in reader.list_trajectories(tool=None, outcome=None, since=None, model=None, limit=10,
+                                                      key="bob")] == [stored_id("bob", "run-42")]
+    assert reader.trajectory("run-42", "bob")["key"] == "bob"  # type: ignore[index]
+    assert reader.trajectory(stored_id("alice", "run-42"), "bob") is None
+    assert reader.report("bob")["tool_calls"] == 1
+
+
+async def test_the_cli_shows_whose_trajectory_it_is(keyed: Stack) -> None:
+    keyed.script.then(Reply(content="hi"))
+    await keyed.ask(False, messages=USER, extra_headers={"X-Trajectory-Id": "run-7"})
+    await keyed.store.flushed()
+    listed = await toolspan_cli("trajectories", "list", "--db", str(keyed.store.path))
+    assert "alice" in listed.splitlines()[1]
+    assert "run-7" in listed
+    assert "gateway key alice" in await toolspan_cli("trajectories", "show", "--db", str(keyed.store.path), "--key",
+                                                 "alice", "run-7")
+    assert "gateway key alice" in await toolspan_cli("trajectories", "show", "--db", str(keyed.store.path),
+                                                 stored_id("alice", "run-7"))
+    assert "run-7" not in await toolspan_cli("trajectories", "list", "--db", str(keyed.store.path), "--key", "bob")
+
+
+# --- held turns ---------------------------------------------------------------------------------------
+
+async def mixed_turn(stack: Stack, client: openai.AsyncOpenAI) -> list[dict[str, Any]]:
+    """A turn calling the gateway's read_file and the client's ask_human; the conversation its
+    client sends back."""
+    stack.script.then(Reply(tool_calls=[("read_file", {"path": "/a"}), ("ask_human", {})]))
+    answer = await client.chat.completions.create(model="m", messages=USER, tools=[ASK])  # type: ignore[list-item]
+    calls = [c.model_dump() for c in answer.choices[0].message.tool_calls or []]
+    return [*USER, {"role": "assistant", "content": None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": calls[0]["id"], "content": "yes"}]
+
+
+async def test_one_key_cannot_push_another_keys_held_turns_out(make_stack: StackFactory) -> None:
+    """The default share per key (pending_turn_capacity_per_key, 250) below the capacity: a key
+    holding more than its share loses its own oldest, never another key's."""
+    stack = await make_stack(keys=KEYS, pending_turn_capacity=260)
+    async with client_of(stack, BOB_KEY) as bob:
+        bobs = await mixed_turn(stack, bob)
+        alices = [await mixed_turn(stack, stack.client) for _ in range(260)]
+        stack.script.then(Reply(content="bob carries on"))
+        answer = await bob.chat.completions.create(model="m", messages=bobs, tools=[ASK])  # type: ignore[arg-type]
+    assert answer.choices[0].message.content == "bob carries on"
+    with pytest.raises(openai.ConflictError):  # alice's own oldest went
+        await stack.client.chat.completions.create(model="m", messages=alices[0], tools=[ASK])  # type: ignore[arg-type]
+    stack.script.then(Reply(content="alice carries on"))
+    latest = await stack.client.chat.completions.create(model="m", messages=alices[-1], tools=[ASK])  # type: ignore[arg-type]
+    assert latest.choices[0].message.content == "alice carries on"
