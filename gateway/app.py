@@ -12,6 +12,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.admission import Admission
 from gateway.app_keys import (
+    BROWSERS,
     CALLER,
     ENGINE,
     EXECUTOR,
@@ -21,15 +22,16 @@ from gateway.app_keys import (
     METRICS_PAGE,
     RECORD,
     REGISTRY,
+    SECRET_HEADERS,
     SETTINGS,
     TRACE,
     UPSTREAM,
 )
-from gateway.browsers import BrowserRule, browser_rule, check_browser
+from gateway.browsers import browser_rule, check_browser
 from gateway.caller import request_ids, resolve_caller
 from gateway.engine import Engine
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
-from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER, SecretNames, secret_names
+from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.metrics_page import MetricsPage, OwnMetrics
@@ -42,8 +44,6 @@ from gateway.upstream import Upstream
 
 log = logging.getLogger("toolspan")
 ADMISSION = web.AppKey("admission", Admission)
-BROWSERS = web.AppKey("browsers", BrowserRule)  # the Host and Origin a request may come with
-SECRET_HEADERS = web.AppKey("secret_headers", SecretNames)  # caller headers that stay behind with the credentials
 SHUTDOWN_WRAP_UP_SECONDS = 5.0  # after the grace period, for requests whose provider calls were ended to answer
 
 

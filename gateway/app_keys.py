@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.browsers import BrowserRule
 from gateway.caller import Caller
 from gateway.engine import Engine
+from gateway.headers import SecretNames
 from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.sources import McpSources
@@ -27,6 +29,8 @@ ENGINE = web.AppKey("engine", Engine)
 MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry
 MCP_ENDPOINT = web.AppKey("mcp_endpoint", McpEndpoint)  # the registry as an MCP server, at /mcp
 METRICS_PAGE = web.AppKey("metrics_page", MetricsPage)  # what GET /metrics answers
+BROWSERS = web.AppKey("browsers", BrowserRule)  # the Host and Origin a request may come with
+SECRET_HEADERS = web.AppKey("secret_headers", SecretNames)  # what stays behind with the caller's credentials
 
 CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes and /mcp)
 TRACE = web.RequestKey("trace", RequestTrace)  # the request's span

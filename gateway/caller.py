@@ -35,6 +35,12 @@ class Caller:
     trajectory_named: bool = False  # the caller named the trajectory in the X-Trajectory-Id header
     metadata: Mapping[str, Any] = field(default_factory=dict)
     routes: tuple[str, ...] | None = None  # pass-through path prefixes that key may use; None: every one
+    # Set when the provider is called with the gateway's key: the caller's query-string credentials stay here too.
+    query_secret: SecretNames | None = None
+
+    def provider_query(self, query: str) -> str:
+        """The caller's query string as it goes to the provider."""
+        return query if self.query_secret is None or not query else self.query_secret.without_credentials(query)
 
     def with_metadata(self, metadata: object) -> Caller:
         """This caller as a request's `metadata` describes it: the metadata reaches tools, and its
@@ -70,22 +76,24 @@ def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys:
     """The caller of a request. Without gateway keys, its credentials are the provider's business
     (unless the gateway calls the provider with its `own_key`); with them, it must send one of them
     (as `Authorization: Bearer` or, as Azure clients do, `api-key`; a 401 otherwise), and that key
-    stops here. Whenever the caller's credentials stay here, so does every header whose name
-    holds a secret by its name (`secret`: the redact list's rule)."""
+    stops here. Whenever the caller's credentials stay here, so does every header and query
+    parameter that holds a secret by its name (`secret`: the redact list's rule)."""
     trajectory_id, request_id, named = ids
     if not authenticate:
         return Caller(trajectory_id, request_id, trajectory_named=named)
     if not keys and not own_key:
-        upstream_headers = to_provider(headers, with_credentials=True)
-    else:
-        upstream_headers = to_provider(headers, with_credentials=False, secret=secret)
+        return Caller(trajectory_id, request_id, upstream_headers=to_provider(headers, with_credentials=True),
+                      trajectory_named=named)
+    upstream_headers = to_provider(headers, with_credentials=False, secret=secret)
     if not keys:
-        return Caller(trajectory_id, request_id, upstream_headers=upstream_headers, trajectory_named=named)
+        return Caller(trajectory_id, request_id, upstream_headers=upstream_headers, trajectory_named=named,
+                      query_secret=secret)
     scheme, _, token = headers.get("Authorization", "").partition(" ")
     token = token.strip() if scheme.lower() == "bearer" else headers.get("api-key", "").strip()
     for name, spec in keys.items():
         if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
             allowed = None if spec.tools is None else frozenset(spec.tools)
             routes = None if spec.routes is None else tuple(spec.routes)
-            return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named, routes=routes)
+            return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named, routes=routes,
+                          query_secret=secret)
     raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>", code="invalid_api_key")

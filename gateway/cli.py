@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gateway.browsers import LOOPBACK
 from gateway.cli_trajectories import add_parser as add_trajectories_parser
 from gateway.cli_trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
@@ -122,7 +123,10 @@ def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_
             f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)",
             f"trajectories: {settings.store_path()} (toolspan trajectories"
             f"{f'; the page: {url}/ui' if settings.ui else ''})" if recorded else "trajectories: not recorded",
-            f"mcp: {url}/mcp" if settings.mcp_endpoint else "mcp: off (mcp_endpoint = false)"]
+            f"mcp: {url}/mcp" if settings.mcp_endpoint else "mcp: off (mcp_endpoint = false)",
+            *([] if settings.keys or settings.allowed_hosts is not None or settings.host in LOOPBACK else [
+                f"browsers: no gateway keys and any Host taken on {settings.host}: a web page that re-points its "
+                "name at this gateway (DNS rebinding) can use its tools; set allowed_hosts, or keys"])]
 
 
 async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker | None = None) -> None:

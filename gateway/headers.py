@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import unquote_plus
 
 TRAJECTORY_HEADER = "X-Trajectory-Id"  # names the trajectory; every response carries it
 TRACE_HEADER = "X-Trace-Id"  # names the request's trace, when there is one
@@ -44,6 +45,12 @@ def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:
     return frozenset(t.strip().lower() for t in listed.split(",") if t.strip())
 
 
+# Query parameters that carry a credential by these names alone (API keys, tokens, Azure's SAS
+# signature); names containing a redact key are matched besides.
+QUERY_CREDENTIALS = ("api_key", "api-key", "key", "token", "access_token", "sig")
+_QUERY_CREDENTIALS = frozenset(name.replace("-", "_") for name in QUERY_CREDENTIALS)
+
+
 @dataclass(frozen=True)
 class SecretNames:
     """Names that hold a secret: those containing any of the redact keys, in any letter case, '-'
@@ -58,6 +65,18 @@ class SecretNames:
         """Whether any of `names` holds a secret, in one pass over them all (no key holds a line
         break, so none is found across two names)."""
         return self._in("\n".join(names).lower().replace("-", "_"))
+
+    def is_credential_parameter(self, name: str) -> bool:
+        """A query parameter (its name decoded) that carries a credential."""
+        return name.lower().replace("-", "_") in _QUERY_CREDENTIALS or self.holds(name)
+
+    def without_credentials(self, query: str) -> str:
+        """A query string (as sent) without its credential parameters."""
+        if not query:
+            return query
+        kept = [part for part in query.split("&")
+                if not self.is_credential_parameter(unquote_plus(part.partition("=")[0]))]
+        return "&".join(kept)
 
     def _in(self, normal: str) -> bool:
         # Substring tests rather than one regex of alternatives: quicker over a client's dozen

@@ -31,9 +31,6 @@ from gateway.settings import REDACT_KEYS
 ACCESS_LOGGER = "toolspan.access"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 MASK = "[REDACTED]"  # the marker the argument masking on spans writes (telemetry.arguments)
-# Query parameters that carry a credential by these names alone (API keys, tokens, Azure's SAS
-# signature); names containing a redact key are matched besides.
-QUERY_CREDENTIALS = ("api_key", "api-key", "key", "token", "access_token", "sig")
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
 
@@ -86,13 +83,6 @@ def configure_logging(level: str = "info", log_format: str = "text") -> None:
         logging.getLogger(chatty).setLevel(quiet)
 
 
-_QUERY_CREDENTIALS = frozenset(name.replace("-", "_") for name in QUERY_CREDENTIALS)
-
-
-def _is_credential(name: str, secret: SecretNames) -> bool:
-    return name.lower().replace("-", "_") in _QUERY_CREDENTIALS or secret.holds(name)
-
-
 def redacted_target(target: str, secret: SecretNames) -> str:
     """A request target (path and query, as sent) with the value of each credential parameter
     masked: one of QUERY_CREDENTIALS, or a name `secret` holds.
@@ -103,7 +93,7 @@ def redacted_target(target: str, secret: SecretNames) -> str:
     parts = []
     for part in query.split("&"):
         name, equals, _ = part.partition("=")
-        parts.append(f"{name}={MASK}" if equals and _is_credential(unquote_plus(name), secret) else part)
+        parts.append(f"{name}={MASK}" if equals and secret.is_credential_parameter(unquote_plus(name)) else part)
     return f"{path}?{'&'.join(parts)}"
 
 

@@ -111,9 +111,8 @@ def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcom
     where: list[str] = ["1 = 1"]
     params: list[Any] = []
     if key is not None:
-        of_key, bounds = _of_key("t.id", key)
-        where.append(of_key.removeprefix(" AND "))
-        params += bounds
+        where.append("t.id >= ? AND t.id < ?")
+        params += key_range(key)
     if since is not None:
         where.append("t.ended >= ?")
         params.append(since)

@@ -126,6 +126,12 @@ async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: Tool
     if gateway_names and body.get("background"):
         raise BadRequest("a background response cannot run the gateway's tools; send it without background, or "
                          "to the provider with a key that offers no gateway tools", param="background")
+    if caller.principal is not None and body.get("conversation") is not None:
+        # A conversation is made on the pass-through (/v1/conversations), where the gateway cannot tell
+        # which key made it: with keys, no key may name one and so reach another key's.
+        raise BadRequest("with gateway keys a Responses request cannot name a conversation (the gateway does not "
+                         "know which key made it); continue with previous_response_id instead",
+                         param="conversation", code="conversation_not_supported")
     raw_input = body.get("input")
     sent = body.get("previous_response_id")
     sent = sent if isinstance(sent, str) else None

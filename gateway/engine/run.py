@@ -197,6 +197,8 @@ class Engine:
                 trace.failed(exc.status, exc.type, exc.message)
                 raise
             trace.answered(turn)
+        if not claimed:  # a stream that opened with no response (only its completion named it)
+            await self._claim(plan, caller, turn.response_id)
         yield turn
 
     async def _claim(self, plan: Plan, caller: Caller, response_id: str | None) -> bool:

@@ -51,7 +51,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body["model"] = deployment  # an Azure-style path names the model
     chat = validate(ChatRequest, body, "a chat completion request")
     caller = caller_of(request, chat.metadata)
-    plan = await plan_chat(body, caller, request.app[REGISTRY], request.app[HELD], request.query_string, request.path)
+    plan = await plan_chat(body, caller, request.app[REGISTRY], request.app[HELD],
+                           caller.provider_query(request.query_string), request.path)
     return await render.answer(request, caller, plan, completion, partial(ChatChunks, plan))
 
 

@@ -61,8 +61,9 @@ async def _check_owner(request: web.Request) -> None:
 
 
 def _check_route(request: web.Request) -> None:
-    if any(part in (".", "..") for part in request.match_info.get("tail", "").split("/")):
-        # The provider URL would be normalised past /v1: never send the key there.
+    if any(part in (".", "..") for part in request.match_info.get("tail", "").split("/")) or "//" in request.path:
+        # The provider URL would be normalised past /v1, or to another route than the one checked here
+        # (/v1//responses/ID is /responses/ID to the provider): never send the key there.
         raise NotFound("no such route", code="invalid_path")
     routes = request[CALLER].routes
     if routes is not None and not any(under(request.path, prefix) for prefix in routes):
@@ -76,7 +77,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     if request.method == "OPTIONS":  # a browser's preflight: the gateway's answers are not for web pages
         return web.Response(status=204, headers={"Allow": "GET, POST, DELETE"})
     upstream = request.app[UPSTREAM]
-    if (path := upstream.forward_path(request.path_qs)) is None:
+    query = request[CALLER].provider_query(request.query_string)
+    if (path := upstream.forward_path(f"{request.path}?{query}" if query else request.path)) is None:
         raise NotFound(f"no such route for this provider: {request.path}", code="invalid_path")
     # aiohttp's server has already decoded a compressed body: what goes on is the decoded bytes.
     decoded = _decoded_by_server(request.headers.get("Content-Encoding", ""))

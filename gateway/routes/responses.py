@@ -43,8 +43,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     body = await read_object(request)
     checked = validate(ResponsesRequest, body, "a Responses API request")
     caller = caller_of(request, checked.metadata)
-    plan = await plan_responses(body, caller, request.app[REGISTRY], request.app[HELD], request.query_string,
-                                request.path)
+    plan = await plan_responses(body, caller, request.app[REGISTRY], request.app[HELD],
+                                caller.provider_query(request.query_string), request.path)
     return await render.answer(request, caller, plan, partial(final_response, plan), partial(ResponseEvents, plan))
 
 

@@ -201,3 +201,55 @@ async def test_one_key_cannot_push_another_keys_held_turns_out(make_stack: Stack
     stack.script.then(Reply(content="alice carries on"))
     latest = await stack.client.chat.completions.create(model="m", messages=alices[-1], tools=[ASK])  # type: ignore[arg-type]
     assert latest.choices[0].message.content == "alice carries on"
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1//responses/{id}"), ("DELETE", "/v1//responses/{id}"),
+                                              ("GET", "/v1//responses/{id}/input_items"),
+                                              ("GET", "/v1/responses//{id}"), ("POST", "/v1//responses"),
+                                              ("POST", "/v1//chat/completions")])
+async def test_a_doubled_slash_reaches_nothing(keyed: Stack, method: str, path: str) -> None:
+    """The provider reads /v1//responses/ID as /responses/ID: a path the gateway checked as another."""
+    response_id = await alices_response(keyed)
+    seen = len(keyed.model.request_paths)
+    async with keyed.http.request(method, path.format(id=response_id), headers={"Authorization": f"Bearer {BOB_KEY}"},
+                                  json={"model": "m", "input": "go on", "previous_response_id": response_id,
+                                        "messages": USER}) as answer:
+        assert answer.status == 404
+        assert (await answer.json())["error"]["code"] == "invalid_path"
+    assert keyed.model.request_paths[seen:] == []
+
+
+async def test_a_stream_that_names_its_response_only_at_the_end_is_claimed(keyed: Stack) -> None:
+    completed = {"type": "response.completed", "sequence_number": 0, "response": {
+        "id": "resp_late_1", "object": "response", "created_at": 0, "status": "completed", "model": "m",
+        "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": "late", "annotations": []}]}],
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}}
+    keyed.script.then(Reply(raw_stream=b"event: response.completed\ndata: " + json.dumps(completed).encode() + b"\n\n"))
+    assert (await keyed.respond(True, input="hi")).id == "resp_late_1"
+    raw = await keyed.client.responses.with_raw_response.retrieve("resp_late_1")
+    assert raw.headers["x-echo-path"] == "/v1/responses/resp_late_1"  # its own key's
+    async with client_of(keyed, BOB_KEY) as bob:
+        with pytest.raises(openai.NotFoundError):
+            await bob.responses.retrieve("resp_late_1")
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/echo"], ids=["tool-loop", "pass-through"])
+async def test_query_string_credentials_stay_with_the_caller(keyed: Stack, route: str) -> None:
+    """With keys the provider is called with the gateway's key: a caller's ?key= or ?api_key=
+    (Gemini-style) is its own, and stays here; other parameters go on."""
+    keyed.script.then(Reply(content="hi"))
+    query = "?key=caller-secret-1&api_key=caller-secret-2&x_token=caller-secret-3&api-version=2024-10-21"
+    async with keyed.http.post(route + query, json={
+            "model": "m", "messages": USER}, headers={"Authorization": f"Bearer {TEST_KEY}"}) as answer:
+        assert answer.status == 200
+        forwarded = answer.headers.get("X-Echo-Path") or keyed.model.request_paths[-1]
+    assert "caller-secret" not in forwarded
+    assert forwarded.endswith("?api-version=2024-10-21")
+
+
+async def test_with_keys_a_request_cannot_name_a_conversation(keyed: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        await keyed.client.responses.create(model="m", input="hi", conversation="conv_someone_elses")
+    assert refused.value.code == "conversation_not_supported"
+    assert keyed.upstream_requests == []
