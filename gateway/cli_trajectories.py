@@ -80,8 +80,9 @@ def _open(path: Path, writing: bool) -> sqlite3.Connection:
 
 
 def _print(value: Any, as_json: bool, lines: list[str]) -> None:
-    """JSON escapes the C0 controls itself, not C1 nor the bidirectional ones: those as \\u escapes too."""
-    print(visible_lines(json.dumps(value, indent=2, ensure_ascii=False) if as_json else "\n".join(lines)))
+    """`lines` are terminal-safe already (report_text); JSON escapes the C0 controls itself, not C1 nor
+    the bidirectional ones: those as \\u escapes too."""
+    print(visible_lines(json.dumps(value, indent=2, ensure_ascii=False)) if as_json else "\n".join(lines))
 
 
 def run_trajectories(options: argparse.Namespace) -> int:

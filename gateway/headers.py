@@ -68,15 +68,20 @@ class SecretNames:
 
     def is_credential_parameter(self, name: str) -> bool:
         """A query parameter (its name decoded) that carries a credential."""
-        return name.lower().replace("-", "_") in _QUERY_CREDENTIALS or self.holds(name)
+        normal = name.lower().replace("-", "_")
+        return normal in _QUERY_CREDENTIALS or self._in(normal)
 
-    def without_credentials(self, query: str) -> str:
-        """A query string (as sent) without its credential parameters."""
-        if not query:
-            return query
-        kept = [part for part in query.split("&")
-                if not self.is_credential_parameter(unquote_plus(part.partition("=")[0]))]
-        return "&".join(kept)
+    def without_credentials(self, query: str, mask: str | None = None) -> str:
+        """A query string (as sent) with its credential parameters left out, or (`mask`) their
+        values replaced by it; names compared percent-decoded, the rest as it was sent."""
+        parts = []
+        for part in query.split("&") if query else ():
+            name, equals, _ = part.partition("=")
+            if not self.is_credential_parameter(unquote_plus(name)):
+                parts.append(part)
+            elif mask is not None:
+                parts.append(f"{name}={mask}" if equals else part)
+        return "&".join(parts)
 
     def _in(self, normal: str) -> bool:
         # Substring tests rather than one regex of alternatives: quicker over a client's dozen

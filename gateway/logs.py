@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, ClassVar
-from urllib.parse import unquote_plus
 
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web import BaseRequest, StreamResponse
@@ -88,13 +87,7 @@ def redacted_target(target: str, secret: SecretNames) -> str:
     masked: one of QUERY_CREDENTIALS, or a name `secret` holds.
     Names are compared percent-decoded; everything else stays as it was sent."""
     path, _, query = target.partition("?")
-    if not query:
-        return target
-    parts = []
-    for part in query.split("&"):
-        name, equals, _ = part.partition("=")
-        parts.append(f"{name}={MASK}" if equals and secret.is_credential_parameter(unquote_plus(name)) else part)
-    return f"{path}?{'&'.join(parts)}"
+    return f"{path}?{secret.without_credentials(query, MASK)}" if query else target
 
 
 class AccessLogger(AbstractAccessLogger):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -245,10 +246,8 @@ class Settings(BaseSettings):
     @classmethod
     def _key_names(cls, keys: dict[str, GatewayKey]) -> dict[str, GatewayKey]:
         # A key's name is shown on the page, in the CLI and in trajectory ids: nothing to escape there.
-        for name in keys:
-            if not KEY_NAME.fullmatch(name):
-                raise ValueError(f"gateway key name {name!r}: use up to 64 letters, digits, '.', '_', '-', ':', "
-                                 "'@' or '+'")
+        _each_matches(keys, KEY_NAME, "gateway key name {!r}: use up to 64 letters, digits, '.', '_', '-', ':', "
+                                      "'@' or '+'")
         return keys
 
     @field_validator("allowed_hosts")
@@ -257,20 +256,16 @@ class Settings(BaseSettings):
         # The Host check compares names only: a port here would never match and refuse everyone.
         if hosts is not None and not hosts:
             raise ValueError("allowed_hosts lists no name: leave it unset for the default, or give '*' for any")
-        for entry in hosts or ():
-            if not HOST_ENTRY.fullmatch(entry):
-                raise ValueError(f"allowed_hosts entry {entry!r}: give a host name or address without a port "
-                                 "(gateway.internal, .example.com, ::1) or '*'")
+        _each_matches(hosts or (), HOST_ENTRY, "allowed_hosts entry {!r}: give a host name or address without a "
+                                               "port (gateway.internal, .example.com, ::1) or '*'")
         return hosts
 
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, origins: list[str]) -> list[str]:
         # As browsers write the Origin header; "null" is every sandboxed page's, so never one to trust.
-        for origin in origins:
-            if not ORIGIN_ENTRY.fullmatch(origin):
-                raise ValueError(f"allowed_origins entry {origin!r}: give a scheme, a host and any port, with "
-                                 "no path, such as https://app.example.com or http://localhost:3000")
+        _each_matches(origins, ORIGIN_ENTRY, "allowed_origins entry {!r}: give a scheme, a host and any port, "
+                                             "with no path, such as https://app.example.com or http://localhost:3000")
         return origins
 
     @field_validator("mcp_servers")
@@ -322,6 +317,14 @@ class Settings(BaseSettings):
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings
+
+
+def _each_matches(values: Iterable[str], pattern: re.Pattern[str], refusal: str) -> None:
+    """A ValueError, `refusal` formatted with the value, for the first of `values` that `pattern`
+    does not match whole."""
+    for value in values:
+        if not pattern.fullmatch(value):
+            raise ValueError(refusal.format(value))
 
 
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:

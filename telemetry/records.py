@@ -472,7 +472,7 @@ def _trajectory(record: SpanRecord) -> str:
     if value is None:
         return _NONE
     key = attributes.get(names.ATTR_KEY_NAME)
-    return str(value) if key is None else f"{key}{KEY_SEPARATOR}{value}"
+    return stored_id(None if key is None else str(key), str(value))
 
 
 _CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # rows an insert takes: few distinct statements (sqlite3 caches 128)

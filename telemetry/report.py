@@ -77,11 +77,11 @@ def _named(stored: str) -> dict[str, Any]:
 
 
 def _of_key(column: str, key: str | None) -> tuple[str, tuple[str, ...]]:
-    """The condition (to follow a WHERE) and its parameters that keep the rows of one gateway key's
-    trajectories, `column` holding the stored id; none without a key."""
+    """The condition and its parameters that keep the rows of one gateway key's trajectories,
+    `column` holding the stored id; every row without a key."""
     if key is None:
-        return "", ()
-    return f" AND {column} >= ? AND {column} < ?", key_range(key)
+        return "1 = 1", ()
+    return f"{column} >= ? AND {column} < ?", key_range(key)
 
 
 # A trajectory's model turns are those of its recorded requests (as `m`), found through its key.
@@ -108,11 +108,9 @@ def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcom
     (the id the key's caller knows it by), "started", "ended", "requests", "model_turns",
     "tool_calls", "failed_calls", "rejections", "retries", "input_tokens", "output_tokens",
     "models": [...], "tools": [...], "outcomes": {outcome: calls}, "trace_ids": [...], "stuck": bool}."""
-    where: list[str] = ["1 = 1"]
-    params: list[Any] = []
-    if key is not None:
-        where.append("t.id >= ? AND t.id < ?")
-        params += key_range(key)
+    of_key, bounds = _of_key("t.id", key)
+    where: list[str] = [of_key]
+    params: list[Any] = [*bounds]
     if since is not None:
         where.append("t.ended >= ?")
         params.append(since)
@@ -203,7 +201,7 @@ def report(db: sqlite3.Connection, *, since: float | None = None, key: str | Non
      "failures", "recoveries", "recovery_rate", "rounds_to_recover": {"mean", "max"} or None,
      "stuck_trajectories": [ids]}. Tools and models are sorted by calls, most first."""
     of_key, params = _of_key("id", key)
-    ids = [row[0] for row in db.execute(f"SELECT id FROM trajectories WHERE ended >= ?{of_key}",
+    ids = [row[0] for row in db.execute(f"SELECT id FROM trajectories WHERE ended >= ? AND {of_key}",
                                         (since if since is not None else float("-inf"), *params))]
     calls: list[dict[str, Any]] = []
     turn_count = input_tokens = output_tokens = 0
@@ -322,7 +320,7 @@ def rejections_over_time(db: sqlite3.Connection, *, bucket_seconds: float = 3600
     named `key` when given: [{"tool", "bucket_start", "calls", "rejections", "rejection_rate"}]."""
     of_key, params = _of_key("trajectory_id", key)
     sql = ("SELECT tool, CAST(started / ? AS INTEGER) * ? AS bucket, COUNT(*), SUM(outcome = 'rejected') "
-           f"FROM tool_calls WHERE started >= ?{of_key} GROUP BY tool, bucket ORDER BY bucket, tool")
+           f"FROM tool_calls WHERE started >= ? AND {of_key} GROUP BY tool, bucket ORDER BY bucket, tool")
     rows = db.execute(sql, (bucket_seconds, bucket_seconds, since if since is not None else float("-inf"), *params))
     return [{"tool": tool, "bucket_start": float(bucket), "calls": n, "rejections": int(rejected or 0),
              "rejection_rate": _rate(int(rejected or 0), n)} for tool, bucket, n, rejected in rows]
