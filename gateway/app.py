@@ -106,11 +106,12 @@ async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     assert settings.upstream is not None  # checked in create_app
-    connector = aiohttp.TCPConnector(limit=settings.upstream_max_connections)
+    connector = aiohttp.TCPConnector(limit=settings.upstream_max_connections,
+                                     keepalive_timeout=settings.upstream_idle_seconds)
     session = aiohttp.ClientSession(auto_decompress=False, connector=connector)
     upstream = Upstream(session, settings.upstream, settings.upstream_api_key, settings.upstream_timeout_seconds,
                         settings.upstream_connect_timeout_seconds, settings.upstream_kind, settings.azure_api_version,
-                        settings.upstream_max_connections)
+                        settings.upstream_max_connections, settings.upstream_idle_seconds, settings.max_json_depth)
     app[UPSTREAM] = upstream
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
                          settings.keepalive_seconds)
@@ -160,7 +161,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.on_cleanup.append(lambda app: app[HELD].aclose())
     app.cleanup_ctx.append(_upstream)
     # MCP servers' tools join the registry at start-up, and follow their servers while it runs.
-    app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation)
+    app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation, settings.mcp_max_message_bytes)
     app.cleanup_ctx.append(app[MCP_SOURCES].lifetime)
     app.on_response_prepare.append(_stamp)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)

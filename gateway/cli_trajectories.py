@@ -2,7 +2,7 @@
 the terminal (telemetry.report answers, telemetry.report_text prints).
 
     toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N] [--key K]
-    toolspan trajectories show [--key K] ID
+    toolspan trajectories show [--key K] [--page N] [--limit N] ID   (a page of N requests; default 200)
     toolspan trajectories report [--since ...] [--key K]
     toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
     toolspan trajectories export [FILE]       (the same format; default: stdout)
@@ -31,6 +31,8 @@ from telemetry.records import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_WHOLE = re.compile(r"[0-9]{1,9}")
+SHOW_REQUESTS = 200  # requests `show` prints unless --limit says otherwise
 
 
 def since_seconds(text: str, now: float | None = None) -> float:
@@ -42,6 +44,13 @@ def since_seconds(text: str, now: float | None = None) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--since {text!r}: give an age such as 2h or 7d, or a date such as "
                                          "2024-05-01") from None
+
+
+def positive(text: str) -> int:
+    """`--page` and `--limit`: a whole number from 1."""
+    if not _WHOLE.fullmatch(text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number from 1")
+    return int(text)
 
 
 def add_parser(commands: Any) -> None:
@@ -60,6 +69,9 @@ def add_parser(commands: Any) -> None:
     listing.add_argument("--limit", type=int, default=50)
     show = sub.add_parser("show", parents=[shown], help="one trajectory's timeline")
     show.add_argument("id")
+    show.add_argument("--page", type=positive, default=1, help="which page of the requests (default: the first)")
+    show.add_argument("--limit", type=positive, default=SHOW_REQUESTS,
+                      help=f"requests a page (default {SHOW_REQUESTS})")
     summary = sub.add_parser("report", parents=[shown], help="per tool and per model: rejections, renames, "
                                                                "retries, recoveries")
     summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
@@ -102,11 +114,7 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
                                          model=options.model, limit=options.limit, key=options.key)
         _print(found, options.json, report_text.trajectory_list(found))
     elif action == "show":
-        one = report.trajectory(db, options.id, options.key)
-        if one is None:
-            print(f"toolspan: no trajectory {options.id!r} in the store", file=sys.stderr)
-            return 1
-        _print(one, options.json, report_text.timeline(one))
+        return _show(db, options)
     elif action == "report":
         figures = report.report(db, since=options.since, key=options.key)
         _print(figures, options.json, report_text.report(figures))
@@ -125,4 +133,26 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
     else:
         with options.file.open("w", encoding="utf-8") as out:
             print(f"{options.file}: {otlp.export(db, out)} spans written", file=sys.stderr)
+    return 0
+
+
+def _show(db: sqlite3.Connection, options: argparse.Namespace) -> int:
+    """One page of a trajectory's requests, and how to see the others."""
+    one = report.trajectory(db, options.id, options.key, offset=(options.page - 1) * options.limit,
+                            limit=options.limit)
+    if one is None:
+        print(f"toolspan: no trajectory {options.id!r} in the store", file=sys.stderr)
+        return 1
+    total = one["totals"]["requests"]
+    last = max(1, -(-total // options.limit))
+    if options.page > last:
+        print(f"toolspan: --page {options.page} is past the last page of trajectory {options.id!r}: {last} "
+              f"({total:,} requests, {options.limit:,} a page)", file=sys.stderr)
+        return 1
+    lines = report_text.timeline(one)
+    if last > 1:
+        more = f"--page {options.page + 1} shows the next" if options.page < last else "--page 1 shows the first"
+        lines += ["", f"{report_text.shown_requests(one)[0]} (page {options.page} of {last}): {more} "
+                  f"{options.limit:,}; --limit N shows N a page"]
+    _print(one, options.json, lines)
     return 0

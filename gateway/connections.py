@@ -31,8 +31,8 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-IDLE_SECONDS = 15.0  # an idle connection is not reused after this long (one its server closed
-# sooner is seen closed and not used; these are the provider's, which keep theirs a minute or more)
+IDLE_SECONDS = 15.0  # the default of upstream_idle_seconds: an idle connection is closed after this long
+# (one its server closed sooner is seen closed and not used; providers keep theirs a minute or more)
 _PAUSE_AT = 256 * 1024  # bytes of an answer waiting to be read: past this, stop reading from the socket
 
 
@@ -264,9 +264,11 @@ class _Connection(asyncio.Protocol):
 
 
 class ProviderConnections:
-    """A pool of at most `limit` connections to the origin of `base_url` (http or https)."""
+    """A pool of at most `limit` connections to the origin of `base_url` (http or https). A
+    connection idle for `idle_seconds` is closed: after a burst, the descriptors it took are given
+    back rather than held until the provider hangs up (if it ever does)."""
 
-    def __init__(self, base_url: str, limit: int) -> None:
+    def __init__(self, base_url: str, limit: int, idle_seconds: float = IDLE_SECONDS) -> None:
         url = URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"the provider's URL must be http(s)://host...: {base_url}")
@@ -279,7 +281,11 @@ class ProviderConnections:
         credentials = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
         self._basic_auth = f"Authorization: Basic {credentials}\r\n" if url.user is not None else None
         self._slots = asyncio.Semaphore(limit)
-        self._idle: list[_Connection] = []
+        self._idle: list[_Connection] = []  # oldest first: returned ones go at the end, reused from there
+        self._idle_seconds = idle_seconds
+        # One timer for the whole pool, due when its oldest idle connection expires (rather than a
+        # timer per connection, set and cancelled on every call).
+        self._reaper: asyncio.TimerHandle | None = None
         self._open: set[_Connection] = set()
         self._targets: dict[str, str] = {}  # a path and query as given -> as sent (percent-encoded)
 
@@ -326,11 +332,16 @@ class ProviderConnections:
         if reusable:
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
+            if self._reaper is None:
+                self._reap_later()
         else:
             self._open.discard(connection)
         self._slots.release()
 
     async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
         for connection in list(self._open):
             connection.close()
         self._open.clear()
@@ -341,11 +352,31 @@ class ProviderConnections:
         now = time.monotonic()
         while self._idle:
             connection = self._idle.pop()
-            if connection.open and now - connection.idle_since < IDLE_SECONDS:
+            if connection.open and now - connection.idle_since < self._idle_seconds:
                 return connection
             connection.close()
             self._open.discard(connection)
         return None
+
+    def _reap_later(self) -> None:
+        """Schedules the closing of the oldest idle connection when it expires."""
+        if self._idle:
+            due = self._idle[0].idle_since + self._idle_seconds - time.monotonic()
+            self._reaper = asyncio.get_running_loop().call_later(max(due, 0.0), self._reap)
+
+    def _reap(self) -> None:
+        """Closes the idle connections that expired (a prefix of the list, which is oldest first)."""
+        self._reaper = None
+        now = time.monotonic()
+        expired = 0
+        for connection in self._idle:
+            if now - connection.idle_since < self._idle_seconds:
+                break
+            connection.close()
+            self._open.discard(connection)
+            expired += 1
+        del self._idle[:expired]
+        self._reap_later()
 
     async def _connect(self, within: float) -> _Connection:
         loop = asyncio.get_running_loop()

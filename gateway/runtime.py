@@ -73,15 +73,16 @@ def build_store(settings: Settings, metrics: Metrics) -> TrajectoryStore | None:
 
 
 def build_state(settings: Settings, metrics: Metrics | None) -> StateStore:
-    """The state store the settings name; `metrics` hear whether each command to Redis worked, and
-    whether Redis lost its data."""
+    """The state store the settings name; `metrics` hear whether each command to Redis worked,
+    whether Redis lost its data, and of each value read from it that was garbage."""
     turns = Bounds(settings.pending_turn_capacity, settings.pending_turn_ttl_seconds,
                    settings.pending_turn_capacity_per_key)
     owned = Bounds(settings.owned_response_capacity, settings.owned_response_ttl_seconds,
                    settings.owned_response_capacity_per_key)
     return make_store(settings.state_url, turns, owned, settings.state_timeout_seconds,
                       metrics.state_store_answered if metrics else lambda up: None,
-                      metrics.state_store_lost if metrics else lambda: None)
+                      metrics.state_store_lost if metrics else lambda: None,
+                      metrics.state_store_unreadable_value if metrics else lambda kind: None)
 
 
 def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (), provider_name: str = "openai",

@@ -49,6 +49,7 @@ class GatewayKey(BaseModel):
 
 KEY_NAME = re.compile(r"[A-Za-z0-9._:@+-]{1,64}")
 MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__": that separates server and tool
+MCP_MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # the default of mcp_max_message_bytes
 # An allowed_hosts entry: "*", a name or IPv4 address (a leading "." for its subdomains), or an IPv6 address.
 HOST_ENTRY = re.compile(r"\*|\.?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[?[0-9A-Fa-f.]*(?::[0-9A-Fa-f.]*){2,}\]?")
 ORIGIN_ENTRY = re.compile(r"https?://(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?/?", re.IGNORECASE)
@@ -79,6 +80,11 @@ class McpServer(BaseModel):
     ping_interval_seconds: float = Field(15.0, ge=0, description="How often an idle connection is checked with "
                                                                  "a ping (0: never)")
     required: bool = Field(False, description="GET /readyz answers 503 while this server is unavailable")
+    max_tools: int = Field(256, ge=1, description="Most tools taken from it; past them, the rest of its list is "
+                                                   "left out with a warning")
+    relist_min_seconds: float = Field(
+        1.0, ge=0, description="Shortest time between two listings of its tools: announcements of changed tools "
+                               "(tools/list_changed) that come faster are answered by one listing")
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:
@@ -115,6 +121,10 @@ class Settings(BaseSettings):
                                                              "caller sends one")
     upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
     upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
+    upstream_idle_seconds: float = Field(
+        15.0, gt=0, allow_inf_nan=False,
+        description="A pooled connection to the provider (the tool loop's and the pass-through's) that has carried "
+                    "no request for this long is closed, so a burst's descriptors are given back")
     tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
     mcp_servers: dict[str, McpServer] = Field(
         default_factory=dict, description="MCP servers whose tools join the registry, by name (the prefix of "
@@ -130,6 +140,11 @@ class Settings(BaseSettings):
         900.0, gt=0, allow_inf_nan=False,
         description="An /mcp session that has had no request in flight for this long is ended (its id then "
                     "answers 404) and no longer counts against either bound")
+    mcp_max_message_bytes: int = Field(
+        MCP_MAX_MESSAGE_BYTES, ge=1024,
+        description="Longest message taken from an MCP server of mcp_servers: over stdio, a longer one drops the "
+                    "connection (the gateway reconnects) rather than being buffered; over streamable HTTP, a longer "
+                    "answer fails its call, unread")
     keys: dict[str, GatewayKey] = Field(
         default_factory=dict, description="Gateway keys by caller name (JSON in TOOLSPAN_KEYS); when set, "
                                           "every /v1 request needs one, and it never reaches the provider")

@@ -19,7 +19,7 @@ from multidict import MultiDict
 from pydantic import SecretStr
 from yarl import URL
 
-from gateway.connections import Answer, ProviderConnectionError, ProviderConnections
+from gateway.connections import IDLE_SECONDS, Answer, ProviderConnectionError, ProviderConnections
 from gateway.errors import (
     BadRequest,
     GatewayError,
@@ -29,12 +29,14 @@ from gateway.errors import (
     shutting_down,
 )
 from gateway.headers import from_provider
+from gateway.json_depth import nests_deeper
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
     "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
     "compatible": "openai_compatible"}
 REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe's TCP connect to the provider
 REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
+MAX_JSON_DEPTH = 64  # the default of the max_json_depth setting
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ class Upstream:
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, api_key: SecretStr | None,
                  timeout_seconds: float, connect_timeout_seconds: float, kind: str = "openai",
-                 azure_api_version: str = "2024-10-21", max_connections: int = 100) -> None:
+                 azure_api_version: str = "2024-10-21", max_connections: int = 100,
+                 idle_seconds: float = IDLE_SECONDS, max_json_depth: int = MAX_JSON_DEPTH) -> None:
         if api_key is not None and ("\n" in api_key.get_secret_value() or "\r" in api_key.get_secret_value()):
             raise ValueError("the provider API key holds a line break: it cannot go in a header")
         self.session = session  # requests passed on as they are, and readiness probes
@@ -61,7 +64,8 @@ class Upstream:
         self._api_key = api_key
         self._azure_api_version = azure_api_version
         # The engine's own calls, on connections of the gateway's own (see gateway.connections).
-        self._connections = ProviderConnections(self.base_url, max_connections)
+        self._connections = ProviderConnections(self.base_url, max_connections, idle_seconds)
+        self._max_depth = max_json_depth  # of what the provider sends, as of a request (see _decoded)
         self._timeout = timeout_seconds  # a whole answer; a stream's start, and each gap in it
         self._connect_timeout = connect_timeout_seconds
         self._whole_timed_out = f"the provider did not answer within {timeout_seconds:g} s"
@@ -137,10 +141,13 @@ class Upstream:
                     response.release()
         answer_headers = from_provider(response.headers)
         try:
-            return orjson.loads(raw), answer_headers
+            answer = orjson.loads(raw)
         except ValueError as exc:
             raise UpstreamUnavailable("the provider sent a response that is not JSON",
                                       headers=answer_headers) from exc
+        if nests_deeper(answer, self._max_depth):
+            raise UpstreamUnavailable(_too_deep("its answer", self._max_depth), headers=answer_headers)
+        return answer, answer_headers
 
     @asynccontextmanager
     async def post_stream(self, path: str, body: Mapping[str, Any],
@@ -155,7 +162,8 @@ class Upstream:
             with _ProviderErrors("the provider did not finish its error answer in time"):
                 async with asyncio.timeout(self._timeout):
                     await _raise_for_status(response)
-            yield ProviderStream(from_provider(response.headers), sse_events(self._reads(response)))
+            yield ProviderStream(from_provider(response.headers),
+                                 sse_events(self._reads(response), self._max_depth))
         finally:
             response.release()
 
@@ -326,53 +334,82 @@ def _provider_message(body: bytes) -> str:
 
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event; a provider may send a whole tool call in one
+_TOO_BIG = "the provider's stream holds an event larger than 16 MiB"
 
 
 async def _lines(reads: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-    """The stream's lines, however long (aiohttp's own line reader stops at 128 KiB)."""
-    pending = b""
+    """The stream's lines, however long (aiohttp's own line reader stops at 128 KiB). Each read is
+    searched once, and a line is joined once from the reads it spans: the work is linear in the
+    bytes read whatever their size (searching all that is pending on every read made a large event
+    cost the square of its size in small reads, on the event loop: see bench/sse_reader.py)."""
+    parts: list[bytes] = []  # the reads (or their ends) of a line not yet complete
+    pending = 0  # their length
     async for data in reads:
-        pending += data
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line
-        if len(pending) > MAX_EVENT_BYTES:
-            raise UpstreamUnavailable("the provider's stream holds an event larger than 16 MiB")
-    if pending:
-        yield pending
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            if parts:
+                yield b"".join((*parts, data[start:end]))
+                parts, pending = [], 0
+            else:
+                yield data[start:end]
+            start = end + 1
+        if start < len(data):
+            parts.append(data[start:] if start else data)
+            pending += len(data) - start
+            if pending > MAX_EVENT_BYTES:
+                raise UpstreamUnavailable(_TOO_BIG)
+    if parts:
+        yield b"".join(parts)
 
 
-async def sse_events(reads: AsyncIterable[bytes]) -> AsyncIterator[dict[str, Any]]:
+async def sse_events(reads: AsyncIterable[bytes], max_depth: int = MAX_JSON_DEPTH) -> AsyncIterator[dict[str, Any]]:
     """Decoded `data:` payloads of an SSE stream, given as the reads of its connection, up to
     `[DONE]` or the end of the stream (the engine checks that the answer was complete). A stream
-    that breaks, holds something other than JSON objects, or carries an error object raises
-    UpstreamUnavailable."""
-    data: list[str] = []
+    that breaks, holds something other than JSON objects, an event larger than MAX_EVENT_BYTES or
+    nested deeper than `max_depth`, or carries an error object raises UpstreamUnavailable."""
+    # Data lines are kept as views of the lines read and joined once (orjson reads bytes, and
+    # checks their UTF-8): a 15 MiB event is copied once on its way to the decoder, not four times.
+    data: list[memoryview] = []
+    size = 0  # of the event's data so far: its lines may each be short and together unbounded
     with _ProviderErrors("the provider's stream stalled", "the provider's stream broke"):
         async for raw_line in _lines(reads):
-            line = raw_line.decode("utf-8").rstrip("\r")
-            if line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
+            line = memoryview(raw_line)[:-1] if raw_line.endswith(b"\r") else memoryview(raw_line)
+            if raw_line.startswith(b"data:"):
+                data.append(line[6:] if raw_line.startswith(b"data: ") else line[5:])
+                size += len(raw_line)
+                if size > MAX_EVENT_BYTES:
+                    raise UpstreamUnavailable(_TOO_BIG)
                 continue
             if line or not data:
                 continue  # comments, other fields (event:), or blank lines between events
-            payload, data = "\n".join(data), []
-            if payload == "[DONE]":
+            payload, data, size = _joined(data), [], 0
+            if payload == b"[DONE]":
                 return
-            yield _decode_event(payload)
-    if data and "\n".join(data) != "[DONE]":
-        yield _decode_event("\n".join(data))  # a last event without its blank line
+            yield _decode_event(payload, max_depth)
+    if data and (payload := _joined(data)) != b"[DONE]":
+        yield _decode_event(payload, max_depth)  # a last event without its blank line
 
 
-def _decode_event(payload: str) -> dict[str, Any]:
+def _joined(data: list[memoryview]) -> memoryview | bytes:
+    return data[0] if len(data) == 1 else b"\n".join(data)
+
+
+def _decode_event(payload: memoryview | bytes, max_depth: int) -> dict[str, Any]:
     try:
         event = orjson.loads(payload)
     except ValueError as exc:
         raise UpstreamUnavailable("the provider's stream holds an event that is not JSON") from exc
     if not isinstance(event, dict):
         raise UpstreamUnavailable("the provider's stream holds an event that is not a JSON object")
+    if nests_deeper(event, max_depth):
+        raise UpstreamUnavailable(_too_deep("an event of its stream", max_depth))
     if isinstance(event.get("error"), dict):
         message = str(event["error"].get("message", "unknown error"))
         raise UpstreamUnavailable(f"the provider reported an error mid-stream: {message}")
     answer: dict[str, Any] = event
     return answer
+
+
+def _too_deep(what: str, limit: int) -> str:
+    return (f"the provider sent {what} nesting arrays and objects more than {limit} levels deep "
+            "(max_json_depth)")

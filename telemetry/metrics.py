@@ -283,6 +283,12 @@ class Metrics:
             names.METRIC_STATE_STORE_LOSSES, "Times a gateway found that the shared state store (Redis) had lost "
             "its data (restarted without persistence, flushed): turns held and retry state from before are gone.",
             registry=registry)
+        self.state_store_unreadable = Counter(
+            names.METRIC_STATE_STORE_UNREADABLE, "Values read from the shared state store (Redis) that were not what "
+            "the gateway wrote there (not JSON, not UTF-8, another shape or Redis type), by the kind of entry; each "
+            "was treated as missing (the store's own bookkeeping: replaced).", (names.LABEL_KIND,), registry=registry)
+        for kind in names.STATE_KINDS:  # at 0 from the start: an alert on its increase sees the first one
+            self.state_store_unreadable.labels(kind)
         for reason in (names.STORE_DROP_WRITE, names.STORE_DROP_BACKLOG):  # at 0 from the start: an alert
             self.trajectory_store_dropped.labels(reason)  # on its increase sees the first loss
         # Label children of the prometheus_client metrics, looked up per call: every label here is
@@ -301,6 +307,10 @@ class Metrics:
     def state_store_lost(self) -> None:
         """The shared state store was found to have lost its data."""
         self.state_store_losses.inc()
+
+    def state_store_unreadable_value(self, kind: str) -> None:
+        """A value of this kind read from the shared state store was garbage."""
+        self.child(self.state_store_unreadable, kind).inc()
 
     def child(self, metric: MetricWrapperBase, *values: str) -> Any:
         """`metric.labels(*values)` of one of the prometheus_client metrics, cached."""

@@ -3,6 +3,7 @@ and tests check their queries against this module."""
 
 from typing import Final, get_args
 
+from gateway.state import StateKind
 from gateway.tools.results import RejectionReason, Status
 from telemetry.trajectory import RetryKind
 
@@ -89,6 +90,7 @@ METRIC_TRAJECTORY_STORE_DROPPED: Final = "toolspan_trajectory_store_dropped_tota
 METRIC_STATE_STORE_UP: Final = "toolspan_state_store_up"
 METRIC_STATE_STORE_FAILURES: Final = "toolspan_state_store_failures_total"
 METRIC_STATE_STORE_LOSSES: Final = "toolspan_state_store_losses_total"
+METRIC_STATE_STORE_UNREADABLE: Final = "toolspan_state_store_unreadable_total"
 
 # Gauges named so say whether something is up (1) or down (0); merged over the workers of
 # `toolspan serve --workers N` as the minimum (down when any worker sees it down), every other
@@ -120,3 +122,5 @@ REJECTION_REASONS: Final = get_args(RejectionReason)
 # gone), or the writer fell too far behind.
 STORE_DROP_WRITE: Final = "write_failed"
 STORE_DROP_BACKLOG: Final = "backlog"
+# The kinds of entry in the shared state store whose values may be found unreadable (garbage).
+STATE_KINDS: Final = get_args(StateKind)

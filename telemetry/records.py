@@ -39,6 +39,9 @@ SCHEMA_VERSION = 2
 # request span ends after its children, maybe in a later batch, a child is kept under '' until
 # then (`write`); few are, and the key's '' prefix finds them. (A partial index of them would make
 # SQLite prepare every statement that binds trajectory_id anew, for each row: 26 us a turn, not 4.)
+# A request's turns and calls are found through a second index of each table, (trajectory_id,
+# request_span_id): through the key alone, showing a trajectory read all its rows once per request
+# (`telemetry.timeline`). A store written before them gets them when it is next opened (`_schema`).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trajectories (
     id TEXT PRIMARY KEY, started REAL NOT NULL, ended REAL NOT NULL);
@@ -54,6 +57,7 @@ CREATE TABLE IF NOT EXISTS model_turns (
     stream INTEGER, input_tokens INTEGER, output_tokens INTEGER, error_type TEXT, error_message TEXT,
     input_messages TEXT, output_messages TEXT, started REAL NOT NULL, duration_ms REAL NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS model_turns_key ON model_turns (trajectory_id, span_id);
+CREATE INDEX IF NOT EXISTS model_turns_of_request ON model_turns (trajectory_id, request_span_id);
 CREATE TABLE IF NOT EXISTS tool_calls (
     span_id TEXT NOT NULL, trace_id TEXT NOT NULL, request_span_id TEXT, trajectory_id TEXT NOT NULL, round INTEGER,
     tool TEXT NOT NULL, call_id TEXT, outcome TEXT, rejection_reason TEXT, error_type TEXT, missing TEXT,
@@ -61,6 +65,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     diagnostic TEXT, arguments TEXT, mcp_server TEXT, mcp_method TEXT, started REAL NOT NULL,
     duration_ms REAL NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS tool_calls_key ON tool_calls (trajectory_id, span_id);
+CREATE INDEX IF NOT EXISTS tool_calls_of_request ON tool_calls (trajectory_id, request_span_id);
 """
 # Version 1 to 2: the same columns, model turns gain their trajectory (their request's), and the
 # tables are rebuilt under the new keys. One transaction: a store is migrated whole or not at all.
@@ -225,7 +230,10 @@ def connect(path: str, max_bytes: int | None = None) -> sqlite3.Connection:
 
 def _schema(db: sqlite3.Connection) -> None:
     """Creates the schema in a new file, or brings a version 1 store to this version. A store of
-    a later version (a newer toolspan wrote it) is refused rather than written wrongly."""
+    a later version (a newer toolspan wrote it) is refused rather than written wrongly. An index
+    added within a version is created in a file of that version written before it (CREATE INDEX IF
+    NOT EXISTS, in this transaction): the tables are the same, and an older toolspan of the version
+    keeps the index up to date as it writes."""
     db.execute("BEGIN IMMEDIATE")  # two processes opening one new file: one creates, the other waits
     try:
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
@@ -565,16 +573,19 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     return len(calls) + len(turns) + len(kept)
 
 
-def prune(db: sqlite3.Connection, *, before: float | None = None, oldest: int = 0) -> int:
+def prune(db: sqlite3.Connection, *, before: float | None = None, oldest: int = 0,
+          spare_from: float | None = None) -> int:
     """Deletes the trajectories that ended before `before` (seconds since the epoch), and then the
-    `oldest` ones left; with their requests, model turns and tool calls. Returns how many."""
+    `oldest` ones left among those that ended before `spare_from` (the store spares what it has
+    just written); with their requests, model turns and tool calls. Returns how many."""
     doomed: list[str] = []
     if before is not None:
         doomed += [row[0] for row in db.execute("SELECT id FROM trajectories WHERE ended < ?", (before,))]
     if oldest > 0:
         doomed += [row[0] for row in db.execute(
-            "SELECT id FROM trajectories WHERE ended >= ? ORDER BY ended LIMIT ?",
-            (before if before is not None else float("-inf"), oldest))]
+            "SELECT id FROM trajectories WHERE ended >= ? AND ended < ? ORDER BY ended LIMIT ?",
+            (before if before is not None else float("-inf"),
+             spare_from if spare_from is not None else float("inf"), oldest))]
     for trajectory in doomed:
         for table in ("model_turns", "tool_calls", "requests"):
             db.execute(f"DELETE FROM {table} WHERE trajectory_id = ?", (trajectory,))
@@ -582,14 +593,14 @@ def prune(db: sqlite3.Connection, *, before: float | None = None, oldest: int = 
     return len(doomed)
 
 
-def prune_orphans(db: sqlite3.Connection, *, before: float) -> None:
+def prune_orphans(db: sqlite3.Connection, *, before: float) -> int:
     """Deletes the model turns older than `before` whose request was never recorded (a request cut
     short, a trace imported in part), and the tool calls as old that never learnt their trajectory:
-    no trajectory shows them."""
-    db.execute("DELETE FROM model_turns WHERE started < ? AND NOT EXISTS (SELECT 1 FROM requests r "
-               "WHERE r.trajectory_id = model_turns.trajectory_id AND r.span_id = model_turns.request_span_id)",
-               (before,))
-    db.execute("DELETE FROM tool_calls WHERE trajectory_id = '' AND started < ?", (before,))
+    no trajectory shows them. Returns how many rows."""
+    turns = db.execute("DELETE FROM model_turns WHERE started < ? AND NOT EXISTS (SELECT 1 FROM requests r "
+                       "WHERE r.trajectory_id = model_turns.trajectory_id AND r.span_id = model_turns.request_span_id)",
+                       (before,)).rowcount
+    return turns + db.execute("DELETE FROM tool_calls WHERE trajectory_id = '' AND started < ?", (before,)).rowcount
 
 
 def used_bytes(db: sqlite3.Connection) -> int:

@@ -16,11 +16,12 @@ Definitions, per tool (and the same per model: the model whose turn made the cal
   call to the ok one; recovery rate: recovered failures / failures;
 - stuck: a trajectory where a tool's failed call was re-sent verbatim at least STUCK_VERBATIM times
   in a row.
+
+One trajectory's timeline, `trajectory`, is `telemetry.timeline`'s (it reads a page of requests).
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from bisect import bisect_right
 from collections import Counter, defaultdict
@@ -28,52 +29,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from telemetry.records import key_range, split_stored_id, stored_id
+from telemetry.records import key_range, split_stored_id
+from telemetry.report_rows import CALL_COLUMNS, FAILED, TURN_COLUMNS, named, rows, selected, suggestions
+from telemetry.timeline import trajectory  # one trajectory's timeline, a page at a time
 
 STUCK_VERBATIM = 2  # as telemetry.trajectory warns: the second verbatim retry of one failure
-FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a failed call ("interrupted" waits)
-
-_CALL_COLUMNS = ("span_id", "trace_id", "request_span_id", "trajectory_id", "round", "tool", "call_id", "outcome",
-                 "rejection_reason", "error_type", "missing", "unrecognized", "suggestions", "retry_kind",
-                 "retries_trace_id", "retries_span_id", "diagnostic", "arguments", "mcp_server", "mcp_method",
-                 "started", "duration_ms")
-_TURN_COLUMNS = ("span_id", "trace_id", "request_span_id", "round", "model", "response_model", "provider",
-                 "response_id", "finish_reasons", "stream", "input_tokens", "output_tokens", "error_type",
-                 "error_message", "input_messages", "output_messages", "started", "duration_ms")
-_JSON_COLUMNS = frozenset({"missing", "unrecognized", "suggestions", "finish_reasons", "input_messages",
-                           "output_messages"})
-
-
-def _rows(db: sqlite3.Connection, sql: str, columns: Sequence[str], params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-    """Rows as dicts, the JSON columns decoded."""
-    found = []
-    for row in db.execute(sql, params):
-        item = dict(zip(columns, row, strict=True))
-        for key in _JSON_COLUMNS.intersection(item):
-            item[key] = _decoded(item[key])
-        found.append(item)
-    return found
-
-
-def _decoded(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:  # content an importer wrote as plain text
-        return text
-
-
-def _suggestions(pairs: Iterable[str] | None) -> dict[str, str]:
-    """`toolspan.args.suggestions` ("sent->accepted") as a mapping."""
-    return dict(pair.rsplit("->", 1) for pair in pairs or () if "->" in pair)
-
-
-def _named(stored: str) -> dict[str, Any]:
-    """How a trajectory is named: its id in the store, the gateway key that made it (None without
-    keys) and the id its caller knows it by."""
-    key, local_id = split_stored_id(stored)
-    return {"id": stored, "key": key, "local_id": local_id}
+__all__ = ["FAILED", "STUCK_VERBATIM", "figures", "list_trajectories", "open_readonly", "rejections_over_time",
+           "report", "trajectory"]
 
 
 def _of_key(column: str, key: str | None) -> tuple[str, tuple[str, ...]]:
@@ -87,12 +49,6 @@ def _of_key(column: str, key: str | None) -> tuple[str, tuple[str, ...]]:
 # A trajectory's model turns are those of its recorded requests (as `m`), found through its key.
 _RECORDED_TURNS = ("FROM model_turns m JOIN requests r ON r.trajectory_id = m.trajectory_id "
                    "AND r.span_id = m.request_span_id")
-
-
-def _selected(db: sqlite3.Connection, table: str, columns: Sequence[str], where: str = "",
-              params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-    sql = f"SELECT {', '.join(columns)} FROM {table} {where} ORDER BY started"
-    return _rows(db, sql, columns, params)
 
 
 # --- the list ---------------------------------------------------------------------------------------
@@ -127,11 +83,11 @@ def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcom
 
 
 def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: float) -> dict[str, Any]:
-    calls = _selected(db, "tool_calls", _CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
+    calls = selected(db, "tool_calls", CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
     turns = _turns_of(db, trajectory_id)
     traces = [row[0] for row in db.execute(
         "SELECT trace_id FROM requests WHERE trajectory_id = ? ORDER BY started", (trajectory_id,))]
-    return {**_named(trajectory_id), "started": started, "ended": ended, "requests": len(traces),
+    return {**named(trajectory_id), "started": started, "ended": ended, "requests": len(traces),
             "model_turns": len(turns), "tool_calls": len(calls),
             "failed_calls": sum(c["outcome"] in FAILED for c in calls),
             "rejections": sum(c["outcome"] == "rejected" for c in calls),
@@ -145,46 +101,9 @@ def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: 
 
 
 def _turns_of(db: sqlite3.Connection, trajectory_id: str) -> list[dict[str, Any]]:
-    columns = ", ".join(f"m.{c}" for c in _TURN_COLUMNS)
+    columns = ", ".join(f"m.{c}" for c in TURN_COLUMNS)
     sql = f"SELECT {columns} {_RECORDED_TURNS} WHERE m.trajectory_id = ? ORDER BY m.started"
-    return _rows(db, sql, _TURN_COLUMNS, (trajectory_id,))
-
-
-# --- one trajectory ---------------------------------------------------------------------------------
-
-def trajectory(db: sqlite3.Connection, trajectory_id: str, key: str | None = None) -> dict[str, Any] | None:
-    """One trajectory's timeline, None when the store has no such trajectory; given `key`, only one
-    of that gateway key's, named by its stored id or by the id its caller knows:
-    {"id", "key", "local_id", "started", "ended", "requests": [{"span_id", "trace_id", "name",
-    "route", "status", "rounds", "limit_reached", "error_type", "started", "duration_ms",
-    "events": [event, ...]}]}.
-
-    Events, in the order they started: {"type": "model_turn", "span_id", "round", "model",
-    "response_model", "provider", "response_id", "finish_reasons", "stream", "input_tokens",
-    "output_tokens", "error_type", "error_message", "input_messages", "output_messages" (the GenAI
-    messages where content was captured, else None), "started", "duration_ms", ...} and
-    {"type": "tool_call", "span_id", "round", "tool", "call_id", "outcome", "rejection_reason",
-    "error_type", "missing", "unrecognized", "suggestions": {sent: accepted}, "retry_kind",
-    "retries_span_id" (the failed call it retries), "diagnostic" (what the model was told),
-    "arguments" (masked; failed calls, or all when recorded), "mcp_server", "mcp_method", "started",
-    "duration_ms", ...}."""
-    if key is not None and split_stored_id(trajectory_id)[0] != key:
-        trajectory_id = stored_id(key, trajectory_id)  # the id the key's caller knows it by, or none of its own
-    found = db.execute("SELECT id, started, ended FROM trajectories WHERE id = ?", (trajectory_id,)).fetchone()
-    if found is None:
-        return None
-    columns = ("span_id", "trace_id", "name", "route", "status", "rounds", "limit_reached", "error_type", "started",
-               "duration_ms")
-    requests = _selected(db, "requests", columns, "WHERE trajectory_id = ?", (trajectory_id,))
-    for request in requests:
-        of_request, ids = "WHERE trajectory_id = ? AND request_span_id = ?", (trajectory_id, request["span_id"])
-        turns = _selected(db, "model_turns", _TURN_COLUMNS, of_request, ids)
-        calls = _selected(db, "tool_calls", _CALL_COLUMNS, of_request, ids)
-        for call in calls:
-            call["suggestions"] = _suggestions(call["suggestions"])
-        events = [{"type": "model_turn", **t} for t in turns] + [{"type": "tool_call", **c} for c in calls]
-        request["events"] = sorted(events, key=lambda e: e["started"])
-    return {**_named(found[0]), "started": found[1], "ended": found[2], "requests": requests}
+    return rows(db, sql, TURN_COLUMNS, (trajectory_id,))
 
 
 # --- the report -------------------------------------------------------------------------------------
@@ -232,7 +151,7 @@ def _calls_with_models(db: sqlite3.Connection, trajectory_id: str) -> tuple[list
     turns = _turns_of(db, trajectory_id)
     model_of = {(t["request_span_id"], t["round"]): t["model"] for t in turns}
     starts = [t["started"] for t in turns]
-    calls = _selected(db, "tool_calls", _CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
+    calls = selected(db, "tool_calls", CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
     for call in calls:
         call["model"] = model_of.get((call["request_span_id"], call["round"]))
         call["turn"] = bisect_right(starts, call["started"])
@@ -268,7 +187,7 @@ def _rate(part: int, whole: int) -> float | None:
 def _renames(calls: Iterable[dict[str, Any]], top: int = 10) -> list[dict[str, Any]]:
     counts: Counter[tuple[str, str | None]] = Counter()
     for call in calls:
-        suggested = call["suggestions"] if isinstance(call["suggestions"], dict) else _suggestions(call["suggestions"])
+        suggested = call["suggestions"] if isinstance(call["suggestions"], dict) else suggestions(call["suggestions"])
         for name in call["unrecognized"] or ():
             counts[(name, suggested.get(name))] += 1
     return [{"from": sent, "to": accepted, "count": n} for (sent, accepted), n in counts.most_common(top)]

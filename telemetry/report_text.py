@@ -115,7 +115,7 @@ def timeline(trajectory: dict[str, Any], events_only: bool = False) -> list[str]
     trajectory = terminal_safe(trajectory)
     key = f"  gateway key {trajectory['key']}" if trajectory.get("key") else ""
     lines = [] if events_only else [f"trajectory {trajectory.get('local_id') or trajectory['id']}{key}  "
-                                    f"started {_when(trajectory['started'])}"]
+                                    f"started {_when(trajectory['started'])}", *shown_requests(trajectory)]
     for request in trajectory["requests"]:
         if not events_only:
             lines.append(f"\nrequest {request['name']} -> {request['status']}  rounds: {request['rounds']}  "
@@ -129,6 +129,15 @@ def timeline(trajectory: dict[str, Any], events_only: bool = False) -> list[str]
             sent = event["input_messages"]
             before = sent if isinstance(sent, list) else []
     return lines
+
+
+def shown_requests(trajectory: dict[str, Any]) -> list[str]:
+    """"showing requests 201-400 of 2,000" when the trajectory's requests are not all here (a page
+    of them); else nothing."""
+    shown, total = trajectory["requests"], trajectory.get("totals", {}).get("requests", len(trajectory["requests"]))
+    if not shown or len(shown) == total:
+        return []
+    return [f"showing requests {shown[0]['index']:,}-{shown[-1]['index']:,} of {total:,}"]
 
 
 def trajectory_list(items: Iterable[dict[str, Any]]) -> list[str]:

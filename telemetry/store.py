@@ -7,7 +7,9 @@ the store's own takes the records off in batches (what arrives within 0.2 s, see
 them into rows and writes each batch in one transaction, then keeps the file within its bounds:
 trajectories older than the age limit go, and the oldest go first when the rows near the size
 limit (which SQLite also enforces as a page cap, so the file never outgrows it; its write-ahead
-log adds about 32 MiB at most, see `records.connect`).
+log adds about 32 MiB at most, see `records.connect`). A batch that does not fit makes its room
+from the oldest trajectories, as many as it takes (`_fit`): at the limit the store keeps the new
+and loses the old, never the other way round.
 
 A store that cannot write (disk full or broken, file read-only or its directory gone, or any other
 error writing a batch) never fails a request, nor stops the writer: the batch's spans are dropped,
@@ -48,6 +50,13 @@ class _ReadOnly(OSError):
     pass
 
 
+def _ended_from(records: list[SpanRecord]) -> float | None:
+    """When the first of the requests among `records` ended (seconds since the epoch): every
+    trajectory they wrote ended then or later. None: they wrote no trajectory."""
+    ends = [r.end_ns for r in records if kind_of(r) == "request"]
+    return min(ends) / 1e9 if ends else None
+
+
 def _wanted(span: ReadableSpan) -> bool:
     """A cheap first cut on the request path; the writer decides exactly (records.kind_of)."""
     return (span.name == names.SPAN_TOOL_CALL or span.kind is SpanKind.SERVER
@@ -71,6 +80,7 @@ class TrajectoryStore(SpanProcessor):
         self._db: sqlite3.Connection | None = None  # the writer thread's alone
         self._inode: int | None = None
         self._failing = False
+        self._overflowing = False  # the last batch was larger than the whole store
         self._orphans_at = float("-inf")
         self._stopped = False
         self._next_way = float("-inf")  # when the request path may next give the writer the GIL
@@ -199,21 +209,89 @@ class TrajectoryStore(SpanProcessor):
     def _write(self, records: list[SpanRecord]) -> None:
         try:
             db = self._open()
-            try:
-                self._transaction(db, records)
-            except sqlite3.OperationalError as exc:
-                if "full" not in str(exc):
-                    raise
-                prune(db, oldest=max(1, self._count(db) // 4))  # make room, then try once more
-                self._transaction(db, records)
-            self._maintain(db)
+            written = self._fit(db, records)
         except Exception as exc:  # the disk or the file; or a span no row can hold: the batch only is lost
             self._lost(records, exc)
             self._close()  # the next batch opens afresh: the file may be back, or writable again
             return
+        if written < len(records):
+            self._too_large(records[:len(records) - written])
+        else:
+            self._overflowing = False
         if self._failing:
             log.warning("trajectory store %s: writing again", self.path)
         self._failing = False
+        try:
+            self._maintain(db, _ended_from(records[len(records) - written:]))
+        except Exception as exc:  # the batch is written: only the pruning failed, and the next batch tries again
+            log.warning("trajectory store %s: cannot prune (%s)", self.path, exc)
+            self._close()
+
+    def _fit(self, db: sqlite3.Connection, records: list[SpanRecord]) -> int:
+        """Writes the batch, the oldest trajectories going while it does not fit: a quarter of them,
+        then twice as many each time (a few tries, however large the batch). New data is never the
+        first to go: only a batch that does not fit in an empty store loses its oldest part
+        (`_newest_that_fit`). Returns how many of `records` (the newest) were written.
+        "Fits" is SQLite's to judge: its page cap (`records.connect`) counts the pages freed by
+        deleted rows (the freelist) as room, and every try but the last deletes at least one
+        trajectory (or, none being left, the rows of none), so the loop ends."""
+        doomed = 0
+        while not self._tried(db, records):
+            total, _ = self._count(db)
+            if total == 0 and not self._prune_orphans(db):
+                return self._newest_that_fit(db, records)
+            if total > 0:
+                doomed = max(1, total // 4) if doomed == 0 else 2 * doomed
+                self._prune(db, oldest=doomed)
+        return len(records)
+
+    def _prune_orphans(self, db: sqlite3.Connection) -> int:
+        """With no trajectory left to make room, the rows of none go, however new: turns and calls
+        still waiting for a request that a batch too large lost (they would hold the room for good).
+        Returns how many rows."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            deleted = prune_orphans(db, before=float("inf"))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return deleted
+
+    def _tried(self, db: sqlite3.Connection, records: list[SpanRecord]) -> bool:
+        """Whether the batch was written: False when it did not fit (rolled back whole)."""
+        try:
+            self._transaction(db, records)
+        except sqlite3.OperationalError as exc:
+            if "full" not in str(exc):
+                raise
+            return False
+        return True
+
+    def _newest_that_fit(self, db: sqlite3.Connection, records: list[SpanRecord]) -> int:
+        """The longest newest part of a batch that fits in the store, written; how many records it
+        holds (found by bisection: a dozen tries for the largest batch). A part that fits is
+        committed, and a longer one tried after it writes those rows again as they are (every
+        insert replaces its row), so it needs room only for what it adds."""
+        fits, too_many = 0, len(records)
+        while too_many - fits > 1:
+            middle = (fits + too_many) // 2
+            if self._tried(db, records[-middle:]):
+                fits = middle
+            else:
+                too_many = middle
+        return fits
+
+    def _too_large(self, lost: list[SpanRecord]) -> None:
+        """The oldest part of a batch larger than the whole store, not written: counted, and logged
+        once per run of such batches."""
+        self._count_lost(lost)
+        if not self._overflowing:
+            log.warning("trajectory store %s: a batch of spans is larger than the whole store (max_bytes %d); "
+                        "its oldest spans are dropped (and counted in %s)", self.path, self._max_bytes,
+                        names.METRIC_TRAJECTORY_STORE_DROPPED)
+        self._overflowing = True
 
     def _transaction(self, db: sqlite3.Connection, records: list[SpanRecord]) -> None:
         """The batch, and the trajectories past the age limit gone (an index lookup: cheap enough
@@ -244,32 +322,57 @@ class TrajectoryStore(SpanProcessor):
             self._inode = os.stat(self.path).st_ino
         return self._db
 
-    def _maintain(self, db: sqlite3.Connection) -> None:
+    def _maintain(self, db: sqlite3.Connection, spare_from: float | None) -> None:
+        """Past _HIGH of the size limit, the oldest trajectories go until under _LOW, so that not
+        every batch must make room; never those the batch just written touched (they ended at or
+        after `spare_from`): a batch that fits is kept whole, and the next batch makes room from the
+        oldest if it needs to (`_fit`). Each round deletes at least one trajectory, so the loop ends."""
         now = self._clock()
         if now - self._orphans_at >= _ORPHAN_CHECK_SECONDS:  # a scan of the turns: not every batch
             self._orphans_at = now
             prune_orphans(db, before=now - self._max_age)
-        while used_bytes(db) > _HIGH * self._max_bytes and (count := self._count(db)) > 0:
-            target = _LOW * self._max_bytes / used_bytes(db)  # the share of trajectories to keep, roughly
-            db.execute("BEGIN IMMEDIATE")
-            prune(db, oldest=max(1, int(count * (1 - target))))
+        while (used := used_bytes(db)) > _HIGH * self._max_bytes:
+            total, older = self._count(db, spare_from)
+            if older == 0:
+                return
+            target = _LOW * self._max_bytes / used  # the share of trajectories to keep, roughly
+            self._prune(db, oldest=max(1, int(total * (1 - target))), spare_from=spare_from)
+
+    def _prune(self, db: sqlite3.Connection, *, oldest: int, spare_from: float | None = None) -> None:
+        """The `oldest` trajectories (of those that ended before `spare_from`) and those past the age
+        limit deleted, in a transaction of their own."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            prune(db, before=self._clock() - self._max_age, oldest=oldest, spare_from=spare_from)
             db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     @staticmethod
-    def _count(db: sqlite3.Connection) -> int:
-        return int(db.execute("SELECT COUNT(*) FROM trajectories").fetchone()[0])
+    def _count(db: sqlite3.Connection, spare_from: float | None = None) -> tuple[int, int]:
+        """How many trajectories the store holds, and how many of them ended before `spare_from`."""
+        total, older = db.execute("SELECT COUNT(*), COALESCE(SUM(ended < ?), 0) FROM trajectories",
+                                  (float("inf") if spare_from is None else spare_from,)).fetchone()
+        return int(total), int(older)
 
     def _lost(self, records: list[SpanRecord], exc: BaseException) -> None:
+        self._count_lost(records)
+        if not self._failing:
+            log.warning("trajectory store %s: cannot write (%s); trajectories are dropped (and counted in %s) "
+                        "until it can", self.path, exc, names.METRIC_TRAJECTORY_STORE_DROPPED)
+        self._failing = True
+
+    def _count_lost(self, records: list[SpanRecord]) -> None:
+        """Counts the spans of `records` that would have been rows: the tool calls, the model turns,
+        and the requests of those."""
         kinds = [kind_of(r) for r in records]
         parents = {r.parent_span_id for r, k in zip(records, kinds, strict=True) if k in ("tool_call", "model_turn")}
         lost = sum(k in ("tool_call", "model_turn") or (k == "request" and r.span_id in parents)
                    for r, k in zip(records, kinds, strict=True))
         if lost:
             self._dropped(names.STORE_DROP_WRITE, lost)
-        if not self._failing:
-            log.warning("trajectory store %s: cannot write (%s); trajectories are dropped (and counted in %s) "
-                        "until it can", self.path, exc, names.METRIC_TRAJECTORY_STORE_DROPPED)
-        self._failing = True
 
     def _close(self) -> None:
         if self._db is not None:

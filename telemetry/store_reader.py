@@ -35,5 +35,6 @@ class StoreReader:
         return self._read(lambda db: report.list_trajectories(db, tool=tool, outcome=outcome, since=since,
                                                               model=model, limit=limit, key=key))
 
-    def trajectory(self, trajectory_id: str, key: str | None) -> dict[str, Any] | None:
-        return self._read(lambda db: report.trajectory(db, trajectory_id, key))
+    def trajectory(self, trajectory_id: str, key: str | None, *, offset: int = 0,
+                   limit: int | None = None) -> dict[str, Any] | None:
+        return self._read(lambda db: report.trajectory(db, trajectory_id, key, offset=offset, limit=limit))

@@ -456,3 +456,23 @@ def installed_formatter(log_format: str) -> logging.Formatter:
 def log_lines(records: list[logging.LogRecord], formatter: logging.Formatter) -> list[str]:
     """The lines the records make in a log written with `formatter`."""
     return [line for record in records for line in formatter.format(record).split("\n")]
+
+
+# --- a long trajectory ------------------------------------------------------------------------------
+
+async def grow_trajectory(stack: Stack, trajectory_id: str, requests: int, *, key: str = TEST_KEY,
+                          failing_at: int | None = None) -> list[str]:
+    """`requests` requests through the gateway, each a read_file call and an answer, all naming
+    `trajectory_id`, sent with the gateway key `key`; at request number `failing_at` (from 1) the
+    model names the argument wrongly (a rejection), and the next request's call is its corrected
+    retry. Returns the requests' trace ids, in order, once the store has written them."""
+    traces = []
+    for number in range(1, requests + 1):
+        arguments = {"file_path": "/a"} if number == failing_at else {"path": "/a"}
+        stack.script.then(Reply(tool_calls=[("read_file", arguments)]), Reply(content=f"answer {number}"))
+        sent = await stack.http.post("/v1/chat/completions", json={"model": "test-model", "messages": USER},
+                                     headers={"Authorization": f"Bearer {key}", "X-Trajectory-Id": trajectory_id})
+        assert sent.status == 200, await sent.text()
+        traces.append(sent.headers["X-Trace-Id"])
+    await stack.store.flushed()
+    return traces

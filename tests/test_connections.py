@@ -329,6 +329,32 @@ async def test_a_connection_idle_too_long_is_not_trusted(raw_provider: Callable[
     await pool.close()
 
 
+async def test_connections_left_idle_after_a_burst_are_closed(raw_provider: Callable[..., Awaitable[RawProvider]]
+                                                              ) -> None:
+    """A burst opens a connection per concurrent call; once idle for the pool's idle time, each is
+    closed by the gateway (the provider sees its end) without any further call to notice it."""
+    burst = 20
+    all_in = asyncio.Event()
+
+    async def answer_once_all_came(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if len(provider.requests) == burst:
+            all_in.set()
+        await all_in.wait()
+        writer.write(OK)
+        return True
+
+    provider = await raw_provider(answer_once_all_came)
+    pool = ProviderConnections(provider.url, burst, idle_seconds=0.2)
+    assert await asyncio.gather(*(exchange(pool) for _ in range(burst))) == [(200, b'{"a": true}')] * burst
+    assert provider.connections == burst
+    # Each of the provider's handlers ends when its connection is closed from the gateway's side.
+    await asyncio.wait_for(asyncio.gather(*(task for task, _ in provider.handlers)), DEADLINE)
+    assert pool._open == set()
+    assert await exchange(pool) == (200, b'{"a": true}')  # and the pool still serves, on a new one
+    assert provider.connections == burst + 1
+    await pool.close()
+
+
 async def test_a_call_given_up_frees_its_connection(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
     """A caller that stops waiting (its timeout, its client gone): the connection, whose answer may
     still come, is closed, and its place in the pool is free."""

@@ -7,10 +7,14 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.engine.history import held_names, held_tokens, restore_items, restore_messages
 from gateway.errors import Conflict
 from gateway.state import HeldTurn, HeldTurns, client_call_id
+from gateway.state.redis_store import turn_json
+from gateway.state.redis_values import turn_of
 
 TTL = 10.0
 USER = {"role": "user", "content": "read notes.txt and ask me which file next"}
@@ -287,3 +291,22 @@ def test_a_provider_response_is_owned_by_the_key_that_made_it(clock: Clock) -> N
     assert not done(held.lookup("bob", (), (), "resp_1")).owned
     clock.now += 31 * 86400  # past the owners' 30 days unused
     assert not done(held.lookup("alice", (), (), "resp_1")).owned
+
+
+# --- reading back what Redis holds --------------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(codec=None)),  # lone surrogates too: a tool's result may carry them
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
+OBJECTS = st.lists(st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=4), max_size=4).map(tuple)
+
+
+@given(st.sampled_from(["chat", "responses"]), OBJECTS, OBJECTS, st.lists(st.text(), max_size=4).map(tuple))
+def test_every_held_turn_the_redis_store_writes_reads_back_as_it_was(
+        api: str, calls: tuple[dict[str, Any], ...], results: tuple[dict[str, Any], ...],
+        shown: tuple[str, ...]) -> None:
+    """The checks on what Redis holds never take a turn the gateway wrote for garbage."""
+    turn = HeldTurn(api, calls, results, shown)
+    assert turn_of(turn_json(turn).encode("utf-8")) == turn

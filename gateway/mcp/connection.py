@@ -4,8 +4,10 @@ on `notifications/tools/list_changed`, call them, and reconnect with backoff whe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -22,9 +24,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from gateway.mcp.http_limits import capped_json_bodies
+from gateway.mcp.listing import BuiltTools, ListingWarnings, screened_message
+from gateway.mcp.stdio import StdioServer, stdio_transport
 from gateway.mcp.tools import METHOD_CALL_TOOL, build_tool, tool_result
-from gateway.settings import McpServer
-from gateway.tools import ToolDeclarationError, ToolHooks, ToolRegistry, ToolResult
+from gateway.settings import MCP_MAX_MESSAGE_BYTES, McpServer
+from gateway.tools import Tool, ToolHooks, ToolRegistry, ToolResult
 from gateway.tools.results import ToolOrigin
 
 log = logging.getLogger("toolspan.mcp")
@@ -40,9 +45,10 @@ class McpConnection:
     unavailable rather than that no such tool exists; they are listed afresh on reconnecting."""
 
     def __init__(self, name: str, config: McpServer, registry: ToolRegistry, hooks: ToolHooks,
-                 client_info: mcp_types.Implementation) -> None:
+                 client_info: mcp_types.Implementation, max_message_bytes: int = MCP_MAX_MESSAGE_BYTES) -> None:
         self.name = name
         self.config = config
+        self.max_message_bytes = max_message_bytes
         self.state: State = "connecting"
         self.error: str | None = None  # why it is not up, when it is not
         self.protocol_version: str | None = None
@@ -54,7 +60,10 @@ class McpConnection:
         self._client: Client | None = None
         self._wake = asyncio.Event()  # the session loop has something to do
         self._lost: str | None = None  # why the connection is gone, once it is
-        self._relist = False
+        self._relist = False  # the server announced a change of its tools not listed yet
+        self._listed_at = 0.0  # when its tools were last listed (time.monotonic)
+        self._warnings = ListingWarnings(name)
+        self._built = BuiltTools(self._build_tool, self._warnings)
         self._changed = asyncio.Event()
         self._up_since = 0.0  # when the connection last came up (time.monotonic)
 
@@ -116,7 +125,7 @@ class McpConnection:
         self._lost, self._relist = None, False
         async with AsyncExitStack() as stack:
             transport = await self._transport(stack)
-            client = Client(_watched(transport, self._lose), message_handler=self._on_message,
+            client = Client(_watched(transport, self._lose, self._screened), message_handler=self._on_message,
                             client_info=self._client_info, cache=None)
             async with asyncio.timeout(self.config.connect_timeout_seconds):
                 await stack.enter_async_context(client)
@@ -134,61 +143,87 @@ class McpConnection:
             await self._serve(client)
 
     async def _serve(self, client: Client) -> None:
-        """Wait for a change of its tools, a lost connection, or the time to ping it."""
-        interval = self.config.ping_interval_seconds or None
+        """Ping it when due (the versions that have ping), and list its tools again after it
+        announces a change: one listing at a time, and none sooner than `relist_min_seconds` after
+        the last, so that announcements coming faster than that are answered by one listing.
+        Returns when the connection is lost."""
+        ping_every = self.config.ping_interval_seconds or None
+        if self.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            ping_every = None  # gone from the protocol since 2026-07-28: such a server answers "Method not found"
+        next_ping = None if ping_every is None else time.monotonic() + ping_every
         while self._lost is None:
-            try:
-                async with asyncio.timeout(interval):
-                    await self._wake.wait()
-            except TimeoutError:
-                async with asyncio.timeout(self.config.connect_timeout_seconds):
-                    await client.send_ping()
-                continue
-            self._wake.clear()
-            if self._relist and self._lost is None:
+            now = time.monotonic()
+            relist_at = self._listed_at + self.config.relist_min_seconds if self._relist else None
+            if relist_at is not None and now >= relist_at:
                 self._relist = False
                 async with asyncio.timeout(self.config.connect_timeout_seconds):
                     await self._list_tools(client)
                 self._announce()
+            elif next_ping is not None and ping_every is not None and now >= next_ping:
+                async with asyncio.timeout(self.config.connect_timeout_seconds):
+                    await client.send_ping()
+                next_ping = time.monotonic() + ping_every
+            else:
+                due = [at for at in (relist_at, next_ping) if at is not None]
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(due) - now if due else None):
+                        await self._wake.wait()
+                self._wake.clear()
 
     async def _transport(self, stack: AsyncExitStack) -> Transport:
         config = self.config
         if config.command is not None:
             env = {key: value.get_secret_value() for key, value in config.env.items()}
-            return stdio_client(StdioServerParameters(command=config.command, args=config.args, env=env or None,
-                                                      cwd=config.cwd))
+            if sys.platform == "win32":  # no process groups to stop, nor POSIX signals: the SDK's own transport
+                return stdio_client(StdioServerParameters(command=config.command, args=config.args,
+                                                          env=env or None, cwd=config.cwd))
+            return stdio_transport(StdioServer(self.name, config.command, config.args, env, config.cwd,
+                                               self.max_message_bytes))
         assert config.url is not None  # the settings require a command or a URL
         headers = {key: value.get_secret_value() for key, value in config.headers.items()}
         if config.transport == "sse":
             return sse_client(config.url, headers=headers, timeout=config.connect_timeout_seconds)
         # Responses may stream for as long as a tool runs: only connecting is limited here.
         timeout = httpx2.Timeout(config.connect_timeout_seconds, read=None)
-        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
-        return streamable_http_client(config.url, http_client=http)
+        hooks = {"response": [capped_json_bodies(self.max_message_bytes, self.name)]}
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks))
+        return streamable_http_client(config.url, http_client=http, max_sse_event_size=self.max_message_bytes)
 
     async def _list_tools(self, client: Client) -> None:
+        """Its tools, up to `max_tools`, into the registry (a listing that changed nothing leaves
+        the registry as it is)."""
+        cap = self.config.max_tools
         listed: list[mcp_types.Tool] = []
         cursor: str | None = None
         for _ in range(_LIST_PAGES):
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             listed.extend(page.tools)
             cursor = page.next_cursor
-            if cursor is None:
+            if cursor is None or len(listed) > cap:
                 break
-        tools = []
-        for item in listed:
-            origin = ToolOrigin("mcp", self.name, METHOD_CALL_TOOL, item.name, self.transport_name,
-                                self.protocol_version)
-            try:
-                tools.append(build_tool(origin, item, self.call, self.config.concurrent, self.config.timeout_seconds))
-            except ToolDeclarationError as exc:
-                log.warning("MCP server %r: tool %r left out: %s", self.name, item.name, exc)
-        refused = self._registry.replace_source(self.source, tools)
-        for name in refused:
-            log.warning("MCP server %r: tool %r left out: a tool of that name is already registered", self.name, name)
-        # What it has in the registry now (a server may list a name twice: the first one counts).
-        self.tools = tuple(name for name in dict.fromkeys(t.name for t in tools)
-                           if self._registry.source_of(name) == self.source)
+        if len(listed) > cap:
+            self._warnings.warn(f"it lists more than {cap} tools: the first {cap} are kept (max_tools)")
+            del listed[cap:]
+        tools = await self._built.update(listed)
+        self._listed_at = time.monotonic()
+        registered = [self._registry.get(name) for name in self.tools]
+        if len(registered) != len(tools) or any(old is not new for old, new in zip(registered, tools, strict=True)):
+            for name in self._registry.replace_source(self.source, tools):
+                self._warnings.warn(f"tool {name!r} left out: a tool of that name is already registered")
+            # What it has in the registry now (a server may list a name twice: the first one counts).
+            self.tools = tuple(name for name in dict.fromkeys(t.name for t in tools)
+                               if self._registry.source_of(name) == self.source)
+        self._warnings.listed()
+
+    def _screened(self, item: Any) -> Any:
+        """A message from the server's transport, its tool listings screened. One tool past
+        max_tools is let through, for _list_tools to tell that there were more."""
+        return screened_message(item, self.protocol_version, self._warnings, self.config.max_tools + 1)
+
+    def _build_tool(self, listed: mcp_types.Tool) -> Tool:
+        origin = ToolOrigin("mcp", self.name, METHOD_CALL_TOOL, listed.name, self.transport_name,
+                            self.protocol_version)
+        return build_tool(origin, listed, self.call, self.config.concurrent, self.config.timeout_seconds)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
@@ -222,7 +257,10 @@ class McpConnection:
             if exc.error.code != mcp_types.CONNECTION_CLOSED:
                 return ToolResult(content=f"MCP server '{self.name}' refused the call of its tool '{tool}': "
                                           f"{exc.error.message}", is_error=True, error_type="mcp_error")
-            self._lose("the server closed the connection")
+            # The client's words when it says more than that the connection closed (an SSE answer over
+            # mcp_max_message_bytes, say): they reach the log and /readyz.
+            said = exc.error.message
+            self._lose(said if said and said != "Connection closed" else "the server closed the connection")
             return self._unavailable("the connection closed during the call; whether the tool ran is unknown")
         except _TRANSPORT_FAILURES as exc:  # the connection failed under the call
             self._lose(_reason(exc))
@@ -254,21 +292,24 @@ def _reason(exc: BaseException) -> str:
 
 
 class _WatchedStream:
-    """The server's side of a transport, telling when it ends (a stdio server that exited)."""
+    """The server's side of a transport, telling when it ends (a stdio server that exited), each
+    message it yields passed through `screen` first."""
 
-    def __init__(self, inner: Any, ended: Callable[[str], None]) -> None:
+    def __init__(self, inner: Any, ended: Callable[[str], None], screen: Callable[[Any], Any]) -> None:
         self._inner = inner
         self._ended = ended
+        self._screen = screen
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            item = await self._inner.receive()
         except Exception:
             self._ended("the server closed the connection")
             raise
+        return self._screen(item)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -290,6 +331,7 @@ class _WatchedStream:
 
 
 @asynccontextmanager
-async def _watched(transport: Transport, ended: Callable[[str], None]) -> AsyncIterator[Any]:
+async def _watched(transport: Transport, ended: Callable[[str], None],
+                   screen: Callable[[Any], Any]) -> AsyncIterator[Any]:
     async with transport as (read_stream, write_stream):
-        yield _WatchedStream(read_stream, ended), write_stream
+        yield _WatchedStream(read_stream, ended, screen), write_stream

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -12,8 +12,15 @@ import mcp_types
 from aiohttp import web
 
 from gateway.mcp.connection import McpConnection
-from gateway.settings import McpServer
+from gateway.mcp.stdio import GRACE_SECONDS
+from gateway.settings import MCP_MAX_MESSAGE_BYTES, McpServer
 from gateway.tools import ToolHooks, ToolRegistry
+
+log = logging.getLogger("toolspan.mcp")
+# A connection's close, its stdio server's two graces included (gateway.mcp.stdio), with a margin;
+# what is still closing then is cancelled again, which kills a stdio server's processes at once.
+STOP_SECONDS = 2 * GRACE_SECONDS + 3.0
+_KILLED_SECONDS = 2.0
 
 
 def _client_info() -> mcp_types.Implementation:
@@ -29,9 +36,10 @@ class McpSources:
     for every server's first attempt (bounded by its connect timeout), so the tools of the servers
     that answered are registered before the first request; the others join when they come up."""
 
-    def __init__(self, servers: Mapping[str, McpServer], registry: ToolRegistry, hooks: ToolHooks) -> None:
+    def __init__(self, servers: Mapping[str, McpServer], registry: ToolRegistry, hooks: ToolHooks,
+                 max_message_bytes: int = MCP_MAX_MESSAGE_BYTES) -> None:
         info = _client_info()
-        self.connections = {name: McpConnection(name, config, registry, hooks, info)
+        self.connections = {name: McpConnection(name, config, registry, hooks, info, max_message_bytes)
                             for name, config in servers.items()}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -41,11 +49,21 @@ class McpSources:
         await asyncio.gather(*(c.wait_until(lambda c: c.state != "connecting") for c in self.connections.values()))
 
     async def stop(self) -> None:
+        """End every connection, in at most STOP_SECONDS and a little more, whatever the servers do."""
         for task in self._tasks:
             task.cancel()
+        pending: set[asyncio.Task[None]] = set(self._tasks)
+        for bound in (STOP_SECONDS, _KILLED_SECONDS):
+            if not pending:
+                break
+            _, pending = await asyncio.wait(pending, timeout=bound)
+            for task in pending:
+                task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            if task in pending:  # only a process stuck in the kernel gets here: it is left to exit on its own
+                log.warning("%s did not end within %g s; left behind", task.get_name(), STOP_SECONDS + _KILLED_SECONDS)
+            elif not task.cancelled() and (error := task.exception()) is not None:
+                log.error("%s had failed", task.get_name(), exc_info=error)
         self._tasks.clear()
 
     async def lifetime(self, app: web.Application) -> AsyncIterator[None]:

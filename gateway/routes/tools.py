@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway.app_keys import EXECUTOR, REGISTRY
 from gateway.caller import Caller
 from gateway.errors import BadRequest, Forbidden, NotFound
-from gateway.routes.common import answer_headers, caller_of, read_object, reported
+from gateway.routes.common import answer_headers, caller_of, json_answer, read_object, reported
 from gateway.tools import Rejection, Tool, ToolCall, ToolOutcome
 
 
@@ -69,7 +69,7 @@ async def invoke(request: web.Request) -> web.StreamResponse:
     tool = _tool(request, caller)
     call = ToolCall(f"call_{secrets.token_hex(12)}", tool.name, _arguments(body))
     outcome = await request.app[EXECUTOR].run_call(call, caller.turn(0), caller.allowed)
-    return reported(web.json_response(outcome_json(outcome), headers=answer_headers(caller)), caller)
+    return reported(json_answer(outcome_json(outcome), answer_headers(caller)), caller)
 
 
 async def parse(request: web.Request) -> web.StreamResponse:

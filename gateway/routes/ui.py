@@ -3,7 +3,8 @@ embedded trajectory store, read through the `TrajectoryReader` the composition r
 a stylesheet and a small script of its own, and a Content-Security-Policy that allows nothing else.
 
 Routes: /ui (the report), /ui/trajectories (the list, with filters), /ui/trajectories/{id} (one
-timeline), /ui/login and /ui/logout (the session cookie, see ui_auth), /ui/assets/{name}."""
+timeline, a page of its requests: ?page=N, ?limit=N), /ui/login and /ui/logout (the session
+cookie, see ui_auth), /ui/assets/{name}."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import asyncio
 import re
 import sqlite3
 import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
@@ -33,7 +36,8 @@ from gateway.routes.ui_auth import (
 from gateway.routes.ui_layout import notice, page
 from gateway.routes.ui_markup import Html, render, when
 from gateway.routes.ui_report import ListFilters, list_page, report_page
-from gateway.routes.ui_timeline import timeline_page
+from gateway.routes.ui_timeline import MOST_PAGE_REQUESTS, PAGE_REQUESTS, Paging, pages, timeline_page
+from gateway.settings import Settings
 
 # Scripts, styles and forms of this origin only; no inline script or style, no frames, no plugins.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -47,7 +51,7 @@ PAGE_HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-T
 RECENT = 10
 LIST_LIMIT = 200
 FINE_BUCKET_SECONDS, COARSE_BUCKET_SECONDS = 60.0, 3600.0
-_SECONDS = re.compile(r"[0-9]{1,9}")
+_WHOLE = re.compile(r"[0-9]{1,9}")  # ASCII digits only: int() would take "²" or "1_0" too
 _ASSET_TYPES = {"ui.css": "text/css", "ui.js": "text/javascript"}
 _BELOW_HOME = HOME + "/"
 
@@ -64,7 +68,8 @@ class TrajectoryReader(Protocol):
     def list_trajectories(self, *, tool: str | None, outcome: str | None, since: float | None,
                           model: str | None, limit: int, key: str | None) -> list[dict[str, Any]]: ...
 
-    def trajectory(self, trajectory_id: str, key: str | None) -> dict[str, Any] | None: ...
+    def trajectory(self, trajectory_id: str, key: str | None, *, offset: int = 0,
+                   limit: int | None = None) -> dict[str, Any] | None: ...
 
 
 class UiAssets:
@@ -77,6 +82,12 @@ class UiAssets:
 
 TRAJECTORIES = web.AppKey("trajectories", TrajectoryReader)
 ASSETS = web.AppKey("ui_assets", UiAssets)
+# The thread the timeline pages are read and rendered on, one at a time: each holds the GIL for as
+# long as its requests take, and several threads at them keep the event loop from it for longer
+# than one does (four clients asking: /healthz p99 116 ms on four threads, 18 ms on one, for as many
+# pages; bench/trajectory_growth.py). A request that gives up (its client gone) leaves its page to
+# finish there, and the next waits for it.
+TIMELINES = web.AppKey("ui_timelines", ThreadPoolExecutor)
 
 
 def _secured(response: web.Response) -> web.Response:
@@ -172,7 +183,7 @@ def _filters(request: web.Request) -> ListFilters:
     # long to be an age) is ignored.
     return ListFilters(tool=query.get("tool") or None, outcome=query.get("outcome") or None,
                        model=query.get("model") or None,
-                       within_seconds=int(since) if _SECONDS.fullmatch(since) else None)
+                       within_seconds=int(since) if _WHOLE.fullmatch(since) else None)
 
 
 async def list_view(request: web.Request) -> web.Response:
@@ -187,17 +198,54 @@ async def list_view(request: web.Request) -> web.Response:
     return _html(page("Trajectories", body, "/ui/trajectories", bool(settings.keys)))
 
 
+def _page_asked(query: Mapping[str, str]) -> tuple[int, int] | str:
+    """(page, requests a page) as ?page= and ?limit= ask for them, each optional; or what is wrong
+    with them."""
+    found = []
+    for name, default, most in (("page", 1, None), ("limit", PAGE_REQUESTS, MOST_PAGE_REQUESTS)):
+        text = query.get(name, "")
+        value = int(text) if _WHOLE.fullmatch(text) else None if text else default
+        if value is None or value < 1 or (most is not None and value > most):
+            allowed = f"from 1 to {most:,}" if most is not None else "from 1 up"
+            return f"?{name} must be a whole number {allowed}, not {text[:40]!r}."
+        found.append(value)
+    return found[0], found[1]
+
+
+def _timeline(reader: TrajectoryReader | None, trajectory_id: str, viewer: _Viewer, number: int, limit: int,
+              settings: Settings) -> tuple[Html, int]:
+    """The timeline page `number` of the trajectory, `limit` requests a page: its markup and status,
+    read and rendered on the pages' thread."""
+    found = None
+    try:
+        if reader is not None:
+            found = reader.trajectory(trajectory_id, viewer.key, offset=(number - 1) * limit, limit=limit)
+    except sqlite3.Error:
+        pass  # nothing to read (yet): as no such trajectory
+    keyed = bool(settings.keys)
+    if found is None:  # another key's trajectory is one this key's page has not got
+        body = notice("The store has no trajectory with this id (it may have aged out).")
+        return page(f"Trajectory {trajectory_id}", body, None, keyed), 404
+    total = found["totals"]["requests"]
+    if number > (last := pages(total, limit)):
+        body = notice(f"?page={number:,} is past the last page of this trajectory: {last:,} ({total:,} requests, "
+                      f"{limit:,} a page).")
+        return page(f"Trajectory {found['local_id']}", body, None, keyed), 400
+    body = timeline_page(found, Paging(found["id"], number, limit), settings.trace_ui_url)
+    return page(f"Trajectory {found['local_id']}", body, None, keyed), 200
+
+
 async def trajectory_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     if not isinstance(viewer := _viewer(request), _Viewer):
         return viewer
     trajectory_id = request.match_info["id"]
-    found = await _ask(request, "trajectory", trajectory_id, viewer.key)
-    if found is None:  # another key's trajectory is one this key's page has not got
-        body = notice("The store has no trajectory with this id (it may have aged out).")
-        return _html(page(f"Trajectory {trajectory_id}", body, None, bool(settings.keys)), status=404)
-    body = timeline_page(found, settings.trace_ui_url)
-    return _html(page(f"Trajectory {found['local_id']}", body, None, bool(settings.keys)))
+    asked = _page_asked(request.query)
+    if isinstance(asked, str):
+        return _html(page(f"Trajectory {trajectory_id}", notice(asked), None, bool(settings.keys)), status=400)
+    markup, status = await asyncio.get_running_loop().run_in_executor(
+        request.app[TIMELINES], _timeline, request.app.get(TRAJECTORIES), trajectory_id, viewer, *asked, settings)
+    return _html(markup, status)
 
 
 async def _form(request: web.Request) -> dict[str, str]:
@@ -238,9 +286,15 @@ async def asset(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type=_ASSET_TYPES[name], charset="utf-8")
 
 
+async def _stop_timelines(app: web.Application) -> None:
+    app[TIMELINES].shutdown(wait=False, cancel_futures=True)
+
+
 def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
     """The page's routes; without a reader (the store is off) the page says so."""
     app[ASSETS] = UiAssets()
+    app[TIMELINES] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolspan-ui-timeline")
+    app.on_cleanup.append(_stop_timelines)
     app.on_response_prepare.append(_page_headers)
     if reader is not None:
         app[TRAJECTORIES] = reader

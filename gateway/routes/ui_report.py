@@ -26,6 +26,7 @@ from gateway.routes.ui_layout import (
 from gateway.routes.ui_markup import EMPTY, Html, join, render, when
 
 CHART_BUCKETS = 24
+TRACES_SHOWN = 5  # trace links in a trajectory's row of the list
 SINCE_CHOICES = (("", "any time"), ("3600", "last hour"), ("86400", "last day"), ("604800", "last week"))
 OUTCOME_CHOICES = ("", "ok", "rejected", "error", "timeout", "interrupted", "cancelled")
 
@@ -164,6 +165,15 @@ def report_page(report: Mapping[str, Any], over_time: Sequence[Mapping[str, Any]
 _KEY_HEADER = [("key", False)]  # the gateway key's column, where any row has a key
 
 
+def _traces(trace_ids: Sequence[str], trace_ui: str | None) -> Html:
+    """A trajectory's first traces (one a request; a caller can make thousands), and how many more
+    its own page lists."""
+    shown = join((trace_link(trace_id, trace_ui) for trace_id in trace_ids[:TRACES_SHOWN]), " ")
+    more = len(trace_ids) - TRACES_SHOWN
+    return shown if more <= 0 else render('{shown} <span class="muted">and {more} more</span>', shown=shown,
+                                          more=f"{more:,}")
+
+
 def trajectory_table(rows: Sequence[Mapping[str, Any]], trace_ui: str | None) -> Html:
     if not rows:
         return notice("No trajectory matches.")
@@ -176,7 +186,7 @@ def trajectory_table(rows: Sequence[Mapping[str, Any]], trace_ui: str | None) ->
         ended=when_at(row["ended"]), requests=number(row["requests"]), turns=number(row["model_turns"]),
         calls=number(row["tool_calls"]), failed=number(row["failed_calls"]), rejections=number(row["rejections"]),
         retries=number(row["retries"]), models=escape_all(row["models"]), tools=escape_all(row["tools"]),
-        traces=join((trace_link(trace_id, trace_ui) for trace_id in row["trace_ids"]), " "))
+        traces=_traces(row["trace_ids"], trace_ui))
         for row in rows]
     return table([("trajectory", False), *(_KEY_HEADER if keyed else []), ("last active", False), ("requests", True),
                   ("model turns", True),

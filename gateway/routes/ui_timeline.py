@@ -1,21 +1,51 @@
-"""One trajectory's timeline, from `telemetry.report.trajectory`'s shape: each request, its model
-turns and tool calls in the order they started. A failed call shows the arguments the model sent
-and the diagnostic it got back, and links to the call that retried it (and back)."""
+"""One trajectory's timeline, from `telemetry.report.trajectory`'s shape: a page of its requests,
+each with its model turns and tool calls in the order they started. A failed call shows the
+arguments the model sent and the diagnostic it got back, and links to the call that retried it
+(and back), on whichever page that call is."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from gateway.routes.ui_layout import escape_all, ms, notice, plural, tag, trace_link, when_at
 from gateway.routes.ui_markup import EMPTY, Html, join, render, when
 
 FAILED = frozenset({"error", "rejected", "timeout", "cancelled"})
+# Requests a page shows unless its address asks (?limit=) for another number, and the most it may
+# ask for: a page is rendered whole before any of it is sent.
+PAGE_REQUESTS, MOST_PAGE_REQUESTS = 200, 1000
 
 
 def _anchor(span_id: str) -> str:
     return f"call-{span_id}"
+
+
+@dataclass(frozen=True)
+class Paging:
+    """The page of a trajectory's requests shown (from 1) and how many a page holds."""
+
+    trajectory_id: str  # as the store keys it
+    page: int
+    limit: int = PAGE_REQUESTS
+
+    def page_of(self, index: int) -> int:
+        """The page that shows the request at `index` (from 1)."""
+        return (index - 1) // self.limit + 1
+
+    def href(self, page: int, anchor: str = "") -> str:
+        query = [f"page={page}"] if page > 1 else []
+        query += [f"limit={self.limit}"] if self.limit != PAGE_REQUESTS else []
+        address = f"/ui/trajectories/{quote(self.trajectory_id, safe='')}"
+        return address + (f"?{'&'.join(query)}" if query else "") + (f"#{anchor}" if anchor else "")
+
+    def call_href(self, span_id: str, request_index: int) -> str:
+        """Where a call is: its anchor on this page, or on the page of its request."""
+        page = self.page_of(request_index)
+        return f"#{_anchor(span_id)}" if page == self.page else self.href(page, _anchor(span_id))
 
 
 def _pretty(text: str) -> str:
@@ -42,21 +72,22 @@ def _names(call: Mapping[str, Any]) -> Html:
     return when(parts, render('<div class="names">{parts}</div>', parts=join(parts, "; ")))
 
 
-def _retry(call: Mapping[str, Any], on_page: set[str], retried_by: Mapping[str, str]) -> Html:
+def _retry(call: Mapping[str, Any], paging: Paging) -> Html:
     lines = []
-    retried = call.get("retries_span_id")
+    retried, retried_in = call.get("retries_span_id"), call.get("retries_request")
     if call.get("retry_kind"):
-        target = (render('<a href="#{a}">the failed call</a>', a=_anchor(retried)) if retried in on_page
-                  else render("a failed call no longer stored"))
+        target = (render('<a href="{href}">the failed call</a>', href=paging.call_href(retried, retried_in))
+                  if retried and retried_in else render("a failed call no longer stored"))
         lines.append(render('<div class="retry">{kind} retry of {target}</div>',
                             kind=tag(call["retry_kind"]), target=target))
-    if call["span_id"] in retried_by:
-        lines.append(render('<div class="retry">retried by <a href="#{a}">the next call</a></div>',
-                            a=_anchor(retried_by[call["span_id"]])))
+    by = call.get("retried_by")
+    if by and by.get("request"):
+        lines.append(render('<div class="retry">retried by <a href="{href}">the next call</a></div>',
+                            href=paging.call_href(by["span_id"], by["request"])))
     return join(lines)
 
 
-def _tool_call(call: Mapping[str, Any], on_page: set[str], retried_by: Mapping[str, str]) -> Html:
+def _tool_call(call: Mapping[str, Any], paging: Paging) -> Html:
     outcome = call.get("outcome") or "unknown"
     failed = outcome in FAILED
     reason = call.get("rejection_reason") or call.get("error_type")
@@ -73,7 +104,7 @@ def _tool_call(call: Mapping[str, Any], on_page: set[str], retried_by: Mapping[s
         outcome=tag(outcome), reason=when(reason, render(" <span class=\"reason\">({r})</span>", r=reason)),
         round=call.get("round") if call.get("round") is not None else "-", duration=ms(call.get("duration_ms")),
         server=when(call.get("mcp_server"), render(" · MCP server {s}", s=call.get("mcp_server"))),
-        names=_names(call), retry=_retry(call, on_page, retried_by), details=join(details))
+        names=_names(call), retry=_retry(call, paging), details=join(details))
 
 
 def _messages(label: str, messages: Any) -> Html:
@@ -99,42 +130,51 @@ def _model_turn(turn: Mapping[str, Any]) -> Html:
         output=_messages("the model's answer", turn.get("output_messages")))
 
 
-def _request(index: int, request: Mapping[str, Any], on_page: set[str], retried_by: Mapping[str, str],
-             trace_ui: str | None) -> Html:
-    events = [_model_turn(e) if e["type"] == "model_turn" else _tool_call(e, on_page, retried_by)
-              for e in request["events"]]
+def _request(request: Mapping[str, Any], paging: Paging, trace_ui: str | None) -> Html:
+    events = [_model_turn(e) if e["type"] == "model_turn" else _tool_call(e, paging) for e in request["events"]]
     return render(
         '<section class="card request"><h2>Request {n}: {name}</h2><p class="muted">{started} · status {status}'
         ' · {rounds} · {duration}{limit} · trace {trace}</p><ol class="timeline">{events}</ol></section>',
-        n=index, name=request.get("name") or request.get("route") or "request", started=when_at(request["started"]),
-        status=request.get("status") or "-", rounds=plural(request.get("rounds") or 0, "round"),
-        duration=ms(request["duration_ms"]),
+        n=f"{request['index']:,}", name=request.get("name") or request.get("route") or "request",
+        started=when_at(request["started"]), status=request.get("status") or "-",
+        rounds=plural(request.get("rounds") or 0, "round"), duration=ms(request["duration_ms"]),
         limit=when(request.get("limit_reached"), render(" · round limit reached")),
         trace=trace_link(request.get("trace_id"), trace_ui) or "-", events=join(events))
 
 
-def _retried_by(requests: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The failed call each retry answers, turned around: failed call -> the call that retried it."""
-    links: dict[str, str] = {}
-    for request in requests:
-        for event in request["events"]:
-            if event["type"] == "tool_call" and event.get("retries_span_id"):
-                links.setdefault(str(event["retries_span_id"]), str(event["span_id"]))
-    return links
+def pages(total: int, limit: int) -> int:
+    """How many pages `total` requests fill, `limit` a page (one, when there are none)."""
+    return max(1, -(-total // limit))
 
 
-def timeline_page(trajectory: Mapping[str, Any], trace_ui: str | None) -> Html:
-    requests = trajectory["requests"]
+def _pager(trajectory: Mapping[str, Any], paging: Paging) -> Html:
+    """Which requests the page shows, of how many, and the links to the other pages."""
+    shown, total = trajectory["requests"], trajectory["totals"]["requests"]
+    last = pages(total, paging.limit)
+    if last == 1:
+        return EMPTY
+    before, after = paging.page - 1, paging.page + 1
+    wanted = [(1, "first", "first page", before > 1), (before, "prev", "← previous", before >= 1),
+              (after, "next", "next →", after <= last), (last, "last", "last page", after < last)]
+    links = [render('<a href="{href}" rel="{rel}">{label}</a>', href=paging.href(page), rel=rel, label=label)
+             for page, rel, label, shown_here in wanted if shown_here]
+    return render('<nav class="pages"><p>Showing requests {first}-{end} of {total} (page {page} of {last}) · '
+                  '{links} <span class="muted">· ?limit=N shows up to {most} a page</span></p></nav>',
+                  first=f"{shown[0]['index']:,}", end=f"{shown[-1]['index']:,}", total=f"{total:,}",
+                  page=f"{paging.page:,}", last=f"{last:,}", links=join(links, " · "), most=f"{MOST_PAGE_REQUESTS:,}")
+
+
+def timeline_page(trajectory: Mapping[str, Any], paging: Paging, trace_ui: str | None) -> Html:
+    """The page `paging` names of the trajectory's requests (`trajectory` holds them)."""
+    requests, totals = trajectory["requests"], trajectory["totals"]
     if not requests:
         return notice("This trajectory has no request recorded.")
-    on_page = {str(e["span_id"]) for r in requests for e in r["events"] if e["type"] == "tool_call"}
-    retried_by = _retried_by(requests)
-    calls = [e for r in requests for e in r["events"] if e["type"] == "tool_call"]
-    failed = sum(e.get("outcome") in FAILED for e in calls)
     summary = render('<p class="muted">{key}{started} to {ended} · {requests} · {calls}, {failed} failed · '
                      '<a href="/ui/trajectories">all trajectories</a></p>',
                      key=when(trajectory.get("key"), render("gateway key {k} · ", k=trajectory.get("key"))),
                      started=when_at(trajectory["started"]), ended=when_at(trajectory["ended"]),
-                     requests=plural(len(requests), "request"), calls=plural(len(calls), "tool call"), failed=failed)
-    return render("{summary}{requests}", summary=summary, requests=join(
-        _request(i, r, on_page, retried_by, trace_ui) for i, r in enumerate(requests, 1)))
+                     requests=plural(totals["requests"], "request"), calls=plural(totals["tool_calls"], "tool call"),
+                     failed=f"{totals['failed_calls']:,}")
+    pager = _pager(trajectory, paging)
+    return render("{summary}{pager}{requests}{pager}", summary=summary, pager=pager,
+                  requests=join(_request(r, paging, trace_ui) for r in requests))

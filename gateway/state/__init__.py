@@ -13,8 +13,9 @@ Two stores, one interface (`StateStore`): `HeldTurns`, in this process's memory 
 and `RedisState`, shared by replicas (`state_url`). A request first looks up, in one go, what it
 names (`StateStore.lookup`: tokens, ids of shown items, a response id); the conversation is then
 put back from that `Found`, synchronously. A store that cannot answer raises `StateUnavailable`
-(a 503 with retry-after), never a wrong history. Failure records are opaque text here: their
-shape is telemetry's.
+(a 503 with retry-after), never a wrong history. What Redis holds that is not what the gateway
+wrote there (gateway.state.redis_values) is treated as missing, counted and logged, never a 500.
+Failure records are opaque text here: their shape is telemetry's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gateway.state.base import (
     FailureBounds,
     Found,
     HeldTurn,
+    StateKind,
     StateStore,
     StateUnavailable,
     client_call_id,
@@ -41,15 +43,18 @@ from gateway.state.memory import FailureRecords, HeldTurns
 from gateway.state.redis_store import RedisState
 
 __all__ = ["NOTHING", "OWNED_RESPONSES", "PREFIX", "RESPONSE_PREFIX", "Bounds", "FailureBook", "FailureBounds",
-           "FailureRecords", "Found", "HeldTurn", "HeldTurns", "RedisState", "StateStore", "StateUnavailable",
+           "FailureRecords", "Found", "HeldTurn", "HeldTurns", "RedisState", "StateKind", "StateStore",
+           "StateUnavailable",
            "client_call_id", "make_store", "no_such_response", "split_call_id"]
 
 
 def make_store(url: str | None, turns: Bounds, owned: Bounds, timeout_seconds: float,
-               observe: Callable[[bool], None], lost: Callable[[], None] = lambda: None) -> StateStore:
+               observe: Callable[[bool], None], lost: Callable[[], None] = lambda: None,
+               unreadable: Callable[[StateKind], None] = lambda kind: None) -> StateStore:
     """The store `state_url` names: None, memory; redis:// (rediss://, unix://), Redis. Failure
-    records keep `FailureRecords`' default bounds either way."""
+    records keep `FailureRecords`' default bounds either way. `unreadable` hears of each value read
+    from Redis that is not what the gateway wrote (memory holds only what the gateway put there)."""
     if url is None:
         return HeldTurns(turns.capacity, turns.ttl_seconds, per_key=turns.per_key, owned=owned)
     return RedisState(url, turns.capacity, turns.ttl_seconds, timeout_seconds, observe, lost=lost,
-                      per_key=turns.per_key, owned=owned)
+                      per_key=turns.per_key, owned=owned, unreadable=unreadable)

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gateway.errors import Conflict, NotFound, Unavailable
+
+# What a shared store keeps, each kind under keys of its own: held turns, the items their clients
+# saw, response aliases, response owners, failure records, the marker that tells a Redis that lost
+# its data, and the sets of entries by last use (the metric of unreadable values counts by these).
+StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru"]
 
 PREFIX = "tspan_"
 RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses

@@ -6,12 +6,14 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
+import re
 import secrets
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -26,21 +28,42 @@ from gateway.state.base import (
     FailureBounds,
     Found,
     HeldTurn,
+    StateKind,
     StateUnavailable,
+)
+from gateway.state.redis_values import (
+    REPLACED,
+    WRONG_TYPE,
+    Unreadable,
+    UnreadableValues,
+    failure_record,
+    owned_of,
+    response_of,
+    token_of,
+    turn_of,
+    written_at,
+    wrong_type,
 )
 
 log = logging.getLogger("toolspan.state")
 _KEYLESS = "-"  # the owner part of an entry's name without gateway keys
+T = TypeVar("T")
 
 
-def _turn_json(turn: HeldTurn) -> str:
+def turn_json(turn: HeldTurn) -> str:
+    """A held turn as `hold` writes it (redis_values.turn_of reads it)."""
     return json.dumps({"api": turn.api, "calls": turn.calls, "results": turn.results, "shown": turn.shown},
                       separators=(",", ":"))
 
 
-def _turn_of(raw: bytes) -> HeldTurn:
-    data = json.loads(raw)
-    return HeldTurn(data["api"], tuple(data["calls"]), tuple(data["results"]), tuple(data["shown"]))
+async def _answers(pipe: Pipeline) -> list[Any]:
+    """A pipeline's answers, with the WRONGTYPE error of a command that met garbage in its place;
+    any other error is raised, as from a single command."""
+    answers: list[Any] = await pipe.execute(raise_on_error=False)
+    for answer in answers:
+        if isinstance(answer, RedisError) and not wrong_type(answer):
+            raise answer
+    return answers
 
 
 @dataclass(frozen=True)
@@ -64,12 +87,15 @@ class RedisState:
     of (gateway key, id): another key's lookup never finds it. Each kind keeps a sorted set of its
     entries by last use, trimmed to the capacity, and a set for each gateway key, trimmed to that
     key's share (least recently used dropped first). Every command is bounded by `timeout_seconds`;
-    one that fails or times out is a `StateUnavailable`, and the client reconnects on the next."""
+    one that fails or times out is a `StateUnavailable`, and the client reconnects on the next.
+    A value that is not what the gateway wrote (redis_values) is counted on `unreadable` and
+    logged, and treated as missing."""
 
     def __init__(self, url: str, capacity: int, ttl_seconds: float, timeout_seconds: float,
                  observe: Callable[[bool], None] = lambda up: None, prefix: str = "toolspan:",
                  failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, lost: Callable[[], None] = lambda: None,
-                 per_key: int | None = None, owned: Bounds = OWNED_RESPONSES) -> None:
+                 per_key: int | None = None, owned: Bounds = OWNED_RESPONSES,
+                 unreadable: Callable[[StateKind], None] = lambda kind: None) -> None:
         # A connection found broken (Redis restarted) is replaced at once, for one more try.
         self._redis: Redis = Redis.from_url(url, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
                                             retry=Retry(NoBackoff(), 1))
@@ -85,6 +111,9 @@ class RedisState:
         self._lost = lost
         self._epoch_key = f"{prefix}epoch"
         self._epoch: bytes | None = None  # the marker this gateway last found in Redis
+        self._unreadable = UnreadableValues(unreadable)
+        # The entries a recency set may name: anything else in it is never deleted by a trim.
+        self._entry = re.compile(re.escape(prefix.encode()) + rb"([a-z]+):(-|[0-9a-f]{16}):[0-9a-f]{40}")
 
     @staticmethod
     def _owner(principal: str | None) -> str:
@@ -101,15 +130,19 @@ class RedisState:
         return f"{self._prefix}lru:{kind}" if owner is None else f"{self._prefix}lru:{kind}:{owner}"
 
     async def _run(self, command: Awaitable[Any]) -> Any:
+        """The command's answer (a pipeline's: `_answers`); a WRONGTYPE error is an answer too, a
+        value for the caller to read as garbage: Redis answered."""
         try:
             async with asyncio.timeout(self._timeout):
                 answer = await command
         except (TimeoutError, OSError, RedisError) as exc:
-            if self._up is not False:
-                log.warning("the state store (Redis) is unavailable: %s", type(exc).__name__)
-            self._up = False
-            self._observe(False)
-            raise StateUnavailable() from exc
+            if not wrong_type(exc):
+                if self._up is not False:
+                    log.warning("the state store (Redis) is unavailable: %s", type(exc).__name__)
+                self._up = False
+                self._observe(False)
+                raise StateUnavailable() from exc
+            answer = exc
         if self._up is not True:
             if self._up is False:
                 log.info("the state store (Redis) answers again")
@@ -141,22 +174,36 @@ class RedisState:
                 pipe.zcard(self._recency(kind.name, owner))
                 pipe.pexpire(self._recency(kind.name, owner), kind.ttl_ms)  # a key's set goes with its last entry
             counted.append((kind, everyone, mine))
-        answers = await self._run(pipe.execute())
+        answers = await self._run(_answers(pipe))
         await self._check_epoch(answers[0])
         for counted_kind, everyone, mine in counted:
             dropped = 0
             if mine is not None:
-                dropped = await self._trim(counted_kind.name, answers[mine] - (counted_kind.per_key or
-                                                                               counted_kind.capacity), owner)
-            await self._trim(counted_kind.name, answers[everyone] - dropped - counted_kind.capacity, None)
+                dropped = await self._trim_past(counted_kind.name, answers[mine],
+                                                counted_kind.per_key or counted_kind.capacity, owner)
+            await self._trim_past(counted_kind.name, answers[everyone], counted_kind.capacity + dropped, None)
+
+    async def _trim_past(self, kind: str, counted: object, bound: int, owner: str | None) -> int:
+        """Trim a recency set, of `counted` entries by its ZCARD, to `bound`; how many went. A set
+        that is another Redis type is garbage, deleted: the next write makes it anew (the entries
+        written meanwhile are in no set, and still expire)."""
+        if not isinstance(counted, int):
+            recency = self._recency(kind, owner)
+            self._unreadable("lru", recency, WRONG_TYPE, REPLACED)
+            await self._run(self._redis.delete(recency))
+            return 0
+        return await self._trim(kind, counted - bound, owner)
 
     async def _trim(self, kind: str, excess: int, owner: str | None) -> int:
         """Drop the `excess` least recently used entries of a kind: of all, or of one key's; how
         many went."""
         if excess <= 0:
             return 0
-        dropped = [key.decode() for key, _ in await self._run(self._redis.zpopmin(self._recency(kind, owner),
-                                                                                  excess))]
+        recency = self._recency(kind, owner)
+        popped = await self._run(self._redis.zpopmin(recency, excess))
+        if wrong_type(popped):  # became garbage since it was counted: the next write replaces it
+            return 0
+        dropped = self._entries(kind, recency, [member for member, _ in popped])
         if not dropped:
             return 0
         by_owner: dict[str, list[str]] = defaultdict(list)
@@ -171,12 +218,26 @@ class RedisState:
             for other, keys in by_owner.items():
                 if other != _KEYLESS:
                     pipe.zrem(self._recency(kind, other), *keys)
-        await self._run(pipe.execute())
+        await self._run(_answers(pipe))
         return len(dropped)
 
-    async def _get(self, principal: str | None, keys: list[str], kinds: list[str]) -> list[bytes | None]:
-        """Values of the principal's keys, their TTLs and recency refreshed; whether Redis lost its
-        data is checked on the way (`_check_epoch`), so a loss is reported when it bites."""
+    def _entries(self, kind: str, recency: str, members: list[bytes]) -> list[str]:
+        """The members of a kind's recency set that name entries of that kind. Any other is garbage,
+        and never a key to delete: it could name anything in Redis."""
+        entries = []
+        for member in members:
+            found = self._entry.fullmatch(member)
+            if found is not None and found.group(1) == kind.encode():
+                entries.append(member.decode("ascii"))
+            else:
+                self._unreadable("lru", recency, "a member that names no entry of its kind", "dropped from the set")
+        return entries
+
+    async def _get(self, principal: str | None, keys: list[str], kinds: list[StateKind]) -> list[object]:
+        """Values of the principal's keys (for a key of another Redis type, its WRONGTYPE error),
+        their TTLs and recency refreshed; whether Redis lost its data is checked on the way
+        (`_check_epoch`), so a loss is reported when it bites. A recency set that is garbage
+        fails its refresh here unseen: the next write counts it and replaces it."""
         if not keys:
             return []
         now, owner = time.time(), self._owner(principal)
@@ -187,11 +248,25 @@ class RedisState:
             pipe.zadd(self._recency(kind), {key: now}, xx=True)
             if principal is not None:
                 pipe.zadd(self._recency(kind, owner), {key: now}, xx=True)
-        epoch, *answers = await self._run(pipe.execute())
+        epoch, *answers = await self._run(_answers(pipe))
         await self._check_epoch(epoch)
         return list(answers[::3 if principal is not None else 2])
 
-    async def _check_epoch(self, found: bytes | None) -> None:
+    def _read(self, kind: StateKind, key: str, raw: object, read: Callable[[bytes], T]) -> T | None:
+        """What `read` makes of the value at `key`: None when there is none, and for garbage
+        (counted and logged), which is treated as missing."""
+        if raw is None:
+            return None
+        if not isinstance(raw, bytes):
+            self._unreadable(kind, key, WRONG_TYPE)
+            return None
+        try:
+            return read(raw)
+        except Unreadable as exc:
+            self._unreadable(kind, key, exc.reason)
+            return None
+
+    async def _check_epoch(self, found: object) -> None:
         """Redis holds a marker key without expiry. Found gone or changed since this gateway last
         saw it, Redis lost what it held (restarted without persistence, flushed, failed over to an
         empty replica): the held turns and retry state written before are gone, and `lost` (a
@@ -201,6 +276,10 @@ class RedisState:
         if found is None:  # a new marker, unless another replica set one just now
             mine = secrets.token_hex(8).encode()
             found = await self._run(self._redis.set(self._epoch_key, mine, nx=True, get=True)) or mine
+        if not isinstance(found, bytes):  # WRONGTYPE: no marker to compare with
+            self._unreadable("epoch", self._epoch_key, WRONG_TYPE,
+                             "whether Redis lost its data goes unchecked until the key is deleted")
+            return
         if self._epoch is not None and found != self._epoch:
             log.warning("the state store (Redis) lost its data since this gateway last looked: turns held "
                         "and retry state from before are gone")
@@ -209,7 +288,7 @@ class RedisState:
 
     async def hold(self, turn: HeldTurn, principal: str | None) -> str:
         token = secrets.token_hex(6)
-        await self._put(principal, [("turn", self._key("turn", principal, token), _turn_json(turn)),
+        await self._put(principal, [("turn", self._key("turn", principal, token), turn_json(turn)),
                                     *(("item", self._key("item", principal, i), token) for i in turn.shown)])
         return token
 
@@ -224,24 +303,27 @@ class RedisState:
                      response_id: str | None = None) -> Found:
         items = list(dict.fromkeys(item_ids))
         keys = [self._key("item", principal, i) for i in items]
-        kinds = ["item"] * len(items)
+        kinds: list[StateKind] = ["item"] * len(items)
         if response_id is not None:
             keys += [self._key("resp", principal, response_id), self._key("own", principal, response_id)]
             kinds += ["resp", "own"]
         first = await self._get(principal, keys, kinds)
-        owners = {i: raw.decode() for i, raw in zip(items, first[:len(items)], strict=True) if raw is not None}
+        owners = {i: token for i, key, raw in zip(items, keys, first, strict=False)
+                  if (token := self._read("item", key, raw, token_of)) is not None}
         wanted = list(dict.fromkeys([*tokens, *owners.values()]))
-        raws = await self._get(principal, [self._key("turn", principal, t) for t in wanted], ["turn"] * len(wanted))
-        turns = {t: _turn_of(raw) for t, raw in zip(wanted, raws, strict=True) if raw is not None}
+        turn_keys = [self._key("turn", principal, t) for t in wanted]
+        raws = await self._get(principal, turn_keys, ["turn"] * len(wanted))
+        turns = {t: turn for t, key, raw in zip(wanted, turn_keys, raws, strict=True)
+                 if (turn := self._read("turn", key, raw, turn_of)) is not None}
         if response_id is None:
             return Found(turns, owners)
-        alias, claimed = first[-2:]
-        response = alias.decode() if alias is not None else None
+        response = self._read("resp", keys[-2], first[-2], response_of)
+        claimed = self._read("own", keys[-1], first[-1], owned_of)
         return Found(turns, owners, response, response is not None or claimed is not None)
 
     async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
-        raw = await self._run(self._redis.hget(self._key("fail", principal, trajectory_id), tool))
-        return raw.decode().partition(" ")[2] if raw is not None else None
+        key = self._key("fail", principal, trajectory_id)
+        return self._read("fail", key, await self._run(self._redis.hget(key, tool)), failure_record)
 
     async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
                                record: str | None) -> None:
@@ -258,13 +340,40 @@ class RedisState:
         pipe.zremrangebyscore(lru, "-inf", now - self._failure_ttl_ms / 1000)
         pipe.zcard(lru)
         pipe.hlen(key)
-        *_, trajectories, tools = await self._run(pipe.execute())
+        written, *_, trajectories, tools = await self._run(_answers(pipe))
+        if wrong_type(written):  # not a hash: garbage, which this write replaces
+            self._unreadable("fail", key, WRONG_TYPE, REPLACED)
+            tools = await self._replace_failures(key, tool, None if record is None else f"{now:.6f} {record}")
         per_trajectory = self._failure_bounds.tools_per_trajectory
         if tools > per_trajectory:
-            fields = await self._run(self._redis.hgetall(key))
-            oldest = sorted(fields, key=lambda field: float(fields[field].partition(b" ")[0]))
-            await self._run(self._redis.hdel(key, *oldest[:tools - per_trajectory]))
-        await self._trim("fail", trajectories - self._failure_bounds.trajectories, None)
+            await self._drop_oldest(key, tools - per_trajectory)
+        await self._trim_past("fail", trajectories, self._failure_bounds.trajectories, None)
+
+    async def _replace_failures(self, key: str, tool: str, value: str | None) -> int:
+        """The trajectory's hash, of another Redis type, replaced by one holding only `value` (if
+        any); how many records it holds."""
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(key)
+        if value is not None:
+            pipe.hset(key, tool, value)
+            pipe.pexpire(key, self._failure_ttl_ms)
+        await self._run(_answers(pipe))
+        return 0 if value is None else 1
+
+    async def _drop_oldest(self, key: str, excess: int) -> None:
+        """Drop the `excess` oldest records of a trajectory: first those whose time is unreadable."""
+        fields = await self._run(self._redis.hgetall(key))
+        if not isinstance(fields, dict):  # became garbage meanwhile: the next write replaces it
+            return
+
+        def age(field: bytes) -> float:
+            try:
+                return written_at(fields[field])
+            except Unreadable as exc:
+                self._unreadable("fail", key, exc.reason)
+                return -math.inf
+
+        await self._run(self._redis.hdel(key, *sorted(fields, key=age)[:excess]))
 
     async def status(self) -> str:
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.json_depth import nests_deeper
 from gateway.tools.params import (
     NameCheck,
     Param,
@@ -97,7 +98,7 @@ def read_arguments(tool: str, raw: str | Mapping[str, Any] | None,
             type(value), "a number")
         return Rejection("invalid_json", (
             f"Tool '{tool}': the arguments must be a JSON object of named parameters, not {kind}."))
-    if _deeper_than(value, max_depth):
+    if nests_deeper(value, max_depth):
         return _too_deep(tool, max_depth)
     cleaned: dict[str, Any] = valid_json(value)
     return cleaned
@@ -107,21 +108,6 @@ def _too_deep(tool: str, max_depth: int) -> Rejection:
     return Rejection("invalid_json", (
         f"Tool '{tool}': the arguments are nested more than {max_depth} levels deep. "
         "Send them as a flatter JSON object of named parameters."))
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether objects and arrays nest more than `limit` levels in `value` (the arguments object
-    itself is level 1). Iterative: the value may be nested as deep as the JSON reader allows."""
-    pending: list[tuple[Any, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, list) else ()
-        for child in children:
-            if isinstance(child, Mapping | list):
-                if depth >= limit:
-                    return True
-                pending.append((child, depth + 1))
-    return False
 
 
 def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> str:

@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator, validators
+from jsonschema import (
+    Draft4Validator,
+    Draft6Validator,
+    Draft7Validator,
+    Draft201909Validator,
+    Draft202012Validator,
+    validators,
+)
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
@@ -25,7 +32,7 @@ def schema_validator(tool: str, schema: Mapping[str, Any]) -> Validator:
     except SchemaError as exc:
         raise ToolDeclarationError(f"tool {tool!r}: its parameters schema is not valid JSON Schema "
                                    f"({exc.message})") from exc
-    validator: Validator = _without_patterns(cls)(schema)
+    validator: Validator = (_PATTERN_FREE.get(cls) or _without_patterns(cls))(schema)
     return validator
 
 
@@ -46,6 +53,13 @@ def _without_patterns(cls: type[Validator]) -> type[Validator]:
     extended: type[Validator] = validators.extend(cls, {"pattern": _unchecked, "patternProperties": _unchecked,
                                                         "additionalProperties": additional})
     return extended
+
+
+# Made once for the drafts jsonschema knows: making one (validators.extend) costs about as much as
+# checking a small schema, and an MCP server may list hundreds of tools.
+_PATTERN_FREE: Mapping[type[Validator], type[Validator]] = {
+    cls: _without_patterns(cls)
+    for cls in (Draft4Validator, Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator)}
 
 
 def closed_to_other_names(schema: Mapping[str, Any]) -> bool:

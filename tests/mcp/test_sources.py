@@ -220,3 +220,15 @@ async def test_a_killed_http_server_is_unavailable_then_reconnected(make_stack: 
         assert status | {"state": "up", "disconnects": 1} == status
     finally:
         await again.stop()
+
+
+async def test_an_idle_connection_stays_up_past_its_ping_interval(make_stack: StackFactory,
+                                                                   files_server: dict[str, Any]) -> None:
+    """Ping is gone from the protocol since 2026-07-28 (a server of that version answers it
+    'Method not found'): the gateway pings only servers of the versions that have it, and a
+    connection lasts however long it is idle."""
+    stack = await make_stack(mcp_servers={"files": {**files_server, "ping_interval_seconds": 0.1}})
+    source = connection(stack)
+    with pytest.raises(TimeoutError):  # ten ping intervals without a lost connection
+        await asyncio.wait_for(source.wait_until(lambda c: c.state != "up"), 1.0)
+    assert source.disconnects == 0

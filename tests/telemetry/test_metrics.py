@@ -76,7 +76,8 @@ def _theirs() -> CollectorRegistry:
                        registry=registry)
     rest = Metrics(CollectorRegistry())  # the metrics that are prometheus_client's own already
     for metric in (rest.mcp_server_up, rest.mcp_server_disconnects, rest.trajectory_store_dropped,
-                   rest.state_store_up, rest.state_store_failures, rest.state_store_losses):
+                   rest.state_store_up, rest.state_store_failures, rest.state_store_losses,
+                   rest.state_store_unreadable):
         registry.register(metric)
     rest.mcp_server_up.labels("files").set(1)
     in_flight.inc()

@@ -80,7 +80,8 @@ def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -
     assert _everything(migrated) == _everything(session.db)
     indexes = {row[0] for row in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
                                                   "AND name NOT LIKE 'sqlite_%'")}
-    assert indexes == {"trajectories_ended", "requests_key", "model_turns_key", "tool_calls_key"}
+    assert indexes == {"trajectories_ended", "requests_key", "model_turns_key", "tool_calls_key",
+                       "model_turns_of_request", "tool_calls_of_request"}
     assert {row[0] for row in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} == {
         "trajectories", "requests", "model_turns", "tool_calls"}
 

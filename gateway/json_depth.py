@@ -1,0 +1,30 @@
+"""How deep arrays and objects nest in a decoded JSON value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` levels in `value`, as orjson decoded it
+    (exactly dict and list). The gateway re-encodes what the provider sends (to the caller, to the
+    provider again as history, into its records), and orjson refuses to encode past 255 levels: a
+    deeper answer found only then was a 500. Walked level by level without recursion, so any depth
+    is safe to check; one list per level rather than a (child, depth) pair per container: 453 ->
+    410 us CPU per 30 KB Chat request under wrk c=10, telemetry off (as bench/proxy.py measures
+    it). Telling arrays and objects by `type(...) is` rather than isinstance against a tuple takes
+    the 30 KB conversation from 35 to 17 us (timeit)."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for item in level:
+            for child in item.values() if type(item) is dict else item:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    below.append(child)
+        level = below
+    return False
