@@ -10,6 +10,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway import linking
 from gateway.admission import Admission
 from gateway.app_keys import (
     BROWSERS,
@@ -30,13 +31,14 @@ from gateway.app_keys import (
 from gateway.browsers import browser_rule, check_browser
 from gateway.caller import request_ids, resolve_caller
 from gateway.engine import Engine
+from gateway.engine.retries import retry_policy
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
 from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.metrics_page import MetricsPage, OwnMetrics
-from gateway.routes import chat, health, mcp, openapi, passthrough, responses, tools, ui
-from gateway.routes.common import CLIENT_GONE
+from gateway.routes import chat, health, mcp, openapi, passthrough, response_ids, responses, tools, ui, websocket
+from gateway.routes.common import CLIENT_GONE, EXPECT
 from gateway.settings import Settings
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
@@ -73,6 +75,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                                                  or request.path == mcp.PATH,
                                                  own_key=request.app[SETTINGS].upstream_api_key is not None,
                                                  secret=request.app[SECRET_HEADERS])
+                request[CALLER] = linking.by_session(request[CALLER], request.headers)
                 response = await handler(request)
         except GatewayError as exc:
             error = exc
@@ -84,12 +87,15 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         if error is not None:
             log_provider_failure(error, request.method, request.path, trace.trace_id)
             response = error_response(error)
-            response.headers[TRAJECTORY_HEADER] = ids[0]
+            response.headers[TRAJECTORY_HEADER] = request[CALLER].trajectory_id if CALLER in request else ids[0]
             record = RequestRecord(error_type=error.type)
         else:
             record = response.get(RECORD) or RequestRecord()
         if CALLER in request and (principal := request[CALLER].principal) is not None:
             record = replace(record, principal=principal)  # with keys: which key's trajectory it is
+        if CALLER in request and record.trajectory_source is None:  # a refused or passed-through request
+            record = replace(record, trajectory_id=record.trajectory_id or request[CALLER].trajectory_id,
+                             trajectory_source=request[CALLER].trajectory_source)
         # A client that left is counted as such (499), however the gateway found out.
         trace.finish(499 if record.error_type == CLIENT_GONE else response.status, record)
         return response
@@ -114,7 +120,7 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
                         settings.upstream_max_connections, settings.upstream_idle_seconds, settings.max_json_depth)
     app[UPSTREAM] = upstream
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
-                         settings.keepalive_seconds)
+                         settings.keepalive_seconds, retry_policy(settings))
     yield
     await upstream.aclose()
     await session.close()
@@ -164,22 +170,25 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation, settings.mcp_max_message_bytes)
     app.cleanup_ctx.append(app[MCP_SOURCES].lifetime)
     app.on_response_prepare.append(_stamp)
-    app.router.add_post("/v1/chat/completions", chat.chat_completions)
-    app.router.add_post("/v1/responses", responses.create_response)
+    app.router.add_post("/v1/chat/completions", chat.chat_completions, **EXPECT)
+    app.router.add_post("/v1/responses", responses.create_response, **EXPECT)
     # The same, as Azure OpenAI clients (openai.AzureOpenAI) address them.
-    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat.chat_completions)
-    app.router.add_post("/openai/v1/chat/completions", chat.chat_completions)
-    app.router.add_post("/openai/responses", responses.create_response)
-    app.router.add_post("/openai/v1/responses", responses.create_response)
-    app.router.add_get("/v1/tools", tools.list_tools)
-    app.router.add_post("/v1/tools/{name}/invoke", tools.invoke)
-    app.router.add_post("/v1/tools/{name}/parse", tools.parse)
-    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough)
-    app.router.add_route("*", "/openai/{tail:.*}", passthrough.passthrough)  # an Azure resource's other routes
-    app.router.add_get("/metrics", health.metrics)
-    app.router.add_get("/healthz", health.healthz)
-    app.router.add_get("/readyz", health.readyz)
-    app.router.add_get("/openapi.json", openapi.openapi)
+    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat.chat_completions, **EXPECT)
+    app.router.add_post("/openai/v1/chat/completions", chat.chat_completions, **EXPECT)
+    app.router.add_post("/openai/responses", responses.create_response, **EXPECT)
+    app.router.add_post("/openai/v1/responses", responses.create_response, **EXPECT)
+    for path in websocket.PATHS:  # a WebSocket upgrade there: a 426 at once (gateway.routes.websocket)
+        app.router.add_get(path, websocket.responses_get, **EXPECT)
+    app.router.add_get("/v1/tools", tools.list_tools, **EXPECT)
+    app.router.add_post("/v1/tools/{name}/invoke", tools.invoke, **EXPECT)
+    app.router.add_post("/v1/tools/{name}/parse", tools.parse, **EXPECT)
+    response_ids.mount(app)  # gateway-made response ids: GET, input_items, DELETE, cancel
+    app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough, **EXPECT)
+    app.router.add_route("*", "/openai/{tail:.*}", passthrough.passthrough, **EXPECT)  # an Azure resource's others
+    app.router.add_get("/metrics", health.metrics, **EXPECT)
+    app.router.add_get("/healthz", health.healthz, **EXPECT)
+    app.router.add_get("/readyz", health.readyz, **EXPECT)
+    app.router.add_get("/openapi.json", openapi.openapi, **EXPECT)
     if settings.mcp_endpoint:
         mcp.mount(app)
     if settings.ui:

@@ -37,6 +37,16 @@ class Caller:
     routes: tuple[str, ...] | None = None  # pass-through path prefixes that key may use; None: every one
     # Set when the provider is called with the gateway's key: the caller's query-string credentials stay here too.
     query_secret: SecretNames | None = None
+    # How the request's trajectory was found when the header named none (gateway.linking): "metadata",
+    # "previous_response", "call_ids", "session_header"; None: the header's, or a new one.
+    linked_by: str | None = None
+
+    @property
+    def trajectory_source(self) -> str:
+        """How the trajectory was found: header, metadata, previous_response, call_ids, session_header or new."""
+        if self.trajectory_named:
+            return "header"
+        return self.linked_by or "new"
 
     def provider_query(self, query: str) -> str:
         """The caller's query string as it goes to the provider."""
@@ -48,8 +58,9 @@ class Caller:
         if not isinstance(metadata, dict):
             return self
         named = metadata.get("trajectory_id")
-        trajectory = named if not self.trajectory_named and is_trajectory_id(named) else self.trajectory_id
-        return replace(self, metadata=metadata, trajectory_id=str(trajectory))
+        if self.trajectory_named or not is_trajectory_id(named):
+            return replace(self, metadata=metadata)
+        return replace(self, metadata=metadata, trajectory_id=str(named), linked_by="metadata")
 
     def turn(self, round_: int) -> Turn:
         """What the tools of one model turn are told about the caller."""

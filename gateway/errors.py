@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -82,10 +82,43 @@ class Unavailable(GatewayError):
 
 
 class UpstreamUnavailable(GatewayError):
-    """The provider could not be reached, failed, or sent something unreadable."""
+    """The provider could not be reached, failed, or sent something unreadable. `retryable`: the
+    failure says the same request may succeed later (a 5xx meaning "again", a broken connection)."""
 
     status = 502
     type = "upstream_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 status: int | None = None, headers: Mapping[str, str] | None = None,
+                 retryable: bool = False) -> None:
+        super().__init__(message, param=param, code=code, status=status, headers=headers)
+        self.retryable = retryable
+
+
+class FailedAfterTools(UpstreamUnavailable):
+    """A provider failure in a request for which the gateway had already run tools (and retried
+    the provider itself, where the failure allowed): final, so that the client's SDK does not send
+    the request again and run the tools again. `x-should-retry: false` is what openai-python and
+    openai-node read; the provider's retry-after stays behind for the same reason."""
+
+    def __init__(self, cause: GatewayError, tools: Sequence[str], attempts: int, resumable: bool) -> None:
+        detail = cause.body().get("error")
+        said = detail.get("message") if isinstance(detail, Mapping) else None
+        ran = ", ".join(dict.fromkeys(tools))
+        tried = f" (tried {attempts} times)" if attempts > 1 else ""
+        after = ("sending the same request again within a few minutes resumes after them, without running them "
+                 "again" if resumable else "sending the request again would run them again")
+        message = (f"{said if isinstance(said, str) and said else cause.message}{tried}; the gateway had already "
+                   f"run its tools for this request ({ran}): {after}")
+        kept = {k: v for k, v in cause.headers.items() if k.lower() not in _RETRY_HEADERS}
+        super().__init__(message, code="upstream_failed_after_tools", status=cause.status,
+                         headers={**kept, "x-should-retry": "false"})
+        kind = detail.get("type") if isinstance(detail, Mapping) else None
+        self.type = kind if isinstance(kind, str) and kind else cause.type
+        self.tools = tuple(dict.fromkeys(tools))
+
+
+_RETRY_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
 
 
 class UpstreamTimeout(GatewayError):

@@ -36,6 +36,8 @@ class RequestRecord:
     limit_reached: bool = False  # the round limit ended the loop
     error_type: str | None = None  # what went wrong after the status was sent (a stream's failure)
     principal: str | None = None  # the name of the gateway key that sent the request
+    trajectory_source: str | None = None  # how its trajectory was found (Caller.trajectory_source)
+    held_turn_lost: bool = False  # it continued a turn (or gateway response) the gateway no longer held
 
 
 class ModelAnswer(Protocol):
@@ -102,6 +104,9 @@ class ChatTrace(Protocol):
     def failed(self, status: int | None, error_type: str, message: str) -> None:
         """The call failed: the provider's status if it sent one."""
 
+    def retried(self, attempt: int) -> None:
+        """This call is attempt `attempt` (2 and up) of one the gateway retried itself."""
+
 
 class Instrumentation(ToolHooks, Protocol):
     """The observer create_app is handed: requests, provider calls and (as ToolHooks) tool calls."""
@@ -138,6 +143,9 @@ class _NoChatTrace:
         return None
 
     def failed(self, status: int | None, error_type: str, message: str) -> None:
+        return None
+
+    def retried(self, attempt: int) -> None:
         return None
 
 

@@ -121,6 +121,18 @@ class Settings(BaseSettings):
                                                              "caller sends one")
     upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
     upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
+    upstream_retry_attempts: int = Field(
+        2, ge=0, description="After a round in which gateway tools ran, how many more times the gateway itself "
+                             "tries a provider call that failed with a 429, 500, 502, 503, 504 or a broken "
+                             "connection (the client is told not to resend: that would run the tools again)")
+    upstream_retry_max_seconds: float = Field(
+        20.0, ge=0, allow_inf_nan=False,
+        description="Longest wait, in all, between those attempts of one provider call; a retry-after asking "
+                    "for more ends the retries at once")
+    upstream_retry_backoff_seconds: float = Field(
+        0.5, gt=0, allow_inf_nan=False,
+        description="First wait between those attempts when the provider sends no retry-after; it doubles "
+                    "(up to 8 s), with jitter")
     upstream_idle_seconds: float = Field(
         15.0, gt=0, allow_inf_nan=False,
         description="A pooled connection to the provider (the tool loop's and the pass-through's) that has carried "
@@ -149,6 +161,10 @@ class Settings(BaseSettings):
         default_factory=dict, description="Gateway keys by caller name (JSON in TOOLSPAN_KEYS); when set, "
                                           "every /v1 request needs one, and it never reaches the provider")
     max_rounds: int = Field(10, ge=1, description="Model turns with gateway tools before a tool-less final call")
+    offer_tools_on_empty_tools: bool = Field(
+        False, description="Offer the gateway's tools to a request that sends `tools: []` (by default such a "
+                           "request, which asks for an answer without tools, as the Codex CLI's compaction does, "
+                           "gets none)")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted (decoded)")
     max_upload_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Largest body accepted on upload routes "
                                                                          "(/v1/files, /v1/uploads), decoded")
@@ -166,6 +182,10 @@ class Settings(BaseSettings):
                                                                   "run on before they are ended")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
     pending_turn_ttl_seconds: float = Field(900.0, gt=0, description="How long a mixed turn is held")
+    answer_record_max_bytes: int = Field(
+        256 * 1024, ge=0, description="Largest record kept of what a client was given under a gateway-made response "
+                                      "id (its input and its response, for GET and input_items); past it the input, "
+                                      "then the response, are left out and read from the provider instead")
     pending_turn_capacity_per_key: int = Field(
         250, ge=1, description="Mixed turns held for any one gateway key, at most (its least recently used go "
                                "first), so that one key cannot push the others' out")

@@ -34,6 +34,7 @@ from gateway.json_depth import nests_deeper
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
     "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
     "compatible": "openai_compatible"}
+_AGAIN_STATUSES = frozenset({429, 500, 502, 503, 504})  # answers that mean "the same request may work later"
 REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe's TCP connect to the provider
 REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
 MAX_JSON_DEPTH = 64  # the default of the max_json_depth setting
@@ -269,10 +270,12 @@ class _ProviderErrors:
             return
         if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
             raise UpstreamTimeout(self._timeout_message) from exc
+        # A broken or refused connection may work the next time; text that is not UTF-8 will not.
         if isinstance(exc, ProviderConnectionError):
-            raise UpstreamUnavailable(f"{self._broken}: {exc.description}") from exc
+            raise UpstreamUnavailable(f"{self._broken}: {exc.description}", retryable=True) from exc
         if isinstance(exc, aiohttp.ClientError | UnicodeDecodeError | asyncio.IncompleteReadError):
-            raise UpstreamUnavailable(f"{self._broken}: {_describe(exc)}") from exc
+            raise UpstreamUnavailable(f"{self._broken}: {_describe(exc)}",
+                                      retryable=not isinstance(exc, UnicodeDecodeError)) from exc
 
 
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -305,11 +308,13 @@ async def _raise_for_status(response: aiohttp.ClientResponse | Answer) -> None:
     try:
         body = await response.read()
     except (TimeoutError, aiohttp.ClientError, ProviderConnectionError) as exc:
-        raise UpstreamUnavailable(f"the provider answered {response.status} and then broke off") from exc
+        raise UpstreamUnavailable(f"the provider answered {response.status} and then broke off",
+                                  retryable=response.status in _AGAIN_STATUSES) from exc
     if response.status < 500:
         raise UpstreamRefused(response.status, body, response.headers)
-    raise UpstreamUnavailable(f"the provider answered {response.status}: {_provider_message(body)}",
-                              code=f"upstream_{response.status}", headers=from_provider(response.headers))
+    raise UpstreamUnavailable(f"the provider answered {response.status}: {provider_message(body)}",
+                              code=f"upstream_{response.status}", headers=from_provider(response.headers),
+                              retryable=response.status in _AGAIN_STATUSES)
 
 
 def _deployment(model: str) -> str:
@@ -319,7 +324,7 @@ def _deployment(model: str) -> str:
     return quote(model, safe="")
 
 
-def _provider_message(body: bytes) -> str:
+def provider_message(body: bytes) -> str:
     """What a provider's error body says: its OpenAI-shaped message, else the start of its text."""
     try:
         decoded = orjson.loads(body)

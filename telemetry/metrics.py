@@ -248,6 +248,9 @@ class Metrics:
         self.upstream_duration = _histogram(
             names.METRIC_UPSTREAM_DURATION, "Time of one provider call, a whole stream included.",
             (names.LABEL_MODEL,), REQUEST_DURATION_BUCKETS, registry)
+        self.upstream_retries = _counter(
+            names.METRIC_UPSTREAM_RETRIES, "Provider calls the gateway made again itself, after a retryable failure "
+            "in a request for which its tools had already run, by model.", (names.LABEL_MODEL,), registry)
         self.tokens = _counter(
             names.METRIC_TOKENS, "Tokens the provider reported, by model and type (input/output).",
             (names.LABEL_MODEL, names.LABEL_TYPE), registry)
@@ -287,6 +290,12 @@ class Metrics:
             names.METRIC_STATE_STORE_UNREADABLE, "Values read from the shared state store (Redis) that were not what "
             "the gateway wrote there (not JSON, not UTF-8, another shape or Redis type), by the kind of entry; each "
             "was treated as missing (the store's own bookkeeping: replaced).", (names.LABEL_KIND,), registry=registry)
+        self.held_turns_lost = Counter(
+            names.METRIC_HELD_TURNS_LOST, "Requests that continued a turn (or a gateway response id) the gateway no "
+            "longer held (expired, pushed out, lost in a restart); each went on with the client's copy of the "
+            "conversation, without the gateway's rounds in it.", (names.LABEL_ROUTE,), registry=registry)
+        for route in names.TOOL_LOOP_ROUTES:  # at 0 from the start, as the next ones
+            self.held_turns_lost.labels(route)
         for kind in names.STATE_KINDS:  # at 0 from the start: an alert on its increase sees the first one
             self.state_store_unreadable.labels(kind)
         for reason in (names.STORE_DROP_WRITE, names.STORE_DROP_BACKLOG):  # at 0 from the start: an alert

@@ -34,6 +34,8 @@ ATTR_ROUND: Final = "toolspan.round"
 ATTR_RETRY_KIND: Final = "toolspan.retry.kind"
 # "unavailable": the shared retry state could not be read for this call (Redis down): it is unclassified
 ATTR_RETRY_STATE: Final = "toolspan.retry.state"
+# On a `chat` span: which attempt of its provider call it is (2 and up: the gateway retried it).
+ATTR_UPSTREAM_ATTEMPT: Final = "toolspan.upstream.attempt"
 
 ATTR_PROVIDER_NAME: Final = "gen_ai.provider.name"
 ATTR_REQUEST_MODEL: Final = "gen_ai.request.model"
@@ -57,6 +59,13 @@ ATTR_NETWORK_TRANSPORT: Final = "network.transport"
 ATTR_MCP_SERVER: Final = "toolspan.mcp.server"
 ATTR_MCP_TOOL_NAME: Final = "toolspan.mcp.tool.name"
 ATTR_ROUND_LIMIT_REACHED: Final = "toolspan.round_limit_reached"
+# A request continuing a turn the gateway no longer held (expired, pushed out, lost in a restart):
+# "lost", and the model saw the client's copy of the conversation, without the gateway's rounds.
+ATTR_HELD_TURN: Final = "toolspan.held_turn"
+# On a request span: how its trajectory was found (gateway.linking): header, metadata, previous_response,
+# call_ids, session_header or new.
+ATTR_TRAJECTORY_SOURCE: Final = "toolspan.trajectory.source"
+HELD_TURN_LOST: Final = "lost"
 # Message content (GenAI conventions; opt-in): the chat history sent and the model's answer, as JSON.
 ATTR_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 ATTR_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
@@ -79,6 +88,8 @@ METRIC_TOOL_RETRIES: Final = "toolspan_tool_retries_total"
 METRIC_TOOL_RECOVERIES: Final = "toolspan_tool_recoveries_total"
 METRIC_UPSTREAM_REQUESTS: Final = "toolspan_upstream_requests_total"
 METRIC_UPSTREAM_DURATION: Final = "toolspan_upstream_request_duration_seconds"
+# Provider calls the gateway tried again itself, after gateway tools ran (gateway.engine.retries).
+METRIC_UPSTREAM_RETRIES: Final = "toolspan_upstream_retries_total"
 METRIC_TOKENS: Final = "toolspan_tokens_total"
 METRIC_REQUESTS: Final = "toolspan_requests_total"
 METRIC_REQUEST_DURATION: Final = "toolspan_request_duration_seconds"
@@ -91,6 +102,9 @@ METRIC_STATE_STORE_UP: Final = "toolspan_state_store_up"
 METRIC_STATE_STORE_FAILURES: Final = "toolspan_state_store_failures_total"
 METRIC_STATE_STORE_LOSSES: Final = "toolspan_state_store_losses_total"
 METRIC_STATE_STORE_UNREADABLE: Final = "toolspan_state_store_unreadable_total"
+METRIC_HELD_TURNS_LOST: Final = "toolspan_held_turns_lost_total"
+# The routes of the tool loop, whose held turns can be lost (the Azure-style paths count apart).
+TOOL_LOOP_ROUTES: Final = ("/v1/chat/completions", "/v1/responses")
 
 # Gauges named so say whether something is up (1) or down (0); merged over the workers of
 # `toolspan serve --workers N` as the minimum (down when any worker sees it down), every other

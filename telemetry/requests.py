@@ -160,6 +160,8 @@ class RequestSpan:
             span.end()  # whatever the attributes did, the span is not lost
         if record.rounds is not None:
             metrics.tool_rounds.observe(record.rounds)
+        if record.held_turn_lost:
+            metrics.child(metrics.held_turns_lost, self._info.route).inc()
         metrics.request_series(self._info.route, status).answered(now - self._start, self._exemplar_trace, now)
 
     def _attributes(self, status: int, record: RequestRecord, error_type: str | None) -> dict[str, Any]:
@@ -170,6 +172,8 @@ class RequestSpan:
             names.ATTR_CONVERSATION_ID: record.trajectory_id or info.trajectory_id}
         if record.principal is not None:
             attributes[names.ATTR_KEY_NAME] = record.principal
+        if record.trajectory_source is not None:
+            attributes[names.ATTR_TRAJECTORY_SOURCE] = record.trajectory_source
         if self._original_method is not None:
             attributes[names.ATTR_HTTP_METHOD_ORIGINAL] = self._original_method
         if error_type is not None or status >= 500:
@@ -177,13 +181,15 @@ class RequestSpan:
         if record.rounds is not None:
             attributes[names.ATTR_ROUNDS] = record.rounds
             attributes[names.ATTR_ROUND_LIMIT_REACHED] = record.limit_reached
+        if record.held_turn_lost:
+            attributes[names.ATTR_HELD_TURN] = names.HELD_TURN_LOST
         return attributes
 
 
 class ChatSpan:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
-    __slots__ = ("_answer", "_capture", "_exemplar_trace", "_failure", "_metrics", "_model", "_parent",
+    __slots__ = ("_answer", "_attempt", "_capture", "_exemplar_trace", "_failure", "_metrics", "_model", "_parent",
                  "_propagation", "_provider", "_sent", "_span", "_start", "_status", "_stream", "_tracer")
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model: ChatModel, stream: bool, provider: str,
@@ -199,6 +205,7 @@ class ChatSpan:
         self._status: str | None = None
         self._answer: ModelAnswer | None = None
         self._failure: tuple[dict[str, Any], str] | None = None  # error attributes, status message
+        self._attempt = 1  # of a provider call the gateway retried itself
 
     def __enter__(self) -> ChatSpan:
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
@@ -225,6 +232,10 @@ class ChatSpan:
         if status is not None:
             attributes[names.ATTR_HTTP_STATUS] = status
         self._failure = attributes, bounded(message, 1024)
+
+    def retried(self, attempt: int) -> None:
+        self._attempt = attempt
+        self._metrics.upstream_retries.labels(self._model.label).inc()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -266,6 +277,8 @@ class ChatSpan:
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
             names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream}
+        if self._attempt > 1:
+            attributes[names.ATTR_UPSTREAM_ATTEMPT] = self._attempt
         answer = self._answer
         if answer is None:
             return attributes

@@ -746,9 +746,13 @@ async def _drive(registry: CollectorRegistry) -> None:
             chat.answered(read_chat({"id": "chatcmpl-1", "model": "gpt-test",
                                      "choices": [{"message": {}, "finish_reason": "tool_calls"}],
                                      "usage": {"prompt_tokens": 12, "completion_tokens": 5}}))
+        with instrumentation.chat("gpt-test", stream=False) as chat:  # a provider call the gateway retried
+            chat.retried(2)
+            chat.answered(read_chat({"id": "chatcmpl-2", "model": "gpt-test",
+                                     "choices": [{"message": {}, "finish_reason": "stop"}]}))
         for index, (name, arguments, allowed) in enumerate(calls):
             await executor.run_turn([ToolCall(f"call_{index}", name, arguments)], turn, allowed)
-        request.finish(200, RequestRecord(rounds=2))
+        request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
     instrumentation.mcp_server_state("files", True, disconnected=False)  # an MCP server up, then lost
     instrumentation.mcp_server_state("files", False, disconnected=True)
 

@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.engine.history import held_names, held_tokens, restore_items, restore_messages
-from gateway.errors import Conflict
-from gateway.state import HeldTurn, HeldTurns, client_call_id
+from gateway.state import HeldTurn, HeldTurns, client_call_id, split_call_id
 from gateway.state.redis_store import turn_json
 from gateway.state.redis_values import turn_of
 
@@ -53,7 +52,7 @@ class PendingTurns:
 
     def restore(self, messages: list[Any], principal: str | None = None) -> list[Any]:
         found = done(self.held.lookup(principal, held_tokens(messages)))
-        return restore_messages(messages, lambda token: found.take(token, "messages", "chat"))
+        return restore_messages(messages, lambda token: found.take(token, "chat"))
 
 
 @pytest.fixture
@@ -87,12 +86,14 @@ def restored(n: int = 0) -> list[dict[str, Any]]:
     return [USER, assistant, *results, {"role": "tool", "tool_call_id": f"call_client{n}", "content": f"answer {n}"}]
 
 
-def assert_not_held(pending: PendingTurns, conversation: list[dict[str, Any]]) -> None:
-    with pytest.raises(Conflict) as caught:
-        pending.restore(conversation)
-    assert caught.value.status == 409
-    assert caught.value.body()["error"]["code"] == "turn_not_held"
-    assert caught.value.param == "messages"
+def assert_not_held(pending: PendingTurns, conversation: list[dict[str, Any]], principal: str | None = None) -> None:
+    """A turn no longer held: the conversation goes on as the client sent it, its calls and
+    results under their original ids (the gateway's rounds are gone)."""
+    user, shown, answer = conversation
+    [client_call] = shown["tool_calls"]
+    [_, original] = split_call_id(client_call["id"]) or ("", "")
+    assert pending.restore(conversation, principal) == [
+        user, {**shown, "tool_calls": [{**client_call, "id": original}]}, {**answer, "tool_call_id": original}]
 
 
 def test_hold_and_restore(clock: Clock) -> None:
@@ -187,9 +188,8 @@ def test_a_turn_is_restored_only_for_the_key_that_made_it(clock: Clock) -> None:
     pending = PendingTurns(10, TTL, clock, principal="alice")
     conversation = hold(pending)
     assert pending.restore(conversation, principal="alice") == restored()
-    for other in ("bob", None):
-        with pytest.raises(Conflict):
-            pending.restore(conversation, principal=other)
+    for other in ("bob", None):  # another key's turn is, to this one, a turn not held
+        assert_not_held(pending, conversation, principal=other)
 
 
 def test_response_ids_resolve_for_their_key_until_they_expire(clock: Clock) -> None:
@@ -227,7 +227,7 @@ def held_responses_turn(held: HeldTurns) -> str:
 
 def restore(held: HeldTurns, items: list[Any]) -> list[Any]:
     found = done(held.lookup(None, *held_names(items)))
-    return restore_items(items, lambda t: found.take(t, "input", "responses"), found.owner)
+    return restore_items(items, lambda t: found.take(t, "responses"), found.owner)
 
 
 def test_replayed_responses_input_gets_the_whole_turn_back_in_order(clock: Clock) -> None:
@@ -261,13 +261,11 @@ def test_responses_input_continuing_a_stored_response_gets_only_the_results(cloc
                                                                           fco("call_c", "yes")]
 
 
-def test_responses_input_naming_a_turn_no_longer_held_is_a_409(clock: Clock) -> None:
+def test_responses_input_naming_a_turn_no_longer_held_goes_on_as_sent(clock: Clock) -> None:
     held = HeldTurns(10, TTL, clock)
     token = held_responses_turn(held)
     clock.now += TTL
-    with pytest.raises(Conflict) as caught:
-        restore(held, [fco(client_call_id(token, "call_c"), "yes")])
-    assert caught.value.param == "input"
+    assert restore(held, [fco(client_call_id(token, "call_c"), "yes")]) == [fco("call_c", "yes")]
 
 
 def test_one_key_past_its_share_loses_its_own_turns_never_anothers(clock: Clock) -> None:

@@ -16,7 +16,7 @@ from gateway.engine.turn import CALL_ITEMS, ModelCall, ModelTurn
 from gateway.state import PREFIX, HeldTurn, client_call_id, split_call_id
 from gateway.tools import ToolOutcome
 
-Take = Callable[[str], HeldTurn]  # a held turn by token (raises Conflict when no longer held)
+Take = Callable[[str], "HeldTurn | None"]  # a held turn by token (None: no longer held)
 Owner = Callable[[str], "str | None"]  # the token of the held turn whose client saw the item of this id
 
 
@@ -155,7 +155,9 @@ def names_gateway_calls(messages: Sequence[Any]) -> bool:
 def restore_messages(messages: Sequence[Any], take: Take) -> list[Any]:
     """The conversation with every held turn put back: in place of the assistant message the
     client saw, the messages of the gateway's rounds, the whole assistant message and the
-    gateway's results after it; the client's results under their original ids."""
+    gateway's results after it; the client's results under their original ids. A turn no longer
+    held leaves the client's copy, its calls under their original ids: the model then sees what
+    the client saw, without the gateway's rounds."""
     out: list[Any] = []
     for message in messages:
         if not isinstance(message, dict):
@@ -164,10 +166,24 @@ def restore_messages(messages: Sequence[Any], take: Take) -> list[Any]:
             out.append({**message, "tool_call_id": parts[1]})
         elif (token := _held_token(message)) is not None:
             held = take(token)
-            out.extend([*held.calls, *held.results])
+            out.extend([*held.calls, *held.results] if held is not None else [_as_sent(message)])
         else:
             out.append(message)
     return out
+
+
+def _as_sent(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The client's copy of an assistant message of a turn no longer held, its calls as the
+    model made them: their original ids, without the gateway's extension field."""
+    calls = []
+    for call in message["tool_calls"]:
+        if isinstance(call, dict):
+            parts = split_call_id(call.get("id"))
+            call = {k: v for k, v in call.items() if k != INTERRUPT_FIELD}
+            if parts:
+                call["id"] = parts[1]
+        calls.append(call)
+    return {**message, "tool_calls": calls}
 
 
 # --- Responses ----------------------------------------------------------------------------------
@@ -270,6 +286,23 @@ def held_names(items: Sequence[Any]) -> tuple[list[str], list[str]]:
     return tokens, item_ids
 
 
+def orphans_told(items: Sequence[Any]) -> list[Any]:
+    """The input with each tool result whose call it does not hold (a result for a response the
+    gateway no longer knows, continued without it) as a user message saying so: a provider refuses
+    a result without its call, and the model can still read what the tool returned."""
+    calls = {item.get("call_id") for item in items if isinstance(item, dict) and item.get("type") in CALL_ITEMS}
+    out: list[Any] = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("type") not in _OUTPUT_ITEMS or item.get("call_id") in calls:
+            out.append(item)
+            continue
+        said = {"type": "input_text", "text": f"The result of your earlier tool call {item.get('call_id')}:"}
+        output = item.get("output")
+        parts = output if isinstance(output, list) else [{"type": "input_text", "text": str(output or "")}]
+        out.append({"role": "user", "content": [said, *parts]})
+    return out
+
+
 def restore_items(items: Sequence[Any], take: Take, owner: Owner) -> list[Any]:
     """The input with every held turn put back. Replayed input carries the client's copies of
     what it was shown (items by their ids, its calls under ids naming the turn): the held turn
@@ -289,6 +322,10 @@ def restore_items(items: Sequence[Any], take: Take, owner: Owner) -> list[Any]:
             continue
         held = take(token)
         result = item.get("type") in _OUTPUT_ITEMS
+        if held is None:  # no longer held: the client's copy, under the call's original id
+            unwrapped = {k: v for k, v in item.items() if k != INTERRUPT_FIELD}
+            out.append({**unwrapped, "call_id": parts[1]} if parts else unwrapped)
+            continue
         if (token, result) not in placed:
             placed.add((token, result))
             out.extend(held.results if result else held.calls)

@@ -16,6 +16,7 @@ from gateway.engine.history import (
     held_names,
     held_tokens,
     names_gateway_calls,
+    orphans_told,
     restore_items,
     restore_messages,
 )
@@ -40,6 +41,7 @@ class Plan:
     answer_id: str | None = None  # Responses: the id of the answer, should it take several provider responses
     query: str = ""  # the caller's query string, which goes with every provider call
     path: str = ""  # the path the caller addressed (an Azure surface names the provider's)
+    held_turn_lost: bool = False  # it continues a turn (or gateway response) the gateway no longer holds
 
 
 def _chat_tool_name(spec: Any) -> str | None:
@@ -57,6 +59,14 @@ def _responses_tool_name(spec: Any) -> str | None:
         return None
     name = spec.get("name")
     return name if isinstance(name, str) and name else None
+
+
+def _offers_tools(body: Mapping[str, Any], offer_on_empty: bool) -> bool:
+    """Whether the gateway offers its tools: not to a request that sends `tools: []`, which asks
+    for an answer without tools on purpose (the Codex CLI's compaction does), unless the
+    `offer_tools_on_empty_tools` setting says otherwise. Without `tools`, it does."""
+    tools = body.get("tools")
+    return offer_on_empty or not (isinstance(tools, list) and not tools)
 
 
 def _check_clash(client_names: frozenset[str], gateway_names: frozenset[str], param: str) -> None:
@@ -94,11 +104,12 @@ def _upstream_base(body: Mapping[str, Any], drop: tuple[str, ...], name_of: Call
 
 
 async def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
-              query: str = "", path: str = "") -> Plan:
+              query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
     """A Chat Completions request (checked by the route) as a plan."""
-    gateway_names = registry.offered_names(caller.allowed)
+    offers = _offers_tools(body, offer_on_empty)
+    gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
     base, client_names = _upstream_base(body, ("messages", "stream", "stream_options"), _chat_tool_name,
-                                        registry.openai_tools(caller.allowed), gateway_names)
+                                        registry.openai_tools(caller.allowed) if offers else [], gateway_names)
     legacy = frozenset(f["name"] for f in body.get("functions") or [] if isinstance(f, dict)
                        and isinstance(f.get("name"), str))
     _check_clash(legacy, gateway_names, "functions")
@@ -108,21 +119,23 @@ async def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegis
     tokens = held_tokens(messages)
     found = await held.lookup(caller.principal, tokens) if tokens else NOTHING
     if tokens or names_gateway_calls(messages):
-        messages = restore_messages(messages, partial(found.take, param="messages", api="chat"))
+        messages = restore_messages(messages, partial(found.take, api="chat"))
     options = body.get("stream_options")
     options = options if isinstance(options, Mapping) else {}
     conversation = ChatConversation(base, tuple(messages), (), options)
     include_usage = bool(options.get("include_usage"))
+    lost = any(found.take(token, "chat") is None for token in tokens)
     return Plan("chat", str(body["model"]), bool(body.get("stream")), conversation, client_names | legacy,
-                gateway_names, include_usage=include_usage, query=query, path=path)
+                gateway_names, include_usage=include_usage, query=query, path=path, held_turn_lost=lost)
 
 
 async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
-                   query: str = "", path: str = "") -> Plan:
+                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
     """A Responses API request (checked by the route) as a plan."""
-    gateway_names = registry.offered_names(caller.allowed)
+    offers = _offers_tools(body, offer_on_empty)
+    gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
     base, client_names = _upstream_base(body, ("input", "stream", "previous_response_id"), _responses_tool_name,
-                                        registry.responses_tools(caller.allowed), gateway_names)
+                                        registry.responses_tools(caller.allowed) if offers else [], gateway_names)
     if gateway_names and body.get("background"):
         raise BadRequest("a background response cannot run the gateway's tools; send it without background, or "
                          "to the provider with a key that offers no gateway tools", param="background")
@@ -141,12 +154,16 @@ async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: Tool
     if isinstance(raw_input, str):
         items: str | tuple[Any, ...] = raw_input
     elif tokens or item_ids:  # only these can name a held turn (restore_items)
-        items = tuple(restore_items(listed, partial(found.take, param="input", api="responses"), found.owner))
+        items = tuple(restore_items(listed, partial(found.take, api="responses"), found.owner))
     else:  # most input: nothing to restore, as Chat's messages skip restore_messages (bench/proxy.py's
         # 30 KB input, toolspan-notel: about 8% fewer instructions a request, bench/instructions.py)
         items = listed
     previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None else None
+    forgotten = sent is not None and previous is None  # a gateway response id it no longer knows
+    if forgotten and not isinstance(items, str):
+        items = tuple(orphans_told(items))
+    lost = forgotten or any(found.take(token, "responses") is None for token in tokens)
     conversation = ResponsesConversation(base, items, previous)
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent,
-                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path)
+                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path, held_turn_lost=lost)

@@ -17,6 +17,8 @@ from gateway.caller import Caller
 from gateway.engine.decide import Finish, HandBack, RunTools, after_tools, decide, is_final
 from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
+from gateway.engine.replays import Replays
+from gateway.engine.retries import RetryPolicy
 from gateway.engine.turn import (
     ChatStreamReader,
     ModelCall,
@@ -26,7 +28,7 @@ from gateway.engine.turn import (
     read_chat,
     read_response,
 )
-from gateway.errors import GatewayError
+from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
 from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
@@ -62,6 +64,7 @@ class Finished:
     finish_reason: str | None
     limit_reached: bool  # the last call was the one the round limit allows, with no tools
     response_id: str | None = None  # Responses: the id the client knows the answer by
+    held_turn_lost: bool = False  # it continued a turn the gateway no longer held (engine.plan.Plan)
 
     @property
     def rounds(self) -> int:
@@ -83,8 +86,9 @@ class Engine:
     """Runs plans: the provider client, the tool executor, the held-turn store and the observer."""
 
     def __init__(self, upstream: Upstream, executor: ToolExecutor, held: StateStore, instrumentation: Instrumentation,
-                 max_rounds: int, keepalive_seconds: float) -> None:
+                 max_rounds: int, keepalive_seconds: float, retries: RetryPolicy | None = None) -> None:
         self.upstream = upstream
+        self.retries = retries or RetryPolicy()
         self.executor = executor
         self.held = held
         self.instrumentation = instrumentation
@@ -93,23 +97,26 @@ class Engine:
 
     async def run(self, plan: Plan, caller: Caller) -> AsyncGenerator[Event, None]:
         """The rounds of one request, as events."""
-        conversation = plan.conversation
-        turns: list[ModelTurn] = []
-        shown_first = False  # the client saw output of the first provider response as it streamed
+        replays = Replays(self.held, caller.principal, plan)
+        # tools_ran: the gateway tools run for this request so far (or by the failed run it replays)
+        conversation, turns, tools_ran, resumed = await self._resumed(plan, replays)
+        for again in resumed:
+            yield again
+        # The client saw output of the first provider response as it streamed.
+        shown_first = any(isinstance(e, Visible) and e.round == 0 and not opens_response(e.piece) for e in resumed)
         while True:
             final = is_final(len(turns), self.max_rounds)
             body = conversation.request(final, plan.stream)
-            if plan.stream:
-                async with aclosing(self._streamed(plan, caller, body, len(turns))) as asked:
-                    async for event in asked:
-                        if isinstance(event, ModelTurn):
-                            turns.append(event)
-                            continue
-                        if isinstance(event, Visible):
-                            shown_first = shown_first or (event.round == 0 and not opens_response(event.piece))
-                        yield event
-            else:
-                turns.append(await self._answered(plan, caller, body))
+            pieces: list[Mapping[str, Any]] = []  # what the client saw of this round, for a replay
+            async with aclosing(self._asked(plan, caller, body, len(turns), tools_ran, replays)) as asked:
+                async for event in asked:
+                    if isinstance(event, ModelTurn):
+                        turns.append(event)
+                        continue
+                    if isinstance(event, Visible):
+                        pieces.append(event.piece)
+                        shown_first = shown_first or (event.round == 0 and not opens_response(event.piece))
+                    yield event
             turn = turns[-1]
             decision = decide(turn, plan.client_names, len(turns) - 1, self.max_rounds, conversation.tool_choice)
             if isinstance(decision, Finish):
@@ -128,8 +135,10 @@ class Engine:
                             outcomes = ran
             elif mine:
                 outcomes = await self._run_tools(mine, caller, len(turns))
+            tools_ran += [call.name for call in mine]
             decision = after_tools(decision, turn, outcomes) if mine else decision
             if isinstance(decision, RunTools):
+                replays.done(turn, outcomes, pieces)
                 conversation = conversation.continued(turn, outcomes, decision.tool_choice)
                 continue
             yield await self._handed_back(plan, caller, conversation, turns, decision, mine, outcomes, final,
@@ -158,12 +167,73 @@ class Engine:
             answer_id = answer_id if shown_first and answer_id else plan.answer_id
             if answer_id and turns[-1].response_id and answer_id != turns[-1].response_id:
                 await self.held.alias(answer_id, turns[-1].response_id, caller.principal)
-        return Finished(tuple(turns), calls, finish_reason, final, answer_id)
+        return Finished(tuple(turns), calls, finish_reason, final, answer_id, plan.held_turn_lost)
 
-    async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any]) -> ModelTurn:
+    async def _resumed(self, plan: Plan, replays: Replays
+                       ) -> tuple[Conversation, list[ModelTurn], list[str], list[Opened | Visible]]:
+        """Where a request starts: afresh, or, replaying one that failed after gateway tools ran,
+        after the rounds that run did (with what the client saw of them, to show again). Only a
+        request offered gateway tools can have run any."""
+        turns: list[ModelTurn] = []
+        ran: list[str] = []
+        shown: list[Opened | Visible] = []
+        conversation = plan.conversation
+        for done in await replays.resumed() if plan.gateway_names else ():
+            decision = decide(done.turn, plan.client_names, len(turns), self.max_rounds, conversation.tool_choice)
+            if isinstance(decision, Finish):  # not a round that ran tools: the record is not this request's
+                break
+            if plan.stream:
+                shown += [Opened(done.turn.headers)] if not turns else []
+                shown += [Visible(piece, len(turns)) for piece in done.pieces]
+            decision = after_tools(decision, done.turn, list(done.outcomes))
+            choice = decision.tool_choice if isinstance(decision, RunTools) else conversation.tool_choice
+            conversation = conversation.continued(done.turn, done.outcomes, choice)
+            turns.append(done.turn)
+            ran += [outcome.tool_name for outcome in done.outcomes]
+        return conversation, turns, ran, shown
+
+    async def _asked(self, plan: Plan, caller: Caller, body: dict[str, Any], round_: int, ran: Sequence[str],
+                     replays: Replays) -> AsyncGenerator[Opened | Visible | Keepalive | ModelTurn, None]:
+        """One round's provider call, streamed or not, ending in its turn. Once gateway tools have
+        run (`ran`), a retryable failure is tried again here, as long as the client saw nothing of
+        this round's answer; what still fails is final for the client (see FailedAfterTools), and
+        the rounds done are kept for its replay."""
+        retrying = self.retries.start()
+        while True:
+            shown = False  # the client saw part of this attempt's answer: a retry would repeat it
+            try:
+                if not plan.stream:
+                    yield await self._answered(plan, caller, body, retrying.attempt)
+                    return
+                async with aclosing(self._streamed(plan, caller, body, round_, retrying.attempt)) as asked:
+                    async for event in asked:
+                        shown = shown or (isinstance(event, Visible) and not opens_response(event.piece))
+                        yield event
+                return
+            except GatewayError as exc:
+                if not ran:
+                    raise  # nothing ran yet: the client's own retries are harmless
+                delay = None if shown else retrying.wait(exc)
+                if delay is None:
+                    raise FailedAfterTools(exc, ran, retrying.attempt, await replays.keep()) from exc
+            async with aclosing(self._pause(delay, plan.stream)) as pausing:
+                async for keepalive in pausing:
+                    yield keepalive
+
+    async def _pause(self, seconds: float, stream: bool) -> AsyncGenerator[Keepalive, None]:
+        """The wait before a retry; a stream is kept open through it as while tools run."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            await asyncio.sleep(min(left, self.keepalive_seconds))
+            if stream and deadline - asyncio.get_running_loop().time() > 0:
+                yield Keepalive()
+
+    async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any], attempt: int = 1) -> ModelTurn:
         """One provider call, not streamed: its answer as a turn."""
         with self.instrumentation.chat(plan.model, False) as trace:
             trace.sent(plan.api, body)
+            if attempt > 1:
+                trace.retried(attempt)
             try:
                 path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
@@ -175,12 +245,14 @@ class Engine:
         await self._claim(plan, caller, turn.response_id)
         return turn
 
-    async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any],
-                        round_: int) -> AsyncGenerator[Opened | Visible | ModelTurn, None]:
+    async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any], round_: int,
+                        attempt: int = 1) -> AsyncGenerator[Opened | Visible | ModelTurn, None]:
         """One streamed provider call: the pieces the client may see at once, then the turn."""
         reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
         with self.instrumentation.chat(plan.model, True) as trace:
             trace.sent(plan.api, body)
+            if attempt > 1:
+                trace.retried(attempt)
             try:
                 path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:

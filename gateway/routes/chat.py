@@ -10,7 +10,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.app_keys import HELD, REGISTRY
+from gateway import linking
+from gateway.app_keys import HELD, REGISTRY, SETTINGS
 from gateway.engine import Finished, Plan, Visible, plan_chat
 from gateway.engine.turn import annotates, says_nothing, summed_usage
 from gateway.errors import GatewayError
@@ -50,9 +51,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if deployment := request.match_info.get("deployment"):
         body["model"] = deployment  # an Azure-style path names the model
     chat = validate(ChatRequest, body, "a chat completion request")
-    caller = caller_of(request, chat.metadata)
+    caller = await linking.joined(caller_of(request, chat.metadata), request.app[HELD], request.headers,
+                                  linking.chat_call_ids(chat.messages))
     plan = await plan_chat(body, caller, request.app[REGISTRY], request.app[HELD],
-                           caller.provider_query(request.query_string), request.path)
+                           caller.provider_query(request.query_string), request.path,
+                           request.app[SETTINGS].offer_tools_on_empty_tools)
     return await render.answer(request, caller, plan, completion, partial(ChatChunks, plan))
 
 

@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from pydantic import BaseModel, Field, PlainValidator, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
 from gateway.app_keys import CALLER, RECORD, SETTINGS
 from gateway.caller import Caller
 from gateway.engine import Event, Finished
-from gateway.errors import BadRequest, RequestTimeout, TooLarge
+from gateway.errors import BadRequest, RequestTimeout, TooLarge, error_response
 from gateway.headers import TRAJECTORY_HEADER
 from gateway.instrumentation import RequestRecord
 from gateway.json_depth import nests_deeper
@@ -27,6 +27,23 @@ M = TypeVar("M", bound=BaseModel)
 UPLOADS = ("/v1/files", "/v1/uploads", "/openai/files", "/openai/uploads", "/openai/v1/files", "/openai/v1/uploads")
 _BELOW_UPLOADS = tuple(f"{prefix}/" for prefix in UPLOADS)  # what lies under them, for one startswith
 JSON_TYPE = "application/json"
+
+
+async def expect_continue(request: web.Request) -> web.Response | None:
+    """The `Expect` header, for every route: `100-continue` answered as aiohttp answers it, any
+    other expectation a 417 in OpenAI's shape (aiohttp's own is plain text, and is sent before any
+    middleware could reshape it)."""
+    expect = request.headers.get("Expect", "")
+    if expect.lower() != "100-continue":
+        return error_response(BadRequest(f"the expectation {expect!r} is not one the gateway meets "
+                                         "(only 100-continue is)", status=417, code="expectation_failed"))
+    if request.version == HttpVersion11:
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the interim answer is not part of the response's size
+    return None
+
+
+EXPECT: dict[str, Any] = {"expect_handler": expect_continue}  # how every route is added
 
 
 def under(path: str, prefix: str) -> bool:
@@ -208,7 +225,9 @@ def reported(response: web.StreamResponse, caller: Caller, finished: Finished | 
     """`response`, carrying what telemetry records of this request."""
     rounds = finished.rounds if finished is not None else None
     limit = finished.limit_reached if finished is not None else False
-    response[RECORD] = RequestRecord(caller.trajectory_id, rounds, limit, error_type)
+    lost = finished.held_turn_lost if finished is not None else False
+    response[RECORD] = RequestRecord(caller.trajectory_id, rounds, limit, error_type, held_turn_lost=lost,
+                                     trajectory_source=caller.trajectory_source)
     return response
 
 

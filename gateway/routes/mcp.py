@@ -16,7 +16,7 @@ from gateway.app_keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.asgi import serve_asgi
 from gateway.caller import Caller, is_trajectory_id
 from gateway.mcp.server import McpEndpoint
-from gateway.routes.common import read_body, reported, require_json
+from gateway.routes.common import EXPECT, read_body, reported, require_json
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
@@ -48,6 +48,6 @@ def mount(app: web.Application) -> None:
     # otherwise wait its whole grace period for event streams that never end by themselves.
     app.on_shutdown.insert(0, endpoint.close_streams)
     # The transport's three methods; not HEAD: the SDK would answer it with a body.
-    app.router.add_get(PATH, serve, allow_head=False)
-    app.router.add_post(PATH, serve)
-    app.router.add_delete(PATH, serve)
+    app.router.add_get(PATH, serve, allow_head=False, **EXPECT)
+    app.router.add_post(PATH, serve, **EXPECT)
+    app.router.add_delete(PATH, serve, **EXPECT)

@@ -1,4 +1,5 @@
-"""Every other /v1/... route: sent to the provider and answered byte for byte."""
+"""Every other /v1/... route: sent to the provider and answered byte for byte; its errors in
+OpenAI's shape (gateway.routes.provider_errors)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gateway.errors import Forbidden, GatewayError, NotFound
 from gateway.headers import body_headers, from_provider
 from gateway.instrumentation import RequestRecord
 from gateway.routes.common import CLIENT_GONE, body_parts, check_declared_size, under
+from gateway.routes.provider_errors import provider_error
 from gateway.state import no_such_response
 
 log = logging.getLogger("toolspan.upstream")
@@ -60,8 +62,10 @@ async def _check_owner(request: web.Request) -> None:
         raise no_such_response(match.group(1))
 
 
-def _check_route(request: web.Request) -> None:
-    if any(part in (".", "..") for part in request.match_info.get("tail", "").split("/")) or "//" in request.path:
+def check_route(request: web.Request) -> None:
+    """A 404 for a path the provider would read as another, a 403 for a route the key may not use."""
+    parts = (part for value in request.match_info.values() for part in value.split("/"))
+    if any(part in (".", "..") for part in parts) or "//" in request.path:
         # The provider URL would be normalised past /v1, or to another route than the one checked here
         # (/v1//responses/ID is /responses/ID to the provider): never send the key there.
         raise NotFound("no such route", code="invalid_path")
@@ -72,7 +76,7 @@ def _check_route(request: web.Request) -> None:
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
     """Any other /v1 route: the caller's request to the provider, and its answer back, byte for byte."""
-    _check_route(request)
+    check_route(request)
     await _check_owner(request)
     if request.method == "OPTIONS":  # a browser's preflight: the gateway's answers are not for web pages
         return web.Response(status=204, headers={"Allow": "GET, POST, DELETE"})
@@ -92,10 +96,9 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
         if body.failure is not None:
             raise body.failure from None  # the provider call failed because the body did
         raise
-    if answer.status >= 500:
-        log.warning("%s %s: the provider answered %d [trace %s]", request.method, request.path, answer.status,
-                    request[TRACE].trace_id or "-")
     try:
+        if answer.status >= 400:  # OpenAI-shaped, as every error of the gateway's (the middleware logs it)
+            return await provider_error(answer)
         return await _relay(request, answer)
     finally:
         answer.release()

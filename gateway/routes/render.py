@@ -13,7 +13,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.app_keys import ENGINE, TRACE
+from gateway import linking
+from gateway.app_keys import ENGINE, HELD, TRACE
 from gateway.caller import Caller
 from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.errors import GatewayError, internal_error, log_provider_failure
@@ -22,6 +23,7 @@ from gateway.routes.common import answer_headers, finished_of, reported
 log = logging.getLogger("toolspan")
 
 Frame = tuple[str | None, Mapping[str, Any]]  # (SSE event name, JSON payload)
+Around = Callable[[AsyncGenerator[Event, None]], AsyncGenerator[Event, None]]
 
 
 class StreamRenderer(Protocol):
@@ -81,18 +83,30 @@ class SseWriter:
 
 
 async def answer(request: web.Request, caller: Caller, plan: Plan, as_json: Callable[[Finished], Mapping[str, Any]],
-                 renderer: Callable[[], StreamRenderer]) -> web.StreamResponse:
-    """Run `plan` and answer: with `as_json` of its end, or, for a streamed request, as events."""
+                 renderer: Callable[[], StreamRenderer], around: Around | None = None) -> web.StreamResponse:
+    """Run `plan` and answer: with `as_json` of its end, or, for a streamed request, as events.
+    `around` sees the events first (an API's own bookkeeping before the client sees the end)."""
     events = request.app[ENGINE].run(plan, caller)
+    if around is not None:
+        events = around(events)
     if plan.stream:
-        return await stream(request, caller, events, renderer())
+        return await stream(request, caller, plan, events, renderer())
     finished = await finished_of(events)
+    await _link(request, caller, plan, finished)
     headers = {**finished.turns[-1].headers, **answer_headers(caller, finished)}
     response = web.Response(body=orjson.dumps(as_json(finished)), content_type="application/json", headers=headers)
     return reported(response, caller, finished)
 
 
-async def stream(request: web.Request, caller: Caller, events: AsyncGenerator[Event, None],
+async def _link(request: web.Request, caller: Caller, plan: Plan, finished: Finished) -> None:
+    """The answer's call and response ids, linked to the caller's trajectory (gateway.linking)."""
+    # A Chat answer's id names nothing a later request can continue from: only Responses' ids link.
+    response_id = finished.response_id if plan.api == "responses" else None
+    await linking.remember(request.app[HELD], caller, linking.answer_call_ids(plan.api, finished.client_calls),
+                           response_id)
+
+
+async def stream(request: web.Request, caller: Caller, plan: Plan, events: AsyncGenerator[Event, None],
                  renderer: StreamRenderer) -> web.StreamResponse:
     """Render `events` as SSE. The stream's end (aiohttp's write_eof) follows once the handler has
     returned, so the request's telemetry is recorded before the client sees the stream end."""
@@ -110,6 +124,7 @@ async def stream(request: web.Request, caller: Caller, events: AsyncGenerator[Ev
                     await writer.comment("toolspan: running tools")
                 else:
                     finished = event
+                    await _link(request, caller, plan, event)  # before the client can continue from it
                     await writer.frames(renderer.finished(event))
         if finished is not None and finished.limit_reached:
             await writer.comment(f"toolspan: round limit reached after {finished.rounds} model turns")

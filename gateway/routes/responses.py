@@ -1,5 +1,6 @@
 """POST /v1/responses: the Responses API over the engine, and its rendering. The other
-/v1/responses routes (GET, DELETE, input_items, cancel) pass through to the provider."""
+/v1/responses routes (GET, DELETE, input_items, cancel) pass through to the provider, but for the
+ids the gateway made (gateway.routes.response_ids)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.app_keys import HELD, REGISTRY
+from gateway import linking
+from gateway.app_keys import HELD, REGISTRY, SETTINGS
 from gateway.engine import Finished, Plan, Visible, plan_responses
 from gateway.engine.turn import opens_response, summed_usage
 from gateway.errors import GatewayError
 from gateway.routes import render
+from gateway.routes.answer_records import remembered
 from gateway.routes.common import JsonObjects, caller_of, read_object, validate
 
 
@@ -42,10 +45,17 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses."""
     body = await read_object(request)
     checked = validate(ResponsesRequest, body, "a Responses API request")
-    caller = caller_of(request, checked.metadata)
+    caller = await linking.joined(caller_of(request, checked.metadata), request.app[HELD], request.headers,
+                                  linking.responses_call_ids(checked.input), checked.previous_response_id)
     plan = await plan_responses(body, caller, request.app[REGISTRY], request.app[HELD],
-                                caller.provider_query(request.query_string), request.path)
-    return await render.answer(request, caller, plan, partial(final_response, plan), partial(ResponseEvents, plan))
+                                caller.provider_query(request.query_string), request.path,
+                                request.app[SETTINGS].offer_tools_on_empty_tools)
+    # An answer under an id of the gateway's is kept, for GET, input_items and DELETE of that id.
+    kept = partial(remembered, state=request.app[HELD], principal=caller.principal,
+                   response_of=partial(final_response, plan), sent=body.get("input"),
+                   stored=body.get("store") is not False, max_bytes=request.app[SETTINGS].answer_record_max_bytes)
+    return await render.answer(request, caller, plan, partial(final_response, plan), partial(ResponseEvents, plan),
+                               kept)
 
 
 def _is_gateway_tool(plan: Plan, spec: Any) -> bool:

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 
 from gateway.app_keys import SETTINGS
-from gateway.routes.common import read_body
+from gateway.routes.common import EXPECT, read_body
 from gateway.routes.ui_auth import (
     HOME,
     end_session,
@@ -298,9 +298,9 @@ def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
     app.on_response_prepare.append(_page_headers)
     if reader is not None:
         app[TRAJECTORIES] = reader
-    app.router.add_get("/ui", report_view)
-    app.router.add_get("/ui/trajectories", list_view)
-    app.router.add_get("/ui/trajectories/{id}", trajectory_view)
-    app.router.add_post("/ui/login", login)
-    app.router.add_post("/ui/logout", logout)
-    app.router.add_get("/ui/assets/{name}", asset)
+    app.router.add_get("/ui", report_view, **EXPECT)
+    app.router.add_get("/ui/trajectories", list_view, **EXPECT)
+    app.router.add_get("/ui/trajectories/{id}", trajectory_view, **EXPECT)
+    app.router.add_post("/ui/login", login, **EXPECT)
+    app.router.add_post("/ui/logout", logout, **EXPECT)
+    app.router.add_get("/ui/assets/{name}", asset, **EXPECT)

@@ -7,12 +7,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from gateway.errors import Conflict, NotFound, Unavailable
+from gateway.errors import NotFound, Unavailable
 
 # What a shared store keeps, each kind under keys of its own: held turns, the items their clients
 # saw, response aliases, response owners, failure records, the marker that tells a Redis that lost
 # its data, and the sets of entries by last use (the metric of unreadable values counts by these).
-StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru"]
+StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru", "link", "answer", "rounds"]
 
 PREFIX = "tspan_"
 RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses
@@ -54,6 +54,12 @@ class Bounds:
 
 
 OWNED_RESPONSES = Bounds(100_000, 30 * 86400.0, 25_000)  # as long as OpenAI keeps a stored response
+# Call and response ids of answers the gateway gave, each naming its trajectory (gateway.trajectories):
+# kept a day past their last use, as an agent's run may wait on a person that long.
+TRAJECTORY_LINKS = Bounds(200_000, 86400.0, 50_000)
+# The rounds done for a request whose provider then failed for good (gateway.engine.replays): kept
+# for the client's replay of the same request, a few minutes at most.
+REPLAYS = Bounds(10_000, 600.0, 2_500)
 
 
 @dataclass(frozen=True)
@@ -76,14 +82,6 @@ class StateUnavailable(Unavailable):
                          "gateway holds there; retry shortly", code="state_unavailable", retry_after=2)
 
 
-_NOT_HELD = ("this conversation continues a model turn in which the gateway ran its own tools, and the gateway no "
-             "longer holds that turn (it expired or the gateway restarted); resend the conversation from before "
-             "that turn")
-_RESPONSE_NOT_HELD = ("this response was answered over several provider responses, and the gateway no longer knows "
-                      "the last of them (it expired or the gateway restarted); resend the conversation instead of "
-                      "continuing from it")
-
-
 def no_such_response(response_id: str, param: str | None = None) -> NotFound:
     """What a gateway key hears of a response id it did not make: exactly what it hears of one
     that does not exist."""
@@ -100,24 +98,24 @@ class Found:
     response: str | None = None
     owned: bool = False
 
-    def take(self, token: str, param: str, api: str) -> HeldTurn:
-        """The held turn (it stays held: a conversation may be sent again), or a 409."""
+    def take(self, token: str, api: str) -> HeldTurn | None:
+        """The held turn (it stays held: a conversation may be sent again); None for one the
+        gateway no longer holds (expired, pushed out, lost in a restart), or of another API."""
         turn = self.turns.get(token)
-        if turn is None or turn.api != api:
-            raise Conflict(_NOT_HELD, code="turn_not_held", param=param)
-        return turn
+        return turn if turn is not None and turn.api == api else None
 
     def owner(self, item_id: str) -> str | None:
         """The token of the held turn whose client saw the item of this id, if any."""
         return self.owners.get(item_id)
 
-    def resolve(self, response_id: str, keyed: bool = False) -> str:
-        """The provider response to continue from, for a `previous_response_id` a client sent. An id
-        the gateway made up and no longer knows is a 409; any other unknown id is the provider's,
-        unless the caller has a gateway key (`keyed`): then only a response that key made may be
-        continued, and any other is a 404, as if it did not exist."""
+    def resolve(self, response_id: str, keyed: bool = False) -> str | None:
+        """The provider response to continue from, for a `previous_response_id` a client sent: None
+        for an id the gateway made up and no longer knows (the request then goes on from its own
+        input alone). Any other unknown id is the provider's, unless the caller has a gateway key
+        (`keyed`): then only a response that key made may be continued, and any other is a 404, as
+        if it did not exist."""
         if self.response is None and response_id.startswith(RESPONSE_PREFIX):
-            raise Conflict(_RESPONSE_NOT_HELD, code="response_not_held", param="previous_response_id")
+            return None
         if keyed and not self.owned:
             raise no_such_response(response_id, "previous_response_id")
         return self.response or response_id
@@ -154,6 +152,34 @@ class StateStore(FailureBook, Protocol):
         """The held turns of these tokens and of these shown items, and the response behind
         `response_id` (and whether the principal made it), each as the principal's own and with its
         expiry refreshed."""
+
+    async def link(self, principal: str | None, ids: Collection[str], trajectory_id: str) -> None:
+        """Remember that each of these ids (of calls or responses the gateway answered with) belongs
+        to the principal's trajectory `trajectory_id`."""
+
+    async def linked(self, principal: str | None, ids: Collection[str]) -> str | None:
+        """The trajectory the first of these ids that the principal linked belongs to, if any."""
+
+    async def keep_answer(self, principal: str | None, response_id: str, record: str) -> None:
+        """Keep what the client was given under a response id the gateway made (an opaque record,
+        gateway.routes.response_ids), as long as its alias is kept."""
+
+    async def kept_answer(self, principal: str | None, response_id: str) -> str | None:
+        """The principal's record of that response id, its expiry refreshed; None when not held."""
+
+    async def forget_answer(self, principal: str | None, response_id: str) -> None:
+        """Forget the principal's record of that response id and its alias (it was deleted)."""
+
+    async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
+        """Keep the rounds done for a request that failed after gateway tools ran (an opaque JSON
+        record, gateway.engine.replays), for REPLAYS' time, under a digest of the request."""
+
+    async def kept_rounds(self, principal: str | None, request_key: str) -> str | None:
+        """The principal's record of that request, if held; it is forgotten as it is read."""
+
+    def may_hold_rounds(self) -> bool:
+        """Whether `kept_rounds` could find anything: a store in memory knows that it holds no
+        record, and most requests then skip digesting their body to ask."""
 
     async def status(self) -> str | None:
         """None for a store in memory; else "up" or "unavailable"."""

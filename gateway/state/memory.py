@@ -9,7 +9,16 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from gateway.state.base import DEFAULT_FAILURE_BOUNDS, OWNED_RESPONSES, Bounds, FailureBounds, Found, HeldTurn
+from gateway.state.base import (
+    DEFAULT_FAILURE_BOUNDS,
+    OWNED_RESPONSES,
+    REPLAYS,
+    TRAJECTORY_LINKS,
+    Bounds,
+    FailureBounds,
+    Found,
+    HeldTurn,
+)
 
 V = TypeVar("V")
 _Key = tuple[str | None, str]  # (principal, id): another key's id is another entry, never a hit
@@ -65,6 +74,9 @@ class _Bounded(Generic[V]):
         if principal is not None:
             self._by_key[principal].move_to_end(item)
         return entry.value
+
+    def delete(self, principal: str | None, key: str) -> None:
+        self._drop((principal, key))
 
     def _drop(self, item: _Key) -> None:
         if self._items.pop(item, None) is not None and item[0] is not None:
@@ -154,6 +166,9 @@ class HeldTurns:
         self._items: _Bounded[str] = _Bounded(turns, clock)  # shown item id -> token
         self._responses: _Bounded[str] = _Bounded(turns, clock)  # the client's response id -> the provider's
         self._owned: _Bounded[bool] = _Bounded(owned, clock)  # provider response ids, by the key that made them
+        self._links: _Bounded[str] = _Bounded(TRAJECTORY_LINKS, clock)  # call or response id -> trajectory
+        self._answers: _Bounded[str] = _Bounded(turns, clock)  # the client's response id -> what it was given
+        self._rounds: _Bounded[str] = _Bounded(REPLAYS, clock)  # a failed request's digest -> its rounds
         self.failures = FailureRecords(failure_bounds, clock)
 
     def __len__(self) -> int:
@@ -189,6 +204,37 @@ class HeldTurns:
     async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
                                record: str | None) -> None:
         await self.failures.remember_failure(principal, trajectory_id, tool, record)
+
+    async def link(self, principal: str | None, ids: Collection[str], trajectory_id: str) -> None:
+        for linked_id in ids:
+            self._links.put(principal, linked_id, trajectory_id)
+
+    async def linked(self, principal: str | None, ids: Collection[str]) -> str | None:
+        for linked_id in ids:
+            if (trajectory_id := self._links.get(principal, linked_id)) is not None:
+                return trajectory_id
+        return None
+
+    async def keep_answer(self, principal: str | None, response_id: str, record: str) -> None:
+        self._answers.put(principal, response_id, record)
+
+    async def kept_answer(self, principal: str | None, response_id: str) -> str | None:
+        return self._answers.get(principal, response_id)
+
+    async def forget_answer(self, principal: str | None, response_id: str) -> None:
+        self._answers.delete(principal, response_id)
+        self._responses.delete(principal, response_id)
+
+    async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
+        self._rounds.put(principal, request_key, record)
+
+    def may_hold_rounds(self) -> bool:
+        return len(self._rounds) > 0
+
+    async def kept_rounds(self, principal: str | None, request_key: str) -> str | None:
+        record = self._rounds.get(principal, request_key)
+        self._rounds.delete(principal, request_key)
+        return record
 
     async def status(self) -> str | None:
         return None

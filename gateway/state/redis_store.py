@@ -24,6 +24,8 @@ from redis.exceptions import RedisError
 from gateway.state.base import (
     DEFAULT_FAILURE_BOUNDS,
     OWNED_RESPONSES,
+    REPLAYS,
+    TRAJECTORY_LINKS,
     Bounds,
     FailureBounds,
     Found,
@@ -36,10 +38,13 @@ from gateway.state.redis_values import (
     WRONG_TYPE,
     Unreadable,
     UnreadableValues,
+    answer_of,
     failure_record,
     owned_of,
     response_of,
+    rounds_of,
     token_of,
+    trajectory_of,
     turn_of,
     written_at,
     wrong_type,
@@ -101,7 +106,9 @@ class RedisState:
                                             retry=Retry(NoBackoff(), 1))
         turns = Bounds(capacity, ttl_seconds, per_key)
         self._kinds = {name: _kind(name, bounds) for name, bounds in
-                       (("turn", turns), ("item", turns), ("resp", turns), ("own", owned))}
+                       (("turn", turns), ("item", turns), ("resp", turns), ("own", owned),
+                                                              ("link", TRAJECTORY_LINKS), ("answer", turns),
+                                                              ("rounds", REPLAYS))}
         self._timeout = timeout_seconds
         self._observe = observe
         self._prefix = prefix
@@ -320,6 +327,57 @@ class RedisState:
         response = self._read("resp", keys[-2], first[-2], response_of)
         claimed = self._read("own", keys[-1], first[-1], owned_of)
         return Found(turns, owners, response, response is not None or claimed is not None)
+
+    async def link(self, principal: str | None, ids: Collection[str], trajectory_id: str) -> None:
+        if ids:
+            await self._put(principal, [("link", self._key("link", principal, i), trajectory_id)
+                                        for i in dict.fromkeys(ids)])
+
+    async def linked(self, principal: str | None, ids: Collection[str]) -> str | None:
+        wanted = list(dict.fromkeys(ids))
+        keys = [self._key("link", principal, i) for i in wanted]
+        for key, raw in zip(keys, await self._get(principal, keys, ["link"] * len(keys)), strict=True):
+            if (trajectory_id := self._read("link", key, raw, trajectory_of)) is not None:
+                return trajectory_id
+        return None
+
+    async def keep_answer(self, principal: str | None, response_id: str, record: str) -> None:
+        await self._put(principal, [("answer", self._key("answer", principal, response_id), record)])
+
+    async def kept_answer(self, principal: str | None, response_id: str) -> str | None:
+        key = self._key("answer", principal, response_id)
+        [raw] = await self._get(principal, [key], ["answer"])
+        return self._read("answer", key, raw, answer_of)
+
+    async def forget_answer(self, principal: str | None, response_id: str) -> None:
+        """The record and the alias, and their places in the recency sets."""
+        owner = self._owner(principal)
+        pipe = self._redis.pipeline(transaction=True)
+        for kind in ("answer", "resp"):
+            key = self._key(kind, principal, response_id)
+            pipe.delete(key)
+            pipe.zrem(self._recency(kind), key)
+            if principal is not None:
+                pipe.zrem(self._recency(kind, owner), key)
+        await self._run(_answers(pipe))
+
+    async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
+        await self._put(principal, [("rounds", self._key("rounds", principal, request_key), record)])
+
+    def may_hold_rounds(self) -> bool:
+        return True  # another replica may have kept one
+
+    async def kept_rounds(self, principal: str | None, request_key: str) -> str | None:
+        """Read and forgotten in one transaction: of two replicas handed the same replay, one
+        resumes (the other runs the request afresh)."""
+        key = self._key("rounds", principal, request_key)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.getdel(key)
+        pipe.zrem(self._recency("rounds"), key)
+        if principal is not None:
+            pipe.zrem(self._recency("rounds", self._owner(principal)), key)
+        raw, *_ = await self._run(_answers(pipe))
+        return self._read("rounds", key, raw, rounds_of)
 
     async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
         key = self._key("fail", principal, trajectory_id)

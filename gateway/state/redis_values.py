@@ -16,6 +16,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from gateway.caller import is_trajectory_id
 from gateway.state.base import HeldTurn, StateKind
 
 log = logging.getLogger("toolspan.state")
@@ -88,6 +89,32 @@ def response_of(raw: bytes) -> str:
     text = _text(raw)
     if not text or not text.isprintable():
         raise Unreadable("not a response id")
+    return text
+
+
+def trajectory_of(raw: bytes) -> str:
+    """The trajectory a linked call or response id belongs to (`link` writes one the gateway accepts)."""
+    text = _text(raw)
+    if not is_trajectory_id(text):
+        raise Unreadable("not a trajectory id")
+    return text
+
+
+def rounds_of(raw: bytes) -> str:
+    """The rounds kept for a replay (`keep_rounds` writes a JSON object; gateway.engine.replays
+    reads its fields, and treats one it cannot read as absent)."""
+    text = _text(raw)
+    if not text.startswith("{"):
+        raise Unreadable("not a record of rounds")
+    return text
+
+
+def answer_of(raw: bytes) -> str:
+    """A record of what a client was given (`keep_answer` writes a JSON object; its fields are
+    gateway.routes.response_ids' to read)."""
+    text = _text(raw)
+    if not text.startswith("{"):
+        raise Unreadable("not a record of an answer")
     return text
 
 

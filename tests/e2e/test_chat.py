@@ -6,8 +6,6 @@ import asyncio
 import json
 from typing import Any
 
-import pytest
-
 from gateway.demo.model import Reply
 from gateway.tools import Tool, ToolRegistry
 from telemetry import names
@@ -141,25 +139,6 @@ async def test_mixed_turn_and_its_follow_up(stack: Stack, stream: bool) -> None:
     assert [(m["tool_call_id"], m["content"]) for m in restored[2:]] == [
         (model_ids[0], "contents of a"), (model_ids[1], "yes")]
     assert "tools" in original
-
-
-@STREAM
-async def test_follow_up_of_a_turn_no_longer_held_is_a_409(make_stack: StackFactory, stream: bool) -> None:
-    stack = await make_stack(pending_turn_capacity=1)
-    stack.script.then(Reply(tool_calls=[("read_file", {"path": "a"}), ("ask_human", {"question": "1"})]),
-                      Reply(tool_calls=[("read_file", {"path": "b"}), ("ask_human", {"question": "2"})]))
-    first = await stack.ask(stream, messages=USER, tools=[CLIENT_TOOL])
-    await stack.ask(stream, messages=USER, tools=[CLIENT_TOOL])  # pushes the first turn out
-    [call] = first.tool_calls
-    follow_up = [*USER, {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
-                 {"role": "tool", "tool_call_id": call["id"], "content": "yes"}]
-    import openai
-
-    with pytest.raises(openai.ConflictError) as caught:
-        await stack.ask(stream, messages=follow_up, tools=[CLIENT_TOOL])
-    assert caught.value.status_code == 409
-    assert "no longer holds that turn" in caught.value.message
-    assert len(stack.upstream_requests) == 2  # nothing wrong was sent upstream
 
 
 @STREAM

@@ -332,7 +332,7 @@ async def exchange(http: aiohttp.ClientSession, url: str, body: bytes) -> tuple[
         return r.status, r.headers["Content-Type"], r.headers.get("Retry-After"), await r.read()
 
 
-@pytest.mark.parametrize("case", ["too_large", "provider_429", "provider_500", "unknown_turn"])
+@pytest.mark.parametrize("case", ["too_large", "provider_429", "provider_500", "tool_name_conflict"])
 async def test_the_gateways_errors_pass_through_unchanged(
         balanced: Callable[..., Awaitable[Balanced]], case: str) -> None:
     found = await balanced(max_body_bytes=1024)
@@ -344,12 +344,8 @@ async def test_the_gateways_errors_pass_through_unchanged(
         reply = Reply(status=429, error="slow down", headers={"retry-after": "7"})
     elif case == "provider_500":  # the gateway's 502, which nginx neither replaces nor retries elsewhere
         reply = Reply(status=500, error="the provider broke")
-    else:  # a follow-up naming a held turn that no replica holds: the gateway's 409
-        request["messages"] = [*USER, {"role": "assistant", "tool_calls": [
-            {"id": "tspan_gone_call_1", "type": "function",
-             "function": {"name": "ask_human", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "tspan_gone_call_1", "content": "Paris"}]
-        request["tools"] = CHAT_TOOLS
+    else:  # a tool of the client's named like one of the gateway's: the gateway's 400
+        request["tools"] = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
     body = json.dumps(request).encode()
     async with aiohttp.ClientSession() as http:
         seen = []

@@ -154,7 +154,11 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
             async with stack.http.post("/v1/chat/completions", data=body,
                                        headers={**AUTH, "Content-Type": "application/json"}) as response:
                 assert response.status in (400, 502)
-        expected = 12 * (rounds + 1)
+        # A provider failure after a gateway tool ran, which the gateway retries itself.
+        stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(status=500, error="a blip"),
+                          Reply(content="3"))
+        await stack.client.chat.completions.create(model="m", messages=USER, extra_headers=trajectory)
+        expected = 13 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})
     return traces

@@ -221,17 +221,6 @@ async def test_a_request_of_the_wrong_shape_is_a_400_naming_the_field(stack: Sta
     assert error["type"] == "invalid_request_error"
 
 
-async def test_a_follow_up_for_a_turn_no_longer_held_is_a_409(make_stack: StackFactory) -> None:
-    stack = await make_stack(pending_turn_ttl_seconds=1e-9)
-    stack.script.then(Reply(tool_calls=[("read_file", {"path": "a.txt"}), ("ask_human", {"question": "?"})]))
-    first = await stack.respond(False, input=QUESTION, tools=[CLIENT_TOOL])
-    [call] = first.calls
-    with pytest.raises(openai.ConflictError) as caught:
-        await stack.respond(False, previous_response_id=first.id, tools=[CLIENT_TOOL], input=[
-            {"type": "function_call_output", "call_id": call["call_id"], "output": "b"}])
-    assert caught.value.code == "turn_not_held"
-
-
 @STREAM
 async def test_round_limit_ends_with_a_tool_less_call(make_stack: StackFactory, stream: bool) -> None:
     stack = await make_stack(max_rounds=1)
@@ -409,17 +398,6 @@ async def test_an_input_item_with_an_odd_id_is_passed_on_not_a_500(stack: Stack)
     response = await stack.http.post("/v1/responses", json={
         "model": "m", "input": [{"role": "user", "content": "hi", "id": ["x"]}]})
     assert response.status == 200
-
-
-async def test_an_answer_id_the_gateway_forgot_is_a_409(make_stack: StackFactory) -> None:
-    stack = await make_stack(pending_turn_ttl_seconds=1e-9)
-    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
-    answer = await stack.respond(False, input="add")
-    assert answer.id.startswith("resp_tspan_")
-    with pytest.raises(openai.ConflictError) as caught:
-        await stack.respond(False, input="and again", previous_response_id=answer.id)
-    assert caught.value.code == "response_not_held"
-    assert len(stack.upstream_requests) == 2  # refused before the provider
 
 
 async def test_streamed_output_before_the_tools_names_the_answer_by_the_first_response(stack: Stack) -> None:

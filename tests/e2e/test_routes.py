@@ -71,7 +71,10 @@ async def test_echo_comes_back_byte_for_byte(stack: Stack, aiohttp_client: Aioht
 async def test_upstream_404_passes_through(stack: Stack) -> None:
     async with stack.http.get("/v1/no/such/thing?x=1") as response:
         assert response.status == 404
-        assert await response.read() == b"404: Not Found"  # the provider's own body, not a gateway error
+        # The provider's own text, in OpenAI's shape (it sent text/plain).
+        error = (await response.json())["error"]
+        assert error["message"] == "the provider answered 404: 404: Not Found"
+        assert error["code"] == "upstream_404"
         assert response.headers["X-Trace-Id"]
         assert response.headers["X-Trajectory-Id"]
         trace_id = response.headers["X-Trace-Id"]
@@ -378,3 +381,20 @@ async def test_the_builtin_model_remembers_only_its_last_requests(aiohttp_client
             assert response.status == 200
     assert [r["messages"][0]["content"] for r in model.requests] == ["question 1", "question 2"]
     assert len(model.request_headers) == 2
+
+
+@pytest.mark.parametrize("path", ["/v1/tools", "/v1/models", "/healthz", "/ui"])
+async def test_an_expectation_other_than_100_continue_is_an_openai_shaped_417(stack: Stack, path: str) -> None:
+    """aiohttp answers an unknown `Expect` in plain text, before any middleware; the gateway's own
+    handler answers it in OpenAI's shape, on every route."""
+    async with stack.http.get(path, headers={"Expect": "~'M"}) as response:
+        assert response.status == 417
+        assert (await response.json())["error"]["code"] == "expectation_failed"
+
+
+async def test_100_continue_is_still_met(stack: Stack) -> None:
+    stack.script.then(Reply(content="hello"))
+    async with stack.http.post("/v1/chat/completions", headers={"Expect": "100-continue"},
+                               json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}) as response:
+        assert response.status == 200
+        assert (await response.json())["choices"][0]["message"]["content"] == "hello"

@@ -48,9 +48,10 @@ CALLS: dict[str, tuple[str, Any, str]] = {
     "timeout": ("slow", {}, "timeout"),
     "interrupt": ("review", {}, "interrupted"),
 }
+RETRIES = 2  # the gateway's own retries of a provider call after its tools ran (the default)
 PROVIDER_FAULTS = {
     "error_500": Reply(status=500, error="the model is down"),
-    "rate_limit": Reply(status=429, error="slow down", headers={"retry-after": "1"}),
+    "rate_limit": Reply(status=429, error="slow down", headers={"retry-after-ms": "1"}),
     "not_json": Reply(raw=b"<html>bad gateway</html>", raw_type="text/html"),
     "cut_off": Reply(content="a stream that breaks", break_stream_after=1),
     "no_answer": Reply(hang=True),
@@ -88,7 +89,12 @@ class Plan:
             return interrupted  # the loop pauses after the interrupted turn's calls
         if self.client_fault == "hang_up_in_tool":
             return len(self.rounds)  # the client leaves during the last turn's calls
-        return len(self.rounds) + 1  # the turns with calls, and the one that answers, fails or hangs
+        # The turns with calls, and the one that answers, fails or hangs; a failure after gateway tools
+        # ran that says "again" is tried twice more by the gateway (a Responses stream cut off after
+        # its opening event too: the client saw nothing of that round).
+        again = self.provider_fault in ("error_500", "rate_limit") or (
+            self.provider_fault == "cut_off" and self.api == "responses")
+        return len(self.rounds) + 1 + (RETRIES if self.rounds and again else 0)
 
 
 def make_plan(rng: random.Random, number: int) -> Plan:
@@ -246,7 +252,8 @@ async def test_soak_balances_the_books(make_stack: StackFactory) -> None:
     soak = Soak({plan.number: plan for plan in plans})
     registry = every_outcome_registry()
     registry.register(Tool(name="gate", function=soak.gate, parameters=[Param("plan", "integer", required=True)]))
-    stack = await make_stack(registry=registry, upstream_timeout_seconds=1.0)
+    stack = await make_stack(registry=registry, upstream_timeout_seconds=1.0, upstream_retry_attempts=RETRIES,
+                             upstream_retry_backoff_seconds=0.001)
     stack.model.policy = soak.policy
     books = Books()
     provider = stack.observability.provider

@@ -65,6 +65,7 @@ def _theirs() -> CollectorRegistry:
                        (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
     upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, doc(names.METRIC_UPSTREAM_DURATION),
                                   (names.LABEL_MODEL,), buckets=REQUEST_DURATION_BUCKETS, registry=registry)
+    Counter(names.METRIC_UPSTREAM_RETRIES, doc(names.METRIC_UPSTREAM_RETRIES), (names.LABEL_MODEL,), registry=registry)
     tokens = Counter(names.METRIC_TOKENS, doc(names.METRIC_TOKENS), (names.LABEL_MODEL, names.LABEL_TYPE),
                      registry=registry)
     requests = Counter(names.METRIC_REQUESTS, doc(names.METRIC_REQUESTS), (names.LABEL_ROUTE, names.LABEL_STATUS),
@@ -77,7 +78,7 @@ def _theirs() -> CollectorRegistry:
     rest = Metrics(CollectorRegistry())  # the metrics that are prometheus_client's own already
     for metric in (rest.mcp_server_up, rest.mcp_server_disconnects, rest.trajectory_store_dropped,
                    rest.state_store_up, rest.state_store_failures, rest.state_store_losses,
-                   rest.state_store_unreadable):
+                   rest.state_store_unreadable, rest.held_turns_lost):
         registry.register(metric)
     rest.mcp_server_up.labels("files").set(1)
     in_flight.inc()

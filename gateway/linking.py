@@ -1,0 +1,118 @@
+"""Which trajectory a request belongs to when its caller names none: no client library sends
+X-Trajectory-Id, yet most requests of an agent's run say which run they continue. A request joins
+the trajectory of a response it continues (`previous_response_id`) or of a call whose result it
+carries (any call id of an answer the gateway gave); else a client's own session header names it
+(hashed with the gateway key, so two keys never share one); else it starts a new trajectory.
+
+Every link belongs to the gateway key that made it: another key's request with the same ids
+finds nothing. Links are best effort: a state store that cannot be reached leaves the request in
+the trajectory it would otherwise have (the request itself goes on)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from gateway.caller import Caller
+from gateway.errors import Unavailable
+from gateway.state import StateStore
+
+log = logging.getLogger("toolspan")
+
+# Client session headers, in the order they are trusted, each sent on every request of one run:
+# Claude Code's; the Codex CLI's (`session-id` and `thread-id` from 0.1xx on, `session_id` and
+# `conversation_id` before). The OpenAI Agents SDK and openai-python send none of their own.
+SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "thread-id", "conversation_id")
+# The latest call ids of a conversation that are looked up: the run's latest answer gave them, and
+# a conversation of hundreds of calls would otherwise read hundreds of keys on every request.
+LATEST_CALLS = 8
+_CALL = "call:"  # link kinds: a call id the client was given, a response id it was given
+_RESPONSE = "resp:"
+
+
+def chat_call_ids(messages: Sequence[Any]) -> list[str]:
+    """Ids of the calls a Chat conversation answers or repeats, the latest first (LATEST_CALLS of
+    them, and a few more)."""
+    found: list[str] = []
+    for message in reversed(messages):
+        if len(found) >= LATEST_CALLS:
+            break
+        if not isinstance(message, Mapping):
+            continue
+        if isinstance(answered := message.get("tool_call_id"), str):
+            found.append(answered)
+        calls = message.get("tool_calls")
+        for call in reversed(calls) if isinstance(calls, list) else ():
+            if isinstance(call, Mapping) and isinstance(call_id := call.get("id"), str):
+                found.append(call_id)
+    return list(dict.fromkeys(found))
+
+
+def responses_call_ids(items: object) -> list[str]:
+    """Ids of the calls a Responses input answers or repeats (function, custom tool and other
+    calls carry `call_id`), the latest first."""
+    if not isinstance(items, list):
+        return []
+    found = [call_id for item in reversed(items)
+             if isinstance(item, Mapping) and isinstance(call_id := item.get("call_id"), str)]
+    return list(dict.fromkeys(found))
+
+
+def session_trajectory(principal: str | None, headers: Mapping[str, str]) -> str | None:
+    """The trajectory a client session header names, as this gateway key's: a digest of both."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            named = json.dumps([principal, name, value]).encode("utf-8", "surrogatepass")
+            return hashlib.sha256(named).hexdigest()[:32]
+    return None
+
+
+def by_session(caller: Caller, headers: Mapping[str, str]) -> Caller:
+    """`caller` in the trajectory its client session header names, if it named none itself: so
+    every request of a run, passed through or refused ones included, is in the run's trajectory."""
+    if caller.trajectory_source != "new" or (session := session_trajectory(caller.principal, headers)) is None:
+        return caller
+    return replace(caller, trajectory_id=session, linked_by="session_header")
+
+
+async def joined(caller: Caller, state: StateStore, headers: Mapping[str, str], call_ids: Sequence[str],
+                 previous_response_id: str | None = None) -> Caller:
+    """`caller` in the trajectory its request continues, and how that was found; a caller that
+    named its trajectory (header, metadata) stays in it."""
+    if caller.trajectory_source not in ("new", "session_header"):
+        return caller
+    try:
+        if previous_response_id is not None and (
+                found := await state.linked(caller.principal, [_RESPONSE + previous_response_id])):
+            return replace(caller, trajectory_id=found, linked_by="previous_response")
+        latest = [_CALL + i for i in dict.fromkeys(call_ids[:LATEST_CALLS])]
+        if latest and (found := await state.linked(caller.principal, latest)):
+            return replace(caller, trajectory_id=found, linked_by="call_ids")
+    except Unavailable:
+        log.info("trajectory links unavailable (state store): the request's trajectory is not looked up")
+    return by_session(caller, headers)
+
+
+async def remember(state: StateStore, caller: Caller, call_ids: Iterable[str], response_id: str | None) -> None:
+    """Link the ids of an answer the client is about to get to the caller's trajectory, so that
+    the requests continuing from it join that trajectory."""
+    ids = [_CALL + i for i in call_ids]
+    if response_id is not None:
+        ids.append(_RESPONSE + response_id)
+    if not ids:
+        return
+    try:
+        await state.link(caller.principal, ids, caller.trajectory_id)
+    except Unavailable:
+        log.info("trajectory links unavailable (state store): this answer's ids are not linked")
+
+
+def answer_call_ids(api: str, client_calls: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The call ids of an answer's client calls, as the client gets them."""
+    field = "id" if api == "chat" else "call_id"
+    return [call_id for call in client_calls if isinstance(call_id := call.get(field), str)]

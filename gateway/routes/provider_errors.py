@@ -1,0 +1,85 @@
+"""A provider's error answer on the pass-through, in OpenAI's shape as every gateway error is: an
+OpenAI-shaped 4xx goes on byte for byte; any other 4xx (text, HTML, an empty body, JSON of
+another shape) is wrapped with the provider's text in its message; a 5xx is a 502 that keeps the
+provider's message. The same mapping as the tool loop's own provider calls
+(gateway.upstream's status check, gateway.errors.UpstreamRefused)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import aiohttp
+from aiohttp import web
+
+from gateway.errors import GatewayError, UpstreamRefused, UpstreamUnavailable
+from gateway.headers import from_provider
+from gateway.upstream import provider_message
+
+# An error body is read whole to be judged, so its read is capped: an OpenAI error is a few hundred
+# bytes, and of any other body only the start goes in the message.
+MAX_ERROR_BYTES = 64 * 1024
+_ZLIB_MODES = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+async def _read_capped(answer: aiohttp.ClientResponse) -> tuple[bytes, bool]:
+    """Up to MAX_ERROR_BYTES of the body, and whether that is all of it. A body that breaks off is
+    judged by what came."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for data in answer.content.iter_any():
+            parts.append(data)
+            size += len(data)
+            if size > MAX_ERROR_BYTES:
+                return b"".join(parts)[:MAX_ERROR_BYTES], False
+    except (aiohttp.ClientError, TimeoutError):
+        return b"".join(parts), False
+    return b"".join(parts), True
+
+
+def _decoded(raw: bytes, encoding: str) -> bytes:
+    """The body's text under its Content-Encoding (the pass-through leaves bodies encoded), at most
+    MAX_ERROR_BYTES of it; a line saying so when it cannot be decoded."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    mode = _ZLIB_MODES.get(encoding)
+    if mode is not None:
+        try:
+            return zlib.decompressobj(mode).decompress(raw, MAX_ERROR_BYTES)
+        except zlib.error:
+            if encoding == "deflate":  # some servers send deflate without its zlib header
+                try:
+                    return zlib.decompressobj(-zlib.MAX_WBITS).decompress(raw, MAX_ERROR_BYTES)
+                except zlib.error:
+                    pass
+    return f"(a body in the {encoding[:40]!r} encoding, which the gateway does not read)".encode()
+
+
+def _openai_shaped(text: bytes) -> bool:
+    try:
+        decoded = json.loads(text)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return isinstance(decoded, dict) and isinstance(decoded.get("error"), dict)
+
+
+async def provider_error(answer: aiohttp.ClientResponse) -> web.Response:
+    """The answer to a provider's 4xx/5xx (`answer`, not yet read): an OpenAI-shaped 4xx as it
+    came (headers and encoding too); else raises the OpenAI-shaped error it stands for."""
+    raw, whole = await _read_capped(answer)
+    text = _decoded(raw, answer.headers.get("Content-Encoding", ""))
+    if answer.status < 500 and whole and _openai_shaped(text):
+        return web.Response(status=answer.status, reason=answer.reason, body=raw,
+                            headers=from_provider(answer.headers, body_as_sent=True))
+    raise _as_error(answer, text)
+
+
+def _as_error(answer: aiohttp.ClientResponse, text: bytes) -> GatewayError:
+    headers = from_provider(answer.headers)  # retry-after, the provider's request id ...; not its body's
+    if answer.status < 500:
+        # Not OpenAI-shaped here (an OpenAI-shaped one went on as it came): UpstreamRefused wraps it.
+        return UpstreamRefused(answer.status, text, headers)
+    return UpstreamUnavailable(f"the provider answered {answer.status}: {provider_message(text)}",
+                               code=f"upstream_{answer.status}", headers=headers)

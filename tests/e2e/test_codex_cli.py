@@ -1,0 +1,89 @@
+"""The Codex CLI (npm `@openai/codex`, pinned in tests/e2e/codex/package.json and installed there by
+.ci/run) pointed at the gateway, against the scripted Responses upstream: `codex exec` runs to its
+end, the gateway's tool and Codex's own shell tool both run, every request of the run is one
+trajectory (in the store and on the page), and Codex's WebSocket attempt is refused once, at once,
+instead of failing seven times over about six seconds before Codex falls back to HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.demo.model import Reply
+from telemetry import names
+from tests.conftest import AUTH, Stack
+
+CODEX = Path(__file__).parent / "codex" / "node_modules" / ".bin" / "codex"
+KEY_VARIABLE = "TOOLSPAN_TEST_KEY"
+
+
+def codex_model(body: dict[str, Any]) -> Reply:
+    """Adds with the gateway's tool, runs a command with Codex's own, then answers with both."""
+    called = {call["id"]: call["function"]["name"] for m in body["messages"] for call in m.get("tool_calls") or []}
+    done = {called[m["tool_call_id"]]: m["content"] for m in body["messages"]
+            if m.get("role") == "tool" and m.get("tool_call_id") in called}
+    if "add" not in done:
+        return Reply(tool_calls=[("add", {"a": 2, "b": 3})])
+    if "exec_command" not in done:
+        return Reply(tool_calls=[("exec_command", {"cmd": "echo codex-ran"})])
+    return Reply(content=f"The sum is {done['add']}.")
+
+
+def config(stack: Stack, provider: str) -> str:
+    """Codex's config.toml: a provider entry of our own whose base_url is the gateway (WebSockets
+    on, as the built-in OpenAI provider has them), or the built-in provider given the gateway."""
+    if provider == "openai_base_url":
+        return f'model = "test-model"\nopenai_base_url = "{stack.url}/v1"\n'
+    return (f'model = "test-model"\nmodel_provider = "toolspan"\n\n[model_providers.toolspan]\nname = "toolspan"\n'
+            f'base_url = "{stack.url}/v1"\nwire_api = "responses"\nenv_key = "{KEY_VARIABLE}"\n'
+            "supports_websockets = true\n")
+
+
+async def run_codex(stack: Stack, tmp_path: Path, provider: str) -> str:
+    assert CODEX.exists(), f"the Codex CLI is not installed: run npm ci --prefix {CODEX.parents[2]}"
+    home, codex_home, work = tmp_path / "home", tmp_path / "codex-home", tmp_path / "work"
+    for folder in (home, codex_home, work):
+        folder.mkdir()
+    (codex_home / "config.toml").write_text(config(stack, provider))
+    key = AUTH["Authorization"].removeprefix("Bearer ")
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("OPENAI_", "CODEX_"))}
+    env.update(HOME=str(home), CODEX_HOME=str(codex_home), OPENAI_API_KEY=key, NO_COLOR="1")
+    env[KEY_VARIABLE] = key
+    process = await asyncio.create_subprocess_exec(
+        str(CODEX), "exec", "--skip-git-repo-check", "-s", "read-only", "Add 2 and 3, then run a command.",
+        cwd=work, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT)
+    output, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    return text
+
+
+@pytest.mark.parametrize("provider", ["model_providers", "openai_base_url"])
+async def test_a_codex_exec_run_is_one_trajectory_and_falls_back_to_http_at_once(stack: Stack, tmp_path: Path,
+                                                                                provider: str) -> None:
+    for _ in range(3):
+        stack.script.then(codex_model)
+    output = await run_codex(stack, tmp_path, provider)
+    assert "The sum is 5." in output
+    ran = [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert [(s.attributes or {}).get(names.ATTR_TOOL_NAME) for s in ran] == ["add"]
+    roots = [s for s in stack.spans() if s.parent is None]
+    # One WebSocket attempt, refused with a 426; Codex went on over HTTP without trying again.
+    sockets = [s for s in roots if s.name == "GET /v1/responses"]
+    assert [(s.attributes or {}).get("http.response.status_code") for s in sockets] == [426]
+    posts = [s for s in roots if s.name == "POST /v1/responses"]
+    assert len(posts) == 2  # the turn that ran `add` and asked for the command; the one with its output
+    assert [(s.attributes or {}).get(names.ATTR_TRAJECTORY_SOURCE) for s in posts] == ["session_header", "call_ids"]
+    (trajectory,) = {(s.attributes or {})[names.ATTR_CONVERSATION_ID] for s in roots}
+    await stack.store.flushed()
+    reader = stack.observability.trajectory_reader()
+    assert reader is not None
+    listed = reader.list_trajectories(tool=None, outcome=None, since=None, model=None, limit=50, key=None)
+    assert [row["id"] for row in listed] == [trajectory]
+    page = await stack.http.get("/ui/trajectories", headers=AUTH)
+    assert trajectory in await page.text()
