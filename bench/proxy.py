@@ -331,11 +331,12 @@ async def _serve_toolspan(port: int, upstream: str, telemetry: bool, store: bool
     from tool_pipeline import DropExporter
 
     from gateway.demo.tools import demo_registry
-    from gateway.runtime import gateway
+    from gateway.runtime import gateway, settle_garbage_collector
     from gateway.settings import Settings
 
     settings = Settings(port=port, upstream=upstream, telemetry=telemetry, trajectory_store=store)
     async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(DropExporter())]):
+        settle_garbage_collector()  # as `toolspan serve` does
         await asyncio.Event().wait()
 
 

@@ -28,7 +28,7 @@ from gateway.cli_trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
 from gateway.demo.tools import demo_registry
 from gateway.logs import configure_logging
-from gateway.runtime import CannotListen, gateway, run
+from gateway.runtime import CannotListen, gateway, run, settle_garbage_collector
 from gateway.settings import Settings, load_settings
 from gateway.tools import Tool, ToolRegistry
 from gateway.workers import Worker, WorkerFailed, supervise
@@ -145,6 +145,7 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
     if worker is not None:
         worker.on_supervisor_gone(stop.set)
     async with gateway(settings, registry, worker=worker.slot if worker else None) as (url, _, model):
+        settle_garbage_collector()  # the process is the gateway's own: tune its collector
         lines = startup_lines(url, settings, registry, builtin_model=model is not None)
         if worker is None:
             for line in lines:

@@ -188,13 +188,14 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0,
                        reuse_port=worker is not None, redact_keys=settings.redact_keys)
         url = await stack.enter_async_context(site)
-        settle_garbage_collector()
         yield url, telemetry, model
 
 
 def settle_garbage_collector() -> None:
-    """Once the gateway listens: what start-up made (modules, the app, the registry, the tools)
-    lives as long as the process, so it is moved out of the collector's view (`gc.freeze`), and
+    """For `toolspan serve`, a process of the gateway's own (never the library's entry point,
+    `gateway()`, which a host application calls in its own process). Once the gateway listens:
+    what start-up made (modules, the app, the registry, the tools) lives as long as the process,
+    so it is moved out of the collector's view (`gc.freeze`), and
     young objects are collected every 10,000 allocations rather than 700. A request allocates
     a few thousand objects (more with spans), so the default collected several times a request
     and walked the long-lived ones at every older collection. bench/proxy.py, plain Chat request
