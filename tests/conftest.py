@@ -9,7 +9,7 @@ import json
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,27 +38,15 @@ from telemetry.store import TrajectoryStore
 
 pytest_plugins = ["tests.e2e.redis_server"]  # a real redis-server, for the tests that share state
 
-HOME_STORE = Path.home() / ".local" / "share" / "toolspan"  # the real user's: no test may write there
-
-
-def _home_store_state() -> list[tuple[str, int, int]]:
-    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in HOME_STORE.glob("*")) \
-        if HOME_STORE.is_dir() else []
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _home_store_untouched() -> Iterator[None]:
-    """Fails the run if any test wrote a trajectory store into the real data directory."""
-    before = _home_store_state()
-    yield
-    assert _home_store_state() == before, f"a test wrote into {HOME_STORE}"
-
-
 @pytest.fixture(autouse=True)
 def _data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test's (and its subprocesses') user data directory is a temporary one: a gateway's
-    trajectory store, on by default, lands there."""
-    data = tmp_path_factory.mktemp("data")
+    """Every test's (and its subprocesses') home and user data directory are temporary ones: a
+    gateway's trajectory store, on by default, lands there, and nothing the user runs (their own
+    `toolspan serve` writing ~/.local/share/toolspan) can be read by a test or fail it."""
+    home = tmp_path_factory.mktemp("home")
+    data = home / ".local" / "share"
+    data.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_DATA_HOME", str(data))
     return data
 

@@ -252,7 +252,8 @@ async def test_soak_balances_the_books(make_stack: StackFactory) -> None:
     soak = Soak({plan.number: plan for plan in plans})
     registry = every_outcome_registry()
     registry.register(Tool(name="gate", function=soak.gate, parameters=[Param("plan", "integer", required=True)]))
-    stack = await make_stack(registry=registry, upstream_timeout_seconds=1.0, upstream_retry_attempts=RETRIES,
+    # 2 s: a provider that never answers ends soon, and a busy machine never makes one look so.
+    stack = await make_stack(registry=registry, upstream_timeout_seconds=2.0, upstream_retry_attempts=RETRIES,
                              upstream_retry_backoff_seconds=0.001)
     stack.model.policy = soak.policy
     books = Books()

@@ -93,7 +93,8 @@ async def test_a_renamed_argument_is_rejected_before_it_reaches_the_server(make_
 
 async def test_results_errors_and_timeouts(make_stack: StackFactory, files_server: dict[str, Any],
                                            recorded: Recorded) -> None:
-    stack = await make_stack(mcp_servers={"files": {**files_server, "timeout_seconds": 0.5}})
+    # 2 s: long enough for a first call over HTTP on a busy machine, short for the hang to end in.
+    stack = await make_stack(mcp_servers={"files": {**files_server, "timeout_seconds": 2.0}})
     invoked = {}
     for tool in ("fail", "hang", "stats", "picture"):
         async with stack.http.post(f"/v1/tools/files__{tool}/invoke", json={"arguments": {}}) as response:
