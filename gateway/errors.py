@@ -141,7 +141,7 @@ class UpstreamRefused(GatewayError):
         """The provider sent an OpenAI-shaped error, which can go on byte for byte."""
         try:
             decoded = json.loads(self.raw_body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return False
         return isinstance(decoded, dict) and isinstance(decoded.get("error"), dict)
 

@@ -80,10 +80,11 @@ def by_session(caller: Caller, headers: Mapping[str, str]) -> Caller:
     return replace(caller, trajectory_id=session, linked_by="session_header")
 
 
-async def joined(caller: Caller, state: StateStore, headers: Mapping[str, str], call_ids: Sequence[str],
+async def joined(caller: Caller, state: StateStore, call_ids: Sequence[str],
                  previous_response_id: str | None = None) -> Caller:
     """`caller` in the trajectory its request continues, and how that was found; a caller that
-    named its trajectory (header, metadata) stays in it."""
+    named its trajectory (header, metadata) stays in it, and one whose request continues nothing
+    the gateway answered stays in its session's (`by_session`, which the middleware applied)."""
     if caller.trajectory_source not in ("new", "session_header"):
         return caller
     try:
@@ -95,7 +96,7 @@ async def joined(caller: Caller, state: StateStore, headers: Mapping[str, str], 
             return replace(caller, trajectory_id=found, linked_by="call_ids")
     except Unavailable:
         log.info("trajectory links unavailable (state store): the request's trajectory is not looked up")
-    return by_session(caller, headers)
+    return caller
 
 
 async def remember(state: StateStore, caller: Caller, call_ids: Iterable[str], response_id: str | None) -> None:

@@ -34,7 +34,7 @@ from gateway.json_depth import nests_deeper
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
     "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
     "compatible": "openai_compatible"}
-_AGAIN_STATUSES = frozenset({429, 500, 502, 503, 504})  # answers that mean "the same request may work later"
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})  # answers that mean "the same request may work later"
 REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe's TCP connect to the provider
 REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
 MAX_JSON_DEPTH = 64  # the default of the max_json_depth setting
@@ -309,12 +309,12 @@ async def _raise_for_status(response: aiohttp.ClientResponse | Answer) -> None:
         body = await response.read()
     except (TimeoutError, aiohttp.ClientError, ProviderConnectionError) as exc:
         raise UpstreamUnavailable(f"the provider answered {response.status} and then broke off",
-                                  retryable=response.status in _AGAIN_STATUSES) from exc
+                                  retryable=response.status in RETRYABLE_STATUSES) from exc
     if response.status < 500:
         raise UpstreamRefused(response.status, body, response.headers)
     raise UpstreamUnavailable(f"the provider answered {response.status}: {provider_message(body)}",
                               code=f"upstream_{response.status}", headers=from_provider(response.headers),
-                              retryable=response.status in _AGAIN_STATUSES)
+                              retryable=response.status in RETRYABLE_STATUSES)
 
 
 def _deployment(model: str) -> str:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from gateway.errors import GatewayError, UpstreamRefused, UpstreamUnavailable
 from gateway.settings import Settings
+from gateway.upstream import RETRYABLE_STATUSES
 
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})  # what the provider may answer to mean "again"
 BACKOFF_CAP_SECONDS = 8.0  # the longest wait between two attempts without a retry-after (openai-python's)
 
 
@@ -45,7 +45,7 @@ def retry_policy(settings: Settings) -> RetryPolicy:
 def retryable(error: GatewayError) -> bool:
     """Whether the provider's failure says that the same request may succeed later."""
     if isinstance(error, UpstreamRefused):
-        return error.status == 429
+        return error.status in RETRYABLE_STATUSES  # of the 4xx, a 429
     return isinstance(error, UpstreamUnavailable) and error.retryable
 
 
@@ -86,8 +86,3 @@ class Retrying:
         self._waited += delay
         self.attempt += 1
         return delay
-
-    @property
-    def retries(self) -> int:
-        """Attempts made beyond the first."""
-        return self.attempt - 1

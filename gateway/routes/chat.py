@@ -51,7 +51,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if deployment := request.match_info.get("deployment"):
         body["model"] = deployment  # an Azure-style path names the model
     chat = validate(ChatRequest, body, "a chat completion request")
-    caller = await linking.joined(caller_of(request, chat.metadata), request.app[HELD], request.headers,
+    caller = await linking.joined(caller_of(request, chat.metadata), request.app[HELD],
                                   linking.chat_call_ids(chat.messages))
     plan = await plan_chat(body, caller, request.app[REGISTRY], request.app[HELD],
                            caller.provider_query(request.query_string), request.path,

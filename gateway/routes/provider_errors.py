@@ -6,13 +6,12 @@ provider's message. The same mapping as the tool loop's own provider calls
 
 from __future__ import annotations
 
-import json
 import zlib
 
 import aiohttp
 from aiohttp import web
 
-from gateway.errors import GatewayError, UpstreamRefused, UpstreamUnavailable
+from gateway.errors import UpstreamRefused, UpstreamUnavailable
 from gateway.headers import from_provider
 from gateway.upstream import provider_message
 
@@ -57,29 +56,15 @@ def _decoded(raw: bytes, encoding: str) -> bytes:
     return f"(a body in the {encoding[:40]!r} encoding, which the gateway does not read)".encode()
 
 
-def _openai_shaped(text: bytes) -> bool:
-    try:
-        decoded = json.loads(text)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return False
-    return isinstance(decoded, dict) and isinstance(decoded.get("error"), dict)
-
-
 async def provider_error(answer: aiohttp.ClientResponse) -> web.Response:
     """The answer to a provider's 4xx/5xx (`answer`, not yet read): an OpenAI-shaped 4xx as it
     came (headers and encoding too); else raises the OpenAI-shaped error it stands for."""
     raw, whole = await _read_capped(answer)
     text = _decoded(raw, answer.headers.get("Content-Encoding", ""))
-    if answer.status < 500 and whole and _openai_shaped(text):
-        return web.Response(status=answer.status, reason=answer.reason, body=raw,
-                            headers=from_provider(answer.headers, body_as_sent=True))
-    raise _as_error(answer, text)
-
-
-def _as_error(answer: aiohttp.ClientResponse, text: bytes) -> GatewayError:
-    headers = from_provider(answer.headers)  # retry-after, the provider's request id ...; not its body's
-    if answer.status < 500:
-        # Not OpenAI-shaped here (an OpenAI-shaped one went on as it came): UpstreamRefused wraps it.
-        return UpstreamRefused(answer.status, text, headers)
-    return UpstreamUnavailable(f"the provider answered {answer.status}: {provider_message(text)}",
-                               code=f"upstream_{answer.status}", headers=headers)
+    if answer.status >= 500:
+        raise UpstreamUnavailable(f"the provider answered {answer.status}: {provider_message(text)}",
+                                  code=f"upstream_{answer.status}", headers=from_provider(answer.headers))
+    refused = UpstreamRefused(answer.status, text, answer.headers)  # wraps what is not OpenAI-shaped
+    if whole and refused.provider_error():  # as it came: headers and encoding too
+        return web.Response(status=answer.status, reason=answer.reason, body=raw, headers=refused.as_sent)
+    raise refused

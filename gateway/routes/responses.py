@@ -45,7 +45,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses."""
     body = await read_object(request)
     checked = validate(ResponsesRequest, body, "a Responses API request")
-    caller = await linking.joined(caller_of(request, checked.metadata), request.app[HELD], request.headers,
+    caller = await linking.joined(caller_of(request, checked.metadata), request.app[HELD],
                                   linking.responses_call_ids(checked.input), checked.previous_response_id)
     plan = await plan_responses(body, caller, request.app[REGISTRY], request.app[HELD],
                                 caller.provider_query(request.query_string), request.path,

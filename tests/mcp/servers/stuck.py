@@ -27,5 +27,5 @@ if __name__ == "__main__":
         subprocess.Popen([sys.executable, __file__, "helper"])  # in its group, holding its stdout too
         sys.stdin.buffer.read()  # until the client closes it
         record({"stdin": "closed"})
-    while True:
+    while True:  # never ends on its own: only the process group's SIGKILL stops it (what the test is about)
         time.sleep(60)
