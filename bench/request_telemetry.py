@@ -17,12 +17,20 @@ processor's export thread is counted on both sides), medians, and the ratio ours
 Target: <= 1.0.
 
     python bench/request_telemetry.py [--calls 5000] [--repeats 15]
+
+Instructions instead of time (steady where CPU time is not, on a shared machine): each side alone
+under callgrind, runs of 1000 and 5000 requests with PYTHONHASHSEED=0, the difference over 4000:
+
+    python bench/request_telemetry.py --instructions [ours|sdk ...]
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +41,7 @@ from pathlib import Path
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Tracer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -159,11 +168,40 @@ def our_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
     return one
 
 
+def the_sides(provider: TracerProvider) -> dict[str, Callable[[], None]]:
+    return {"sdk": sdk_side(provider.get_tracer(INSTRUMENTATION_SCOPE), CollectorRegistry()),  # the SDK's
+            "ours": our_side(tracer_of(provider), Metrics(CollectorRegistry()))}
+
+
+def run_one_side(side: str, calls: int) -> None:
+    """`calls` requests of one side, and nothing else: what callgrind counts."""
+    provider = build_provider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=2 * calls + 1024))
+    one = the_sides(provider)[side]
+    for _ in range(calls):
+        one()
+    provider.shutdown()
+
+
+def instructions(side: str, calls: int) -> int:
+    """The instructions callgrind counts for a process running `calls` requests of `side`."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+               "--one-side", side, str(calls)]
+    done = subprocess.run(command, env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
+                          check=True)
+    return int(re.findall(r"Collected : (\d+)", done.stderr)[-1])
+
+
+def print_instructions(sides: list[str]) -> None:
+    for side in sides or ["ours", "sdk"]:
+        per_request = (instructions(side, 5000) - instructions(side, 1000)) / 4000
+        print(f"  {side:4}  {per_request / 1000:6.1f} thousand instructions per request (callgrind)")
+
+
 async def main(calls: int, repeats: int) -> None:
     provider = build_provider()
     provider.add_span_processor(BatchSpanProcessor(DropExporter(), max_queue_size=2 * calls + 1024))
-    sides = {"sdk": sdk_side(provider.get_tracer(INSTRUMENTATION_SCOPE), CollectorRegistry()),  # the SDK's
-             "ours": our_side(tracer_of(provider), Metrics(CollectorRegistry()))}
+    sides = the_sides(provider)
     cpu: dict[str, list[float]] = {name: [] for name in sides}
     for repeat in range(repeats + 1):  # the first round warms up
         for name, one in sides.items():
@@ -186,4 +224,9 @@ async def main(calls: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    run_bench(main, __doc__, calls=5000, repeats=15)
+    if sys.argv[1:2] == ["--one-side"]:
+        run_one_side(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1:2] == ["--instructions"]:
+        print_instructions(sys.argv[2:])
+    else:
+        run_bench(main, __doc__, calls=5000, repeats=15)

@@ -1,20 +1,46 @@
+#!/usr/bin/env python3
 """Register two tools, run a few model-style calls through the executor, print what happened.
 
-    python examples/quickstart.py
+    python examples/quickstart.py        (any python: it runs itself with the project's .venv)
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+from pathlib import Path
 
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client import CollectorRegistry, generate_latest
+VENV = Path(__file__).resolve().parent.parent / ".venv"
 
-from gateway.tools import Param, Tool, ToolCall, ToolExecutor, ToolRegistry, Turn, tool
-from telemetry.instrument import Telemetry
-from telemetry.metrics import Metrics
-from telemetry.tracing import build_provider, tracer_of
+
+def _in_the_venv() -> None:
+    """Without toolspan importable (the venv not active), run again with the project's .venv python;
+    without one, say how to make it, in one line."""
+    try:
+        import opentelemetry.sdk  # noqa: F401
+
+        import gateway  # noqa: F401
+    except ImportError as missing:
+        python = VENV / "bin" / "python"
+        if python.is_file() and Path(sys.prefix).resolve() != VENV.resolve():  # not the venv yet: once
+            os.execv(python, [str(python), *sys.argv])
+        sys.exit(f"quickstart: {missing.name or missing} is not importable from {sys.executable}; install "
+                 f"toolspan first (python -m venv .venv && .venv/bin/pip install -e .), then run "
+                 f".venv/bin/python examples/quickstart.py")
+
+
+if __name__ == "__main__":
+    _in_the_venv()
+
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402 (after the venv check)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402 (after the venv check)
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402 (after the venv check)
+
+from gateway.tools import Param, Tool, ToolCall, ToolExecutor, ToolRegistry, Turn, tool  # noqa: E402 (after the venv check)
+from telemetry.instrument import Telemetry  # noqa: E402 (after the venv check)
+from telemetry.metrics import Metrics  # noqa: E402 (after the venv check)
+from telemetry.tracing import build_provider, tracer_of  # noqa: E402 (after the venv check)
 
 
 @tool

@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway import linking
+from gateway import linking, provider_paths
 from gateway.admission import Admission
 from gateway.app_keys import (
     BROWSERS,
@@ -37,15 +37,29 @@ from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.metrics_page import MetricsPage, OwnMetrics
-from gateway.routes import chat, health, mcp, openapi, passthrough, response_ids, responses, tools, ui, websocket
+from gateway.routes import (
+    chat,
+    front,
+    health,
+    mcp,
+    openapi,
+    passthrough,
+    response_ids,
+    responses,
+    tools,
+    ui,
+    websocket,
+)
 from gateway.routes.common import CLIENT_GONE, EXPECT
-from gateway.settings import Settings
+from gateway.settings import Settings, proxy_environment
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
+from gateway.transport import Transport, build_transport
 from gateway.upstream import Upstream
 
 log = logging.getLogger("toolspan")
 ADMISSION = web.AppKey("admission", Admission)
+TRANSPORT = web.AppKey("transport", Transport)  # how the provider is reached, by every route (gateway.transport)
 SHUTDOWN_WRAP_UP_SECONDS = 5.0  # after the grace period, for requests whose provider calls were ended to answer
 
 
@@ -86,6 +100,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             error = internal_error()
         if error is not None:
             log_provider_failure(error, request.method, request.path, trace.trace_id)
+            provider_paths.log_once(request.app, error)  # a 404 of the provider's API path: said once
             response = error_response(error)
             response.headers[TRAJECTORY_HEADER] = request[CALLER].trajectory_id if CALLER in request else ids[0]
             record = RequestRecord(error_type=error.type)
@@ -112,12 +127,13 @@ async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     assert settings.upstream is not None  # checked in create_app
-    connector = aiohttp.TCPConnector(limit=settings.upstream_max_connections,
-                                     keepalive_timeout=settings.upstream_idle_seconds)
+    transport = app[TRANSPORT]
+    connector = transport.connector(settings.upstream_max_connections, settings.upstream_idle_seconds)
     session = aiohttp.ClientSession(auto_decompress=False, connector=connector)
     upstream = Upstream(session, settings.upstream, settings.upstream_api_key, settings.upstream_timeout_seconds,
                         settings.upstream_connect_timeout_seconds, settings.upstream_kind, settings.azure_api_version,
-                        settings.upstream_max_connections, settings.upstream_idle_seconds, settings.max_json_depth)
+                        settings.upstream_max_connections, settings.upstream_idle_seconds, settings.max_json_depth,
+                        transport)
     app[UPSTREAM] = upstream
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
                          settings.keepalive_seconds, retry_policy(settings))
@@ -154,6 +170,10 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[observe],
                           handler_args={"keepalive_timeout": settings.header_read_timeout_seconds})
     app[SETTINGS] = settings
+    # Decided now, so that a bad proxy variable fails at start-up, naming it.
+    app[TRANSPORT] = build_transport(settings.upstream, settings.upstream_proxy, settings.upstream_ca_bundle,
+                                     settings.upstream_client_cert, settings.upstream_client_key,
+                                     proxy_environment())
     app[ADMISSION] = Admission(settings.max_concurrent_requests)
     app[BROWSERS] = browser_rule(settings)
     app[SECRET_HEADERS] = secret_names(settings.redact_keys)
@@ -189,6 +209,8 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_get("/healthz", health.healthz, **EXPECT)
     app.router.add_get("/readyz", health.readyz, **EXPECT)
     app.router.add_get("/openapi.json", openapi.openapi, **EXPECT)
+    app.router.add_get("/", front.index, **EXPECT)  # where to go from here: /ui, /v1, /metrics, /healthz
+    app[provider_paths.SEEN] = set()
     if settings.mcp_endpoint:
         mcp.mount(app)
     if settings.ui:

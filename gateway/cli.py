@@ -18,6 +18,7 @@ import logging
 import signal
 import sqlite3
 import sys
+import traceback
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ from gateway.demo.tools import demo_registry
 from gateway.logs import configure_logging
 from gateway.runtime import CannotListen, gateway, run, settle_garbage_collector
 from gateway.settings import Settings, load_settings
+from gateway.settings_text import option_help as setting_help
+from gateway.settings_text import version
 from gateway.tools import Tool, ToolRegistry
 from gateway.workers import Worker, WorkerFailed, supervise
 from telemetry.tracing import export_plan
@@ -47,37 +50,85 @@ def _many(value: Any) -> bool:
     return isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping)
 
 
-def load_tools(specs: Iterable[str]) -> ToolRegistry:
+def import_path(app_dir: Path | None) -> str:
+    """Puts the folder `--tools` modules come from first on the import path, as `uvicorn app:module`
+    does: `app_dir`, else the current directory (which `toolspan`, a console script, does not put
+    there itself). Its absolute path, so a later chdir changes nothing."""
+    folder = str((app_dir or Path.cwd()).resolve())
+    if app_dir is not None and not Path(folder).is_dir():
+        raise StartupError(f"--app-dir {app_dir}: no such folder")
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
+    return folder
+
+
+def _import(spec: str, module_name: str, folder: str) -> Any:
+    """The module of a `--tools` spec; an import that fails says where, with the last frames of
+    its traceback when the failure is inside the user's code (not just a name not found)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        named = exc.name is not None and (module_name == exc.name or module_name.startswith(f"{exc.name}."))
+        if named:  # the module named itself, not one that it imports
+            raise StartupError(f"--tools {spec!r}: cannot import {module_name!r}: no module {exc.name!r} "
+                               f"in {folder} (the import path starts there; --app-dir names another "
+                               f"folder) or in the installed packages") from exc
+        raise StartupError(_import_failure(spec, module_name, exc)) from exc
+    except Exception as exc:
+        raise StartupError(_import_failure(spec, module_name, exc)) from exc
+
+
+IMPORT_FRAMES = 3  # the frames of an import failure shown: the user's own code is at the end
+
+
+def _import_failure(spec: str, module_name: str, exc: BaseException) -> str:
+    machinery = (importlib.__file__, __file__)  # importlib's frames and this module's: none of them helps
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith("<frozen importlib") and frame.filename not in machinery]
+    frames = frames[-IMPORT_FRAMES:]
+    lines = [f"--tools {spec!r}: importing {module_name!r} failed: "
+             f"{''.join(traceback.format_exception_only(exc)).strip()}"]
+    lines += [f"  File \"{f.filename}\", line {f.lineno}, in {f.name}" + (f"\n    {f.line}" if f.line else "")
+              for f in frames]
+    return "\n".join(lines)
+
+
+def load_tools(specs: Iterable[str], app_dir: Path | None = None) -> ToolRegistry:
     """A registry from `module:attr` specs naming a ToolRegistry, a Tool, an iterable of tools, or a
-    function taking no arguments that returns one of those (a factory keeps the module stateless)."""
+    function taking no arguments that returns one of those (a factory keeps the module stateless).
+    Modules are looked for in `app_dir` (default: the current directory) first."""
     registry = ToolRegistry()
+    specs = list(specs)
+    folder = import_path(app_dir) if specs else ""
     for spec in specs:
         module_name, sep, attr = spec.partition(":")
         if not sep or not module_name or not attr:
             raise StartupError(f"--tools {spec!r}: expected module:attribute, e.g. myapp.tools:registry")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise StartupError(f"--tools {spec!r}: cannot import {module_name!r} ({exc})") from exc
-        try:
-            value: Any = getattr(module, attr)
-        except AttributeError as exc:
-            raise StartupError(f"--tools {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
-        if callable(value) and not isinstance(value, Tool | ToolRegistry | type):
-            try:
-                value = value()
-            except Exception as exc:
-                raise StartupError(f"--tools {spec!r}: calling {attr} failed ({exc})") from exc
-        found = [value] if isinstance(value, Tool) else list(value) if _many(value) else None
-        if found is None or not all(isinstance(t, Tool) for t in found):
-            raise StartupError(f"--tools {spec!r}: expected a ToolRegistry, a Tool or an iterable of tools, "
-                               f"got {type(value).__name__}")
-        for item in found:
+        module = _import(spec, module_name, folder)
+        for item in _tools_of(spec, module, module_name, attr):
             try:
                 registry.register(item)
             except ValueError as exc:
                 raise StartupError(f"--tools {spec!r}: {exc}") from exc
     return registry
+
+
+def _tools_of(spec: str, module: Any, module_name: str, attr: str) -> list[Tool]:
+    try:
+        value: Any = getattr(module, attr)
+    except AttributeError as exc:
+        raise StartupError(f"--tools {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
+    if callable(value) and not isinstance(value, Tool | ToolRegistry | type):
+        try:
+            value = value()
+        except Exception as exc:
+            raise StartupError(f"--tools {spec!r}: calling {attr} failed ({exc})") from exc
+    found = [value] if isinstance(value, Tool) else list(value) if _many(value) else None
+    if found is None or not all(isinstance(t, Tool) for t in found):
+        raise StartupError(f"--tools {spec!r}: expected a ToolRegistry, a Tool or an iterable of tools, "
+                           f"got {type(value).__name__}")
+    return found
 
 
 MAX_TOOLS_NAMED = 10  # more than this, and the start-up line gives their number
@@ -110,6 +161,13 @@ def describe_traces(settings: Settings) -> str:
     return "not exported (set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector)"
 
 
+def capture_line() -> str:
+    """Said at start-up when messages are not captured: a trajectory then shows its tool calls but
+    not what was said, unlike the demo's (which captures)."""
+    return ("messages: not captured (spans and the page show tool calls, not the conversation); "
+            "capture_message_content = true, or TOOLSPAN_CAPTURE_MESSAGE_CONTENT=true, keeps them")
+
+
 def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_model: bool) -> list[str]:
     """What an operator wants to see once the gateway listens: where, in front of what, with which
     tools, and where its traces and metrics go."""
@@ -123,6 +181,7 @@ def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_
             f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)",
             f"trajectories: {settings.store_path()} (toolspan trajectories"
             f"{f'; the page: {url}/ui' if settings.ui else ''})" if recorded else "trajectories: not recorded",
+            *([capture_line()] if settings.telemetry and not settings.capture_message_content else []),
             f"mcp: {url}/mcp" if settings.mcp_endpoint else "mcp: off (mcp_endpoint = false)",
             *([] if settings.keys or settings.allowed_hosts is not None or settings.host in LOOPBACK else [
                 f"browsers: no gateway keys and any Host taken on {settings.host}: a web page that re-points its "
@@ -133,7 +192,7 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
     """`toolspan serve` until SIGTERM or SIGINT; as one `worker` of several, it tells the
     supervisor its start-up lines rather than logging them, and stops if the supervisor is gone."""
     if settings.tools:
-        registry = load_tools(settings.tools)
+        registry = load_tools(settings.tools, settings.app_dir)
     elif mcp_examples:  # the example tools, through MCP
         registry = ToolRegistry()
         settings = with_mcp_examples(settings)
@@ -184,24 +243,37 @@ def serve_worker(settings: Settings, mcp_examples: bool, worker: Worker) -> None
         sys.exit(2)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="toolspan", description="OpenAI-compatible gateway that runs tools")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--upstream", help="provider base URL; default: the built-in scripted model")
-    serve.add_argument("--tools", nargs="+", metavar="MODULE:ATTR", help="tools to offer")
-    serve.add_argument("--config", type=Path, help="TOML or JSON settings file")
-    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default: info")
-    serve.add_argument("--log-format", choices=("text", "json"), help="text (default), or one JSON object a line")
-    serve.add_argument("--access-log", action=argparse.BooleanOptionalAction,
-                       help="one log line per request (default: on)")
+def option_help(name: str, text: str | None = None) -> str:
+    return setting_help(Settings, name, text)
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    """`toolspan serve`'s options; each one's help names its default and its variable (the
+    settings' own, gateway.settings_text)."""
+    serve.add_argument("--host", help=option_help("host"))
+    serve.add_argument("--port", type=int, help=option_help("port"))
+    serve.add_argument("--upstream", metavar="URL", help=option_help("upstream"))
+    serve.add_argument("--tools", nargs="+", metavar="MODULE:ATTR",
+                       help=option_help("tools", "Tools to offer: a ToolRegistry, a Tool or a list of tools, "
+                                                 "imported from the current directory (or --app-dir) first"))
+    serve.add_argument("--app-dir", type=Path, metavar="DIR", help=option_help("app_dir"))
+    serve.add_argument("--config", type=Path, metavar="FILE",
+                       help="TOML or JSON settings file (its keys: the settings' names, e.g. port = 8080)")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help=option_help("log_level"))
+    serve.add_argument("--log-format", choices=("text", "json"), help=option_help("log_format"))
+    serve.add_argument("--access-log", action=argparse.BooleanOptionalAction, help=option_help("access_log"))
     serve.add_argument("--mcp-examples", action="store_true",
                        help="offer the example tools through an MCP server over stdio (toolspan mcp-examples)")
-    serve.add_argument("--workers", type=int, metavar="N",
-                       help="processes sharing the port, each with its event loop (default: 1; more needs "
-                            "TOOLSPAN_STATE_URL, a Redis)")
+    serve.add_argument("--workers", type=int, metavar="N", help=option_help("workers"))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="toolspan", description="OpenAI-compatible gateway that runs tools")
+    parser.add_argument("--version", action="version", version=f"toolspan {version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _serve_options(commands.add_parser(
+        "serve", help="run the gateway", description="Run the gateway. Settings come from these options, then "
+        "TOOLSPAN_* environment variables, then the --config file."))
     demo = commands.add_parser("demo", help="run a scripted agent session end to end and print its trajectory")
     demo.add_argument("--api", choices=("chat", "responses"), default="chat",
                       help="the API the session uses: Chat Completions (default) or Responses")
@@ -229,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             run(serve_examples())
             return 0
         flags = {"host": options.host, "port": options.port, "upstream": options.upstream, "tools": options.tools,
-                 "log_level": options.log_level, "log_format": options.log_format, "access_log": options.access_log,
+                 "app_dir": options.app_dir, "log_level": options.log_level,
+                 "log_format": options.log_format, "access_log": options.access_log,
                  "workers": options.workers}
         settings = load_settings(flags, options.config)
         configure_logging(settings.log_level, settings.log_format)
@@ -239,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             return run(supervise(work, settings.workers, settings.shutdown_grace_seconds))
         run(_serve(settings, mcp_examples=options.mcp_examples))
     except (*OPERATOR_ERRORS, WorkerFailed) as exc:
-        print(f"toolspan: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # a settings error may be several, one a line
+            print(line if line.startswith(" ") else f"toolspan: {line}", file=sys.stderr)
         return 2
     return 0

@@ -27,6 +27,7 @@ from typing import Any
 from gateway.escaping import visible_lines
 from gateway.settings import load_settings
 from telemetry import otlp, report, report_text
+from telemetry.names import OUTCOMES
 from telemetry.records import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -63,7 +64,7 @@ def add_parser(commands: Any) -> None:
     shown.add_argument("--json", action="store_true", help="JSON instead of text")
     listing = sub.add_parser("list", parents=[shown], help="trajectories, newest first")
     listing.add_argument("--tool")
-    listing.add_argument("--outcome")
+    listing.add_argument("--outcome", choices=OUTCOMES, help="trajectories with a tool call of this outcome")
     listing.add_argument("--model")
     listing.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
     listing.add_argument("--limit", type=int, default=50)

@@ -10,17 +10,19 @@ caller's asyncio.timeout bounds the call). Per provider call, a client process a
 against the built-in fast upstream spent 147-153 us of CPU with aiohttp's ClientSession (the
 gateway's timeouts and headers) against 49-60 us with a connection of this kind, on this machine.
 
+Its connections take the route gateway.transport gives: direct, through an HTTP proxy
+(absolute-form requests for an http:// provider, a CONNECT tunnel then TLS for https://), with
+the transport's TLS settings.
+
 What it does not do, since the engine's provider calls need none of it: redirects (never
 followed, see upstream._raise_for_status), decompression (the gateway asks for identity),
-cookies, proxies, HTTP/2.
+cookies, HTTP/2.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import socket
 import ssl
 import time
 from collections import deque
@@ -31,27 +33,13 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from gateway.transport import ProviderConnectionError, Transport, build_transport, describe_error
+
+__all__ = ["IDLE_SECONDS", "Answer", "ProviderConnectionError", "ProviderConnections"]
+
 IDLE_SECONDS = 15.0  # the default of upstream_idle_seconds: an idle connection is closed after this long
 # (one its server closed sooner is seen closed and not used; providers keep theirs a minute or more)
 _PAUSE_AT = 256 * 1024  # bytes of an answer waiting to be read: past this, stop reading from the socket
-
-
-class ProviderConnectionError(Exception):
-    """The provider's connection failed; `description` says how, without its address (which is
-    the operator's business and in the log)."""
-
-    def __init__(self, description: str) -> None:
-        super().__init__(description)
-        self.description = description
-
-
-def _refused(exc: OSError) -> ProviderConnectionError:
-    if isinstance(exc, socket.gaierror):
-        return ProviderConnectionError("cannot connect (the host name does not resolve)")
-    if isinstance(exc, ssl.SSLError):
-        return ProviderConnectionError(f"cannot connect (TLS: {exc.reason or type(exc).__name__})")
-    reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else type(exc).__name__
-    return ProviderConnectionError(f"cannot connect ({reason})")
 
 
 class Answer:
@@ -129,10 +117,13 @@ class Answer:
             self._error = error
             self._wake()
 
-    def _closed(self) -> None:
-        """The connection closed: the end of an answer that ends so, else a broken one."""
+    def _closed(self, exc: Exception | None) -> None:
+        """The connection closed: the end of an answer that ends so, else a broken one (a TLS
+        alert, such as a provider's refusal of the client certificate, says why)."""
         if self.status and not self._framed:
             self._finished()
+        elif isinstance(exc, ssl.SSLError):
+            self._failed(describe_error(exc))
         elif not self.status:
             self._failed(ProviderConnectionError("the provider closed the connection"))
         else:
@@ -232,7 +223,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.open = False
         if self._answer is not None:
-            self._answer._closed()
+            self._answer._closed(exc)
 
     # --- httptools --------------------------------------------------------------------------------
 
@@ -268,12 +259,10 @@ class ProviderConnections:
     connection idle for `idle_seconds` is closed: after a burst, the descriptors it took are given
     back rather than held until the provider hangs up (if it ever does)."""
 
-    def __init__(self, base_url: str, limit: int, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(self, base_url: str, limit: int, idle_seconds: float = IDLE_SECONDS,
+                 transport: Transport | None = None) -> None:
+        self._transport = transport or build_transport(base_url, "direct", None, None, None, {})
         url = URL(base_url)
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"the provider's URL must be http(s)://host...: {base_url}")
-        self._host, self._port = url.host, url.port or (443 if url.scheme == "https" else 80)
-        self._ssl = ssl.create_default_context() if url.scheme == "https" else None
         self._base_path = url.raw_path.rstrip("/")
         self._host_line = f"Host: {url.host_port_subcomponent}\r\n"  # credentials never in Host
         # Credentials in the URL are sent as HTTP Basic authentication, as aiohttp's client sends
@@ -304,7 +293,8 @@ class ProviderConnections:
         """Sends the request on a free connection (a new one when none is idle: connecting takes at
         most `connect_timeout`) and waits for the answer's head. The caller bounds the whole call,
         the wait for a free connection included, and releases the answer."""
-        head = [f"POST {self.target(path_qs)} HTTP/1.1\r\n", self._host_line]
+        head = [f"POST {self._transport.request_target(self.target(path_qs))} HTTP/1.1\r\n", self._host_line,
+                self._transport.proxy_head()]
         for name, value in headers.items():
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
                 raise ValueError(f"the header {name!r} holds a line break")
@@ -378,16 +368,29 @@ class ProviderConnections:
         del self._idle[:expired]
         self._reap_later()
 
+    async def probe(self, within: float) -> int:
+        """The status of a HEAD of the base URL on a new connection of the pool's route (through
+        its proxy, with its TLS), all within `within` seconds: what a readiness probe asks. It
+        carries no credentials of the caller's nor of the gateway's."""
+        head = (f"HEAD {self._transport.request_target(self.target(''))} HTTP/1.1\r\n{self._host_line}"
+                f"{self._transport.proxy_head()}Connection: close\r\n\r\n")
+        async with asyncio.timeout(within):
+            await self._slots.acquire()
+            try:
+                connection = await self._connect(within)
+            except BaseException:
+                self._slots.release()
+                raise
+            answer = connection.send(head.encode("utf-8", "surrogateescape"))
+            try:
+                await answer.head()  # not the body: HEAD has none, which the parser is not told
+            finally:
+                answer.release()  # unfinished, so closed
+        return answer.status
+
     async def _connect(self, within: float) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(within):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(self), self._host, self._port, ssl=self._ssl,
-                    server_hostname=self._host if self._ssl is not None else None)
-        except TimeoutError:
-            raise  # a timeout, as the provider's answer taking too long is (an OSError on 3.11)
-        except OSError as exc:
-            raise _refused(exc) from exc
+        # A timeout is a gateway.transport.ConnectTimeout (a TimeoutError), an OSError a
+        # ProviderConnectionError worded by gateway.transport.
+        connection = await self._transport.open(lambda: _Connection(self), within)
         self._open.add(connection)
         return connection

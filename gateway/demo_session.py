@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.demo.mcp_server import with_mcp_examples
 from gateway.runtime import gateway
-from gateway.settings import Settings
+from gateway.settings import load_settings
 from gateway.tools import ToolRegistry
 from telemetry.records import SCHEMA, record_of, write
 from telemetry.report import trajectory
@@ -48,12 +48,65 @@ async def _ask(client: AsyncOpenAI, api: str) -> tuple[str, dict[str, Any], dict
     return completion.choices[0].message.content or "", usage, dict(raw.headers)
 
 
+NOTES_QUESTION = "What did I note about Lisbon?"
+SEARCH_NOTES = {"name": "search_notes", "description": "Search the user's own notes (a tool the client runs)",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}
+NOTE = "Lisbon: the tram 28 leaves from Martim Moniz; go before 9."
+
+
+def search_notes(arguments: dict[str, Any]) -> str:
+    """The client's own tool: the gateway never runs it, it hands the model's call back."""
+    return NOTE if "lisbon" in str(arguments.get("query", "")).lower() else "no note found"
+
+
+async def _hand_back_chat(client: AsyncOpenAI, out: Callable[[str], None]) -> str:
+    history: list[Any] = [{"role": "user", "content": NOTES_QUESTION}]
+    tools: Any = [{"type": "function", "function": SEARCH_NOTES}]
+    first = await client.chat.completions.create(model="toolspan-demo", messages=history, tools=tools)
+    message = first.choices[0].message
+    results = []
+    for call in message.tool_calls or []:
+        arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+        out(f"gateway -> client: call {call.function.name}({call.function.arguments})"  # type: ignore[union-attr]
+            f"   (finish_reason: {first.choices[0].finish_reason})")
+        results.append({"role": "tool", "tool_call_id": call.id, "content": search_notes(arguments)})
+        out(f"client runs it, sends back: {results[-1]['content']}")
+    history += [message.model_dump(exclude_none=True), *results]
+    final = await client.chat.completions.create(model="toolspan-demo", messages=history, tools=tools)
+    return final.choices[0].message.content or ""
+
+
+async def _hand_back_responses(client: AsyncOpenAI, out: Callable[[str], None]) -> str:
+    tools: Any = [{"type": "function", **SEARCH_NOTES}]
+    first = await client.responses.create(model="toolspan-demo", input=NOTES_QUESTION, tools=tools, store=False)
+    history: list[Any] = [{"role": "user", "content": NOTES_QUESTION}]
+    for item in first.output:
+        history.append(item.model_dump(exclude_none=True))
+        if item.type == "function_call":
+            out(f"gateway -> client: call {item.name}({item.arguments})   (a function_call item)")
+            history.append({"type": "function_call_output", "call_id": item.call_id,
+                            "output": search_notes(json.loads(item.arguments))})
+            out(f"client runs it, sends back: {history[-1]['output']}")
+    final = await client.responses.create(model="toolspan-demo", input=history, tools=tools, store=False)
+    return final.output_text
+
+
+async def hand_back(client: AsyncOpenAI, api: str, out: Callable[[str], None]) -> str:
+    """The second part of the demo: the client offers a tool of its own; the built-in model calls
+    it, the gateway hands the call back, the client runs it and sends the result, the model answers."""
+    out(f"\n--- a tool of the client's own ({SEARCH_NOTES['name']}): the gateway hands its call back")
+    out(f"user: {NOTES_QUESTION}")
+    answer = await (_hand_back_responses(client, out) if api == "responses" else _hand_back_chat(client, out))
+    out(f"assistant: {answer}")
+    return answer
+
+
 async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: bool = False) -> str:
     """Runs the session over the Chat Completions API or the Responses API; returns the final answer.
     With `mcp`, the example tools come from `toolspan mcp-examples`, an MCP server over stdio."""
     exporter = InMemorySpanExporter()
     # Content capture on: the demo's store keeps the messages, for `toolspan trajectories show`.
-    settings = Settings(port=0, capture_message_content=True)
+    settings = load_settings({"port": 0, "capture_message_content": True})  # a bad variable: one line
     settings = with_mcp_examples(settings) if mcp else settings
     registry = ToolRegistry() if mcp else None  # None: the example tools, registered in this process
     async with gateway(settings, registry, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
@@ -70,5 +123,6 @@ async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: b
         out(f"usage (all rounds): {json.dumps(usage, separators=(',', ':'))}")
         out(f"rounds: {headers.get('x-toolspan-rounds')}  trajectory: {headers.get('x-trajectory-id')}"
             f"  trace id: {trace_id}")
+        await hand_back(client, api, out)
         await client.close()
         return answer

@@ -15,6 +15,11 @@ from gateway.tools import NoHooks, ToolHooks
 # are invalid.
 _TRACEPARENT = re.compile(r"^(?!ff)[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 
+# The routes a health checker or a scraper calls every few seconds: no span and no request counted
+# for them unless asked (Settings.telemetry_count_probes), or each scrape would put a trace into
+# the tracing backend and the request panels would count the checks.
+PROBE_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+
 
 @dataclass(frozen=True)
 class RequestInfo:
@@ -149,6 +154,13 @@ class _NoChatTrace:
         return None
 
 
+def untraced(info: RequestInfo) -> AbstractContextManager[RequestTrace]:
+    """A request's scope with no span and no metrics: its response names the caller's trace, if
+    it sent one."""
+    match = _TRACEPARENT.match(info.headers.get("traceparent", ""))
+    return nullcontext(_NoRequestTrace(match.group(1) if match else None))
+
+
 class NoInstrumentation(NoHooks):
     """Telemetry off: no spans, no metrics; responses name the caller's trace, if it sent one.
     Its scopes are nullcontexts, not generator-based context managers (a third of the cost; with
@@ -159,8 +171,7 @@ class NoInstrumentation(NoHooks):
         self._chat_trace = _NoChatTrace()  # holds nothing: every provider call may share it
 
     def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]:
-        match = _TRACEPARENT.match(info.headers.get("traceparent", ""))
-        return nullcontext(_NoRequestTrace(match.group(1) if match else None))
+        return untraced(info)
 
     def chat(self, model: str, stream: bool) -> AbstractContextManager[ChatTrace]:
         return nullcontext(self._chat_trace)

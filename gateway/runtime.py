@@ -112,6 +112,7 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
                           settings.metrics_max_models, propagator=propagator,
                           max_label_chars=settings.metrics_max_label_chars,
                           own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state),
+                          count_probes=settings.telemetry_count_probes,
                           messages=MessageCapture(settings.message_content_max_chars, settings.redact_keys)
                           if settings.capture_message_content else None)
     return Observability(telemetry, owned, state, store)
@@ -166,10 +167,11 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
     model: ScriptedModel | None = None
     async with contextlib.AsyncExitStack() as stack:
         if settings.upstream is None:
-            model = ScriptedModel(policy or DemoPolicy())
+            registry = registry if registry is not None else demo_registry()
+            # The built-in model tells the client's own tools from the gateway's by the registry.
+            model = ScriptedModel(policy or DemoPolicy(gateway_tools=registry))
             model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
             settings = settings.model_copy(update={"upstream": f"{model_url}/v1"})
-            registry = registry if registry is not None else demo_registry()
         provider_name = "toolspan.scripted" if model is not None else (
             settings.upstream_provider_name or PROVIDER_NAMES[settings.upstream_kind])
         telemetry = build_telemetry(settings, processors, provider_name,

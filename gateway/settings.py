@@ -6,13 +6,24 @@ then the defaults below.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -20,6 +31,11 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as PydanticSettingsError
+
+from gateway.proxy_rules import DIRECT, PROXY_VARIABLES, parse_proxy
+from gateway.settings_text import SettingsInvalid, explain
+from gateway.transport import tls_context
 
 UpstreamKind = Literal["openai", "azure", "vllm", "ollama", "deepseek", "compatible"]
 # Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
@@ -30,7 +46,7 @@ REDACT_KEYS = ("password", "passwd", "passphrase", "secret", "token", "api_key",
 class GatewayKey(BaseModel):
     """A key callers present as `Authorization: Bearer <key>`, and the tools it may use."""
 
-    key: SecretStr = Field(min_length=8)
+    key: SecretStr = Field(min_length=8, description="The secret the caller sends (at least 8 characters)")
     operator: bool = Field(False, description="The page (/ui) shows this key every key's trajectories; any "
                                               "other key sees only its own")
     tools: list[str] | None = Field(None, description="Tool names this key may use; unset: all")
@@ -120,7 +136,8 @@ class Settings(BaseSettings):
     azure_api_version: str = Field("2024-10-21", description="api-version for an azure upstream, unless the "
                                                              "caller sends one")
     upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
-    upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
+    upstream_connect_timeout_seconds: float = Field(10.0, gt=0, description="Limit on opening one connection to "
+                                                                          "the provider")
     upstream_retry_attempts: int = Field(
         2, ge=0, description="After a round in which gateway tools ran, how many more times the gateway itself "
                              "tries a provider call that failed with a 429, 500, 502, 503, 504 or a broken "
@@ -138,6 +155,9 @@ class Settings(BaseSettings):
         description="A pooled connection to the provider (the tool loop's and the pass-through's) that has carried "
                     "no request for this long is closed, so a burst's descriptors are given back")
     tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
+    app_dir: Path | None = Field(
+        None, description="Folder the modules of `tools` are imported from first (before the installed "
+                          "packages); unset: the current directory")
     mcp_servers: dict[str, McpServer] = Field(
         default_factory=dict, description="MCP servers whose tools join the registry, by name (the prefix of "
                                           "their tools' names); JSON in TOOLSPAN_MCP_SERVERS")
@@ -178,6 +198,17 @@ class Settings(BaseSettings):
     upstream_max_connections: int = Field(1000, ge=1, description="Open connections to the provider, at most, for "
                                                                   "the tool loop's calls; the pass-through routes "
                                                                   "have as many again of their own")
+    upstream_proxy: str | None = Field(
+        None, description="HTTP proxy to reach the provider through, http://[user:password@]host:port (CONNECT "
+                          "for an https provider); 'direct': none; unset: https_proxy / http_proxy / all_proxy / "
+                          "no_proxy as curl reads them")
+    upstream_ca_bundle: Path | None = Field(
+        None, description="PEM file of the CAs the provider's certificate is checked against, in place of the "
+                          "system's (as curl's --cacert); unset: the system's")
+    upstream_client_cert: Path | None = Field(
+        None, description="PEM client certificate presented to an https provider (mutual TLS); its key in it "
+                          "or in upstream_client_key")
+    upstream_client_key: Path | None = Field(None, description="PEM private key of upstream_client_cert")
     shutdown_grace_seconds: float = Field(20.0, ge=0, description="On SIGTERM, how long requests under way may "
                                                                   "run on before they are ended")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
@@ -228,6 +259,10 @@ class Settings(BaseSettings):
         "follow", description="follow: a caller's traceparent decides whether a request is sampled; own: each "
                               "request is a root span sampled by the configured sampler, linked to the caller's")
     telemetry: bool = Field(True, description="Spans and metrics on")
+    telemetry_count_probes: bool = Field(
+        False, description="Give /healthz, /readyz and /metrics a request span and count them in the request "
+                           "metrics, as any other request; off: a scrape every 15 s puts no trace in the tracing "
+                           "backend and the request panels count only traffic")
     trajectory_store: bool = Field(True, description="Record every trajectory into the embedded store "
                                                      "(SQLite) that `toolspan trajectories` and /ui read")
     trajectory_store_path: Path | None = Field(
@@ -250,11 +285,14 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("OTEL_TRACES_EXPORTER", "otel_traces_exporter"),
         description="otlp, console or none (comma-separated); unset: otlp when an endpoint is set, else none")
     otel_exporter_otlp_endpoint: str | None = Field(
-        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"))
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
+        description="OTLP over HTTP base URL (traces go to its /v1/traces), e.g. http://collector:4318")
     otel_exporter_otlp_traces_endpoint: str | None = Field(
-        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint"))
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint"),
+        description="The full OTLP traces URL, used as it is; wins over otel_exporter_otlp_endpoint")
     otel_exporter_otlp_protocol: str = Field(
-        "http/protobuf", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_PROTOCOL", "otel_exporter_otlp_protocol"))
+        "http/protobuf", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_PROTOCOL", "otel_exporter_otlp_protocol"),
+        description="OTLP protocol; only http/protobuf is supported")
     otel_service_name: str | None = Field(
         None, validation_alias=AliasChoices("OTEL_SERVICE_NAME", "otel_service_name"),
         description="service.name of the spans; unset: the one in OTEL_RESOURCE_ATTRIBUTES, else toolspan")
@@ -345,6 +383,28 @@ class Settings(BaseSettings):
     def _any_case(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value  # TOOLSPAN_LOG_LEVEL=INFO
 
+    @field_validator("upstream_proxy", "upstream_ca_bundle", "upstream_client_cert", "upstream_client_key",
+                     mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("upstream_proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None and value.strip().lower() != DIRECT:
+            parse_proxy(value, "upstream_proxy")  # a ValueError naming the setting
+        return value
+
+    @model_validator(mode="after")
+    def _provider_tls(self) -> Settings:
+        # Read now, so that a missing file or a bad PEM fails at start-up, not on the first call.
+        if self.upstream_client_key is not None and self.upstream_client_cert is None:
+            raise ValueError("upstream_client_key is set without upstream_client_cert")
+        if self.upstream_ca_bundle is not None or self.upstream_client_cert is not None:
+            tls_context(self.upstream_ca_bundle, self.upstream_client_cert, self.upstream_client_key)
+        return self
+
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
                                    env_settings: PydanticBaseSettingsSource,
@@ -352,6 +412,11 @@ class Settings(BaseSettings):
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings
+
+
+def proxy_environment() -> dict[str, str]:
+    """The proxy variables of the environment (gateway.proxy_rules reads them as curl does)."""
+    return {name: value for name, value in os.environ.items() if name.lower() in PROXY_VARIABLES}
 
 
 def _each_matches(values: Iterable[str], pattern: re.Pattern[str], refusal: str) -> None:
@@ -369,8 +434,19 @@ def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSe
 
 
 def load_settings(flags: dict[str, Any] | None = None, config: Path | None = None) -> Settings:
-    """Flags (None means "not given") win over TOOLSPAN_* variables, which win over the file."""
+    """Flags (None means "not given") win over TOOLSPAN_* variables, which win over the file. A
+    refusal is a SettingsInvalid: one line per problem, naming the flag, variable or key."""
     given = {k: v for k, v in (flags or {}).items() if v is not None}
+    try:
+        return _load(given, config)
+    except (ValidationError, PydanticSettingsError) as exc:
+        raise explain(exc, Settings, given, os.environ, config) from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        kind = "JSON" if config is not None and config.suffix == ".json" else "TOML"
+        raise SettingsInvalid([f"config file {config}: not valid {kind}: {exc}"]) from None
+
+
+def _load(given: dict[str, Any], config: Path | None) -> Settings:
     if config is None:
         return Settings(**given)
     if not config.is_file():

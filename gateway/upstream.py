@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import socket
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -17,7 +14,6 @@ import aiohttp
 import orjson
 from multidict import MultiDict
 from pydantic import SecretStr
-from yarl import URL
 
 from gateway.connections import IDLE_SECONDS, Answer, ProviderConnectionError, ProviderConnections
 from gateway.errors import (
@@ -30,12 +26,13 @@ from gateway.errors import (
 )
 from gateway.headers import from_provider
 from gateway.json_depth import nests_deeper
+from gateway.transport import ConnectTimeout, Transport, describe
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
     "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
     "compatible": "openai_compatible"}
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})  # answers that mean "the same request may work later"
-REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe's TCP connect to the provider
+REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe: its connection (through any proxy, TLS too) and the answer's head
 REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
 MAX_JSON_DEPTH = 64  # the default of the max_json_depth setting
 
@@ -56,7 +53,8 @@ class Upstream:
     def __init__(self, session: aiohttp.ClientSession, base_url: str, api_key: SecretStr | None,
                  timeout_seconds: float, connect_timeout_seconds: float, kind: str = "openai",
                  azure_api_version: str = "2024-10-21", max_connections: int = 100,
-                 idle_seconds: float = IDLE_SECONDS, max_json_depth: int = MAX_JSON_DEPTH) -> None:
+                 idle_seconds: float = IDLE_SECONDS, max_json_depth: int = MAX_JSON_DEPTH,
+                 transport: Transport | None = None) -> None:
         if api_key is not None and ("\n" in api_key.get_secret_value() or "\r" in api_key.get_secret_value()):
             raise ValueError("the provider API key holds a line break: it cannot go in a header")
         self.session = session  # requests passed on as they are, and readiness probes
@@ -65,7 +63,10 @@ class Upstream:
         self._api_key = api_key
         self._azure_api_version = azure_api_version
         # The engine's own calls, on connections of the gateway's own (see gateway.connections).
-        self._connections = ProviderConnections(self.base_url, max_connections, idle_seconds)
+        self._connections = ProviderConnections(self.base_url, max_connections, idle_seconds, transport)
+        # The pass-through's route is the same one (the session's connector has its TLS).
+        self._proxy, self._proxy_headers = transport.session_proxy() if transport is not None else (None, None)
+        self._forwards = transport is not None and transport.forwards
         self._max_depth = max_json_depth  # of what the provider sends, as of a request (see _decoded)
         self._timeout = timeout_seconds  # a whole answer; a stream's start, and each gap in it
         self._connect_timeout = connect_timeout_seconds
@@ -76,7 +77,7 @@ class Upstream:
                                                 sock_connect=connect_timeout_seconds)
         self.ending = False  # the gateway is shutting down: calls fail with a 503
         self._waiting: set[asyncio.Task[Any]] = set()  # tasks waiting on the provider right now
-        self._reached: tuple[float, bool] | None = None  # when reachable() last looked, and what it saw
+        self._reached: tuple[float, str | None] | None = None  # when reach() last looked, and why it failed
 
     @property
     def with_own_key(self) -> bool:
@@ -171,20 +172,39 @@ class Upstream:
     async def forward(self, method: str, path_qs: str, headers: Mapping[str, str],
                       body: AsyncIterator[bytes] | bytes | None) -> aiohttp.ClientResponse:
         """Send a request unchanged; the caller streams the response back and releases it."""
-        with self._ended_by_shutdown(), _ProviderErrors("the provider did not answer in time"):
+        with self._ended_by_shutdown(), _ProviderErrors("the provider did not answer in time",
+                                                        connect=self._connect_timeout):
             return await self.session.request(method, self.url(path_qs), headers=dict(headers), data=body,
                                               timeout=self._streaming, allow_redirects=False,
-                                              auto_decompress=False)
+                                              auto_decompress=False, proxy=self._proxy,
+                                              proxy_headers=self._proxy_headers)
 
     async def reachable(self) -> bool:
-        """Whether the provider's host takes a TCP connection (within REACH_TIMEOUT_SECONDS), for
-        readiness probes; the answer is kept for REACH_KEPT_SECONDS."""
+        return await self.reach() is None
+
+    async def reach(self) -> str | None:
+        """Why the provider cannot be reached (None: it can), for readiness probes: a HEAD of the
+        base URL on a new connection of the engine's route (its proxy and TLS, the client
+        certificate's acceptance included), with no key, within REACH_TIMEOUT_SECONDS. Any answer
+        from the provider will do; through a forwarding proxy, its 500 and 502-504 say the provider was not
+        reached. The answer is kept for REACH_KEPT_SECONDS."""
         now = time.monotonic()
         if self._reached is not None and now - self._reached[0] < REACH_KEPT_SECONDS:
             return self._reached[1]
-        reached = await _connects(URL(self.base_url))
-        self._reached = (time.monotonic(), reached)
-        return reached
+        reason = await self._probe()
+        self._reached = (time.monotonic(), reason)
+        return reason
+
+    async def _probe(self) -> str | None:
+        broken = _ProviderErrors(f"cannot connect (no answer within {REACH_TIMEOUT_SECONDS:g} s)")
+        try:
+            with broken:
+                status = await self._connections.probe(REACH_TIMEOUT_SECONDS)
+        except GatewayError as exc:
+            return exc.message
+        if self._forwards and status in (500, 502, 503, 504):
+            return f"could not reach the provider: the proxy could not connect to it (it answered {status})"
+        return None
 
     def end(self) -> None:
         """The gateway is shutting down: the waits on the provider under way end now, and new
@@ -216,20 +236,6 @@ class Upstream:
             yield data
 
 
-async def _connects(url: URL) -> bool:
-    if url.host is None or url.port is None:
-        return False
-    try:
-        async with asyncio.timeout(REACH_TIMEOUT_SECONDS):
-            _, writer = await asyncio.open_connection(url.host, url.port)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
 class _EndedByShutdown:
     """Upstream._ended_by_shutdown's scope. These scopes are classes, not generator-based context
     managers: those cost three times as much, twice on every provider call (see NoInstrumentation
@@ -258,9 +264,11 @@ class _ProviderErrors:
     """The one mapping of what goes wrong talking to the provider to gateway errors. Messages
     never name the provider's address (it is the operator's business; the log has it)."""
 
-    def __init__(self, timeout_message: str, broken: str = "could not reach the provider") -> None:
+    def __init__(self, timeout_message: str, broken: str = "could not reach the provider",
+                 connect: float | None = None) -> None:
         self._timeout_message = timeout_message
         self._broken = broken
+        self._connect = connect  # aiohttp's connect timeout, to word its expiry as the pool's
 
     def __enter__(self) -> None:
         return None
@@ -268,35 +276,23 @@ class _ProviderErrors:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is None or isinstance(exc, GatewayError):
             return
+        if isinstance(exc, ConnectTimeout):  # no connection: worded alike on every route
+            raise UpstreamTimeout(f"{self._broken}: {exc}") from exc
+        if isinstance(exc, aiohttp.ConnectionTimeoutError) and self._connect is not None:
+            raise UpstreamTimeout(f"{self._broken}: {ConnectTimeout(self._connect)}") from exc
         if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
             raise UpstreamTimeout(self._timeout_message) from exc
         # A broken or refused connection may work the next time; text that is not UTF-8 will not.
         if isinstance(exc, ProviderConnectionError):
             raise UpstreamUnavailable(f"{self._broken}: {exc.description}", retryable=True) from exc
         if isinstance(exc, aiohttp.ClientError | UnicodeDecodeError | asyncio.IncompleteReadError):
-            raise UpstreamUnavailable(f"{self._broken}: {_describe(exc)}",
+            raise UpstreamUnavailable(f"{self._broken}: {describe(exc)}",
                                       retryable=not isinstance(exc, UnicodeDecodeError)) from exc
 
 
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
     # We parse these responses ourselves, so ask for them uncompressed.
     return {**headers, "Accept-Encoding": "identity", "Content-Type": "application/json"}
-
-
-def _describe(exc: BaseException) -> str:
-    """What went wrong, without the provider's host and port (aiohttp's own texts name them)."""
-    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error, socket.gaierror):
-        return "cannot connect (the host name does not resolve)"
-    if isinstance(exc, aiohttp.ClientOSError):  # the text names the address; the errno says what happened
-        reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else type(exc).__name__
-        return f"cannot connect ({reason})" if isinstance(exc, aiohttp.ClientConnectorError) else reason
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the provider closed the connection"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return "its answer broke off"
-    if isinstance(exc, aiohttp.ClientError):
-        return type(exc).__name__
-    return str(exc) or type(exc).__name__
 
 
 async def _raise_for_status(response: aiohttp.ClientResponse | Answer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
@@ -14,7 +15,7 @@ from opentelemetry import trace
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
-from gateway.instrumentation import RequestInfo
+from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, untraced
 from gateway.settings import REDACT_KEYS
 from gateway.state import StateUnavailable
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
@@ -54,7 +55,7 @@ class Telemetry:
                  provider_name: str = "openai", max_models: int = 50,
                  trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None,
                  max_label_chars: int = 128, own_sampling: bool = False,
-                 messages: MessageCapture | None = None) -> None:
+                 messages: MessageCapture | None = None, count_probes: bool = False) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
@@ -64,6 +65,7 @@ class Telemetry:
         self._propagation = Propagation(propagator if propagator is not None else build_propagator())
         self._own_sampling = own_sampling
         self.messages = messages  # message content on the chat spans: None unless opted in
+        self._uncounted = frozenset() if count_probes else PROBE_ROUTES  # routes with no span and no count
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> ToolCallSpan:
         return ToolCallSpan(self, call, tool, turn)
@@ -77,7 +79,9 @@ class Telemetry:
     def inject_context(self, carrier: dict[str, str]) -> None:
         self._propagation.inject(carrier, otel_context.get_current())
 
-    def request(self, info: RequestInfo) -> RequestSpan:
+    def request(self, info: RequestInfo) -> RequestSpan | AbstractContextManager[RequestTrace]:
+        if info.route in self._uncounted:  # a probe (gateway.instrumentation.PROBE_ROUTES)
+            return untraced(info)
         return RequestSpan(self.tracer, self.metrics, info, self._propagation, self._own_sampling)
 
     def chat(self, model: str, stream: bool) -> ChatSpan:
@@ -218,7 +222,8 @@ class ToolCallSpan:
                 attributes[names.ATTR_ARGS_SUGGESTIONS] = tuple(f"{bounded(a, _NAME_MAX)}->{b}"
                                                                 for a, b in check.suggestions)
         capture = self._inst.capture
-        if outcome.rejection is not None or capture.record_all:
+        # A retry's arguments too: set beside the failed call's, they are what the model changed.
+        if outcome.rejection is not None or capture.record_all or self._retry is not None:
             attributes[names.ATTR_TOOL_CALL_ARGUMENTS] = utf8(render_arguments(
                 self._call.arguments, capture.max_chars, capture.redact_keys))
         span.set_attributes(attributes)

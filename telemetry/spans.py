@@ -18,20 +18,22 @@ the SDK's default sampler (parent-based, always on) is decided here without the 
 
 from __future__ import annotations
 
-import dis
 import logging
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from random import getrandbits
 from time import time_ns
-from types import FunctionType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision
@@ -93,8 +95,8 @@ class GatewaySpan(trace.Span, ReadableSpan):
 
     def __init__(self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind,
                  attributes: Attributes, links: Sequence[Link], start_time: int,
-                 scope: InstrumentationScope, tracer: GatewayTracer, record_exception: bool = True,
-                 set_status_on_exception: bool = True) -> None:
+                 scope: InstrumentationScope, resource: Resource, processor: SpanProcessor,
+                 record_exception: bool = True, set_status_on_exception: bool = True) -> None:
         self._name = name
         self._context = context
         self._parent = parent
@@ -105,10 +107,10 @@ class GatewaySpan(trace.Span, ReadableSpan):
         self._status = UNSET_STATUS
         self._start_time = start_time
         self._end_time: int | None = None
-        self._resource = tracer.resource
+        self._resource = resource
         self._instrumentation_scope = scope
         self._instrumentation_info = None
-        self._tracer = tracer
+        self._processor = processor
         self._record_exception = record_exception  # what leaving it as a context manager does
         self._set_status_on_exception = set_status_on_exception
 
@@ -173,15 +175,9 @@ class GatewaySpan(trace.Span, ReadableSpan):
             log.warning("ending the ended span %s", self._name)
             return
         self._end_time = end_time if end_time is not None else time_ns()
-        tracer, multi = self._tracer, self._tracer.multi
-        # The processors as the tracer last looked at them, read here rather than through a call
-        # (a call is about a thousand instructions), unless one was added since.
-        known = multi is not None and multi._span_processors is tracer.known
-        ending, ended = tracer.ending_ones if known else tracer.ending()
-        for processor in ending:  # as the SDK's spans tell them, then on_end
-            processor._on_ending(self)  # type: ignore[arg-type]
-        for processor in ended:
-            processor.on_end(self)
+        # As the SDK's spans tell the provider's processor (`shortcuts_missing` checked it has _on_ending).
+        self._processor._on_ending(self)  # type: ignore[arg-type]
+        self._processor.on_end(self)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -193,16 +189,85 @@ class GatewaySpan(trace.Span, ReadableSpan):
         super().__exit__(exc_type, exc, tb)
 
 
-def _does_nothing(method: Callable[..., object]) -> bool:
-    """Whether a processor's bound `method` is Python code whose body only returns None (`pass`,
-    a docstring): what most processors' on_start is, the SDK's own among them. Anything else (a
-    builtin, a callable object, a function set on the processor itself) is taken to do something."""
-    function = getattr(method, "__func__", None)
-    if not isinstance(function, FunctionType):
-        return False
-    steps = [(step.opname, step.argval) for step in dis.get_instructions(function)
-             if step.opname not in ("RESUME", "NOP", "CACHE")]
-    return steps in ([("LOAD_CONST", None), ("RETURN_VALUE", None)], [("RETURN_CONST", None)])
+def shortcuts_missing(sdk_tracer: SdkTracer) -> str | None:
+    """What GatewayTracer takes from this SDK beyond its public API and finds missing or different,
+    or None. Checked once, when a tracer is made, so that no span has anything to check."""
+    for check in (_processor_missing, _context_missing, _readable_missing):
+        missing = check(sdk_tracer)
+        if missing is not None:
+            return missing
+    return None
+
+
+def _processor_missing(sdk_tracer: SdkTracer) -> str | None:
+    """The SDK's spans tell their processor a span is ending through its private `_on_ending`; the
+    gateway's spans do the same, so the SDK's span must still call it and the processor have it."""
+    processor = sdk_tracer.span_processor
+    if not callable(getattr(processor, "_on_ending", None)):
+        return f"no {type(processor).__name__}._on_ending"
+    if "_on_ending" not in getattr(getattr(SdkSpan.end, "__code__", None), "co_names", ()):
+        return "Span.end does not call _on_ending"
+    return None
+
+
+_CONTEXT_FIELDS = ("trace_id", "span_id", "is_remote", "trace_flags", "trace_state", "is_valid")
+
+
+def _context_missing(_: SdkTracer) -> str | None:
+    """GatewayTracer reads a parent's fields by unpacking it and makes a SpanContext with
+    tuple.__new__: its fields must be the tuple the public constructor makes, in that order."""
+    state = TraceState([("k", "v")])
+    public = SpanContext(1, 2, is_remote=False, trace_flags=TraceFlags(1), trace_state=state)
+    ours = tuple.__new__(SpanContext, (1, 2, False, TraceFlags(1), state, True))
+    if (tuple(public) != (1, 2, False, 1, state, True)
+            or any(getattr(public, field) != getattr(ours, field) for field in _CONTEXT_FIELDS)):
+        return f"SpanContext is not the tuple ({', '.join(_CONTEXT_FIELDS)})"
+    return None
+
+
+def _readable_missing(sdk_tracer: SdkTracer) -> str | None:
+    """GatewaySpan fills ReadableSpan's private fields itself: each of ReadableSpan's properties
+    must read the same of it as of a ReadableSpan made through its public constructor."""
+    try:
+        with warnings.catch_warnings():  # instrumentation_info is deprecated, and read here too
+            warnings.simplefilter("ignore")
+            ours, theirs = _probes(sdk_tracer.resource)
+            differing = [name for name, member in vars(ReadableSpan).items() if isinstance(member, property)
+                         and _plain(getattr(ours, name)) != _plain(getattr(theirs, name))]
+            if ours.to_json() != theirs.to_json():
+                differing.append("to_json()")
+    except Exception as exc:  # a span that cannot be made or read is as missing as a field
+        return f"toolspan's span is not a ReadableSpan ({type(exc).__name__}: {exc})"
+    return f"ReadableSpan reads {', '.join(differing)} differently" if differing else None
+
+
+def _probes(resource: Resource) -> tuple[GatewaySpan, ReadableSpan]:
+    """The same ended span twice: a GatewaySpan, and a ReadableSpan made through its constructor."""
+    context, parent = SpanContext(3, 4, False, TraceFlags(1)), SpanContext(3, 5, False, TraceFlags(1))
+    link, scope = Link(SpanContext(6, 7, False), {"kind": "x"}), InstrumentationScope("toolspan.probe", "")
+    ours = GatewaySpan("probe", context, parent, SpanKind.CLIENT, {"a": 1, "b": ["x"]}, [link], 10, scope,
+                       resource, SpanProcessor())
+    ours.add_event("e", {"n": 1}, 11)
+    ours.set_status(Status(StatusCode.ERROR, "why"))
+    ours.end(12)
+    theirs = ReadableSpan("probe", context, parent, resource, {"a": 1, "b": ("x",)}, (Event("e", {"n": 1}, 11),),
+                          (link,), SpanKind.CLIENT, None, Status(StatusCode.ERROR, "why"), 10, 12, scope)
+    return ours, theirs
+
+
+def _plain(value: Any) -> Any:
+    """A property's value in a form to compare: events, links and statuses by their fields."""
+    if isinstance(value, Event):
+        return value.name, _plain(value.attributes), value.timestamp
+    if isinstance(value, Link):
+        return value.context, _plain(value.attributes)
+    if isinstance(value, Status):
+        return value.status_code, value.description
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return tuple(_plain(item) for item in value)
+    return value
 
 
 def _nonzero_bits(bits: int) -> int:
@@ -214,12 +279,8 @@ def _nonzero_bits(bits: int) -> int:
 
 class GatewayTracer(trace.Tracer):
     """Starts GatewaySpans for the SDK tracer it is made from: its sampler, id generator, resource
-    and span processors. When the provider's processor is the SDK's synchronous multi-processor
-    (as it is unless a host brought its own), the tracer and its spans tell its processors
-    themselves, as it would tell them, skipping those whose on_start or _on_ending does nothing
-    (all of them, in the gateway's own set-up): a plain request's hooks 158 -> 154 thousand
-    instructions (callgrind: bench/request_telemetry.py's `ours`, medians of runs of 1000 and 5000
-    requests with PYTHONHASHSEED=0, the difference over 4000)."""
+    and span processor (the provider's, which tells every processor added to it, later ones too).
+    Made only where `shortcuts_missing` finds nothing missing."""
 
     def __init__(self, sdk_tracer: SdkTracer, scope: InstrumentationScope) -> None:
         self.sampler = sdk_tracer.sampler
@@ -234,33 +295,6 @@ class GatewayTracer(trace.Tracer):
         if type(sdk_tracer.id_generator) is RandomIdGenerator:  # its ids drawn here, as it draws them
             self._span_id, self._trace_id = partial(_nonzero_bits, 64), partial(_nonzero_bits, 128)
             self._valid_ids = True  # nonzero, and of the ids' widths (a parent's trace id is valid too)
-        multi = self.span_processor
-        self.multi = multi if type(multi) is SynchronousMultiSpanProcessor else None
-        self.known: tuple[SpanProcessor, ...] | None = None  # multi's processors as `_look` last saw them
-        self.starting_ones: tuple[SpanProcessor, ...] = ()  # of those, the ones told a span started
-        self.ending_ones: tuple[tuple[SpanProcessor, ...], tuple[SpanProcessor, ...]] = ((), ())  # ending; ended
-
-    def _look(self, multi: SynchronousMultiSpanProcessor) -> None:
-        """Which of multi's processors to tell what, looked at again whenever one was added."""
-        processors = multi._span_processors
-        if processors is not self.known:
-            self.known = processors
-            self.starting_ones = tuple(p for p in processors if not _does_nothing(p.on_start))
-            self.ending_ones = tuple(p for p in processors if not _does_nothing(p._on_ending)), processors
-
-    def starting(self) -> tuple[SpanProcessor, ...]:
-        """The processors to tell that a span started, in order."""
-        if self.multi is None:
-            return (self.span_processor,)
-        self._look(self.multi)
-        return self.starting_ones
-
-    def ending(self) -> tuple[tuple[SpanProcessor, ...], tuple[SpanProcessor, ...]]:
-        """The processors to tell that a span is ending, and those to tell that it ended, in order."""
-        if self.multi is None:
-            return (self.span_processor,), (self.span_processor,)
-        self._look(self.multi)
-        return self.ending_ones
 
     def start_span(self, name: str, context: otel_context.Context | None = None, kind: SpanKind = SpanKind.INTERNAL,
                    attributes: Attributes = None, links: Sequence[Link] | None = (), start_time: int | None = None,
@@ -289,13 +323,10 @@ class GatewayTracer(trace.Tracer):
         if not recording:
             return NonRecordingSpan(span_context)
         span = GatewaySpan(name, span_context, parent, kind, attributes, links,
-                           start_time if start_time is not None else time_ns(), self._scope, self,
-                           record_exception, set_status_on_exception)
+                           start_time if start_time is not None else time_ns(), self._scope, self.resource,
+                           self.span_processor, record_exception, set_status_on_exception)
         # The processors are typed for the SDK's own Span; they read a span, and this is one to read.
-        # As in GatewaySpan.end: the processors as last looked at, unless one was added since.
-        known = self.multi is not None and self.multi._span_processors is self.known
-        for processor in self.starting_ones if known else self.starting():
-            processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
+        self.span_processor.on_start(span, parent_context=context)  # type: ignore[arg-type]
         return span
 
     # The API's own decorator (its return type) is private; contextmanager does the same.

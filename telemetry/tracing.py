@@ -24,7 +24,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
 from opentelemetry.trace import Tracer
 
-from telemetry.spans import GatewayTracer
+from telemetry.spans import GatewayTracer, shortcuts_missing
 
 log = logging.getLogger("toolspan.telemetry")
 
@@ -134,8 +134,19 @@ def tracer_of(provider: trace.TracerProvider) -> Tracer:
     the SDK's cost, through the provider's own sampler and processors (`telemetry.spans`); the
     provider's own tracer when its span limits could cut a span (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
     OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT and the like, which only the SDK's spans apply), and for any
-    other provider (a no-op one, a host's own implementation)."""
+    other provider (a no-op one, a host's own implementation). The gateway's tracer relies on a
+    few of the SDK's private members: where this SDK lacks one, or has it in another shape, the
+    SDK's own tracer is used, with one warning that says what is missing."""
     sdk_tracer = provider.get_tracer(INSTRUMENTATION_SCOPE)
-    if isinstance(sdk_tracer, SdkTracer) and _limits_cut_nothing(sdk_tracer._span_limits):
+    if not isinstance(sdk_tracer, SdkTracer):
+        return sdk_tracer
+    limits = getattr(sdk_tracer, "_span_limits", None)  # the only way to the limits the provider applies
+    missing = "no Tracer._span_limits of type SpanLimits" if not isinstance(limits, SpanLimits) else None
+    missing = missing or shortcuts_missing(sdk_tracer)
+    if missing is not None:
+        log.warning("opentelemetry-sdk %s: %s; toolspan's spans use the SDK's own tracer (slower)",
+                    sdk_version, missing)
+        return sdk_tracer
+    if isinstance(limits, SpanLimits) and _limits_cut_nothing(limits):
         return GatewayTracer(sdk_tracer, InstrumentationScope(INSTRUMENTATION_SCOPE, ""))  # as the SDK names it
     return sdk_tracer

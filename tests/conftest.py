@@ -51,6 +51,15 @@ def _data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     return data
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy variable of the machine's reaches a test: a gateway reads them (gateway.transport)
+    and so does the openai client, and a test's loopback provider is not behind a proxy."""
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY",
+                 "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 USER = [{"role": "user", "content": "hello"}]  # the one user message a request needs
 STREAM = pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 TEST_KEY = "sk-test-key"  # the key a stack's openai client sends
@@ -122,14 +131,17 @@ def reject_relative(args: dict[str, Any]) -> None:
 
 def every_outcome_registry() -> ToolRegistry:
     """`sample_registry()` and a tool for each other outcome: `locked` and `crash` (error), `slow`
-    (timeout), `review` (interrupted), `strict` (its parser rejects a relative path) and `admin`
-    (for an allowlist to leave out: not_allowed)."""
+    (timeout), `review` (interrupted), `strict` (its parser rejects a relative path), `checked` (its
+    values checked against its schema: schema_violation) and `admin` (for an allowlist to leave
+    out: not_allowed)."""
     registry = sample_registry()
     for tool in (Tool(name="locked", function=locked), Tool(name="crash", function=crash),
                  Tool(name="slow", function=hang, timeout=0.05), Tool(name="review", function=review),
                  Tool(name="strict", parameters=[Param("path", "string", required=True)],
                       parse_args=reject_relative, function=lambda a: "ok"),
-                 Tool(name="admin", function=lambda a: "secret")):
+                 Tool(name="admin", function=lambda a: "secret"),
+                 Tool(name="checked", parameters=[Param("n", "integer", required=True)], validate_schema=True,
+                      function=lambda a: a["n"])):
         registry.register(tool)
     return registry
 

@@ -182,7 +182,7 @@ def test_logging_settings(clean_env: pytest.MonkeyPatch) -> None:
 
 def test_an_unknown_log_level_is_refused(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("TOOLSPAN_LOG_LEVEL", "verbose")
-    with pytest.raises(ValueError, match="log_level"):
+    with pytest.raises(ValueError, match="TOOLSPAN_LOG_LEVEL: 'verbose' is not accepted: expected one of debug, "):
         load_settings()
 
 
@@ -223,6 +223,8 @@ def test_startup_lines_with_the_builtin_model(clean_env: pytest.MonkeyPatch) -> 
         "traces: not exported (set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector)",
         "metrics: http://127.0.0.1:8080/metrics",
         f"trajectories: {load_settings().store_path()} (toolspan trajectories; the page: http://127.0.0.1:8080/ui)",
+        "messages: not captured (spans and the page show tool calls, not the conversation); "
+        "capture_message_content = true, or TOOLSPAN_CAPTURE_MESSAGE_CONTENT=true, keeps them",
         "mcp: http://127.0.0.1:8080/mcp",
     ]
 
@@ -418,6 +420,12 @@ def test_demo_prints_the_trajectory(api: str, mcp: bool) -> None:
     assert re.search(r"trace id: [0-9a-f]{32}$", out, re.MULTILINE)
     assert out.index("rejected (missing_arguments)") < out.index("\nassistant:")
     assert "toolspan.access" not in done.stderr  # no log lines: the trajectory is the output
+    # Then the hand-back: the client's own tool is called, run by the client, and its result quoted.
+    hand_back = out.split("\n--- a tool of the client's own (search_notes): the gateway hands its call back\n")[1]
+    assert hand_back.startswith("user: What did I note about Lisbon?\n"
+                                'gateway -> client: call search_notes({"query": "What did I note about Lisbon?"})')
+    assert hand_back.rstrip().endswith("assistant: (scripted model) Your tool search_notes answered: Lisbon: the "
+                                       "tram 28 leaves from Martim Moniz; go before 9.")
 
 
 def test_the_gateway_runs_on_uvloop_where_it_is_installed() -> None:
@@ -525,7 +533,9 @@ def test_trajectories_after_the_demo(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert weather["renames"] == [{"from": "city_name", "to": "city", "count": 1}]
     assert (weather["rejections"], weather["retries"]["corrected"], weather["recoveries"]) == (1, 1, 1)
     assert figures["overall"]["rejections"] == 1
-    [listed] = json.loads(_run_cli(capsys, "trajectories", "list", "--json"))
+    # The weather story's trajectory (the hand-back after it is one of its own).
+    listed = next(t for t in json.loads(_run_cli(capsys, "trajectories", "list", "--json"))
+                  if f"trajectory: {t['id']}" in demo)
     assert f"trajectory: {listed['id']}" in demo
     shown = _run_cli(capsys, "trajectories", "show", listed["id"])
     timeline = [line for line in demo.splitlines() if line.startswith(("model turn", "  tool call", "    "))]

@@ -733,6 +733,7 @@ async def _drive(registry: CollectorRegistry) -> None:
         ("read_file", '{"path": "a"}', None),  # corrected retry, recovered
         ("read_file", '{"path": ', None),  # invalid_json
         ("strict", '{"path": "a"}', None),  # parser
+        ("checked", '{"n": "many"}', None),  # schema_violation
         ("locked", "{}", None),  # error
         ("locked", "{}", None),  # verbatim retry
         ("slow", "{}", None),  # timeout

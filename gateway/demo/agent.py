@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Container
 from typing import Any
 
 from gateway.demo.model import Reply
@@ -68,14 +69,74 @@ def _weather(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and keys <= value.keys() and isinstance(value["unit"], str) else None
 
 
+STORY_TOOLS = ("get_weather", "to_fahrenheit")  # the weather story's, whoever runs them
+QUOTED_CHARS = 500  # of a client tool's result, in the answer that quotes it
+
+
+def _example(schema: Any, question: str) -> Any:
+    """A value that fits a JSON Schema: its default, its first enum value, else by type (a string
+    is the user's question; an object has its required properties, each filled the same way)."""
+    if not isinstance(schema, dict):
+        return question
+    if "default" in schema:
+        return schema["default"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), "string") if isinstance(kind, list) else kind
+    if kind == "object" or "properties" in schema:
+        properties: dict[str, Any] = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
+        required = [name for name in schema.get("required") or [] if isinstance(name, str)]
+        return {name: _example(properties.get(name), question) for name in required}
+    return {"integer": 1, "number": 1, "boolean": True, "array": [], "null": None}.get(str(kind), question)
+
+
 class DemoPolicy:
     """An agent that asks for the weather with a wrong argument name, reads the gateway's
-    diagnostic, corrects the name, converts the temperature, and answers."""
+    diagnostic, corrects the name, converts the temperature, and answers.
+
+    With a tool of the client's own on offer (a function tool that is not in `gateway_tools`, the
+    gateway's registry, nor one of the weather story's), it hands back instead: to the user's
+    message it answers with a call of the first such tool, its required arguments made up from its
+    schema (`_example`); to that tool's result, with a text quoting it. Without `gateway_tools`,
+    every offered tool counts as the gateway's."""
+
+    def __init__(self, gateway_tools: Container[str] | None = None) -> None:
+        self.gateway_tools = gateway_tools
+
+    def _client_tools(self, body: dict[str, Any]) -> list[tuple[str, Any]]:
+        """(name, parameters) of the client's own tools on offer, in the request's order."""
+        if self.gateway_tools is None or body.get("tool_choice") == "none":
+            return []
+        functions = [t["function"] for t in body.get("tools") or []
+                     if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        return [(f["name"], f.get("parameters")) for f in functions if isinstance(f.get("name"), str)
+                and f["name"] not in self.gateway_tools and _base(f["name"]) not in STORY_TOOLS]
+
+    def _hand_back(self, body: dict[str, Any], messages: list[dict[str, Any]],
+                   turns: list[dict[str, Any]]) -> Reply | None:
+        client = self._client_tools(body)
+        if not client:
+            return None
+        names = {name for name, _ in client}
+        answered = [(name, result) for name, _, result in _calls_and_results(turns) if name in names]
+        if answered:
+            name, result = answered[-1]
+            quoted = result if len(result) <= QUOTED_CHARS else result[:QUOTED_CHARS] + "..."
+            return Reply(content=f"(scripted model) Your tool {name} answered: {quoted}")
+        if messages and messages[-1].get("role") == "user":
+            name, parameters = client[0]
+            question = _text(messages[-1].get("content"))[:200]
+            arguments = _example(parameters or {"type": "object"}, question)
+            return Reply(tool_calls=[(name, arguments if isinstance(arguments, dict) else {})])
+        return None
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         messages = body.get("messages") or []
         offered = _offered(body)
         turns = _since_user(messages)
+        if (handed := self._hand_back(body, messages, turns)) is not None:
+            return handed
         weather_tool, fahrenheit_tool = _named(offered, "get_weather"), _named(offered, "to_fahrenheit")
         if body.get("tool_choice") == "none" or weather_tool is None:
             return Reply(content=self._answer(messages, turns))

@@ -30,6 +30,7 @@ from gateway.engine.turn import (
 )
 from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
+from gateway.provider_paths import not_found_at
 from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 from gateway.upstream import Upstream
@@ -234,13 +235,17 @@ class Engine:
             trace.sent(plan.api, body)
             if attempt > 1:
                 trace.retried(attempt)
+            path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
                 path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
                 turn = read_chat(answer, headers) if plan.api == "chat" else read_response(answer, headers)
             except GatewayError as exc:
-                trace.failed(exc.status, exc.type, exc.message)
-                raise
+                error = not_found_at(exc, "POST", self.upstream.url(path))  # a 404 names the path called
+                trace.failed(error.status, error.type, error.message)
+                if error is exc:
+                    raise
+                raise error from exc
             trace.answered(turn)
         await self._claim(plan, caller, turn.response_id)
         return turn
@@ -253,6 +258,7 @@ class Engine:
             trace.sent(plan.api, body)
             if attempt > 1:
                 trace.retried(attempt)
+            path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
                 path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
                 async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:
@@ -266,8 +272,11 @@ class Engine:
                             yield Visible(piece, round_)
                 turn = reader.turn(answer.headers)
             except GatewayError as exc:
-                trace.failed(exc.status, exc.type, exc.message)
-                raise
+                error = not_found_at(exc, "POST", self.upstream.url(path))  # a 404 names the path called
+                trace.failed(error.status, error.type, error.message)
+                if error is exc:
+                    raise
+                raise error from exc
             trace.answered(turn)
         if not claimed:  # a stream that opened with no response (only its completion named it)
             await self._claim(plan, caller, turn.response_id)

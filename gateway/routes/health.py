@@ -15,8 +15,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready once the engine is built and the provider takes connections (a gateway that cannot
-    reach its provider should not get traffic). With MCP servers configured, `mcp_servers` lists
+    """Ready once the engine is built and the provider answers on the route the engine uses (its
+    proxy and TLS; a gateway that cannot reach its provider should not get traffic; `reason` says
+    why not). With MCP servers configured, `mcp_servers` lists
     each one's state; only a server marked `required` that is not up makes the gateway unready:
     the others' tools answer that their server is unavailable, and the rest of the gateway works.
     With a shared state store (Redis), `state_store` is "up" or "unavailable"; while it is
@@ -29,8 +30,8 @@ async def readyz(request: web.Request) -> web.Response:
         servers["state_store"] = state
     if ENGINE not in request.app:
         return web.json_response({"status": "starting", **servers}, status=503)
-    if not await request.app[UPSTREAM].reachable():
-        return web.json_response({"status": "provider_unreachable", **servers}, status=503)
+    if (reason := await request.app[UPSTREAM].reach()) is not None:  # worded as a provider call's 502 would be
+        return web.json_response({"status": "provider_unreachable", "reason": reason, **servers}, status=503)
     if sources.required_down():
         return web.json_response({"status": "mcp_server_unavailable", **servers}, status=503)
     return web.json_response({"status": "degraded" if state == "unavailable" else "ready", **servers})

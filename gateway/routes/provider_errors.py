@@ -1,7 +1,8 @@
 """A provider's error answer on the pass-through, in OpenAI's shape as every gateway error is: an
 OpenAI-shaped 4xx goes on byte for byte; any other 4xx (text, HTML, an empty body, JSON of
 another shape) is wrapped with the provider's text in its message; a 5xx is a 502 that keeps the
-provider's message. The same mapping as the tool loop's own provider calls
+provider's message; a 404 at a base URL with no /v1 names the path called and the likely fix
+(gateway.provider_paths). The same mapping as the tool loop's own provider calls
 (gateway.upstream's status check, gateway.errors.UpstreamRefused)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from aiohttp import web
 
 from gateway.errors import UpstreamRefused, UpstreamUnavailable
 from gateway.headers import from_provider
+from gateway.provider_paths import PathNotFound, not_found_at
 from gateway.upstream import provider_message
 
 # An error body is read whole to be judged, so its read is capped: an OpenAI error is a few hundred
@@ -65,6 +67,12 @@ async def provider_error(answer: aiohttp.ClientResponse) -> web.Response:
         raise UpstreamUnavailable(f"the provider answered {answer.status}: {provider_message(text)}",
                                   code=f"upstream_{answer.status}", headers=from_provider(answer.headers))
     refused = UpstreamRefused(answer.status, text, answer.headers)  # wraps what is not OpenAI-shaped
+    missing = not_found_at(refused, answer.method, str(answer.url))
+    if isinstance(missing, PathNotFound) and missing.unversioned():
+        # A route the provider does not have, at a base URL without its /v1: most likely that URL is
+        # wrong. Said with the path called and the fix (a 404 at a /v1 path, such as an unknown
+        # model or file, goes on as it came).
+        raise missing
     if whole and refused.provider_error():  # as it came: headers and encoding too
         return web.Response(status=answer.status, reason=answer.reason, body=raw, headers=refused.as_sent)
     raise refused

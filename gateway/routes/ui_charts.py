@@ -50,24 +50,17 @@ def rejection_rate_chart(buckets: Sequence[Bucket], width: int = 160, height: in
                   desc=f"Rejection rate over {len(buckets)} time buckets, from {buckets[0].label}")
 
 
-def count_chart(items: Sequence[tuple[str, int]], width: int = 420, row: int = 22) -> Html:
-    """Horizontal bars, one per (label, count), longest first as given; labels are drawn as text."""
+def count_chart(items: Sequence[tuple[str, int]]) -> Html:
+    """Horizontal bars, one per (label, count), in the order given. Laid out by the stylesheet, not
+    drawn as SVG text: the server cannot measure text, and a label drawn at a fixed x runs under
+    its bar; in a grid column the browser cuts it with an ellipsis (the whole of it on hover)."""
     if not items:
         return render('<span class="muted">none yet</span>')
-    label_width = width * 0.55
     most = max(count for _, count in items) or 1
-    rows = []
-    for index, (label, count) in enumerate(items):
-        shown = label if len(label) <= 40 else label[:39] + "…"  # the whole of it on hover
-        y = index * row
-        bar = max((width - label_width - 40) * count / most, 2.0)
-        rows.append(render(
-            '<g class="row"><title>{label}: {count}</title>'
-            '<text class="name" x="0" y="{ty}">{shown}</text>'
-            '<rect class="bad" x="{bx}" y="{by}" width="{bar}" height="{bh}"/>'
-            '<text class="count" x="{cx}" y="{ty}">{count}</text></g>',
-            label=label, shown=shown, count=count, ty=y + row * 0.68, bx=f"{label_width:.0f}", by=y + 4, bh=row - 8,
-            bar=f"{bar:.1f}", cx=f"{label_width + bar + 6:.1f}"))
-    height = row * len(items)
-    return render('<svg class="chart" role="img" viewBox="0 0 {w} {h}" width="{w}" height="{h}">{rows}</svg>',
-                  w=width, h=height, rows=join(rows))
+    rows = [render(
+        '<div class="row"><span class="name" title="{label}">{label}</span>'
+        '<svg class="bar" viewBox="0 0 100 10" preserveAspectRatio="none" aria-hidden="true">'
+        '<rect class="bad" x="0" y="0" width="{bar}" height="10"/></svg><span class="count">{count}</span></div>',
+        label=label, count=f"{count:,}", bar=f"{max(100 * count / most, 1.0):.1f}")
+        for label, count in items]
+    return render('<div class="chart bars">{rows}</div>', rows=join(rows))

@@ -11,6 +11,8 @@ from urllib.parse import quote
 from gateway.routes.ui_markup import EMPTY, Html, escape, render, when
 
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_AFTER_SEPARATOR = re.compile(r"(?<=[_./-])")
+BREAK_RUN = 16
 NAV = (("/ui", "Report"), ("/ui/trajectories", "Trajectories"))
 
 
@@ -95,6 +97,23 @@ def table(headers: list[tuple[str, bool]], rows: list[Html], table_id: str | Non
 
 def escape_all(values: list[Any]) -> Html:
     return Html(", ".join(escape(v) for v in values))
+
+
+def breakable(name: object) -> Html:
+    """A name (a tool's, an argument's, a model's: up to 64 characters, rarely a space) that may
+    wrap after each `_ - . /` and within any run of more than BREAK_RUN characters without one: a
+    table then fits its box, and narrows a column no further than such a run. The name whole is
+    its title, so the markup holds it as it is (a search of the page's source finds it)."""
+    text = str(name)
+    runs = [piece[start:start + BREAK_RUN] for piece in _AFTER_SEPARATOR.split(text)
+            for start in range(0, len(piece), BREAK_RUN)]
+    if len(runs) < 2:
+        return escape(text)
+    return render('<span title="{name}">{runs}</span>', name=text, runs=Html("<wbr>".join(escape(r) for r in runs)))
+
+
+def breakable_all(values: list[Any]) -> Html:
+    return Html(", ".join(breakable(v) for v in values))
 
 
 def plural(count: int, noun: str) -> str:

@@ -11,7 +11,8 @@ from typing import Any
 
 from gateway.routes.ui_charts import Bucket, count_chart, rejection_rate_chart
 from gateway.routes.ui_layout import (
-    escape_all,
+    breakable,
+    breakable_all,
     key_cell,
     ms,
     notice,
@@ -89,14 +90,16 @@ _FIGURE_HEADERS = [("calls", True), ("rejected", True), ("rejection rate", True)
 
 
 def _tools_table(tools: Sequence[Mapping[str, Any]], charts: Mapping[str, list[Bucket]]) -> Html:
-    rows = [render('<tr data-tool="{tool}"><td><code>{tool}</code></td>{cells}<td>{chart}</td></tr>',
-                   tool=row["tool"], cells=_figure_cells(row), chart=rejection_rate_chart(charts.get(row["tool"], [])))
+    rows = [render('<tr data-tool="{tool}"><td><code>{name}</code></td>{cells}<td>{chart}</td></tr>',
+                   tool=row["tool"], name=breakable(row["tool"]), cells=_figure_cells(row),
+                   chart=rejection_rate_chart(charts.get(row["tool"], [])))
             for row in tools]
     return table([("tool", False), *_FIGURE_HEADERS, ("rejection rate over time", False)], rows, "tools")
 
 
 def _models_table(models: Sequence[Mapping[str, Any]]) -> Html:
-    rows = [render("<tr><td><code>{model}</code></td>{cells}</tr>", model=row["model"], cells=_figure_cells(row))
+    rows = [render("<tr><td><code>{model}</code></td>{cells}</tr>", model=breakable(row["model"]),
+                   cells=_figure_cells(row))
             for row in models]
     return table([("model", False), *_FIGURE_HEADERS], rows, "models")
 
@@ -111,10 +114,10 @@ def top_renames(tools: Sequence[Mapping[str, Any]], top: int = 10) -> list[tuple
 def _renames(tools: Sequence[Mapping[str, Any]]) -> Html:
     renames = top_renames(tools)
     chart = count_chart([(f"{tool}: {sent} → {accepted or '?'}", count) for tool, sent, accepted, count in renames])
+    no_name = render('<span class="muted">no close name</span>')
     rows = [render('<tr class="rename"><td><code>{tool}</code></td><td><code>{sent}</code></td>'
-                   '<td>{accepted}</td>{count}</tr>', tool=tool, sent=sent, count=number(count),
-                   accepted=render("<code>{a}</code>", a=accepted) if accepted else render('<span class="muted">'
-                                                                                            'no close name</span>'))
+                   '<td>{accepted}</td>{count}</tr>', tool=breakable(tool), sent=breakable(sent), count=number(count),
+                   accepted=render("<code>{a}</code>", a=breakable(accepted)) if accepted else no_name)
             for tool, sent, accepted, count in renames]
     listed = table([("tool", False), ("name sent", False), ("accepted name", False), ("times", True)], rows,
                    "renames") if rows else EMPTY
@@ -127,7 +130,7 @@ def _stuck(stuck: Sequence[Mapping[str, Any]]) -> Html:
     keyed = any(item.get("key") for item in stuck)
     rows = [render("<tr><td>{link}</td>{key}<td><code>{tool}</code></td><td>{model}</td>{count}</tr>",
                    link=trajectory_link(str(item["trajectory_id"]), item.get("local_id")),
-                   key=when(keyed, key_cell(item.get("key"))), tool=item["tool"], model=item["model"] or "-",
+                   key=when(keyed, key_cell(item.get("key"))), tool=breakable(item["tool"]), model=item["model"] or "-",
                    count=number(item["verbatim_retries"])) for item in stuck]
     return table([("trajectory", False), *(_KEY_HEADER if keyed else []), ("tool", False), ("model", False),
                   ("verbatim retries in a row", True)], rows, "stuck")
@@ -180,12 +183,12 @@ def trajectory_table(rows: Sequence[Mapping[str, Any]], trace_ui: str | None) ->
     keyed = any(row.get("key") for row in rows)
     body = [render(
         "<tr><td>{link}{stuck}</td>{key}<td>{ended}</td>{requests}{turns}{calls}{failed}{rejections}{retries}"
-        "<td>{models}</td><td>{tools}</td><td>{traces}</td></tr>",
+        '<td class="names">{models}</td><td class="names">{tools}</td><td>{traces}</td></tr>',
         link=trajectory_link(str(row["id"]), row.get("local_id")), key=when(keyed, key_cell(row.get("key"))),
         stuck=when(row["stuck"], render(" {tag}", tag=tag("stuck", "verbatim"))),
         ended=when_at(row["ended"]), requests=number(row["requests"]), turns=number(row["model_turns"]),
         calls=number(row["tool_calls"]), failed=number(row["failed_calls"]), rejections=number(row["rejections"]),
-        retries=number(row["retries"]), models=escape_all(row["models"]), tools=escape_all(row["tools"]),
+        retries=number(row["retries"]), models=breakable_all(row["models"]), tools=breakable_all(row["tools"]),
         traces=_traces(row["trace_ids"], trace_ui))
         for row in rows]
     return table([("trajectory", False), *(_KEY_HEADER if keyed else []), ("last active", False), ("requests", True),

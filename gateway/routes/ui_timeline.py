@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from gateway.routes.ui_diff import arguments_diff
 from gateway.routes.ui_layout import escape_all, ms, notice, plural, tag, trace_link, when_at
 from gateway.routes.ui_markup import EMPTY, Html, join, render, when
+from gateway.routes.ui_messages import answer, capture_off, sent_messages
 
 FAILED = frozenset({"error", "rejected", "timeout", "cancelled"})
 # Requests a page shows unless its address asks (?limit=) for another number, and the most it may
@@ -72,7 +74,9 @@ def _names(call: Mapping[str, Any]) -> Html:
     return when(parts, render('<div class="names">{parts}</div>', parts=join(parts, "; ")))
 
 
-def _retry(call: Mapping[str, Any], paging: Paging) -> Html:
+def _retry(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str]) -> Html:
+    """Which failed call this one retries, and what it changed (when both calls' arguments are on
+    the page: `sent`, by span id); which call retried this one."""
     lines = []
     retried, retried_in = call.get("retries_span_id"), call.get("retries_request")
     if call.get("retry_kind"):
@@ -80,6 +84,9 @@ def _retry(call: Mapping[str, Any], paging: Paging) -> Html:
                   if retried and retried_in else render("a failed call no longer stored"))
         lines.append(render('<div class="retry">{kind} retry of {target}</div>',
                             kind=tag(call["retry_kind"]), target=target))
+        failed, corrected = sent.get(retried or ""), call.get("arguments")
+        if call["retry_kind"] == "corrected" and failed is not None and corrected is not None:
+            lines.append(arguments_diff(failed, str(corrected)))
     by = call.get("retried_by")
     if by and by.get("request"):
         lines.append(render('<div class="retry">retried by <a href="{href}">the next call</a></div>',
@@ -87,7 +94,7 @@ def _retry(call: Mapping[str, Any], paging: Paging) -> Html:
     return join(lines)
 
 
-def _tool_call(call: Mapping[str, Any], paging: Paging) -> Html:
+def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str]) -> Html:
     outcome = call.get("outcome") or "unknown"
     failed = outcome in FAILED
     reason = call.get("rejection_reason") or call.get("error_type")
@@ -104,18 +111,11 @@ def _tool_call(call: Mapping[str, Any], paging: Paging) -> Html:
         outcome=tag(outcome), reason=when(reason, render(" <span class=\"reason\">({r})</span>", r=reason)),
         round=call.get("round") if call.get("round") is not None else "-", duration=ms(call.get("duration_ms")),
         server=when(call.get("mcp_server"), render(" · MCP server {s}", s=call.get("mcp_server"))),
-        names=_names(call), retry=_retry(call, paging), details=join(details))
+        names=_names(call), retry=_retry(call, paging, sent), details=join(details))
 
 
-def _messages(label: str, messages: Any) -> Html:
-    if messages is None:
-        return EMPTY
-    text = messages if isinstance(messages, str) else json.dumps(messages, indent=2, ensure_ascii=False)
-    return render('<details><summary>{label}</summary><pre class="messages">{text}</pre></details>',
-                  label=label, text=text)
-
-
-def _model_turn(turn: Mapping[str, Any]) -> Html:
+def _model_turn(turn: Mapping[str, Any], before: Any) -> Html:
+    """A model turn; `before`, the messages the turn before it sent (None for the first shown)."""
     tokens = f"tokens in/out {turn.get('input_tokens') or 0}/{turn.get('output_tokens') or 0}"
     finish = ", ".join(turn.get("finish_reasons") or ()) or "-"
     error = turn.get("error_message") or turn.get("error_type")
@@ -126,12 +126,40 @@ def _model_turn(turn: Mapping[str, Any]) -> Html:
         model=turn.get("response_model") or turn.get("model") or "?", round=turn.get("round") or "-", finish=finish,
         tokens=tokens, duration=ms(turn.get("duration_ms")),
         error=when(error, _block("provider error", str(error), "diagnostic")),
-        input=_messages("messages sent", turn.get("input_messages")),
-        output=_messages("the model's answer", turn.get("output_messages")))
+        input=sent_messages(turn.get("input_messages"), before), output=answer(turn.get("output_messages")))
 
 
-def _request(request: Mapping[str, Any], paging: Paging, trace_ui: str | None) -> Html:
-    events = [_model_turn(e) if e["type"] == "model_turn" else _tool_call(e, paging) for e in request["events"]]
+@dataclass(frozen=True)
+class _Shown:
+    """What the page's events are drawn with: its paging, and what one event needs of another."""
+
+    paging: Paging
+    trace_ui: str | None
+    arguments: Mapping[str, str]  # each tool call's arguments, by span id, where the store has them
+    before: Mapping[str, Any]  # each model turn's previous turn's messages sent, by span id
+
+    @classmethod
+    def of(cls, requests: list[Mapping[str, Any]], paging: Paging, trace_ui: str | None) -> _Shown:
+        arguments: dict[str, str] = {}
+        before: dict[str, Any] = {}
+        previous = None
+        for event in (event for request in requests for event in request["events"]):
+            if event["type"] == "model_turn":
+                before[event["span_id"]], previous = previous, event.get("input_messages")
+            elif event.get("arguments") is not None:
+                arguments[event["span_id"]] = str(event["arguments"])
+        return cls(paging, trace_ui, arguments, before)
+
+
+def _event(event: Mapping[str, Any], shown: _Shown) -> Html:
+    if event["type"] == "model_turn":
+        return _model_turn(event, shown.before.get(event["span_id"]))
+    return _tool_call(event, shown.paging, shown.arguments)
+
+
+def _request(request: Mapping[str, Any], shown: _Shown) -> Html:
+    events = [_event(e, shown) for e in request["events"]]
+    trace_ui = shown.trace_ui
     return render(
         '<section class="card request"><h2>Request {n}: {name}</h2><p class="muted">{started} · status {status}'
         ' · {rounds} · {duration}{limit} · trace {trace}</p><ol class="timeline">{events}</ol></section>',
@@ -176,5 +204,8 @@ def timeline_page(trajectory: Mapping[str, Any], paging: Paging, trace_ui: str |
                      requests=plural(totals["requests"], "request"), calls=plural(totals["tool_calls"], "tool call"),
                      failed=f"{totals['failed_calls']:,}")
     pager = _pager(trajectory, paging)
-    return render("{summary}{pager}{requests}{pager}", summary=summary, pager=pager,
-                  requests=join(_request(r, paging, trace_ui) for r in requests))
+    shown = _Shown.of(requests, paging, trace_ui)
+    turns = [event for request in requests for event in request["events"] if event["type"] == "model_turn"]
+    uncaptured = turns and all(turn.get("input_messages") is None for turn in turns)
+    return render("{summary}{uncaptured}{pager}{requests}{pager}", summary=summary, pager=pager,
+                  uncaptured=when(uncaptured, capture_off()), requests=join(_request(r, shown) for r in requests))

@@ -275,7 +275,7 @@ class Tool:
         refuse_unrecognized = bool(check.unrecognized) and closed_to_other_names(self.declared_schema)
         if not (problems or check.missing or refuse_unrecognized):
             return Parsed(args)
-        reason: RejectionReason = "missing_arguments" if check.missing else "parser"
+        reason: RejectionReason = "missing_arguments" if check.missing else "schema_violation"
         return Rejection(reason, describe_problems(self.name, check, problems, refuse_unrecognized), check)
 
     def _validate_model(self, args: dict[str, Any], check: NameCheck) -> Parsed | Rejection:

@@ -13,7 +13,10 @@ import pydantic_core
 from gateway.tools.params import NameCheck
 
 Status = Literal["ok", "error", "rejected", "timeout", "interrupted"]
-RejectionReason = Literal["invalid_json", "missing_arguments", "parser", "unknown_tool", "not_allowed"]
+# schema_violation: values that do not fit the declared parameters (JSON Schema); parser: a
+# parse_args or args_model refused them.
+RejectionReason = Literal["invalid_json", "missing_arguments", "schema_violation", "parser", "unknown_tool",
+                          "not_allowed"]
 Content = str | list[dict[str, Any]]
 
 

@@ -29,7 +29,7 @@ from tests.e2e.test_mcp_server import (
 )
 
 NOWHERE = "http://127.0.0.1:9/v1"  # no provider: nothing here asks a model
-PER_KEY_DEFAULT = 100  # mcp_max_sessions_per_key's default, as the README's Limits table gives it
+PER_KEY_DEFAULT = 100  # mcp_max_sessions_per_key's default, as docs/limits-and-tenancy.md gives it
 IDLE_DEFAULT = 900  # mcp_session_idle_seconds's default
 LISTING = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 

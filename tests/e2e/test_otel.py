@@ -225,7 +225,7 @@ async def test_no_propagators_ignore_the_callers_trace_context(make_stack: Stack
                                                                clean_otel_env: pytest.MonkeyPatch) -> None:
     clean_otel_env.setenv("OTEL_PROPAGATORS", "none")
     stack = await make_stack()
-    async with stack.http.get("/healthz", headers={"traceparent": TRACEPARENT}) as response:
+    async with stack.http.get("/v1/tools", headers={"traceparent": TRACEPARENT}) as response:  # not a probe: traced
         trace_id = response.headers["X-Trace-Id"]
     assert trace_id != REMOTE_TRACE
     [root] = stack.spans(trace_id)

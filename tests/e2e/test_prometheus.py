@@ -59,7 +59,8 @@ def substitute(expr: str) -> str:
 
 SESSION = [
     Reply(tool_calls=[("read_file", {"file_path": "a"}), ("crash", {}), ("locked", {}), ("slow", {}),
-                      ("strict", {"path": "a"}), ("add", "{oops"), ("nope", {}), ("admin", {})],
+                      ("strict", {"path": "a"}), ("add", "{oops"), ("nope", {}), ("admin", {}),
+                      ("checked", {"n": "many"})],  # the last: schema_violation
           usage=(40, 12)),
     Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # verbatim retry: rejected again
     # corrected retries, recovered; and a tool that pauses for review, which ends the request
@@ -158,7 +159,7 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
         stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(status=500, error="a blip"),
                           Reply(content="3"))
         await stack.client.chat.completions.create(model="m", messages=USER, extra_headers=trajectory)
-        expected = 13 * (rounds + 1)
+        expected = 14 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})
     return traces

@@ -85,7 +85,8 @@ async def test_upstream_404_passes_through(stack: Stack) -> None:
 
 # --- trace and trajectory headers ------------------------------------------------------------------
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/healthz"), ("GET", "/v1/tools"), ("GET", "/v1/models"),
+# (a probe makes no span: tests/telemetry/test_probes.py)
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/tools"), ("GET", "/v1/models"),
                                               ("POST", "/v1/tools/add/invoke")])
 async def test_incoming_traceparent_is_honoured(stack: Stack, method: str, path: str) -> None:
     body = {"arguments": {"a": 1, "b": 2}} if method == "POST" else None
@@ -123,7 +124,7 @@ async def test_incoming_trajectory_id_is_kept(stack: Stack) -> None:
 @pytest.mark.parametrize("sent", ["has space", "x" * 129, "slash/inside", "semi;colon", ""],
                          ids=["space", "too-long", "slash", "semicolon", "empty"])
 async def test_malformed_trajectory_id_is_replaced(stack: Stack, sent: str) -> None:
-    async with stack.http.get("/healthz", headers={"X-Trajectory-Id": sent}) as response:
+    async with stack.http.get("/v1/tools", headers={"X-Trajectory-Id": sent}) as response:
         assert response.status == 200
         generated = response.headers["X-Trajectory-Id"]
         trace_id = response.headers["X-Trace-Id"]
@@ -135,7 +136,7 @@ async def test_malformed_trajectory_id_is_replaced(stack: Stack, sent: str) -> N
 async def test_each_request_gets_its_own_trajectory_when_none_is_sent(stack: Stack) -> None:
     seen = set()
     for _ in range(3):
-        async with stack.http.get("/healthz") as response:
+        async with stack.http.get("/v1/tools") as response:
             seen.add((response.headers["X-Trajectory-Id"], response.headers["X-Trace-Id"]))
     assert len({t for t, _ in seen}) == 3
     assert len({t for _, t in seen}) == 3
@@ -305,13 +306,13 @@ async def test_openmetrics_carries_the_trace_id_exemplar(stack: Stack) -> None:
 
 async def test_requests_are_counted_by_route(stack: Stack) -> None:
     for _ in range(2):
-        async with stack.http.get("/healthz") as response:
+        async with stack.http.get("/v1/tools") as response:
             assert response.status == 200
     await invoke(stack, "add", {"arguments": {"a": 1, "b": 2}})
     await invoke(stack, "nope", {"arguments": {}})
     async with stack.http.get("/v1/nothing/here") as response:
         assert response.status == 404
-    assert stack.metric(names.METRIC_REQUESTS, route="/healthz", status="200") == 2
+    assert stack.metric(names.METRIC_REQUESTS, route="/v1/tools", status="200") == 2
     assert stack.metric(names.METRIC_REQUESTS, route="/v1/tools/{name}/invoke", status="200") == 1
     assert stack.metric(names.METRIC_REQUESTS, route="/v1/tools/{name}/invoke", status="404") == 1
     assert stack.metric(names.METRIC_REQUESTS, route="/v1/{tail}", status="404") == 1  # the pattern, not the path

@@ -29,7 +29,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 @pytest.fixture
 async def keyed(make_stack: StackFactory) -> Stack:
-    return await make_stack(registry=demo_registry(), keys=KEYS, trace_ui_url=TRACE_UI)
+    # Messages captured, as toolspan demo does: the screenshots show its trajectories.
+    return await make_stack(registry=demo_registry(), keys=KEYS, trace_ui_url=TRACE_UI, capture_message_content=True)
 
 
 async def _session(stack: Stack, *replies: Reply) -> dict[str, str]:
@@ -57,7 +58,7 @@ async def _stuck_in_verbatim_retries(stack: Stack) -> dict[str, str]:
 
 async def _signed_in(browser: Browser, stack: Stack, path: str) -> Page:
     """A browser page that asked for `path`, got the sign-in form, and signed in with the key."""
-    page = await browser.new_page(viewport={"width": 1440, "height": 900})
+    page = await browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-GB", timezone_id="Europe/Berlin")
     refused = await page.goto(f"{stack.url}{path}")
     assert refused is not None
     assert refused.status == 401
@@ -84,7 +85,7 @@ async def test_the_page_shows_the_report_the_list_and_a_timeline(keyed: Stack, b
     assert await tool.locator("svg.chart rect.bad").count() == 1  # the rejection, on its chart
     rename = page.locator("#renames tr.rename", has_text="get_weather")
     assert await rename.locator("td").all_inner_texts() == ["get_weather", "city_name", "city", "1"]
-    await expect(page.locator("svg.chart text.name")).to_have_text(["to_fahrenheit: celsius_value → celsius",
+    await expect(page.locator(".chart .name")).to_have_text(["to_fahrenheit: celsius_value → celsius",
                                                                     "get_weather: city_name → city"])
     flagged = page.locator("#stuck tbody tr")
     assert await flagged.locator("td").all_inner_texts() == [stuck["x-trajectory-id"], "ops", "to_fahrenheit",

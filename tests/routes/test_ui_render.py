@@ -1,13 +1,21 @@
-"""The page's pieces on their own: escaping, sign-in redirects, trace links, chart buckets."""
+"""The page's pieces on their own: escaping, sign-in redirects, trace links, chart buckets, a retry's
+diff, the messages a turn added, the capture setting the page names."""
 
 from __future__ import annotations
+
+import html
+import json
+from typing import Any
 
 import pytest
 
 from gateway.routes.ui_auth import page_after_sign_in
+from gateway.routes.ui_diff import arguments_diff, key_changes
 from gateway.routes.ui_layout import trace_link
 from gateway.routes.ui_markup import Html, render
+from gateway.routes.ui_messages import CAPTURE_SETTING, CAPTURE_VARIABLE, added_messages
 from gateway.routes.ui_report import chart_buckets
+from gateway.settings import Settings
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -46,3 +54,43 @@ def test_chart_buckets_share_one_time_axis_and_keep_empty_steps() -> None:
                                    "/ui\u2028", "/ui\u00a0"])
 def test_sign_in_never_returns_to_a_path_with_control_characters_or_spaces(asked: str) -> None:
     assert page_after_sign_in(asked) == "/ui"
+
+
+def test_the_capture_setting_the_page_names_turns_capture_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(**{CAPTURE_SETTING: True}).capture_message_content
+    monkeypatch.setenv(CAPTURE_VARIABLE, "true")
+    assert Settings().capture_message_content
+
+
+@pytest.mark.parametrize(("failed", "corrected", "changes"), [
+    ('{"city": "Lisbon"}', '{"location": "Lisbon"}', [("-", 'city: "Lisbon"'), ("+", 'location: "Lisbon"')]),
+    ('{"celsius": "9", "unit": "c"}', '{"celsius": 9, "unit": "c"}', [("~", 'celsius: "9" → 9')]),
+])
+def test_a_retry_diff_names_keys_removed_added_and_changed(failed: str, corrected: str,
+                                                           changes: list[tuple[str, str]]) -> None:
+    assert key_changes(json.loads(failed), json.loads(corrected)) == changes
+    shown = arguments_diff(failed, corrected)
+    assert shown.count("<li ") == len(changes)
+    assert html.escape(changes[0][1], quote=True) in shown
+
+
+def test_arguments_that_are_not_json_are_compared_line_by_line() -> None:
+    shown = arguments_diff('{"city": "<b>Lisbon"', '{"city": "<b>Lisbon"}')
+    assert '<li class="removed"><code>- {&quot;city&quot;: &quot;&lt;b&gt;Lisbon&quot;</code></li>' in shown
+    assert '<li class="added"><code>+ {&quot;city&quot;: &quot;&lt;b&gt;Lisbon&quot;}</code></li>' in shown
+
+
+def test_a_retry_that_changed_nothing_says_so() -> None:
+    assert "the same arguments" in arguments_diff('{"a": 1}', '{ "a" : 1 }')
+
+
+@pytest.mark.parametrize(("sent", "before", "added"), [
+    ([{"role": "user", "content": "q"}], None, None),  # the first turn: nothing before it
+    ([1, 2, {"role": "assistant"}, 3], [1, 2], [3]),  # the previous answer comes back first
+    ([1, {"role": "assistant", "n": 9}, 4], [1, 2, 3], [4]),  # the client's own history, without the tool rounds
+    ([2, 3, {"role": "assistant"}, 4], [1, 2, 3], [4]),  # capture left out the oldest message
+    ([7, 8], [1, 2], None),  # another conversation
+])
+def test_a_turn_shows_the_messages_it_added(sent: list[Any], before: list[Any] | None,
+                                            added: list[Any] | None) -> None:
+    assert added_messages(sent, before) == added

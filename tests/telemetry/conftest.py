@@ -16,7 +16,7 @@ from telemetry import names
 from telemetry.records import stored_id
 from tests.conftest import TEST_KEY, USER, Stack, StackFactory, every_outcome_registry
 
-ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict"]  # not "admin": not_allowed
+ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict", "checked"]  # not "admin": not_allowed
 KEYS = {"agent": {"key": TEST_KEY, "tools": ALLOWED}}
 ACROSS = "traj-across-requests"  # the X-Trajectory-Id two requests share
 STORED_ACROSS = stored_id("agent", ACROSS)  # the store's id of that trajectory: the key's and the id's
@@ -26,6 +26,7 @@ EVERY_OUTCOME: list[list[tuple[str, Any]]] = [
     [("read_file", {"file_path": "/a"}),  # rejected: missing_arguments, file_path -> path
      ("add", '{"a": 1,'),  # rejected: invalid_json
      ("strict", {"path": "relative"}),  # rejected: parser
+     ("checked", {"n": "many"}),  # rejected: schema_violation
      ("no_such_tool", {}),  # rejected: unknown_tool
      ("admin", {})],  # rejected: not_allowed
     [("read_file", {"path": "/a"}),  # ok: a corrected retry, the recovery

@@ -54,7 +54,7 @@ def _expected_call(span: ReadableSpan) -> dict[str, Any]:
 def test_every_tool_call_is_stored_as_its_span_says(session: Session) -> None:
     rows = _rows(session.db, "tool_calls")
     spans = session.tool_spans()
-    assert len(spans) == 14
+    assert len(spans) == 15
     assert set(rows) == {hex_id(s.context.span_id) for s in spans}
     for span in spans:
         row = rows[hex_id(span.context.span_id)]

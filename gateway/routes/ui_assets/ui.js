@@ -1,12 +1,17 @@
 // The trajectory page's few behaviours; the page works without them.
 "use strict";
 
-// Times as the reader's clock shows them (the server writes UTC).
+// Times as the reader's clock shows them, the zone named (the server writes UTC, and says so: that
+// text stays as the title, and is what a reader without scripts sees).
+const clock = new Intl.DateTimeFormat(undefined, {
+  year: "numeric", month: "short", day: "numeric", hour: "numeric", minute: "2-digit", second: "2-digit",
+  timeZoneName: "short",
+});
 for (const node of document.querySelectorAll("time[datetime]")) {
   const when = new Date(node.getAttribute("datetime"));
   if (!Number.isNaN(when.getTime())) {
     node.title = node.textContent;
-    node.textContent = when.toLocaleString();
+    node.textContent = clock.format(when);
   }
 }
 

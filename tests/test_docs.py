@@ -1,0 +1,50 @@
+"""The README is a front door that keeps its promises: at most 300 lines, its test command the one CI
+runs, and every link into docs/ pointing at a file that is there (mkdocs checks docs/ itself, with
+`mkdocs build --strict` in .ci/run, but not the README)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = ["index.md", "getting-started.md", "tools.md", "http-and-apis.md", "mcp.md", "settings.md",
+         "telemetry-and-trajectories.md", "deployment-and-scale.md", "limits-and-tenancy.md", "benchmarks.md"]
+
+
+def shell_blocks(text: str) -> list[str]:
+    return [block.strip() for block in re.findall(r"```sh\n(.*?)```", text, re.S)]
+
+
+def test_the_readme_is_at_most_300_lines() -> None:
+    assert len(README.splitlines()) <= 300
+
+
+def test_the_readme_opens_with_run_then_test_and_ci_runs_the_test_command_word_for_word() -> None:
+    run, test = shell_blocks(README)[:2]
+    assert run == ("python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/toolspan demo "
+                   "&& .venv/bin/toolspan serve")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert test == ci
+    assert "mkdocs build --strict" in ci
+    # mkdocs's -q hides the warnings that --strict counts, so the build would pass with broken links.
+    assert not re.search(r"mkdocs build[^&]*\s-q\b", ci)
+
+
+def test_every_relative_link_of_the_readme_is_a_file_in_the_tree() -> None:
+    targets = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README)
+    assert "docs/getting-started.md" in targets
+    assert "docs/ui.png" in targets
+    missing = [target for target in targets if not (ROOT / target).is_file()]
+    assert not missing, f"README links to files that do not exist: {missing}"
+
+
+def test_the_site_reads_the_pages_in_order() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["theme"]["name"] == "material"
+    assert config["strict"] is True
+    assert [next(iter(entry.values())) for entry in config["nav"]] == PAGES
+    assert sorted(PAGES) == sorted(path.name for path in (ROOT / "docs").glob("*.md"))

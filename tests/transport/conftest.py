@@ -1,0 +1,79 @@
+"""A real forward proxy on loopback (Debian's tinyproxy), and what it saw."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+_REQUEST = re.compile(r"Request \(file descriptor \d+\): (.+)$")
+
+
+@dataclass
+class Tinyproxy:
+    url: str  # http://127.0.0.1:port, with credentials when it wants them
+    log: Path
+
+    def requests(self) -> list[str]:
+        """The request lines it took, in order: `GET http://host:port/path HTTP/1.1`, `CONNECT host:port HTTP/1.1`."""
+        if not self.log.exists():
+            return []
+        return [match.group(1) for line in self.log.read_text().splitlines() if (match := _REQUEST.search(line))]
+
+
+ProxyFactory = Callable[..., Awaitable[Tinyproxy]]
+
+
+async def _listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    """Until tinyproxy takes connections (it says so only in its log: polled, with a deadline)."""
+    async with asyncio.timeout(10):
+        while True:
+            assert process.poll() is None, "tinyproxy exited at start-up"
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.02)
+                continue
+            writer.close()
+            return
+
+
+@pytest.fixture
+async def make_tinyproxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
+    """Starts tinyproxy on a free loopback port; `auth=("user", "password")` makes it ask for them (407)."""
+    binary = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
+    started: list[subprocess.Popen[bytes]] = []
+
+    async def start(auth: tuple[str, str] | None = None) -> Tinyproxy:
+        port = free_port()
+        folder = tmp_path / f"tinyproxy-{port}"
+        folder.mkdir()
+        log = folder / "tinyproxy.log"
+        config = [f"Port {port}", "Listen 127.0.0.1", "Timeout 30", f'LogFile "{log}"', "LogLevel Info",
+                  "MaxClients 100", "DisableViaHeader Yes"]
+        if auth is not None:
+            config.append(f"BasicAuth {auth[0]} {auth[1]}")
+        (folder / "tinyproxy.conf").write_text("\n".join(config) + "\n")
+        process = subprocess.Popen([binary, "-d", "-c", str(folder / "tinyproxy.conf")],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append(process)
+        await _listening(port, process)
+        return Tinyproxy(f"http://127.0.0.1:{port}", log)
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(5)
+
+
+@pytest.fixture
+async def tinyproxy(make_tinyproxy: ProxyFactory) -> Tinyproxy:
+    return await make_tinyproxy()
