@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -84,6 +85,15 @@ class Script:
             return Reply(status=500, error="the test script has no reply left")
         reply = self.replies.pop(0)
         return reply(body) if callable(reply) else reply
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No TOOLSPAN_* or OTEL_* variable from the machine running the tests."""
+    for name in list(os.environ):
+        if name.upper().startswith(("TOOLSPAN_", "OTEL_")):
+            monkeypatch.delenv(name)
+    return monkeypatch
 
 
 def read_file(args: dict[str, Any]) -> str:

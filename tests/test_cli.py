@@ -74,15 +74,6 @@ def test_bad_tool_specs_fail_naming_the_spec(specs: list[str], message: str) -> 
 
 # --- settings -------------------------------------------------------------------------------------
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No TOOLSPAN_* or OTEL_* variable from the machine running the tests."""
-    for name in list(os.environ):
-        if name.upper().startswith(("TOOLSPAN_", "OTEL_")):
-            monkeypatch.delenv(name)
-    return monkeypatch
-
-
 def write_config(tmp_path: Path, kind: str, values: dict[str, Any]) -> Path:
     path = tmp_path / f"toolspan.{kind}"
     if kind == "json":

@@ -241,8 +241,7 @@ class Engine:
                 answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
                 turn = read_chat(answer, headers) if plan.api == "chat" else read_response(answer, headers)
             except GatewayError as exc:
-                error = not_found_at(exc, "POST", self.upstream.url(path))  # a 404 names the path called
-                trace.failed(error.status, error.type, error.message)
+                error = self._failed(trace, exc, path)
                 if error is exc:
                     raise
                 raise error from exc
@@ -272,8 +271,7 @@ class Engine:
                             yield Visible(piece, round_)
                 turn = reader.turn(answer.headers)
             except GatewayError as exc:
-                error = not_found_at(exc, "POST", self.upstream.url(path))  # a 404 names the path called
-                trace.failed(error.status, error.type, error.message)
+                error = self._failed(trace, exc, path)
                 if error is exc:
                     raise
                 raise error from exc
@@ -290,6 +288,12 @@ class Engine:
             return False
         await self.held.claim((response_id,), caller.principal)
         return True
+
+    def _failed(self, trace: ChatTrace, exc: GatewayError, path: str) -> GatewayError:
+        """The error a failed provider call ends with, recorded on its trace: a 404 names the path called."""
+        error = not_found_at(exc, "POST", self.upstream.url(path))
+        trace.failed(error.status, error.type, error.message)
+        return error
 
     def _headers(self, caller: Caller, trace: ChatTrace) -> dict[str, str]:
         """A provider call's headers: its credentials and the trace context of its span."""

@@ -77,14 +77,6 @@ def first_lines(args: list[str], cwd: Path, until: str) -> list[str]:
         process.stdout.close()
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in list(os.environ):
-        if name.upper().startswith(("TOOLSPAN_", "OTEL_")):
-            monkeypatch.delenv(name)
-    return monkeypatch
-
-
 # --- --tools from the current folder, --app-dir ----------------------------------------------------
 
 def test_serve_imports_tools_from_the_current_folder(tmp_path: Path) -> None:
