@@ -99,19 +99,26 @@ class DemoPolicy:
     gateway's registry, nor one of the weather story's), it hands back instead: to the user's
     message it answers with a call of the first such tool, its required arguments made up from its
     schema (`_example`); to that tool's result, with a text quoting it. Without `gateway_tools`,
-    every offered tool counts as the gateway's."""
+    every offered tool counts as the gateway's. When the weather story's tools are not on offer
+    (a registry of the user's own, `toolspan serve --tools mytools:registry`), the first of the
+    gateway's tools is called the same way, so that a newcomer's first request runs their tool."""
 
     def __init__(self, gateway_tools: Container[str] | None = None) -> None:
         self.gateway_tools = gateway_tools
 
     def _client_tools(self, body: dict[str, Any]) -> list[tuple[str, Any]]:
-        """(name, parameters) of the client's own tools on offer, in the request's order."""
+        """(name, parameters) of the tools to call in the request's order: the client's own on
+        offer, else the gateway's when the weather story's are not on offer."""
         if self.gateway_tools is None or body.get("tool_choice") == "none":
             return []
-        functions = [t["function"] for t in body.get("tools") or []
-                     if isinstance(t, dict) and isinstance(t.get("function"), dict)]
-        return [(f["name"], f.get("parameters")) for f in functions if isinstance(f.get("name"), str)
-                and f["name"] not in self.gateway_tools and _base(f["name"]) not in STORY_TOOLS]
+        functions = [(f["name"], f.get("parameters")) for t in body.get("tools") or []
+                     if isinstance(t, dict) and isinstance(f := t.get("function"), dict)
+                     and isinstance(f.get("name"), str)]
+        if any(_base(name) in STORY_TOOLS for name, _ in functions):
+            return [(name, p) for name, p in functions if name not in self.gateway_tools
+                    and _base(name) not in STORY_TOOLS]
+        own = [(name, p) for name, p in functions if name not in self.gateway_tools]
+        return own or functions
 
     def _hand_back(self, body: dict[str, Any], messages: list[dict[str, Any]],
                    turns: list[dict[str, Any]]) -> Reply | None:

@@ -92,7 +92,10 @@ async def test_the_builtin_model_calls_the_clients_tool_and_quotes_its_result(cl
 def test_without_gateway_tools_known_every_tool_counts_as_the_gateways() -> None:
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": LOOKUP}]}
     assert DemoPolicy()(body).content == "(scripted model) You said: hi"
-    assert DemoPolicy(gateway_tools={"lookup_orders"})(body).content == "(scripted model) You said: hi"
+    assert DemoPolicy(gateway_tools={"lookup_orders"})(body).tool_calls[0][0] == "lookup_orders"  # the user's own
+    assert DemoPolicy(gateway_tools={"lookup_orders", "get_weather"})(  # the weather story goes first
+        {**body, "tools": [*body["tools"], {"type": "function", "function": {"name": "get_weather"}}]},
+    ).tool_calls[0] == ("get_weather", {"city_name": "Paris"})
     assert DemoPolicy(gateway_tools=set())(body).tool_calls[0][0] == "lookup_orders"
     assert DemoPolicy(gateway_tools=set())({**body, "tool_choice": "none"}).tool_calls == ()
 
@@ -108,3 +111,29 @@ async def test_the_demo_shows_the_hand_back(client: AsyncOpenAI, api: str) -> No
     assert [line.split(":")[0] for line in lines] == [
         "\n--- a tool of the client's own (search_notes)", "user", "gateway -> client", "client runs it, sends back",
         "assistant"]
+
+
+@STREAM
+async def test_the_builtin_model_runs_a_registry_of_the_users_own(stream: bool) -> None:
+    """`toolspan serve --tools mytools:registry` with no provider: the first request runs the
+    user's tool through the gateway, and the answer quotes its result."""
+    from gateway.tools import ToolRegistry, tool
+
+    @tool
+    def shout(text: str) -> str:
+        """Say it louder.
+
+        Args:
+            text: what to say
+        """
+        return text.upper() + "!"
+
+    async with (gateway(Settings(port=0), registry=ToolRegistry([shout])) as (url, _, _model),
+                AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as openai):
+        history: list[Any] = [{"role": "user", "content": "hello"}]
+        if stream:
+            chunks = [c async for c in await openai.chat.completions.create(model="m", messages=history, stream=True)]
+            text = "".join(choice.delta.content or "" for c in chunks for choice in c.choices)
+        else:
+            text = (await openai.chat.completions.create(model="m", messages=history)).choices[0].message.content
+    assert text == "(scripted model) Your tool shout answered: HELLO!"
