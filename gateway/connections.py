@@ -33,7 +33,13 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from gateway.transport import ProviderConnectionError, Transport, build_transport, describe_error
+from gateway.transport import (
+    ProviderConnectionError,
+    Transport,
+    build_transport,
+    closed_before_answering,
+    describe_error,
+)
 
 __all__ = ["IDLE_SECONDS", "Answer", "ProviderConnectionError", "ProviderConnections"]
 
@@ -125,7 +131,7 @@ class Answer:
         elif isinstance(exc, ssl.SSLError):
             self._failed(describe_error(exc))
         elif not self.status:
-            self._failed(ProviderConnectionError("the provider closed the connection"))
+            self._failed(closed_before_answering(self._connection.tls))
         else:
             self._failed(ProviderConnectionError("its answer broke off"))
 
@@ -168,6 +174,10 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self.open = True
         self.idle_since = 0.0
+
+    @property
+    def tls(self) -> bool:
+        return self._transport is not None and self._transport.get_extra_info("sslcontext") is not None
 
     def send(self, data: bytes) -> Answer:
         assert self._transport is not None, "sent on a connection not yet made"

@@ -90,16 +90,22 @@ class Transport:
 
     def proxy_head(self) -> str:
         """The header lines a forwarding proxy gets on every request (its credentials)."""
-        if not self.forwards or self.proxy is None or self.proxy.authorization is None:
-            return ""
-        return f"Proxy-Authorization: {self.proxy.authorization}\r\n"
+        return "".join(f"{name}: {value}\r\n" for name, value in self.forward_headers().items())
 
     def session_proxy(self) -> tuple[URL | None, dict[str, str] | None]:
-        """aiohttp's `proxy` and `proxy_headers` for the same route (its connector takes `tls`)."""
+        """aiohttp's `proxy` and `proxy_headers` for the same route (its connector takes `tls`).
+        aiohttp sends `proxy_headers` only with CONNECT: a forwarding proxy's credentials go in
+        each request's own headers (`proxy_head`, as a mapping, `forward_headers`)."""
         if self.proxy is None:
             return None, None
         headers = {"Proxy-Authorization": self.proxy.authorization} if self.proxy.authorization else None
         return self.proxy.url, headers
+
+    def forward_headers(self) -> dict[str, str]:
+        """The headers a forwarding proxy gets on every request (its credentials)."""
+        if not self.forwards or self.proxy is None or self.proxy.authorization is None:
+            return {}
+        return {"Proxy-Authorization": self.proxy.authorization}
 
     def connector(self, limit: int, keepalive_timeout: float) -> aiohttp.TCPConnector:
         return aiohttp.TCPConnector(limit=limit, keepalive_timeout=keepalive_timeout,
@@ -218,7 +224,7 @@ _CLIENT_CERT_ALERTS = frozenset({"TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALE
                                  "SSLV3_ALERT_CERTIFICATE_EXPIRED", "TLSV1_ALERT_ACCESS_DENIED"})
 
 
-def describe(exc: BaseException) -> str:
+def describe(exc: BaseException, tls: bool = False) -> str:
     """The one wording of a failure to reach the provider, whichever client met it (aiohttp's
     errors are unwrapped to the OS or TLS error beneath), without the provider's address."""
     if isinstance(exc, ProviderConnectionError):
@@ -234,7 +240,7 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ClientOSError):  # on a connection made: what happened, not its address
         return os.strerror(exc.errno) if exc.errno and exc.errno > 0 else type(exc).__name__
     if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the provider closed the connection"
+        return closed_before_answering(tls).description
     if isinstance(exc, aiohttp.ClientPayloadError):
         return "its answer broke off"
     if isinstance(exc, aiohttp.ClientError):
@@ -252,6 +258,17 @@ def _beneath(exc: BaseException) -> BaseException:
     while seen.__cause__ is not None and not isinstance(seen, ssl.SSLError):
         seen = seen.__cause__
     return seen if isinstance(seen, ssl.SSLError) else exc
+
+
+def closed_before_answering(tls: bool) -> ProviderConnectionError:
+    """A connection the provider closed before its answer began. Over TLS 1.3 that is also how a
+    provider refuses a missing or unknown client certificate (the handshake has completed on the
+    gateway's side when the refusal comes), so the hint names the setting, as a possibility."""
+    if not tls:
+        return ProviderConnectionError("the provider closed the connection")
+    return ProviderConnectionError(
+        "the provider closed the connection before answering (a provider that requires a client certificate "
+        "does so to one without it, or with one it does not accept: see upstream_client_cert)")
 
 
 def describe_error(exc: OSError, to_proxy: bool = False) -> ProviderConnectionError:

@@ -66,6 +66,7 @@ class Upstream:
         self._connections = ProviderConnections(self.base_url, max_connections, idle_seconds, transport)
         # The pass-through's route is the same one (the session's connector has its TLS).
         self._proxy, self._proxy_headers = transport.session_proxy() if transport is not None else (None, None)
+        self._forward_headers = transport.forward_headers() if transport is not None else {}
         self._forwards = transport is not None and transport.forwards
         self._max_depth = max_json_depth  # of what the provider sends, as of a request (see _decoded)
         self._timeout = timeout_seconds  # a whole answer; a stream's start, and each gap in it
@@ -173,8 +174,10 @@ class Upstream:
                       body: AsyncIterator[bytes] | bytes | None) -> aiohttp.ClientResponse:
         """Send a request unchanged; the caller streams the response back and releases it."""
         with self._ended_by_shutdown(), _ProviderErrors("the provider did not answer in time",
-                                                        connect=self._connect_timeout):
-            return await self.session.request(method, self.url(path_qs), headers=dict(headers), data=body,
+                                                        connect=self._connect_timeout,
+                                                        tls=self.base_url.startswith("https:")):
+            return await self.session.request(method, self.url(path_qs), headers={**headers, **self._forward_headers},
+                                              data=body,
                                               timeout=self._streaming, allow_redirects=False,
                                               auto_decompress=False, proxy=self._proxy,
                                               proxy_headers=self._proxy_headers)
@@ -265,10 +268,11 @@ class _ProviderErrors:
     never name the provider's address (it is the operator's business; the log has it)."""
 
     def __init__(self, timeout_message: str, broken: str = "could not reach the provider",
-                 connect: float | None = None) -> None:
+                 connect: float | None = None, tls: bool = False) -> None:
         self._timeout_message = timeout_message
         self._broken = broken
         self._connect = connect  # aiohttp's connect timeout, to word its expiry as the pool's
+        self._tls = tls  # the provider is spoken to over TLS (a closed connection may be a refusal)
 
     def __enter__(self) -> None:
         return None
@@ -286,7 +290,7 @@ class _ProviderErrors:
         if isinstance(exc, ProviderConnectionError):
             raise UpstreamUnavailable(f"{self._broken}: {exc.description}", retryable=True) from exc
         if isinstance(exc, aiohttp.ClientError | UnicodeDecodeError | asyncio.IncompleteReadError):
-            raise UpstreamUnavailable(f"{self._broken}: {describe(exc)}",
+            raise UpstreamUnavailable(f"{self._broken}: {describe(exc, self._tls)}",
                                       retryable=not isinstance(exc, UnicodeDecodeError)) from exc
 
 

@@ -88,21 +88,39 @@ def _value_end(text: str, start: int, loose: bool) -> int | None:
     return bare.end() if bare is not None else None
 
 
+def _closes_a_string(text: str, start: int, position: int) -> bool:
+    """Whether the quote at `position` closes a string that opened after `start` (a place
+    outside any string): then it cannot open a quoted key."""
+    i = start
+    while i < position:
+        if text[i] in "\"'":
+            end = _string_end(text, i)
+            if end > position:
+                return end == position + 1
+            i = end
+        else:
+            i += 1
+    return False
+
+
 def _mask_text(raw: str, keys: Sequence[str], loose: bool = True) -> str:
     """Best effort for text that is not a JSON object: mask the values of the secret pairs we can
     see. Free text (a message, not `loose`) needs the key quoted and the value quoted or nested:
     `Tool 'reset_password': required ...` is no pair."""
     if not keys:
         return raw
-    pattern, parts, at = _secret_keys(tuple(keys), loose), [], 0
-    while (match := pattern.search(raw, at)) is not None:
+    pattern, parts, at, search_at = _secret_keys(tuple(keys), loose), [], 0, 0
+    while (match := pattern.search(raw, search_at)) is not None:
+        if _closes_a_string(raw, at, match.start()):  # `'x', "password": v`: no key starts at x's end
+            search_at = match.start() + 1
+            continue
         end = _value_end(raw, match.end(), loose)
         if end is None:
             parts.append(raw[at:match.end()])
         else:
             quote = raw[match.end()] if raw[match.end()] in "\"'" else ""
             parts += [raw[at:match.end()], quote, MASK, quote]
-        at = end if end is not None else match.end()
+        at = search_at = end if end is not None else match.end()
     parts.append(raw[at:])
     return "".join(parts)
 

@@ -434,7 +434,8 @@ async def test_a_certificate_no_trusted_authority_signed_is_refused(tls_provider
     url, _ = tls_provider
     monkeypatch.delenv("SSL_CERT_FILE")
     pool = ProviderConnections(url, 2)
-    with pytest.raises(ProviderConnectionError, match=r"cannot connect \(TLS: CERTIFICATE_VERIFY_FAILED: .*upstream_ca_bundle"):
+    verify_failed = r"cannot connect \(TLS: CERTIFICATE_VERIFY_FAILED: .*upstream_ca_bundle"
+    with pytest.raises(ProviderConnectionError, match=verify_failed):
         await exchange(pool)
     await pool.close()
 

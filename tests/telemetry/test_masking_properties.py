@@ -11,7 +11,7 @@ import asyncio
 import json
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
@@ -106,6 +106,7 @@ def test_quoted_pairs_in_text_that_is_not_json_are_masked(pairs: list[tuple[str,
                                                           unclosed: bool) -> None:
     raw = "{" + separator.join(text for text, _ in pairs) + ("" if unclosed else "}")
     rendered = render_arguments(raw, 1 << 20, REDACT_KEYS)
+    note(f"raw={raw!r} rendered={rendered!r}")
     assert "Q" not in rendered
     assert MASK in rendered or not any(secret for _, secret in pairs)
 
@@ -140,3 +141,10 @@ def test_a_rejection_message_on_a_span_never_quotes_a_secret(password: str, api_
     masked = mask_message(parsed.message, raw, REDACT_KEYS, 2048)
     assert "Q" not in masked
     assert '(got "a-long-user-name")' in masked
+
+
+def test_a_string_that_ends_just_before_a_secret_pair_is_no_key_of_its_own() -> None:
+    """Found by the property above: the closing quote of `'\\\\'` once opened a "key" that ran to
+    the quote inside the bare secret, and the secret went out as it was."""
+    raw = """{'_': '\\\\', "password": Q'=abc}"""
+    assert render_arguments(raw, 1 << 20, REDACT_KEYS) == """{'_': '\\\\', "password": [REDACTED]}"""

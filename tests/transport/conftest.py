@@ -32,11 +32,11 @@ class Tinyproxy:
 ProxyFactory = Callable[..., Awaitable[Tinyproxy]]
 
 
-async def _listening(port: int, process: subprocess.Popen[bytes]) -> None:
+async def _listening(port: int, process: asyncio.subprocess.Process) -> None:
     """Until tinyproxy takes connections (it says so only in its log: polled, with a deadline)."""
     async with asyncio.timeout(10):
         while True:
-            assert process.poll() is None, "tinyproxy exited at start-up"
+            assert process.returncode is None, "tinyproxy exited at start-up"
             try:
                 _, writer = await asyncio.open_connection("127.0.0.1", port)
             except OSError:
@@ -50,7 +50,7 @@ async def _listening(port: int, process: subprocess.Popen[bytes]) -> None:
 async def make_tinyproxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
     """Starts tinyproxy on a free loopback port; `auth=("user", "password")` makes it ask for them (407)."""
     binary = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[asyncio.subprocess.Process] = []
 
     async def start(auth: tuple[str, str] | None = None) -> Tinyproxy:
         port = free_port()
@@ -62,8 +62,8 @@ async def make_tinyproxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
         if auth is not None:
             config.append(f"BasicAuth {auth[0]} {auth[1]}")
         (folder / "tinyproxy.conf").write_text("\n".join(config) + "\n")
-        process = subprocess.Popen([binary, "-d", "-c", str(folder / "tinyproxy.conf")],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = await asyncio.create_subprocess_exec(binary, "-d", "-c", str(folder / "tinyproxy.conf"),
+                                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started.append(process)
         await _listening(port, process)
         return Tinyproxy(f"http://127.0.0.1:{port}", log)
@@ -71,7 +71,8 @@ async def make_tinyproxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
     yield start
     for process in started:
         process.terminate()
-        process.wait(5)
+        async with asyncio.timeout(5):
+            await process.wait()
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from yarl import URL
-
 from pytest_aiohttp import AiohttpServer
+from yarl import URL
 
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.settings import Settings
