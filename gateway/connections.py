@@ -64,6 +64,8 @@ class Answer:
         self._woken: asyncio.Future[None] | None = None  # what a reader waits on
         self._keep_alive = False
         self._framed = True  # its end is marked (length or chunks) rather than the connection's close
+        self._any_byte = False  # a byte of it came
+        self.closed_unanswered = False  # its connection closed before any byte of it came
         self._streamed = False  # read as it arrives (chunks), rather than whole (read): may pause the socket
 
     async def head(self) -> None:
@@ -131,6 +133,7 @@ class Answer:
         elif isinstance(exc, ssl.SSLError):
             self._failed(describe_error(exc))
         elif not self.status:
+            self.closed_unanswered = not self._any_byte
             self._failed(closed_before_answering(self._connection.tls))
         else:
             self._failed(ProviderConnectionError("its answer broke off"))
@@ -220,6 +223,7 @@ class _Connection(asyncio.Protocol):
         if self._answer is None:  # nothing was asked: a server that talks out of turn is not reused
             self.close()
             return
+        self._answer._any_byte = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError:
@@ -313,15 +317,33 @@ class ProviderConnections:
             head.append(self._basic_auth)
         head.append(f"Content-Length: {len(body)}\r\n\r\n")
         data = "".join(head).encode("utf-8", "surrogateescape") + body
+        answer = await self._send(data, connect_timeout, reuse=True)
+        if answer is None:
+            # The idle connection it went out on had been closed by the provider, or by a proxy
+            # that keeps no connection past one answer (tinyproxy), as the request left: nothing
+            # of an answer came, so once more on a new connection.
+            answer = await self._send(data, connect_timeout, reuse=False)
+        assert answer is not None
+        return answer
+
+    async def _send(self, data: bytes, connect_timeout: float, reuse: bool) -> Answer | None:
+        """The answer's head to `data`, sent on an idle connection when `reuse` and one is there;
+        None when that idle connection closed before any byte of an answer came."""
         await self._slots.acquire()
         try:
-            connection = self._idle_connection() or await self._connect(connect_timeout)
+            idle = self._idle_connection() if reuse else None
+            connection = idle or await self._connect(connect_timeout)
         except BaseException:
             self._slots.release()
             raise
         answer = connection.send(data)
         try:
             await answer.head()
+        except ProviderConnectionError:
+            answer.release()
+            if idle is not None and answer.closed_unanswered:
+                return None
+            raise
         except BaseException:
             answer.release()
             raise

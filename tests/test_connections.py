@@ -317,6 +317,41 @@ async def test_a_connection_the_provider_closed_while_idle_is_not_used(
     await pool.close()
 
 
+async def test_a_kept_connection_closed_as_the_request_went_out_is_tried_once_more_on_a_new_one(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    """As tinyproxy does: one answer a connection, no `Connection: close`, then the connection's
+    close; a request sent on it before the close arrived gets no answer."""
+    answered: set[int] = set()
+
+    async def one_answer_a_connection(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if id(writer) in answered:
+            return False  # the next request on the connection: closed unanswered
+        answered.add(id(writer))
+        writer.write(OK)
+        await writer.drain()
+        return True
+
+    provider = await raw_provider(one_answer_a_connection)
+    pool = ProviderConnections(provider.url, 10)
+    assert [await exchange(pool) for _ in range(3)] == [(200, b'{"a": true}')] * 3
+    assert provider.connections == 3
+    assert len(provider.requests) == 5  # the second and third went out twice: once unanswered
+    await pool.close()
+
+
+async def test_a_new_connection_closed_unanswered_is_an_error_not_a_retry(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    async def never_answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        return False
+
+    provider = await raw_provider(never_answer)
+    pool = ProviderConnections(provider.url, 10)
+    with pytest.raises(ProviderConnectionError, match="the provider closed the connection"):
+        await exchange(pool)
+    assert provider.connections == 1
+    await pool.close()
+
+
 async def test_a_connection_idle_too_long_is_not_trusted(raw_provider: Callable[..., Awaitable[RawProvider]],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     provider = await raw_provider(answering(OK))
