@@ -4,18 +4,31 @@ escaped), the access log (credentials in the query masked), and a bind failure a
 from __future__ import annotations
 
 import errno
+import inspect
 import json
 import logging
 import socket
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 
+import gateway.logs
+from gateway.escaping import visible
 from gateway.headers import secret_names
-from gateway.logs import ACCESS_LOGGER, AccessLogger, JsonFormatter, access_logger, redacted_target
+from gateway.logs import (
+    ACCESS_LOGGER,
+    TEXT_FORMAT,
+    AccessLogger,
+    JsonFormatter,
+    TextFormatter,
+    access_logger,
+    redacted_target,
+    shown,
+)
 from gateway.runtime import CannotListen, serving
 from gateway.settings import REDACT_KEYS
 from tests.conftest import installed_formatter
@@ -104,6 +117,37 @@ def test_json_lines_show_the_tracebacks_control_characters() -> None:
     assert decoded["exception"].splitlines()[-1] == "ValueError: bad \\u009b input"
 
 
+def test_the_quick_escape_escapes_every_character_the_full_one_does() -> None:
+    """`shown` skips the scan for text `str.isprintable` passes: no character visible() escapes may pass."""
+    assert [c for c in map(chr, range(0x110000)) if shown(c) != visible(c)] == []
+    assert shown(FORGING) == SHOWN
+
+
+# Times within one second and across seconds (each formatter keeps the text of its last second),
+# and fractions that datetime rounds up to the next second or to the next millisecond.
+TIMES = [1764770000.0, 1764770000.0004, 1764770000.9994999, 1764770000.9999996, 1764770001.25, 1764770000.5,
+         1764770000.0005, 1764776399.9995, 1.5, 1764770001.0009995]
+
+
+def test_json_times_are_datetimes_own_text() -> None:
+    formatter = JsonFormatter()
+    for created in TIMES:
+        entry = record("x")
+        entry.created = created
+        assert json.loads(formatter.format(entry))["time"] == datetime.fromtimestamp(created, UTC).isoformat(
+            timespec="milliseconds"), created
+
+
+def test_text_times_are_the_standard_formatters_text() -> None:
+    ours, standard = TextFormatter(TEXT_FORMAT), logging.Formatter(TEXT_FORMAT)
+    for created in TIMES:
+        entry = record("x")
+        entry.created, entry.msecs = created, int((created - int(created)) * 1000) + 0.0
+        assert ours.formatTime(entry) == standard.formatTime(entry), created
+    dated = TextFormatter(TEXT_FORMAT, "%H:%M"), logging.Formatter(TEXT_FORMAT, "%H:%M")
+    assert dated[0].formatTime(entry) == dated[1].formatTime(entry)
+
+
 @pytest.mark.parametrize(("target", "shown"), [
     ("/v1/models", "/v1/models"),
     ("/v1/models?limit=2&order=asc", "/v1/models?limit=2&order=asc"),
@@ -165,10 +209,23 @@ async def test_the_access_log_has_one_line_per_request(access: pytest.LogCapture
     assert line.getMessage() == (f'127.0.0.1 "POST /v1/chat/completions?x=1 HTTP/1.1" 200 {fields["bytes"]} '
                                  f'{fields["duration_ms"]:.1f}ms trajectory={TRAJECTORY} trace={TRACE}')
     assert json.loads(JsonFormatter().format(line))["status"] == 200
+    # where a format with %(pathname)s, %(lineno)d or %(funcName)s says it was logged from
+    assert (line.pathname, line.module, line.funcName) == (gateway.logs.__file__, "logs", "log")
+    source, start = inspect.getsourcelines(AccessLogger.log)
+    assert start < line.lineno < start + len(source)
 
 
 async def test_no_access_log_when_it_is_off(access: pytest.LogCaptureFixture) -> None:
     await request_through(access_log=False)
+    assert [r for r in access.records if r.name == ACCESS_LOGGER] == []
+
+
+def test_no_access_line_once_the_level_hides_it(access: pytest.LogCaptureFixture) -> None:
+    """aiohttp asks whether the log is on once a connection: a level raised since still holds."""
+    logger = logging.getLogger(ACCESS_LOGGER)
+    writer = AccessLogger(logger, "")
+    access.set_level(logging.WARNING, logger=ACCESS_LOGGER)
+    writer.log(make_mocked_request("GET", "/v1/models"), web.Response(), 0.001)
     assert [r for r in access.records if r.name == ACCESS_LOGGER] == []
 
 
