@@ -720,7 +720,7 @@ def report(results: Results, scenarios: Sequence[Scenario], rounds: int, seconds
           f"processes: {min(_median(c, 'server_share') for c in cells):.0%} to "
           f"{max(_median(c, 'server_share') for c in cells):.0%}), "
           + ("so it is not what limits throughput." if busiest < 0.5 else "so it may limit throughput."))
-    print("\nRatios of issue 14 (medians of per-round values; per round in brackets; the bounds follow):")
+    print("\nThe splits (medians of per-round values; per round in brackets; the bounds follow):")
     for scenario in scenarios:
         for line in verdicts(scenario, results):
             print(line)

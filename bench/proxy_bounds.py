@@ -138,5 +138,5 @@ def print_bounds(results: Results, scenarios: Sequence[Any]) -> bool:
     judged = [row for row in rows if row.holds is not None]
     failed = [row for row in judged if not row.holds]
     print(f"\n{len(judged) - len(failed)} of {len(judged)} bounds hold" + (
-        ": " + "; ".join(f"{row.bound} ({row.scenario})" for row in failed) + " fail." if failed else "."))
+        "; these fail: " + "; ".join(f"{row.bound} ({row.scenario})" for row in failed) + "." if failed else "."))
     return not failed
