@@ -347,6 +347,9 @@ class ProviderConnections:
         except BaseException:
             answer.release()
             raise
+        if (refusal := self._transport.refusal(answer.status)) is not None:
+            answer.release()
+            raise refusal
         return answer
 
     def returned(self, connection: _Connection, reusable: bool) -> None:
@@ -418,6 +421,8 @@ class ProviderConnections:
                 await answer.head()  # not the body: HEAD has none, which the parser is not told
             finally:
                 answer.release()  # unfinished, so closed
+        if (refusal := self._transport.refusal(answer.status)) is not None:
+            raise refusal
         return answer.status
 
     async def _connect(self, within: float) -> _Connection:

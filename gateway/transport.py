@@ -46,7 +46,8 @@ class ConnectTimeout(TimeoutError):
 
 
 class ProxyRefused(ProviderConnectionError):
-    """The proxy answered CONNECT with something other than 200."""
+    """The proxy refused the gateway: its answer to CONNECT was not 200, or a forwarding proxy
+    answered 407 (which only a proxy sends) in place of the provider."""
 
     def __init__(self, status: int) -> None:
         super().__init__(_proxy_status(status))
@@ -54,11 +55,12 @@ class ProxyRefused(ProviderConnectionError):
 
 
 def _proxy_status(status: int) -> str:
-    if status == 407:
-        return ("the proxy refused the tunnel (407: it wants credentials, or not these: give them in the proxy "
-                "URL as http://user:password@host:port)")
+    """One wording per refusal, the same whether the proxy tunnels (CONNECT) or forwards."""
+    if status in (401, 407):  # tinyproxy answers wrong credentials with 401, as not every proxy does
+        return (f"the proxy refused to connect to the provider ({status}: it wants credentials, or not these: give "
+                "them in the proxy URL as http://user:password@host:port)")
     if status == 403:
-        return "the proxy refused the tunnel (403: it does not allow this destination)"
+        return "the proxy refused to connect to the provider (403: it does not allow this destination)"
     return f"the proxy could not open a tunnel to the provider (it answered {status})"
 
 
@@ -106,6 +108,11 @@ class Transport:
         if not self.forwards or self.proxy is None or self.proxy.authorization is None:
             return {}
         return {"Proxy-Authorization": self.proxy.authorization}
+
+    def refusal(self, status: int) -> ProxyRefused | None:
+        """The proxy's refusal, when an answer's `status` is one: a forwarding proxy's 407 (a
+        provider's 401 and 403 cannot be told from a proxy's, and stay the provider's)."""
+        return ProxyRefused(status) if self.forwards and status == 407 else None
 
     def connector(self, limit: int, keepalive_timeout: float) -> aiohttp.TCPConnector:
         return aiohttp.TCPConnector(limit=limit, keepalive_timeout=keepalive_timeout,

@@ -68,6 +68,7 @@ class Upstream:
         self._proxy, self._proxy_headers = transport.session_proxy() if transport is not None else (None, None)
         self._forward_headers = transport.forward_headers() if transport is not None else {}
         self._forwards = transport is not None and transport.forwards
+        self._transport = transport
         self._max_depth = max_json_depth  # of what the provider sends, as of a request (see _decoded)
         self._timeout = timeout_seconds  # a whole answer; a stream's start, and each gap in it
         self._connect_timeout = connect_timeout_seconds
@@ -176,11 +177,15 @@ class Upstream:
         with self._ended_by_shutdown(), _ProviderErrors("the provider did not answer in time",
                                                         connect=self._connect_timeout,
                                                         tls=self.base_url.startswith("https:")):
-            return await self.session.request(method, self.url(path_qs), headers={**headers, **self._forward_headers},
-                                              data=body,
-                                              timeout=self._streaming, allow_redirects=False,
-                                              auto_decompress=False, proxy=self._proxy,
-                                              proxy_headers=self._proxy_headers)
+            response = await self.session.request(method, self.url(path_qs),
+                                                  headers={**headers, **self._forward_headers}, data=body,
+                                                  timeout=self._streaming, allow_redirects=False,
+                                                  auto_decompress=False, proxy=self._proxy,
+                                                  proxy_headers=self._proxy_headers)
+            if self._transport is not None and (refusal := self._transport.refusal(response.status)) is not None:
+                response.release()
+                raise refusal  # the proxy's answer, not the provider's: worded as on the other routes
+            return response
 
     async def reachable(self) -> bool:
         return await self.reach() is None

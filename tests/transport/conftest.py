@@ -48,11 +48,12 @@ async def _listening(port: int, process: asyncio.subprocess.Process) -> None:
 
 @pytest.fixture
 async def make_tinyproxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
-    """Starts tinyproxy on a free loopback port; `auth=("user", "password")` makes it ask for them (407)."""
+    """Starts tinyproxy on a free loopback port; `auth=("user", "password")` makes it ask for them (407),
+    `connect_ports` limits CONNECT to those ports (others get 403; without it, any port)."""
     binary = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
     started: list[asyncio.subprocess.Process] = []
 
-    async def start(auth: tuple[str, str] | None = None) -> Tinyproxy:
+    async def start(auth: tuple[str, str] | None = None, connect_ports: tuple[int, ...] = ()) -> Tinyproxy:
         port = free_port()
         folder = tmp_path / f"tinyproxy-{port}"
         folder.mkdir()
@@ -61,6 +62,7 @@ async def make_tinyproxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
                   "MaxClients 100", "DisableViaHeader Yes"]
         if auth is not None:
             config.append(f"BasicAuth {auth[0]} {auth[1]}")
+        config.extend(f"ConnectPort {port}" for port in connect_ports)
         (folder / "tinyproxy.conf").write_text("\n".join(config) + "\n")
         process = await asyncio.create_subprocess_exec(binary, "-d", "-c", str(folder / "tinyproxy.conf"),
                                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -92,11 +92,14 @@ async def test_https_through_the_proxys_tunnel_with_the_ca_bundle_on_every_route
 
 
 async def _every_route(stack: Stack) -> dict[str, str]:
-    """What each route says when the provider cannot be reached: the tool loop (plain and
-    streamed), the pass-through, and /readyz's reason."""
+    """What each route says when the provider cannot be reached: the tool loop of both APIs (plain
+    and streamed), the pass-through, and /readyz's reason."""
     said = {}
-    for name, stream in (("chat", False), ("chat streamed", True)):
-        answer = await stack.http.post("/v1/chat/completions", json={"model": "m", "messages": USER, "stream": stream})
+    for name, stream in (("chat", False), ("chat streamed", True), ("responses", False),
+                         ("responses streamed", True)):
+        path, body = (("/v1/chat/completions", {"messages": USER}) if name.startswith("chat")
+                      else ("/v1/responses", {"input": "read notes.txt"}))
+        answer = await stack.http.post(path, json={"model": "m", "stream": stream, **body})
         assert answer.status == 502, await answer.text()
         said[name] = (await answer.json())["error"]["message"]
     models = await stack.http.get("/v1/models")
