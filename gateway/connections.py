@@ -64,8 +64,7 @@ class Answer:
         self._woken: asyncio.Future[None] | None = None  # what a reader waits on
         self._keep_alive = False
         self._framed = True  # its end is marked (length or chunks) rather than the connection's close
-        self._any_byte = False  # a byte of it came
-        self.closed_unanswered = False  # its connection closed before any byte of it came
+        self.began = False  # a byte of it came
         self._streamed = False  # read as it arrives (chunks), rather than whole (read): may pause the socket
 
     async def head(self) -> None:
@@ -133,7 +132,6 @@ class Answer:
         elif isinstance(exc, ssl.SSLError):
             self._failed(describe_error(exc))
         elif not self.status:
-            self.closed_unanswered = not self._any_byte
             self._failed(closed_before_answering(self._connection.tls))
         else:
             self._failed(ProviderConnectionError("its answer broke off"))
@@ -223,7 +221,7 @@ class _Connection(asyncio.Protocol):
         if self._answer is None:  # nothing was asked: a server that talks out of turn is not reused
             self.close()
             return
-        self._answer._any_byte = True
+        self._answer.began = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError:
@@ -279,6 +277,7 @@ class ProviderConnections:
         url = URL(base_url)
         self._base_path = url.raw_path.rstrip("/")
         self._host_line = f"Host: {url.host_port_subcomponent}\r\n"  # credentials never in Host
+        self._proxy_head = self._transport.proxy_head()  # a forwarding proxy's credentials, on every request
         # Credentials in the URL are sent as HTTP Basic authentication, as aiohttp's client sends
         # them, unless the call carries an Authorization header of its own.
         credentials = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
@@ -293,12 +292,12 @@ class ProviderConnections:
         self._targets: dict[str, str] = {}  # a path and query as given -> as sent (percent-encoded)
 
     def target(self, path_qs: str) -> str:
-        """The request target of `path_qs` (under the base URL's path), encoded as a URL must be;
-        the encoded form of the few paths a gateway calls is kept."""
+        """The request target of `path_qs` (under the base URL's path), encoded as a URL must be,
+        in absolute form for a forwarding proxy; that of the few paths a gateway calls is kept."""
         found = self._targets.get(path_qs)
         if found is None:
             url = URL(f"{self._base_path}/{path_qs.lstrip('/')}")
-            found = url.raw_path_qs
+            found = self._transport.request_target(url.raw_path_qs)
             if len(self._targets) < 1024:  # a caller's query string can be anything: keep the memory bounded
                 self._targets[path_qs] = found
         return found
@@ -307,8 +306,7 @@ class ProviderConnections:
         """Sends the request on a free connection (a new one when none is idle: connecting takes at
         most `connect_timeout`) and waits for the answer's head. The caller bounds the whole call,
         the wait for a free connection included, and releases the answer."""
-        head = [f"POST {self._transport.request_target(self.target(path_qs))} HTTP/1.1\r\n", self._host_line,
-                self._transport.proxy_head()]
+        head = [f"POST {self.target(path_qs)} HTTP/1.1\r\n", self._host_line, self._proxy_head]
         for name, value in headers.items():
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
                 raise ValueError(f"the header {name!r} holds a line break")
@@ -341,7 +339,7 @@ class ProviderConnections:
             await answer.head()
         except ProviderConnectionError:
             answer.release()
-            if idle is not None and answer.closed_unanswered:
+            if idle is not None and not answer.began:
                 return None
             raise
         except BaseException:
@@ -407,22 +405,11 @@ class ProviderConnections:
         """The status of a HEAD of the base URL on a new connection of the pool's route (through
         its proxy, with its TLS), all within `within` seconds: what a readiness probe asks. It
         carries no credentials of the caller's nor of the gateway's."""
-        head = (f"HEAD {self._transport.request_target(self.target(''))} HTTP/1.1\r\n{self._host_line}"
-                f"{self._transport.proxy_head()}Connection: close\r\n\r\n")
+        head = f"HEAD {self.target('')} HTTP/1.1\r\n{self._host_line}{self._proxy_head}Connection: close\r\n\r\n"
         async with asyncio.timeout(within):
-            await self._slots.acquire()
-            try:
-                connection = await self._connect(within)
-            except BaseException:
-                self._slots.release()
-                raise
-            answer = connection.send(head.encode("utf-8", "surrogateescape"))
-            try:
-                await answer.head()  # not the body: HEAD has none, which the parser is not told
-            finally:
-                answer.release()  # unfinished, so closed
-        if (refusal := self._transport.refusal(answer.status)) is not None:
-            raise refusal
+            answer = await self._send(head.encode("utf-8", "surrogateescape"), within, reuse=False)
+        assert answer is not None  # a new connection's failure is raised
+        answer.release()  # not read: HEAD has no body, which the parser is not told; so closed
         return answer.status
 
     async def _connect(self, within: float) -> _Connection:

@@ -26,7 +26,7 @@ from gateway.errors import (
 )
 from gateway.headers import from_provider
 from gateway.json_depth import nests_deeper
-from gateway.transport import ConnectTimeout, Transport, describe
+from gateway.transport import ConnectTimeout, Transport, build_transport, describe
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
     "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
@@ -62,13 +62,13 @@ class Upstream:
         self.kind = kind
         self._api_key = api_key
         self._azure_api_version = azure_api_version
+        self._transport = transport or build_transport(self.base_url, "direct", None, None, None, {})
         # The engine's own calls, on connections of the gateway's own (see gateway.connections).
-        self._connections = ProviderConnections(self.base_url, max_connections, idle_seconds, transport)
-        # The pass-through's route is the same one (the session's connector has its TLS).
-        self._proxy, self._proxy_headers = transport.session_proxy() if transport is not None else (None, None)
-        self._forward_headers = transport.forward_headers() if transport is not None else {}
-        self._forwards = transport is not None and transport.forwards
-        self._transport = transport
+        self._connections = ProviderConnections(self.base_url, max_connections, idle_seconds, self._transport)
+        # The pass-through's route is the same one, its proxy arguments made once (the session's
+        # connector has its TLS).
+        self._proxy, self._proxy_headers = self._transport.session_proxy()
+        self._forward_headers = self._transport.forward_headers()
         self._max_depth = max_json_depth  # of what the provider sends, as of a request (see _decoded)
         self._timeout = timeout_seconds  # a whole answer; a stream's start, and each gap in it
         self._connect_timeout = connect_timeout_seconds
@@ -176,13 +176,13 @@ class Upstream:
         """Send a request unchanged; the caller streams the response back and releases it."""
         with self._ended_by_shutdown(), _ProviderErrors("the provider did not answer in time",
                                                         connect=self._connect_timeout,
-                                                        tls=self.base_url.startswith("https:")):
+                                                        tls=self._transport.tls is not None):
             response = await self.session.request(method, self.url(path_qs),
                                                   headers={**headers, **self._forward_headers}, data=body,
                                                   timeout=self._streaming, allow_redirects=False,
                                                   auto_decompress=False, proxy=self._proxy,
                                                   proxy_headers=self._proxy_headers)
-            if self._transport is not None and (refusal := self._transport.refusal(response.status)) is not None:
+            if (refusal := self._transport.refusal(response.status)) is not None:
                 response.release()
                 raise refusal  # the proxy's answer, not the provider's: worded as on the other routes
             return response
@@ -210,7 +210,7 @@ class Upstream:
                 status = await self._connections.probe(REACH_TIMEOUT_SECONDS)
         except GatewayError as exc:
             return exc.message
-        if self._forwards and status in (500, 502, 503, 504):
+        if self._transport.forwards and status in (500, 502, 503, 504):
             return f"could not reach the provider: the proxy could not connect to it (it answered {status})"
         return None
 

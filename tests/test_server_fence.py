@@ -54,6 +54,10 @@ async def _exchange(port: int, raw: bytes) -> tuple[int, dict[str, str], bytes]:
     return int(status_line.split()[1]), headers, body
 
 
+def _server_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "toolspan.server" and r.levelno == logging.WARNING]
+
+
 BAD_REQUEST_LINE = b"NOT HTTP AT ALL\r\n\r\n"
 GOOD = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 
@@ -86,7 +90,7 @@ async def test_a_server_without_its_private_kwargs_falls_back_with_one_warning(
 
     monkeypatch.setattr(web.AppRunner, "_make_server", without_kwargs)
     port = await serve()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "toolspan.server" and r.levelno == logging.WARNING]
+    warnings = _server_warnings(caplog)
     assert len(warnings) == 1
     assert "no Server._kwargs" in warnings[0]
     status, headers, _ = await _exchange(port, BAD_REQUEST_LINE)
@@ -105,7 +109,7 @@ async def test_a_request_handler_of_another_shape_falls_back_when_the_runner_is_
 
     monkeypatch.setattr(web.RequestHandler, "handle_error", handle_error)
     port = await serve()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "toolspan.server" and r.levelno == logging.WARNING]
+    warnings = _server_warnings(caplog)
     assert len(warnings) == 1
     assert "RequestHandler.handle_error does not take" in warnings[0]
     status, _, body = await _exchange(port, GOOD)
