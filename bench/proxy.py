@@ -366,18 +366,19 @@ def _free_port() -> int:
         return port
 
 
-def _start_defaults(port: int, upstream: str, folder: Path) -> subprocess.Popen[bytes]:
+def _start_defaults(port: int, upstream: str, folder: Path, wrapper: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     """`toolspan serve` as the README's first command starts it: the console script, no flags, every
     setting at its default (no TOOLSPAN_* or OTEL_* variable of the bench's environment passed on),
     so the access log on, the trajectory store in $XDG_DATA_HOME (here `folder`), no tools. The
     upstream and the port come by the variables a user would set (TOOLSPAN_UPSTREAM,
     TOOLSPAN_PORT), not flags, so that the command line stays the README's. Its log (the start-up
-    lines, then one access line a request) goes to a file, as a service manager's would."""
+    lines, then one access line a request) goes to a file, as a service manager's would. `wrapper`:
+    a command it runs under (bench/instructions.py's callgrind)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith(("TOOLSPAN_", "OTEL_"))}
     env.update({"TOOLSPAN_UPSTREAM": upstream, "TOOLSPAN_PORT": str(port), "XDG_DATA_HOME": str(folder / "data")})
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "serve.log", "wb") as log:  # the child keeps its own descriptor
-        return subprocess.Popen([str(Path(sys.executable).parent / "toolspan"), "serve"], env=env,
+        return subprocess.Popen([*wrapper, str(Path(sys.executable).parent / "toolspan"), "serve"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=folder)
 
 

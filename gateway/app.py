@@ -136,7 +136,7 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
                         transport)
     app[UPSTREAM] = upstream
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
-                         settings.keepalive_seconds, retry_policy(settings))
+                         settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check)
     yield
     await upstream.aclose()
     await session.close()

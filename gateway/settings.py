@@ -185,6 +185,11 @@ class Settings(BaseSettings):
         False, description="Offer the gateway's tools to a request that sends `tools: []` (by default such a "
                            "request, which asks for an answer without tools, as the Codex CLI's compaction does, "
                            "gets none)")
+    client_tool_check: Literal["observe", "reject", "off"] = Field(
+        "observe", description="The model's calls of the client's own tools, checked against the schemas the request "
+                               "declares: observe (spans and metrics say what did not fit; the client gets the call "
+                               "as sent), reject (the gateway answers the model with the diagnostic and goes on, and "
+                               "the client never sees the call), or off")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted (decoded)")
     max_upload_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Largest body accepted on upload routes "
                                                                          "(/v1/files, /v1/uploads), decoded")

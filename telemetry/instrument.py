@@ -19,6 +19,7 @@ from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, unt
 from gateway.settings import REDACT_KEYS
 from gateway.state import StateUnavailable
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
+from gateway.tools.hooks import Side
 from gateway.tools.results import ToolOrigin
 from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
@@ -55,7 +56,8 @@ class Telemetry:
                  provider_name: str = "openai", max_models: int = 50,
                  trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None,
                  max_label_chars: int = 128, own_sampling: bool = False,
-                 messages: MessageCapture | None = None, count_probes: bool = False) -> None:
+                 messages: MessageCapture | None = None, count_probes: bool = False,
+                 max_client_tools: int = 100) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
@@ -66,9 +68,10 @@ class Telemetry:
         self._own_sampling = own_sampling
         self.messages = messages  # message content on the chat spans: None unless opted in
         self._uncounted = frozenset() if count_probes else PROBE_ROUTES  # routes with no span and no count
+        self.client_tool_labels = NameLabels(max_client_tools, max_label_chars, names.OTHER_CLIENT_TOOL)
 
-    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> ToolCallSpan:
-        return ToolCallSpan(self, call, tool, turn)
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> ToolCallSpan:
+        return ToolCallSpan(self, call, tool, turn, side)
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
         metrics = self.metrics
@@ -104,16 +107,40 @@ def _origin_attributes(origin: ToolOrigin) -> dict[str, Any]:
     return attributes
 
 
+class NameLabels:
+    """Names a caller declares (its own tools' names) as metric labels: the first `limit` distinct
+    ones of at most `max_chars` characters, then `other` for the rest."""
+
+    def __init__(self, limit: int, max_chars: int, other: str) -> None:
+        self._seen: set[str] = set()
+        self._limit = limit
+        self._max_chars = max_chars
+        self._other = other
+
+    def label(self, name: str) -> str:
+        if name in self._seen:
+            return name
+        if len(self._seen) >= self._limit or len(name) > self._max_chars or name == self._other:
+            return self._other
+        self._seen.add(name)
+        return name
+
+
 class ToolCallSpan:
-    """One `tool.call` span, current while the call runs; ends and counts exactly once."""
+    """One `tool.call` span, current while the call runs; ends and counts exactly once. Of a
+    client tool's call (`side="client"`), the span is the gateway's check of its arguments."""
 
-    __slots__ = ("_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome", "_retry", "_span",
-                 "_start", "_turn")
+    __slots__ = ("_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome", "_retry", "_side",
+                 "_span", "_start", "_turn")
 
-    def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn) -> None:
+    def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> None:
         self._inst = inst
         self._call = call
-        self._label = tool.name if tool is not None else names.UNKNOWN_TOOL
+        self._side = side
+        if side == "client":
+            self._label = inst.client_tool_labels.label(call.name)
+        else:
+            self._label = tool.name if tool is not None else names.UNKNOWN_TOOL
         self._origin = tool.origin if tool is not None else None
         self._turn = turn
         self._outcome: ToolOutcome | None = None
@@ -126,6 +153,7 @@ class ToolCallSpan:
             names.ATTR_TOOL_CALL_ID: bounded(call.id, _NAME_MAX),
             names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
             names.ATTR_ROUND: turn.round,
+            names.ATTR_TOOL_SIDE: self._side,
         }
         if turn.trajectory_id is not None:
             attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
@@ -175,12 +203,13 @@ class ToolCallSpan:
         finally:
             span.end()
         metrics = self._inst.metrics
-        metrics.tool_calls.labels(self._label, outcome_label).inc()
-        metrics.tool_call_duration.labels(self._label, outcome_label).observe(now - self._start, self._exemplar_trace,
-                                                                             now)
+        metrics.tool_calls.labels(self._label, outcome_label, self._side).inc()
+        if self._side == "gateway":  # a client call's time is the client's (its check is the gateway's, and brief)
+            metrics.tool_call_duration.labels(self._label, outcome_label).observe(now - self._start,
+                                                                                 self._exemplar_trace, now)
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
-            metrics.tool_rejections.labels(self._label, outcome.rejection.reason).inc()
+            metrics.tool_rejections.labels(self._label, outcome.rejection.reason, self._side).inc()
         if outcome is not None:
             self._count_retry(outcome, self._retry)
             # Last: the span and the counts are in whatever happens to this write (a shared store
@@ -198,9 +227,9 @@ class ToolCallSpan:
     def _count_retry(self, outcome: ToolOutcome, retry: Retry | None) -> None:
         metrics = self._inst.metrics
         if retry is not None:
-            metrics.tool_retries.labels(self._label, retry.kind).inc()
+            metrics.tool_retries.labels(self._label, retry.kind, self._side).inc()
             if outcome.status == "ok":
-                metrics.tool_recoveries.labels(self._label, retry.kind).inc()
+                metrics.tool_recoveries.labels(self._label, retry.kind, self._side).inc()
 
     def _record(self, span: Span) -> str:
         outcome = self._outcome

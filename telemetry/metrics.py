@@ -227,21 +227,24 @@ class Metrics:
         self.registry = registry
         # What every request and tool call moves: metrics of the event loop's thread (LoopMetric).
         self.tool_calls = _counter(
-            names.METRIC_TOOL_CALLS, "Tool calls handled, by tool and outcome.",
-            (names.LABEL_TOOL, names.LABEL_OUTCOME), registry)
+            names.METRIC_TOOL_CALLS, "Tool calls handled, by tool, outcome and side (gateway: run by the gateway; "
+            "client: a call of the client's own tool, checked and handed to the client).",
+            (names.LABEL_TOOL, names.LABEL_OUTCOME, names.LABEL_SIDE), registry)
         self.tool_call_duration = _histogram(
             names.METRIC_TOOL_CALL_DURATION, "Time from lookup to outcome of one tool call.",
             (names.LABEL_TOOL, names.LABEL_OUTCOME), TOOL_DURATION_BUCKETS, registry)
         self.tool_rejections = _counter(
-            names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran, by reason.",
-            (names.LABEL_TOOL, names.LABEL_REASON), registry)
+            names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran (or, of a client tool, "
+            "found not to fit its declaration), by reason and side.",
+            (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry)
         self.tool_retries = _counter(
             names.METRIC_TOOL_RETRIES, "Calls that retry a failed call of the same tool in the trajectory, by kind "
-            "(verbatim: same arguments; corrected: changed arguments).",
-            (names.LABEL_TOOL, names.LABEL_KIND), registry)
+            "(verbatim: same arguments; corrected: changed arguments) and side.",
+            (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE), registry)
         self.tool_recoveries = _counter(
-            names.METRIC_TOOL_RECOVERIES, "Retries that succeeded, by tool and retry kind.",
-            (names.LABEL_TOOL, names.LABEL_KIND), registry)
+            names.METRIC_TOOL_RECOVERIES, "Retries that succeeded (of a client tool: passed the check), by tool, "
+            "retry kind and side.",
+            (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE), registry)
         self.upstream_requests = _counter(
             names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by model and HTTP status (or error).",
             (names.LABEL_MODEL, names.LABEL_STATUS), registry)

@@ -4,6 +4,7 @@ and tests check their queries against this module."""
 from typing import Final, get_args
 
 from gateway.state import StateKind
+from gateway.tools.hooks import Side
 from gateway.tools.results import RejectionReason, Status
 from telemetry.trajectory import RetryKind
 
@@ -26,6 +27,9 @@ ATTR_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 ATTR_KEY_NAME: Final = "toolspan.key.name"
 ATTR_ERROR_TYPE: Final = "error.type"
 ATTR_OUTCOME: Final = "toolspan.outcome"
+# On a tool.call span: "gateway" (a tool the gateway ran) or "client" (a call of the client's own
+# tool, checked by the gateway and handed to the client: the span is its parse step).
+ATTR_TOOL_SIDE: Final = "toolspan.tool.side"
 ATTR_REJECTION_REASON: Final = "toolspan.rejection.reason"
 ATTR_ARGS_MISSING: Final = "toolspan.args.missing"
 ATTR_ARGS_UNRECOGNIZED: Final = "toolspan.args.unrecognized"
@@ -114,6 +118,7 @@ UP_GAUGE_SUFFIX: Final = "_up"
 # --- labels and their bounded values ------------------------------------------------------------
 LABEL_TOOL: Final = "tool"
 LABEL_OUTCOME: Final = "outcome"
+LABEL_SIDE: Final = "side"  # of the tool metrics: gateway or client (SIDES)
 LABEL_REASON: Final = "reason"
 LABEL_MODEL: Final = "model"
 LABEL_STATUS: Final = "status"
@@ -131,6 +136,11 @@ TOKEN_OUTPUT: Final = "output"
 # lists cannot drift apart; "cancelled" is a call that never finished (the client left).
 OUTCOMES: Final = (*get_args(Status), "cancelled")
 RETRY_KINDS: Final = get_args(RetryKind)
+SIDES: Final = get_args(Side)
+SIDE_GATEWAY: Final = "gateway"
+SIDE_CLIENT: Final = "client"
+# A client tool's name past the configured number of distinct ones (or too long), as a metric label.
+OTHER_CLIENT_TOOL: Final = "__other__"
 REJECTION_REASONS: Final = get_args(RejectionReason)
 # Why the trajectory store lost spans: a write failed (disk full or broken, file read-only or
 # gone), or the writer fell too far behind.

@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from telemetry import names
 from telemetry.spans import UNSET_STATUS, GatewaySpan
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Every row is found through its trajectory: each table's key is (trajectory_id, span_id). The
 # gateway mints trajectory ids that begin with the time (`gateway.caller.request_ids`), so a busy
 # store's inserts land at the ends of these indexes instead of on random pages. Keyed by span ids
@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     tool TEXT NOT NULL, call_id TEXT, outcome TEXT, rejection_reason TEXT, error_type TEXT, missing TEXT,
     unrecognized TEXT, suggestions TEXT, retry_kind TEXT, retries_trace_id TEXT, retries_span_id TEXT,
     diagnostic TEXT, arguments TEXT, mcp_server TEXT, mcp_method TEXT, started REAL NOT NULL,
-    duration_ms REAL NOT NULL);
+    duration_ms REAL NOT NULL, side TEXT);
 CREATE UNIQUE INDEX IF NOT EXISTS tool_calls_key ON tool_calls (trajectory_id, span_id);
 CREATE INDEX IF NOT EXISTS tool_calls_of_request ON tool_calls (trajectory_id, request_span_id);
 """
@@ -85,11 +85,15 @@ INSERT INTO model_turns SELECT m.span_id, m.trace_id, COALESCE(r.trajectory_id, 
     FROM model_turns_v1 m LEFT JOIN requests_v1 r ON r.span_id = m.request_span_id;
 INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, COALESCE(trajectory_id, ''), round, tool, call_id,
     outcome, rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
-    retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms FROM tool_calls_v1;
+    retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, NULL FROM tool_calls_v1;
 DROP TABLE requests_v1;
 DROP TABLE model_turns_v1;
 DROP TABLE tool_calls_v1;
 """
+
+# Version 2 to 3: a tool call's side, NULL for the gateway's own (every call stored before), "client"
+# for a call of the client's tool that the gateway checked (gateway.client_calls).
+_MIGRATE_FROM_2 = "ALTER TABLE tool_calls ADD COLUMN side TEXT;" + SCHEMA
 
 
 class Link(NamedTuple):
@@ -240,7 +244,8 @@ def _schema(db: sqlite3.Connection) -> None:
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(f"the store's schema is version {version}, newer than this "
                                         f"toolspan's ({SCHEMA_VERSION}); a newer toolspan wrote it")
-        for statement in _statements(_MIGRATE_FROM_1 if version == 1 else SCHEMA):
+        migration = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2}.get(version, SCHEMA)
+        for statement in _statements(migration):
             db.execute(statement)
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         db.execute("COMMIT")
@@ -341,7 +346,7 @@ def _values(columns: str) -> str:
 
 
 # Each table's parameters as `_values` spells them, a letter a column in the table's order.
-_CALL_PARAMS = "vvtvvvttttttttttttttvv"
+_CALL_PARAMS = "vvtvvvttttttttttttttvvt"
 _TURN_PARAMS = "vvvtvtttttvvvttttvv"  # the fifth, the round, counted in the batch or by the database
 _REQUEST_PARAMS = "vvvttvvvtvv"
 
@@ -370,7 +375,8 @@ def _tool_call_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
             _text(a.get(names.ATTR_RETRY_KIND)), retried.trace_id if retried else _NONE,
             retried.span_id if retried else _NONE, _text(r.status_description if r.error else None),
             _text(a.get(names.ATTR_TOOL_CALL_ARGUMENTS)), _text(a.get(names.ATTR_MCP_SERVER)),
-            _text(a.get(names.ATTR_MCP_METHOD_NAME)), _seconds(r.start_ns), _ms(r))
+            _text(a.get(names.ATTR_MCP_METHOD_NAME)), _seconds(r.start_ns), _ms(r),
+            _text(a.get(names.ATTR_TOOL_SIDE) if a.get(names.ATTR_TOOL_SIDE) != names.SIDE_GATEWAY else None))
 
 
 class _TurnRow(NamedTuple):

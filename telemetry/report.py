@@ -112,7 +112,7 @@ def report(db: sqlite3.Connection, *, since: float | None = None, key: str | Non
     """The figures per tool and per model, over the trajectories active at or after `since` (of the
     gateway key named `key`, when given):
     {"trajectories", "tool_calls", "model_turns", "input_tokens", "output_tokens",
-     "overall": figures, "tools": [{"tool", **figures}], "models": [{"model", **figures}],
+     "overall": figures, "tools": [{"tool", "side", **figures}], "models": [{"model", **figures}],
      "stuck": [{"trajectory_id", "key", "local_id", "tool", "model", "verbatim_retries"}]}, where figures is
     {"calls", "outcomes": {outcome: n}, "failed", "rejections", "rejection_rate",
      "rejections_by_reason": {reason: {"count", "rate"}}, "renames": [{"from", "to", "count"}],
@@ -134,9 +134,11 @@ def report(db: sqlite3.Connection, *, since: float | None = None, key: str | Non
     for call in calls:
         by_tool[call["tool"]].append(call)
         by_model[call["model"] or "(none)"].append(call)
+    # A name is one side's (a client tool named like a gateway tool is refused): the side of its calls.
+    tools = [{**group, "side": by_tool[group["tool"]][0]["side"]} for group in _grouped(by_tool, "tool")]
     return {"trajectories": len(ids), "tool_calls": len(calls), "model_turns": turn_count,
             "input_tokens": input_tokens, "output_tokens": output_tokens, "overall": figures(calls),
-            "tools": _grouped(by_tool, "tool"), "models": _grouped(by_model, "model"), "stuck": _stuck(calls)}
+            "tools": tools, "models": _grouped(by_model, "model"), "stuck": _stuck(calls)}
 
 
 def _grouped(groups: dict[str, list[dict[str, Any]]], key: str) -> list[dict[str, Any]]:

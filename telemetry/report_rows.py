@@ -16,7 +16,7 @@ FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a fa
 CALL_COLUMNS = ("span_id", "trace_id", "request_span_id", "trajectory_id", "round", "tool", "call_id", "outcome",
                 "rejection_reason", "error_type", "missing", "unrecognized", "suggestions", "retry_kind",
                 "retries_trace_id", "retries_span_id", "diagnostic", "arguments", "mcp_server", "mcp_method",
-                "started", "duration_ms")
+                "started", "duration_ms", "side")
 TURN_COLUMNS = ("span_id", "trace_id", "request_span_id", "round", "model", "response_model", "provider",
                 "response_id", "finish_reasons", "stream", "input_tokens", "output_tokens", "error_type",
                 "error_message", "input_messages", "output_messages", "started", "duration_ms")
@@ -31,6 +31,8 @@ def rows(db: sqlite3.Connection, sql: str, columns: Sequence[str], params: Seque
         item = dict(zip(columns, row, strict=True))
         for key in _JSON_COLUMNS.intersection(item):
             item[key] = _decoded(item[key])
+        if "side" in item:
+            item["side"] = item["side"] or "gateway"  # stored for the client's calls only
         found.append(item)
     return found
 

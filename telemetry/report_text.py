@@ -98,7 +98,8 @@ def _model_turn(event: dict[str, Any], before: list[Any]) -> list[str]:
 
 def _tool_call(event: dict[str, Any]) -> list[str]:
     reason, server, method = event["rejection_reason"], event["mcp_server"], event["mcp_method"]
-    line = (f"  tool call {event['tool']}: {event['outcome']}{f' ({reason})' if reason else ''}"
+    whose = "client tool call" if event.get("side") == "client" else "tool call"
+    line = (f"  {whose} {event['tool']}: {event['outcome']}{f' ({reason})' if reason else ''}"
             f" ({event['duration_ms']:.2f} ms){f' [MCP server {server!r}, {method}]' if server else ''}")
     if event["retry_kind"]:
         line += f" [{event['retry_kind']} retry of span {event['retries_span_id']}]"
@@ -180,7 +181,8 @@ def report(figures: dict[str, Any]) -> list[str]:
              f"{figures['tool_calls']} tool calls, tokens in/out {figures['input_tokens']}/{figures['output_tokens']}",
              "", "per tool:"]
     for item in figures["tools"]:
-        lines += ["  " + line for line in _figures(item["tool"], item)]
+        lines += ["  " + line for line in _figures(f"{item['tool']} (client tool)" if item.get("side") == "client"
+                                                   else item["tool"], item)]
     lines += ["", "per model:"]
     for item in figures["models"]:
         lines += ["  " + line for line in _figures(item["model"], item)]

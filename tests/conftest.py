@@ -207,7 +207,7 @@ class Stack:
         return spans_of(self.exporter, trace_id)
 
     def metric(self, name: str, **labels: str) -> float:
-        return self.metrics.get_sample_value(name, labels) or 0.0
+        return metric_sum(self.metrics, name, **labels)
 
     @property
     def store(self) -> TrajectoryStore:
@@ -295,6 +295,13 @@ class Traced(Protocol):
     def spans(self, trace_id: str | None = None) -> list[ReadableSpan]: ...
 
 
+def metric_sum(registry: CollectorRegistry, sample_name: str, **labels: str) -> float:
+    """The sum of the samples named `sample_name` whose labels include `labels` (a tool metric's
+    `side` need not be named, say: both sides are summed)."""
+    return sum(sample.value for family in registry.collect() for sample in family.samples
+               if sample.name == sample_name and labels.items() <= sample.labels.items())
+
+
 def spans_of(exporter: InMemorySpanExporter, trace_id: str | None = None) -> list[ReadableSpan]:
     """The ended spans (of one trace, given its hex id), in the order they started."""
     found = list(exporter.get_finished_spans())
@@ -309,14 +316,17 @@ def server_span(traced: Traced, trace_id: str) -> ReadableSpan:
     return span
 
 
-def tool_call_spans(traced: Traced, trace_id: str) -> list[ReadableSpan]:
-    return [s for s in traced.spans(trace_id) if s.name == names.SPAN_TOOL_CALL]
+def tool_call_spans(traced: Traced, trace_id: str, side: str = names.SIDE_GATEWAY) -> list[ReadableSpan]:
+    """The tool.call spans of a trace of one side: the gateway's own calls, or the client's calls it checked."""
+    return [s for s in traced.spans(trace_id) if s.name == names.SPAN_TOOL_CALL
+            and (s.attributes or {}).get(names.ATTR_TOOL_SIDE) == side]
 
 
-def tool_outcomes(traced: Traced, trace_id: str) -> list[tuple[str, str]]:
-    """(tool, outcome) of each tool.call span under the request's root span, in order."""
+def tool_outcomes(traced: Traced, trace_id: str, side: str = names.SIDE_GATEWAY) -> list[tuple[str, str]]:
+    """(tool, outcome) of each tool.call span of `side` under the request's root span, in order."""
     return [(str((s.attributes or {})[names.ATTR_TOOL_NAME]), str((s.attributes or {})[names.ATTR_OUTCOME]))
-            for s in tree(traced.spans(trace_id))["tool_calls"]]
+            for s in tree(traced.spans(trace_id))["tool_calls"]
+            if (s.attributes or {}).get(names.ATTR_TOOL_SIDE) == side]
 
 
 async def toolspan_cli(*args: str) -> str:
@@ -354,7 +364,7 @@ class Gateway:
         return spans_of(self.exporter, trace_id)
 
     def metric(self, name: str, **labels: str) -> float:
-        return self.metrics.get_sample_value(name, labels) or 0.0
+        return metric_sum(self.metrics, name, **labels)
 
 
 async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient,

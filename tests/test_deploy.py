@@ -31,7 +31,7 @@ from ruamel.yaml import YAML
 from gateway.engine.turn import read_chat
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings import Settings
-from gateway.tools import ToolCall, ToolExecutor, Turn
+from gateway.tools import ToolCall, ToolExecutor, ToolOutcome, Turn
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
@@ -753,6 +753,10 @@ async def _drive(registry: CollectorRegistry) -> None:
                                      "choices": [{"message": {}, "finish_reason": "stop"}]}))
         for index, (name, arguments, allowed) in enumerate(calls):
             await executor.run_turn([ToolCall(f"call_{index}", name, arguments)], turn, allowed)
+        # A call of the client's own tool that the gateway could not check (a tool of no schema).
+        async with instrumentation.tool_call(ToolCall("call_c", "grammar", "SELECT 1"), None, turn,
+                                             side="client") as checked:
+            checked.finish(ToolOutcome("call_c", "grammar", "unchecked", ""))
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
     instrumentation.mcp_server_state("files", True, disconnected=False)  # an MCP server up, then lost
     instrumentation.mcp_server_state("files", False, disconnected=True)

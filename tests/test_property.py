@@ -353,10 +353,11 @@ def check_turn(case: TurnCase) -> list[ToolOutcome]:
     assert Counter(((s.attributes or {}).get(names.ATTR_TOOL_CALL_ID), (s.attributes or {}).get(names.ATTR_OUTCOME))
                    for s in spans) == Counter((o.call_id[:128], o.status) for o in outcomes)
 
-    labels = [(c.name if c.name in tool_registry else names.UNKNOWN_TOOL, o.status)
+    labels = [(c.name if c.name in tool_registry else names.UNKNOWN_TOOL, o.status, names.SIDE_GATEWAY)
               for c, o in zip(case.calls, outcomes, strict=True)]
     assert counts(metrics_registry, names.METRIC_TOOL_CALLS) == Counter(labels)
-    rejections = [(tool, o.rejection.reason) for (tool, _), o in zip(labels, outcomes, strict=True) if o.rejection]
+    rejections = [(tool, o.rejection.reason, side) for (tool, _, side), o in zip(labels, outcomes, strict=True)
+                  if o.rejection]
     assert counts(metrics_registry, names.METRIC_TOOL_REJECTIONS) == Counter(rejections)
     return outcomes
 

@@ -70,6 +70,18 @@ def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max
     return Finish("stop" if reason == "tool_calls" else reason)  # its calls were dropped at the round limit
 
 
+def enforced(decision: HandBack, turn: ModelTurn, refused: Collection[int], tool_choice: Any) -> RunTools | HandBack:
+    """`decision` once the check of the client's calls refused some (`refused`: the `id()` of each
+    such call, in reject mode): the gateway answers those itself, as it answers its own calls (their
+    outcomes are the check's rejections), and they never reach the client. With no client call
+    left, the loop goes on; with some, they are handed back and what the gateway answered is held."""
+    answered = tuple(c for c in turn.calls if id(c) in refused or any(c is m for m in decision.gateway_calls))
+    kept = tuple(c for c in decision.client_calls if id(c) not in refused)
+    if not kept:
+        return RunTools(answered, relaxed_tool_choice(tool_choice, {c.name for c in decision.gateway_calls}))
+    return HandBack(answered, kept, hold=True, paused=decision.paused)
+
+
 def after_tools(decision: RunTools | HandBack, turn: ModelTurn,
                 outcomes: Sequence[ToolOutcome]) -> RunTools | HandBack:
     """The step once the gateway's calls have run: a call whose tool raised Interrupt ends the loop

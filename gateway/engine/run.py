@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.caller import Caller
-from gateway.engine.decide import Finish, HandBack, RunTools, after_tools, decide, is_final
+from gateway.client_calls import ClientCheckMode, ClientTools, SchemaCache
+from gateway.engine.decide import Finish, HandBack, RunTools, after_tools, decide, enforced, is_final
 from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
 from gateway.engine.replays import Replays
@@ -87,8 +88,11 @@ class Engine:
     """Runs plans: the provider client, the tool executor, the held-turn store and the observer."""
 
     def __init__(self, upstream: Upstream, executor: ToolExecutor, held: StateStore, instrumentation: Instrumentation,
-                 max_rounds: int, keepalive_seconds: float, retries: RetryPolicy | None = None) -> None:
+                 max_rounds: int, keepalive_seconds: float, retries: RetryPolicy | None = None,
+                 client_check: ClientCheckMode = "observe") -> None:
         self.upstream = upstream
+        self.client_check = client_check  # what becomes of a call of the client's tool that does not fit it
+        self.client_schemas = SchemaCache()  # the client tools' schemas, compiled once each
         self.retries = retries or RetryPolicy()
         self.executor = executor
         self.held = held
@@ -125,18 +129,26 @@ class Engine:
                     await self.held.hold(answered, caller.principal)
                 yield await self._finished(plan, caller, turns, (), decision.finish_reason, final, shown_first, False)
                 return
+            refused: dict[int, ToolOutcome] = {}
+            if isinstance(decision, HandBack):
+                refused = await self._check_client_calls(plan, caller, decision.client_calls, len(turns), final)
+                decision = enforced(decision, turn, refused.keys(), conversation.tool_choice) if refused else decision
             mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
+            to_run = [call for call in mine if id(call) not in refused]
             outcomes: list[ToolOutcome] = []
-            if mine and plan.stream:
-                async with aclosing(self._run_tools_streamed(mine, caller, len(turns))) as running:
+            if to_run and plan.stream:
+                async with aclosing(self._run_tools_streamed(to_run, caller, len(turns))) as running:
                     async for ran in running:
                         if isinstance(ran, Keepalive):
                             yield ran
                         else:
                             outcomes = ran
-            elif mine:
-                outcomes = await self._run_tools(mine, caller, len(turns))
-            tools_ran += [call.name for call in mine]
+            elif to_run:
+                outcomes = await self._run_tools(to_run, caller, len(turns))
+            if refused:  # in the model's order, the check's rejections among the gateway's outcomes
+                done = iter(outcomes)
+                outcomes = [refused[id(call)] if id(call) in refused else next(done) for call in mine]
+            tools_ran += [call.name for call in to_run]
             decision = after_tools(decision, turn, outcomes) if mine else decision
             if isinstance(decision, RunTools):
                 replays.done(turn, outcomes, pieces)
@@ -300,6 +312,28 @@ class Engine:
         headers = self.upstream.headers(caller.upstream_headers)
         trace.inject(headers)
         return headers
+
+    async def _check_client_calls(self, plan: Plan, caller: Caller, calls: Sequence[ModelCall], round_: int,
+                                  final: bool) -> dict[int, ToolOutcome]:
+        """The parse step of each call of the client's own tools handed back (`calls`), each in
+        its `tool.call` span (side "client"); the calls themselves are not changed. In reject mode,
+        the rejected ones (by `id()` of the call) for the gateway to answer in their place, unless
+        this was the last round the limit allows: then the client gets them as they are."""
+        if self.client_check == "off":
+            return {}
+        tools = ClientTools(plan.client_tools, self.client_schemas)
+        turn = caller.turn(round_)
+        refused: dict[int, ToolOutcome] = {}
+        for call in calls:
+            async with self.executor.hooks.tool_call(ToolCall(call.id, call.name, call.arguments), None, turn,
+                                                     side="client") as trace:
+                with trace.step("parse"):
+                    checked = tools.check(call.name, call.arguments)
+                outcome = checked.outcome_of(call.id, call.name)
+                trace.finish(outcome)
+            if outcome.status == "rejected" and self.client_check == "reject" and not final:
+                refused[id(call)] = outcome
+        return refused
 
     async def _run_tools(self, calls: Sequence[ModelCall], caller: Caller, round_: int) -> list[ToolOutcome]:
         """The outcomes of the gateway's calls of one turn."""

@@ -90,8 +90,11 @@ _FIGURE_HEADERS = [("calls", True), ("rejected", True), ("rejection rate", True)
 
 
 def _tools_table(tools: Sequence[Mapping[str, Any]], charts: Mapping[str, list[Bucket]]) -> Html:
-    rows = [render('<tr data-tool="{tool}"><td><code>{name}</code></td>{cells}<td>{chart}</td></tr>',
-                   tool=row["tool"], name=breakable(row["tool"]), cells=_figure_cells(row),
+    rows = [render('<tr data-tool="{tool}" data-side="{side}"><td><code>{name}</code>{client}</td>{cells}'
+                   '<td>{chart}</td></tr>', tool=row["tool"], name=breakable(row["tool"]),
+                   side=row.get("side", "gateway"),
+                   client=when(row.get("side") == "client", render(' <span class="muted">client tool</span>')),
+                   cells=_figure_cells(row),
                    chart=rejection_rate_chart(charts.get(row["tool"], [])))
             for row in tools]
     return table([("tool", False), *_FIGURE_HEADERS, ("rejection rate over time", False)], rows, "tools")

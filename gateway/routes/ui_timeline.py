@@ -103,11 +103,15 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         details.append(_block("arguments the model sent", _pretty(str(call["arguments"])), "arguments"))
     if call.get("diagnostic"):
         details.append(_block("what the model was told", str(call["diagnostic"]), "diagnostic"))
+    client = call.get("side") == "client"  # the client's own tool: the gateway checked the call, the client ran it
     return render(
-        '<li id="{anchor}" class="call {state}"><div><strong>tool call</strong> <code>{tool}</code> '
+        '<li id="{anchor}" class="call {state}{side}" data-side="{whose}"><div><strong>{kind}</strong> '
+        '<code>{tool}</code> '
         '{outcome}{reason} <span class="muted">round {round} · {duration}{server}</span></div>'
         '{names}{retry}{details}</li>',
         anchor=_anchor(call["span_id"]), state="failed" if failed else outcome, tool=call["tool"],
+        side=" client" if client else "", whose="client" if client else "gateway",
+        kind="client tool call" if client else "tool call",
         outcome=tag(outcome), reason=when(reason, render(" <span class=\"reason\">({r})</span>", r=reason)),
         round=call.get("round") if call.get("round") is not None else "-", duration=ms(call.get("duration_ms")),
         server=when(call.get("mcp_server"), render(" · MCP server {s}", s=call.get("mcp_server"))),

@@ -87,11 +87,18 @@ class ToolExecutor:
 
     def _refusal(self, name: str, tool: Tool | None, allowed: Collection[str] | None) -> Rejection:
         available = [n for n in self.registry.names() if allowed is None or n in allowed]
-        shown = name if len(name) <= _NAME_SHOWN else name[:_NAME_SHOWN] + "..."
-        listing = ", ".join(available) if available else "(none)"
-        hint = suggest(name, available) if len(name) <= _NAME_SHOWN else None
-        maybe = f" Did you mean '{hint}'?" if hint else ""
-        if tool is None:
-            return Rejection("unknown_tool", f"There is no tool named '{shown}'.{maybe} Available tools: {listing}.")
-        return Rejection("not_allowed", f"Tool '{shown}' is not available to this caller.{maybe} "
-                                        f"Available tools: {listing}.")
+        return refusal(name, available, known=tool is not None)
+
+
+def refusal(name: str, available: Sequence[str], *, known: bool = False) -> Rejection:
+    """The rejection of a call of a tool that is not among `available`: `unknown_tool`, or
+    `not_allowed` when the tool exists (`known`) but this caller may not use it. (The check of
+    client tool calls, gateway.client_calls, words an undeclared tool the same way.)"""
+    shown = name if len(name) <= _NAME_SHOWN else name[:_NAME_SHOWN] + "..."
+    listing = ", ".join(available) if available else "(none)"
+    hint = suggest(name, available) if len(name) <= _NAME_SHOWN else None
+    maybe = f" Did you mean '{hint}'?" if hint else ""
+    if not known:
+        return Rejection("unknown_tool", f"There is no tool named '{shown}'.{maybe} Available tools: {listing}.")
+    return Rejection("not_allowed", f"Tool '{shown}' is not available to this caller.{maybe} "
+                                    f"Available tools: {listing}.")

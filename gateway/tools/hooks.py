@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from gateway.tools.function import Tool
 
 Step = Literal["parse", "execute"]
+# Whose tool a call is: the gateway runs its own; a client tool's calls go to the client, and the
+# gateway only checks them (gateway.client_calls).
+Side = Literal["gateway", "client"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,10 @@ class ToolCallTrace(Protocol):
 class ToolHooks(Protocol):
     """What the executor tells its observer about each tool call."""
 
-    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AbstractAsyncContextManager[ToolCallTrace]:
-        """The scope of one call from lookup to outcome; `tool` is None for an unknown name.
+    def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn,
+                  side: Side = "gateway") -> AbstractAsyncContextManager[ToolCallTrace]:
+        """The scope of one call from lookup to outcome; `tool` is None for an unknown name (and for
+        every call of a client tool, `side="client"`, whose scope is its parse step only).
         Asynchronous: entering and leaving it may read and write the retry state (gateway.state)."""
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
@@ -78,7 +83,8 @@ class NoHooks:
     """Telemetry off."""
 
     @asynccontextmanager
-    async def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn) -> AsyncIterator[ToolCallTrace]:
+    async def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn,
+                        side: Side = "gateway") -> AsyncIterator[ToolCallTrace]:
         yield _NoTrace()
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:

@@ -12,7 +12,8 @@ import pydantic_core
 
 from gateway.tools.params import NameCheck
 
-Status = Literal["ok", "error", "rejected", "timeout", "interrupted"]
+# "unchecked": a client tool's call the gateway did not check (gateway.client_calls); no gateway call is.
+Status = Literal["ok", "error", "rejected", "timeout", "interrupted", "unchecked"]
 # schema_violation: values that do not fit the declared parameters (JSON Schema); parser: a
 # parse_args or args_model refused them.
 RejectionReason = Literal["invalid_json", "missing_arguments", "schema_violation", "parser", "unknown_tool",

@@ -12,7 +12,7 @@ from agents import Agent, OpenAIProvider, RunConfig, Runner, function_tool
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import Stack, tree
+from tests.conftest import Stack, tool_call_spans, tree
 
 SECRET = "swordfish"
 
@@ -75,7 +75,7 @@ async def test_an_agent_runs_to_its_final_output_beside_the_gateways_tool(stack:
     assert all(path_key in body for body in (first, second, third))
     offered = [t.get("name") or t.get("function", {}).get("name") for t in first["tools"]]
     assert offered == ["lookup_secret", "read_file", "add"]
-    gateway_calls = [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    gateway_calls = tool_call_spans(stack, None)
     assert [(s.attributes or {}).get(names.ATTR_TOOL_NAME) for s in gateway_calls] == ["add"]
     assert (gateway_calls[0].attributes or {})[names.ATTR_OUTCOME] == "ok"
     roots = [s for s in stack.spans() if s.parent is None]

@@ -66,9 +66,11 @@ class BuiltIn:
         reply = {"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})}
         return text, calls, [reply], raw_chat.headers["x-trace-id"]
 
-    def outcomes(self, trace_id: str) -> list[tuple[str, str]]:
+    def outcomes(self, trace_id: str, side: str = names.SIDE_GATEWAY) -> list[tuple[str, str]]:
+        """(tool, outcome) of the trace's tool calls of one side: the gateway's, or the client's it checked."""
         return [(str(s.attributes[names.ATTR_TOOL_NAME]), str(s.attributes[names.ATTR_OUTCOME]))  # type: ignore[index]
-                for s in spans_of(self.exporter, trace_id) if s.name == names.SPAN_TOOL_CALL]
+                for s in spans_of(self.exporter, trace_id) if s.name == names.SPAN_TOOL_CALL
+                and (s.attributes or {}).get(names.ATTR_TOOL_SIDE) == side]
 
 
 async def built_in(registry: ToolRegistry | None = None) -> AsyncIterator[BuiltIn]:
@@ -112,6 +114,7 @@ async def test_the_story_ends_with_a_tool_of_the_clients_own(demo_without_conver
     function = call.get("function", call)
     assert function["name"] == "to_fahrenheit"
     assert demo.outcomes(trace_id) == [("get_weather", "rejected"), ("get_weather", "ok")]
+    assert demo.outcomes(trace_id, names.SIDE_CLIENT) == [("to_fahrenheit", "ok")]  # checked, handed to the client
     fahrenheit = round(json.loads(function["arguments"])["celsius"] * 9 / 5 + 32, 1)
     if api == "responses":
         history += [*output, {"type": "function_call_output", "call_id": call["call_id"], "output": str(fahrenheit)}]

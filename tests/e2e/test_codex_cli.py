@@ -1,8 +1,10 @@
 """The Codex CLI (npm `@openai/codex`, pinned in tests/e2e/codex/package.json and installed there by
 .ci/run) pointed at the gateway, against the scripted Responses upstream: `codex exec` runs to its
-end, the gateway's tool and Codex's own shell tool both run, every request of the run is one
-trajectory (in the store and on the page), and Codex's WebSocket attempt is refused once, at once,
-instead of failing seven times over about six seconds before Codex falls back to HTTP."""
+end, the gateway's tool and Codex's own shell tool both run (Codex's calls checked by the gateway
+against the schema Codex declares, and marked as client calls in the report and on the page),
+every request of the run is one trajectory (in the store and on the page), and Codex's WebSocket
+attempt is refused once, at once, instead of failing seven times over about six seconds before
+Codex falls back to HTTP."""
 
 from __future__ import annotations
 
@@ -70,8 +72,9 @@ async def test_a_codex_exec_run_is_one_trajectory_and_falls_back_to_http_at_once
         stack.script.then(codex_model)
     output = await run_codex(stack, tmp_path, provider)
     assert "The sum is 5." in output
-    ran = [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
-    assert [(s.attributes or {}).get(names.ATTR_TOOL_NAME) for s in ran] == ["add"]
+    calls = [s.attributes or {} for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
+        (names.SIDE_GATEWAY, "add", "ok"), (names.SIDE_CLIENT, "exec_command", "ok")]  # Codex's own, checked
     roots = [s for s in stack.spans() if s.parent is None]
     # One WebSocket attempt, refused with a 426; Codex went on over HTTP without trying again.
     sockets = [s for s in roots if s.name == "GET /v1/responses"]
@@ -87,3 +90,7 @@ async def test_a_codex_exec_run_is_one_trajectory_and_falls_back_to_http_at_once
     assert [row["id"] for row in listed] == [trajectory]
     page = await stack.http.get("/ui/trajectories", headers=AUTH)
     assert trajectory in await page.text()
+    sides = {(tool["tool"], tool["side"]): tool["outcomes"] for tool in reader.report(None)["tools"]}
+    assert sides == {("add", "gateway"): {"ok": 1}, ("exec_command", "client"): {"ok": 1}}
+    shown = await (await stack.http.get(f"/ui/trajectories/{trajectory}", headers=AUTH)).text()
+    assert '<strong>client tool call</strong> <code>exec_command</code>' in shown

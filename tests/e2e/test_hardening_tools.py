@@ -11,7 +11,16 @@ from typing import Any
 from gateway.demo.model import Reply
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import AUTH, STREAM, USER, StackFactory, sample_registry, tool_messages, tool_outcomes
+from tests.conftest import (
+    AUTH,
+    STREAM,
+    USER,
+    StackFactory,
+    sample_registry,
+    tool_call_spans,
+    tool_messages,
+    tool_outcomes,
+)
 
 
 def sse(*events: dict[str, Any]) -> bytes:
@@ -99,7 +108,7 @@ async def test_chat_a_custom_call_reaches_the_client(make_stack: StackFactory) -
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["tool_calls"] == [CUSTOM_CALL]
     assert len(stack.upstream_requests) == 1  # the gateway ran nothing and asked nothing more
-    assert not [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert not tool_call_spans(stack, None)  # the gateway ran nothing (the client's call is only checked)
 
 
 async def test_chat_a_streamed_custom_call_reaches_the_client(make_stack: StackFactory) -> None:
@@ -122,7 +131,7 @@ async def test_chat_a_streamed_custom_call_reaches_the_client(make_stack: StackF
     assert [c["finish_reason"] for e in events for c in e.get("choices", []) if c.get("finish_reason")] == [
         "tool_calls"]
     assert len(stack.upstream_requests) == 1
-    assert not [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]  # not run as an unknown tool
+    assert not tool_call_spans(stack, None)  # not run as an unknown tool (the client's call is only checked)
 
 
 @STREAM
@@ -149,8 +158,10 @@ async def test_chat_a_custom_call_beside_a_gateway_call(make_stack: StackFactory
     assert call["type"] == "custom"
     assert call["custom"]["name"] == "grammar"
     assert call["id"].endswith("call_c1")  # under an id naming the held turn
-    trace = [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    trace = tool_call_spans(stack, None)
     assert [(s.attributes or {})[names.ATTR_TOOL_NAME] for s in trace] == ["add"]
+    [custom] = tool_call_spans(stack, None, side=names.SIDE_CLIENT)
+    assert (custom.attributes or {})[names.ATTR_OUTCOME] == "unchecked"  # not a function tool: nothing to check
 
 
 # --- item 11: arguments sent as an object, in a stream -------------------------------------------------
@@ -237,4 +248,4 @@ async def test_responses_a_custom_call_reaches_the_client(make_stack: StackFacto
     assert [(i["type"], i["call_id"], i["input"]) for i in final["output"]] == [
         ("custom_tool_call", "call_c1", "SELECT 1")]
     assert len(stack.upstream_requests) == 1
-    assert not [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert not tool_call_spans(stack, None)  # the gateway ran nothing (the client's call is only checked)

@@ -286,7 +286,7 @@ async def test_metrics_default_to_prometheus_text(stack: Stack) -> None:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = await response.text()
     assert f"# TYPE {names.METRIC_REQUESTS} counter" in text
-    assert f'{names.METRIC_TOOL_CALLS}{{outcome="ok",tool="add"}} 1.0' in text
+    assert f'{names.METRIC_TOOL_CALLS}{{outcome="ok",side="gateway",tool="add"}} 1.0' in text
     assert "# {" not in text  # exemplars only in OpenMetrics
     assert "# EOF" not in text
 

@@ -23,12 +23,11 @@ import openai
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import SpanKind
-from prometheus_client import CollectorRegistry
 
 from gateway.demo.model import Reply
 from gateway.tools import Param, Tool
 from telemetry import names
-from tests.conftest import AUTH, StackFactory, every_outcome_registry
+from tests.conftest import AUTH, StackFactory, every_outcome_registry, metric_sum
 
 REQUESTS = 3000
 CONCURRENCY = 8
@@ -145,12 +144,6 @@ class Books(SpanProcessor):
         self.requests_wanted = (count, ended)
         if self.requests < count:
             await asyncio.wait_for(ended.wait(), 30)
-
-
-def metric_sum(registry: CollectorRegistry, sample_name: str, **labels: str) -> float:
-    """The sum of a counter's samples whose labels include `labels`."""
-    return sum(sample.value for family in registry.collect() for sample in family.samples
-               if sample.name == sample_name and labels.items() <= sample.labels.items())
 
 
 def rss() -> int:

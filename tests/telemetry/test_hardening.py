@@ -26,7 +26,7 @@ from telemetry.metrics import Metrics
 from telemetry.requests import ModelLabels
 from telemetry.tracing import build_provider, tracer_of
 from telemetry.trajectory import Trajectories
-from tests.conftest import every_outcome_registry
+from tests.conftest import every_outcome_registry, metric_sum
 
 
 def telemetry(exporter: InMemorySpanExporter | None = None) -> Telemetry:
@@ -234,4 +234,4 @@ async def test_a_call_cancelled_while_its_retry_state_is_written_is_still_spanne
         await call
     [span] = failures_of(exporter)
     assert (span.attributes or {})[names.ATTR_OUTCOME] == "error"
-    assert inst.metrics.registry.get_sample_value(names.METRIC_TOOL_CALLS, {"tool": "locked", "outcome": "error"}) == 1
+    assert metric_sum(inst.metrics.registry, names.METRIC_TOOL_CALLS, tool="locked", outcome="error") == 1

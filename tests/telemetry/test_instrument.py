@@ -27,7 +27,7 @@ from telemetry import names
 from telemetry.instrument import ArgumentCapture, Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
-from tests.conftest import every_outcome_registry
+from tests.conftest import every_outcome_registry, metric_sum
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Rig:
         return sum(s.value for m in self.registry.collect() for s in m.samples if s.name == sample_name)
 
     def value(self, metric: str, **labels: str) -> float:
-        return self.registry.get_sample_value(metric, labels) or 0.0
+        return metric_sum(self.registry, metric, **labels)
 
     async def call(self, name: str, arguments: str, allowed: list[str] | None = None) -> ToolOutcome:
         turn = Turn(trajectory_id="traj-1", request_id="req-1", round=2)

@@ -34,11 +34,12 @@ def _ours() -> CollectorRegistry:
     metrics.tool_rounds.observe(2)
     metrics.request_series(CHAT, 200).answered(0.3, None, 0.0)
     metrics.request_series(CHAT, 200).duration.observe(120.0)  # on a bound
-    metrics.tool_calls.labels("echo", "ok").inc()
+    metrics.tool_calls.labels("echo", "ok", "gateway").inc()
+    metrics.tool_calls.labels("shell", "rejected", "client").inc()
     metrics.tool_call_duration.labels("echo", "ok").observe(0.01, 0x5, now=1.0)
-    metrics.tool_rejections.labels("echo", "parser").inc()
-    metrics.tool_retries.labels("echo", "verbatim").inc()
-    metrics.tool_recoveries.labels("echo", "verbatim").inc()
+    metrics.tool_rejections.labels("echo", "parser", "gateway").inc()
+    metrics.tool_retries.labels("echo", "verbatim", "gateway").inc()
+    metrics.tool_recoveries.labels("echo", "verbatim", "gateway").inc()
     metrics.mcp_server_up.labels("files").set(1)
     return metrics.registry
 
@@ -52,15 +53,16 @@ def _theirs() -> CollectorRegistry:
         return ours[name.removesuffix("_total")]
 
     tool = (names.LABEL_TOOL, names.LABEL_OUTCOME)
-    calls = Counter(names.METRIC_TOOL_CALLS, doc(names.METRIC_TOOL_CALLS), tool, registry=registry)
+    calls = Counter(names.METRIC_TOOL_CALLS, doc(names.METRIC_TOOL_CALLS), (*tool, names.LABEL_SIDE),
+                    registry=registry)
     call_duration = Histogram(names.METRIC_TOOL_CALL_DURATION, doc(names.METRIC_TOOL_CALL_DURATION), tool,
                               buckets=TOOL_DURATION_BUCKETS, registry=registry)
     rejections = Counter(names.METRIC_TOOL_REJECTIONS, doc(names.METRIC_TOOL_REJECTIONS),
-                         (names.LABEL_TOOL, names.LABEL_REASON), registry=registry)
-    retries = Counter(names.METRIC_TOOL_RETRIES, doc(names.METRIC_TOOL_RETRIES), (names.LABEL_TOOL, names.LABEL_KIND),
-                      registry=registry)
-    recoveries = Counter(names.METRIC_TOOL_RECOVERIES, doc(names.METRIC_TOOL_RECOVERIES),
-                         (names.LABEL_TOOL, names.LABEL_KIND), registry=registry)
+                         (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry=registry)
+    retried = (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE)
+    retries = Counter(names.METRIC_TOOL_RETRIES, doc(names.METRIC_TOOL_RETRIES), retried, registry=registry)
+    recoveries = Counter(names.METRIC_TOOL_RECOVERIES, doc(names.METRIC_TOOL_RECOVERIES), retried,
+                         registry=registry)
     upstream = Counter(names.METRIC_UPSTREAM_REQUESTS, doc(names.METRIC_UPSTREAM_REQUESTS),
                        (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
     upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, doc(names.METRIC_UPSTREAM_DURATION),
@@ -91,11 +93,12 @@ def _theirs() -> CollectorRegistry:
     requests.labels(CHAT, "200").inc()
     request_duration.labels(CHAT).observe(0.3)
     request_duration.labels(CHAT).observe(120.0)
-    calls.labels("echo", "ok").inc()
+    calls.labels("echo", "ok", "gateway").inc()
+    calls.labels("shell", "rejected", "client").inc()
     call_duration.labels("echo", "ok").observe(0.01, {names.EXEMPLAR_TRACE_ID: f"{0x5:032x}"})
-    rejections.labels("echo", "parser").inc()
-    retries.labels("echo", "verbatim").inc()
-    recoveries.labels("echo", "verbatim").inc()
+    rejections.labels("echo", "parser", "gateway").inc()
+    retries.labels("echo", "verbatim", "gateway").inc()
+    recoveries.labels("echo", "verbatim", "gateway").inc()
     return registry
 
 

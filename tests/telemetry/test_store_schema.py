@@ -28,6 +28,7 @@ from tests.telemetry.conftest import Session
 from tests.telemetry.test_report import _everything
 
 V1_SCHEMA = (Path(__file__).parent / "schema_v1.sql").read_text()
+V2_SCHEMA = (Path(__file__).parent / "schema_v2.sql").read_text()  # before a tool call had a side
 
 
 def _stored(db: sqlite3.Connection) -> dict[str, Any]:
@@ -84,6 +85,28 @@ def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -
                        "model_turns_of_request", "tool_calls_of_request"}
     assert {row[0] for row in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} == {
         "trajectories", "requests", "model_turns", "tool_calls"}
+
+
+def test_a_version_2_store_gains_the_side_of_its_calls(session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "v2.sqlite3"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.executescript(V2_SCHEMA)
+    old.execute("ATTACH DATABASE ? AS new", (session.stack.store.path.as_posix(),))
+    old.executescript("""
+        INSERT INTO trajectories SELECT * FROM new.trajectories;
+        INSERT INTO requests SELECT * FROM new.requests;
+        INSERT INTO model_turns SELECT * FROM new.model_turns;
+        INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, trajectory_id, round, tool, call_id, outcome,
+            rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
+            retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms FROM new.tool_calls;
+        DETACH DATABASE new;
+        PRAGMA user_version = 2;""")
+    old.close()
+    migrated = connect(str(path))
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
+    assert _stored(migrated) == _stored(session.db)  # every call stored before is the gateway's (side NULL)
+    assert _everything(migrated) == _everything(session.db)
+    assert {row[0] for row in migrated.execute("SELECT side FROM tool_calls")} == {None}
 
 
 def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:

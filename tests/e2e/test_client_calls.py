@@ -1,0 +1,181 @@
+"""The model's calls of the client's own tools, checked against the schemas the request declares
+(issue 36), through the official openai client, both APIs, streamed and not: a renamed argument is
+counted as a rejection on the client's side with its did-you-mean on the span while the client
+gets the call as the model sent it; the corrected call in the next request is a corrected retry of
+it; in reject mode the gateway answers the model itself and the client only sees the corrected call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+
+from gateway.demo.model import Reply
+from telemetry import names
+from tests.conftest import AUTH, STREAM, USER, Stack, StackFactory, call_args, tool_call_spans
+
+PARAMETERS = {"type": "object", "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}},
+              "required": ["path"]}
+CHAT_TOOL = {"type": "function", "function": {"name": "open_file", "description": "Open a file of the project",
+                                              "parameters": PARAMETERS}}
+RESPONSES_TOOL = {"type": "function", "name": "open_file", "description": "Open a file of the project",
+                  "parameters": PARAMETERS}
+RENAMED = {"file": "notes.txt"}  # the model's first try: `path` under another name
+CORRECTED = {"path": "notes.txt"}
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def client_metric(stack: Stack, metric: str, **labels: str) -> float:
+    return stack.metric(metric, side=names.SIDE_CLIENT, **labels)
+
+
+def assert_renamed_call_rejected(stack: Stack, span: ReadableSpan) -> None:
+    """The span and the counts of the client call that sent `file` for `path`."""
+    found = attributes(span)
+    assert found[names.ATTR_TOOL_SIDE] == names.SIDE_CLIENT
+    assert found[names.ATTR_TOOL_NAME] == "open_file"
+    assert found[names.ATTR_OUTCOME] == "rejected"
+    assert found[names.ATTR_REJECTION_REASON] == "missing_arguments"
+    assert found[names.ATTR_ARGS_MISSING] == ("path",)
+    assert found[names.ATTR_ARGS_UNRECOGNIZED] == ("file",)
+    assert json.loads(found[names.ATTR_TOOL_CALL_ARGUMENTS]) == RENAMED
+    assert span.status.description is not None
+    assert "Missing: path" in span.status.description
+    assert "Accepted parameters: path, lines" in span.status.description
+    assert [child.name for child in stack.spans(f"{span.context.trace_id:032x}")
+            if child.parent is not None and child.parent.span_id == span.context.span_id] == [names.SPAN_TOOL_PARSE]
+    assert client_metric(stack, names.METRIC_TOOL_CALLS, tool="open_file", outcome="rejected") == 1
+    assert client_metric(stack, names.METRIC_TOOL_REJECTIONS, tool="open_file", reason="missing_arguments") == 1
+    assert stack.metric(names.METRIC_TOOL_CALLS, side=names.SIDE_GATEWAY) == 0
+
+
+def assert_corrected_retry(stack: Stack, first: ReadableSpan, second: ReadableSpan) -> None:
+    found = attributes(second)
+    assert found[names.ATTR_OUTCOME] == "ok"
+    assert found[names.ATTR_RETRY_KIND] == "corrected"
+    [link] = second.links
+    assert link.context.span_id == first.context.span_id
+    assert client_metric(stack, names.METRIC_TOOL_CALLS, tool="open_file", outcome="ok") == 1
+    assert client_metric(stack, names.METRIC_TOOL_RETRIES, tool="open_file", kind="corrected") == 1
+    assert client_metric(stack, names.METRIC_TOOL_RECOVERIES, tool="open_file", kind="corrected") == 1
+
+
+@STREAM
+async def test_chat_a_renamed_argument_is_a_client_rejection_and_the_corrected_call_its_retry(
+        stack: Stack, stream: bool) -> None:
+    stack.script.then(Reply(tool_calls=[("open_file", RENAMED)]), Reply(tool_calls=[("open_file", CORRECTED)]))
+    first = await stack.ask(stream, messages=USER, tools=[CHAT_TOOL])
+    [call] = first.tool_calls
+    assert call["function"]["name"] == "open_file"
+    assert call_args(call) == RENAMED
+    [rejected] = tool_call_spans(stack, first.headers["x-trace-id"], side=names.SIDE_CLIENT)
+    assert_renamed_call_rejected(stack, rejected)
+
+    follow_up = [*USER, {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
+                 {"role": "tool", "tool_call_id": call["id"], "content": "error: no argument named path"}]
+    second = await stack.ask(stream, messages=follow_up, tools=[CHAT_TOOL])
+    assert second.headers["x-trajectory-id"] == first.headers["x-trajectory-id"]  # one agent run
+    [fixed] = second.tool_calls
+    assert call_args(fixed) == CORRECTED
+    [ok] = tool_call_spans(stack, second.headers["x-trace-id"], side=names.SIDE_CLIENT)
+    assert_corrected_retry(stack, rejected, ok)
+
+
+@STREAM
+async def test_responses_a_renamed_argument_is_a_client_rejection_and_the_corrected_call_its_retry(
+        stack: Stack, stream: bool) -> None:
+    stack.script.then(Reply(tool_calls=[("open_file", RENAMED)]), Reply(tool_calls=[("open_file", CORRECTED)]))
+    first = await stack.respond(stream, input="open my notes", tools=[RESPONSES_TOOL])
+    [call] = first.calls
+    assert call["name"] == "open_file"
+    assert json.loads(call["arguments"]) == RENAMED
+    [rejected] = tool_call_spans(stack, first.headers["x-trace-id"], side=names.SIDE_CLIENT)
+    assert_renamed_call_rejected(stack, rejected)
+
+    second = await stack.respond(stream, previous_response_id=first.id, tools=[RESPONSES_TOOL], input=[
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "error: no argument named path"}])
+    assert second.headers["x-trajectory-id"] == first.headers["x-trajectory-id"]
+    [fixed] = second.calls
+    assert json.loads(fixed["arguments"]) == CORRECTED
+    [ok] = tool_call_spans(stack, second.headers["x-trace-id"], side=names.SIDE_CLIENT)
+    assert_corrected_retry(stack, rejected, ok)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@STREAM
+async def test_reject_mode_answers_the_model_itself_and_the_client_gets_the_corrected_call(
+        make_stack: StackFactory, api: str, stream: bool) -> None:
+    stack = await make_stack(client_tool_check="reject")
+    stack.script.then(Reply(content="Opening it.", tool_calls=[("open_file", RENAMED)]),
+                      Reply(tool_calls=[("open_file", CORRECTED)]))
+    if api == "chat":
+        answer = await stack.ask(stream, messages=USER, tools=[CHAT_TOOL])
+        [call] = answer.tool_calls
+        arguments, trace_id = call_args(call), answer.headers["x-trace-id"]
+    else:
+        response = await stack.respond(stream, input="open my notes", tools=[RESPONSES_TOOL])
+        [item] = response.calls
+        arguments, trace_id = json.loads(item["arguments"]), response.headers["x-trace-id"]
+    assert arguments == CORRECTED  # the invalid call never reached the client
+    _first, second = stack.upstream_requests  # one request of the client, two rounds
+    told = [m["content"] for m in second["messages"] if m.get("role") == "tool"] if api == "chat" else [
+        i["output"] for i in second["input"] if i.get("type") == "function_call_output"]
+    [diagnostic] = told
+    assert "Missing: path" in diagnostic
+    assert "Unrecognized: file" in diagnostic
+    rejected, ok = tool_call_spans(stack, trace_id, side=names.SIDE_CLIENT)
+    assert attributes(rejected)[names.ATTR_OUTCOME] == "rejected"
+    assert attributes(ok)[names.ATTR_OUTCOME] == "ok"
+    assert attributes(ok)[names.ATTR_RETRY_KIND] == "corrected"
+    assert tool_call_spans(stack, trace_id) == []  # the gateway ran none of its own tools
+
+
+@STREAM
+async def test_reject_mode_holds_what_it_answered_when_another_client_call_goes_to_the_client(
+        make_stack: StackFactory, stream: bool) -> None:
+    stack = await make_stack(client_tool_check="reject")
+    stack.script.then(Reply(tool_calls=[("open_file", RENAMED), ("open_file", {"path": "todo.txt"})]),
+                      Reply(content="Both read."))
+    first = await stack.ask(stream, messages=USER, tools=[CHAT_TOOL])
+    [call] = first.tool_calls
+    assert call_args(call) == {"path": "todo.txt"}
+    follow_up = [*USER, {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
+                 {"role": "tool", "tool_call_id": call["id"], "content": "the todo list"}]
+    second = await stack.ask(stream, messages=follow_up, tools=[CHAT_TOOL])
+    assert second.content == "Both read."
+    restored = stack.upstream_requests[1]["messages"]
+    assert [call_args(c) for c in restored[1]["tool_calls"]] == [RENAMED, {"path": "todo.txt"}]
+    results = [m["content"] for m in restored[2:]]
+    assert "Missing: path" in results[0]
+    assert results[1] == "the todo list"
+
+
+async def test_the_store_report_and_page_mark_client_calls(stack: Stack) -> None:
+    stack.script.then(Reply(tool_calls=[("open_file", RENAMED)]))
+    answer = await stack.ask(False, messages=USER, tools=[CHAT_TOOL])
+    await stack.store.flushed()
+    reader = stack.observability.trajectory_reader()
+    assert reader is not None
+    trajectory = reader.trajectory(answer.headers["x-trajectory-id"], None)
+    assert trajectory is not None
+    [event] = [e for r in trajectory["requests"] for e in r["events"] if e["type"] == "tool_call"]
+    assert (event["tool"], event["side"], event["outcome"], event["rejection_reason"]) == (
+        "open_file", "client", "rejected", "missing_arguments")
+    [tool] = reader.report(None)["tools"]
+    assert (tool["tool"], tool["side"], tool["rejections"]) == ("open_file", "client", 1)
+    page = await stack.http.get(f"/ui/trajectories/{answer.headers['x-trajectory-id']}", headers=AUTH)
+    assert 'data-side="client"' in await page.text()
+
+
+async def test_off_checks_nothing(make_stack: StackFactory) -> None:
+    stack = await make_stack(client_tool_check="off")
+    stack.script.then(Reply(tool_calls=[("open_file", RENAMED)]))
+    answer = await stack.ask(False, messages=USER, tools=[CHAT_TOOL])
+    assert call_args(answer.tool_calls[0]) == RENAMED
+    assert tool_call_spans(stack, answer.headers["x-trace-id"], side=names.SIDE_CLIENT) == []
+    assert stack.metric(names.METRIC_TOOL_CALLS) == 0

@@ -1,0 +1,253 @@
+"""The parse step for client tool calls: the gateway tools' contract and words, bounded, cached."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.client_calls import ClientCheck, ClientTools, SchemaCache
+from gateway.tools import Rejection, Tool, ToolContext, ToolExecutor, ToolRegistry
+from gateway.tools.hooks import ToolCall, Turn
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
+                   "mode": {"type": "string", "enum": ["text", "bytes"]}},
+    "required": ["path"]}
+
+
+def chat_tool(name: str, schema: Any = SCHEMA) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": "d", "parameters": schema}}
+
+
+def responses_tool(name: str, schema: Any = SCHEMA) -> dict[str, Any]:
+    return {"type": "function", "name": name, "description": "d", "parameters": schema, "strict": False}
+
+
+def tools(*declared: dict[str, Any], cache: SchemaCache | None = None, **limits: int) -> ClientTools:
+    return ClientTools(list(declared), cache if cache is not None else SchemaCache(), **limits)
+
+
+async def gateway_parse(name: str, schema: dict[str, Any], arguments: str) -> Rejection:
+    """The same call through a gateway tool declared with the same schema (as an MCP tool is)."""
+    tool = Tool(name=name, parameters_schema=schema, validate_schema=True, function=lambda args: "")
+    parsed = await tool.parse_arguments(arguments, ToolContext(tool_call_id="call_1"))
+    assert isinstance(parsed, Rejection)
+    return parsed
+
+
+def assert_same(check: ClientCheck, rejection: Rejection) -> None:
+    assert check.outcome == "rejected"
+    assert check.rejection is not None
+    assert (check.reason, check.message, check.names) == (rejection.reason, rejection.message, rejection.names)
+
+
+@pytest.mark.parametrize("declare", [chat_tool, responses_tool])
+def test_a_call_that_fits_is_ok(declare: Any) -> None:
+    check = tools(declare("read_file")).check("read_file", '{"path": "a.py", "offset": 3, "mode": "text"}')
+    assert check == ClientCheck("ok")
+    assert (check.reason, check.message, check.missing, check.unrecognized, check.suggestions) == (
+        None, None, (), (), ())
+
+
+@pytest.mark.parametrize("declare", [chat_tool, responses_tool])
+async def test_a_renamed_argument_is_missing_with_did_you_mean_in_the_gateway_tools_words(declare: Any) -> None:
+    arguments = '{"file_path": "a.py"}'
+    check = tools(declare("read_file")).check("read_file", arguments)
+    assert check.reason == "missing_arguments"
+    assert check.message is not None
+    assert "Unrecognized: file_path (did you mean 'path'?)" in check.message
+    assert "Accepted parameters: path, offset, mode" in check.message
+    assert (check.missing, check.unrecognized, check.suggestions) == (("path",), ("file_path",),
+                                                                      (("file_path", "path"),))
+    assert_same(check, await gateway_parse("read_file", SCHEMA, arguments))
+
+
+@pytest.mark.parametrize("arguments", ['{"path": "a.py"', "[1, 2]", '"a.py"', '{"a": ' * 70 + "1" + "}" * 70])
+async def test_arguments_that_are_not_a_json_object_are_invalid_json(arguments: str) -> None:
+    check = tools(chat_tool("read_file")).check("read_file", arguments)
+    assert check.reason == "invalid_json"
+    assert_same(check, await gateway_parse("read_file", SCHEMA, arguments))
+
+
+@pytest.mark.parametrize("arguments", ['{"path": 7}', '{"path": "a", "mode": "lines"}', '{"path": "a", "offset": -1}',
+                                       '{"path": "a", "extra": 1}', '{"offset": "x"}'])
+async def test_type_enum_and_name_violations_read_as_the_gateway_tools_do(arguments: str) -> None:
+    check = tools(chat_tool("read_file")).check("read_file", arguments)
+    assert_same(check, await gateway_parse("read_file", SCHEMA, arguments))
+
+
+def test_an_enum_violation_is_a_schema_violation_naming_the_field() -> None:
+    check = tools(chat_tool("read_file")).check("read_file", '{"path": "a", "mode": "lines"}')
+    assert check.reason == "schema_violation"
+    assert check.message is not None
+    assert check.message.splitlines()[:2] == ["Tool 'read_file': 1 argument does not fit the declared parameters.",
+                                              "- mode: 'lines' is not one of ['text', 'bytes']"]
+
+
+def test_declared_formats_are_checked() -> None:
+    schema = {"type": "object", "properties": {"when": {"type": "string", "format": "date"},
+                                               "who": {"type": "string", "format": "email"},
+                                               "url": {"type": "string", "format": "uri"}}}
+    client = tools(chat_tool("book", schema))
+    assert client.check("book", '{"when": "2026-12-03", "who": "a@b.c", "url": "not checked"}').outcome == "ok"
+    check = client.check("book", '{"when": "tomorrow", "who": "nobody"}')
+    assert check.reason == "schema_violation"
+    assert check.message is not None
+    assert "- when: 'tomorrow' is not a 'date'" in check.message
+    assert "- who: 'nobody' is not a 'email'" in check.message
+
+
+def test_a_call_of_an_undeclared_tool_is_rejected_as_the_executor_rejects_one() -> None:
+    check = tools(chat_tool("read_file"), chat_tool("grep")).check("read_fle", "{}")
+    assert check.reason == "unknown_tool"
+    assert check.message == ("There is no tool named 'read_fle'. Did you mean 'read_file'? "
+                             "Available tools: read_file, grep.")
+
+
+async def test_the_undeclared_tool_wording_is_the_executors() -> None:
+    registry = ToolRegistry()
+    for name in ("read_file", "grep"):
+        registry.register(Tool(name=name, function=lambda args: ""))
+    async with ToolExecutor(registry) as executor:
+        [outcome] = await executor.run_turn([ToolCall(id="c1", name="read_fle", arguments="{}")], Turn())
+    check = tools(chat_tool("read_file"), chat_tool("grep")).check("read_fle", "{}")
+    assert outcome.rejection is not None
+    assert (check.reason, check.message) == (outcome.rejection.reason, outcome.rejection.message)
+
+
+def test_an_oversize_schema_is_not_checked() -> None:
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(20)}}
+    client = tools(chat_tool("big", big), chat_tool("small"), max_schema_bytes=2000)
+    assert client.check("big", '{"nothing": 1}') == ClientCheck("unchecked", unchecked="schema_too_large")
+    assert client.check("small", '{"nothing": 1}').outcome == "rejected"
+
+
+def test_tools_past_the_limit_are_not_checked() -> None:
+    client = tools(*(chat_tool(f"t{i}") for i in range(5)), max_tools=3)
+    assert [client.check(f"t{i}", "{}").outcome for i in range(5)] == ["rejected"] * 3 + ["unchecked"] * 2
+    assert client.check("t4", "{}").unchecked == "too_many_tools"
+
+
+@pytest.mark.parametrize("schema", [{"type": "object", "properties": {"a": {"type": "no-such-type"}}},
+                                    {"type": "object", "required": "a"}, {"type": "string"}, [1], "x",
+                                    {"type": "object", "properties": []}])
+def test_a_schema_that_is_not_json_schema_of_an_object_is_not_checked(schema: Any) -> None:
+    cache = SchemaCache()
+    client = tools(chat_tool("odd", schema), cache=cache)
+    assert client.check("odd", '{"a": 1}') == ClientCheck("unchecked", unchecked="invalid_schema")
+    assert client.check("odd", "{}").outcome == "unchecked"
+    assert tools(chat_tool("odd", schema), cache=cache).check("odd", "{}").unchecked == "invalid_schema"
+    assert (cache.compiles, cache.hits) == (1, 1)  # kept as not checkable: not tried again
+
+
+def test_other_tool_types_are_not_checked_and_not_unknown() -> None:
+    client = tools({"type": "custom", "custom": {"name": "apply_patch"}}, {"type": "web_search"},
+                   {"type": "function", "function": {"name": "no_args"}})
+    assert client.check("apply_patch", "*** Begin Patch") == ClientCheck("unchecked", unchecked="not_a_function")
+    assert client.check("no_args", "").outcome == "ok"  # no parameters: takes no arguments, any names unknown
+    assert client.names == ("apply_patch", "no_args")
+
+
+def test_anthropic_tools_are_read_too() -> None:
+    client = tools({"name": "read_file", "description": "d", "input_schema": SCHEMA})
+    assert client.check("read_file", '{"path": "a"}').outcome == "ok"
+    assert client.check("read_file", '{"file": "a"}').reason == "missing_arguments"
+
+
+def test_the_same_schema_is_compiled_once_across_requests_and_shapes() -> None:
+    cache = SchemaCache()
+    for declared in (chat_tool("read_file"), responses_tool("read_file"), chat_tool("other")):
+        client = ClientTools([declared], cache)
+        name = client.names[0]
+        assert client.check(name, '{"path": "a"}').outcome == "ok"
+        assert client.check(name, '{"path": 1}').outcome == "rejected"  # compiled once per request
+    assert (cache.compiles, cache.hits, len(cache)) == (1, 2, 1)
+
+
+def test_a_schema_in_another_order_is_its_own_entry() -> None:
+    """The diagnostic lists the names as the request declares them."""
+    cache = SchemaCache()
+    reordered = {**SCHEMA, "properties": dict(reversed(list(SCHEMA["properties"].items())))}
+    messages = [tools(chat_tool("t", schema), cache=cache).check("t", "{}").message for schema in (SCHEMA, reordered)]
+    assert [m.splitlines()[-2] for m in messages if m] == ["Accepted parameters: path, offset, mode",
+                                                           "Accepted parameters: mode, offset, path"]
+    assert cache.compiles == 2
+
+
+def test_the_cache_keeps_the_most_recently_used() -> None:
+    cache = SchemaCache(size=2)
+    schemas = [{"type": "object", "properties": {name: {"type": "string"}}} for name in ("a", "b", "c")]
+    for schema in (schemas[0], schemas[1], schemas[0], schemas[2], schemas[0], schemas[1]):
+        assert tools(chat_tool("t", schema), cache=cache).check("t", "{}").outcome == "ok"
+    assert (cache.compiles, cache.hits, len(cache)) == (4, 2, 2)  # b was dropped for c, then compiled again
+
+
+def test_the_request_schema_is_not_kept() -> None:
+    schema = json.loads(json.dumps(SCHEMA))
+    cache = SchemaCache()
+    tools(chat_tool("read_file", schema), cache=cache).check("read_file", "{}")
+    schema["required"] = []  # the request's dicts changing later does not change the cached schema
+    assert tools(chat_tool("read_file", SCHEMA), cache=cache).check("read_file", "{}").reason == "missing_arguments"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) |  # as orjson reads a request
+    st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
+schema_words = st.sampled_from(["type", "properties", "required", "enum", "items", "format", "$ref", "$schema",
+                                "additionalProperties", "patternProperties", "anyOf", "minimum", "pattern"])
+schemas = st.recursive(
+    json_values,
+    lambda inner: st.dictionaries(schema_words | st.text(max_size=4), inner, max_size=5),
+    max_leaves=25)
+fields = st.sampled_from(["path", "mode", "offset", "x"])
+property_schemas = st.fixed_dictionaries(
+    {"type": st.sampled_from(["string", "integer", "object", "array", "boolean", "null"])},
+    optional={"enum": st.lists(json_values, min_size=1, max_size=3),
+              "format": st.sampled_from(["date", "email", "uuid"]), "minimum": st.integers(-(2**63), 2**63 - 1),
+              "items": st.just({"type": "string"})})
+object_schemas = st.fixed_dictionaries(
+    {"type": st.just("object"), "properties": st.dictionaries(fields, property_schemas, max_size=4)},
+    optional={"required": st.lists(fields, max_size=3, unique=True), "additionalProperties": st.booleans()})
+named_values = st.dictionaries(fields, json_values)
+argument_texts = st.one_of(st.text(max_size=40), json_values.map(json.dumps), named_values.map(json.dumps),
+                           named_values.map(json.dumps).map(lambda text: text[:-1]))
+
+
+tool_names = st.sampled_from(["a", "b", "t"])
+declarations = st.one_of(json_values, st.builds(chat_tool, tool_names, schemas),
+                         st.builds(responses_tool, tool_names, schemas),
+                         st.builds(chat_tool, tool_names, object_schemas))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(declared=st.lists(declarations, max_size=4), name=st.text(max_size=10),
+       arguments=st.one_of(st.none(), argument_texts))
+def test_the_check_never_raises(declared: list[Any], name: str, arguments: str | None) -> None:
+    client = ClientTools(declared, SchemaCache(size=2), max_tools=3)
+    for candidate in (name, *client.names):
+        check = client.check(candidate, arguments)
+        assert check.outcome in ("ok", "rejected", "unchecked")
+        assert (check.outcome == "rejected") == (check.rejection is not None)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=object_schemas, arguments=st.one_of(argument_texts, named_values.map(json.dumps)))
+def test_a_checked_call_comes_out_as_a_gateway_tools_parse_step(schema: dict[str, Any], arguments: str) -> None:
+    """Formats aside (the gateway's own tools check none), the client check is the gateway's."""
+    schema = {**schema, "properties": {name: {k: v for k, v in prop.items() if k != "format"}
+                                       for name, prop in schema["properties"].items()}}
+    tool = Tool(name="t", parameters_schema=schema, validate_schema=True, function=lambda args: "")
+    parsed = asyncio.run(tool.parse_arguments(arguments, ToolContext(tool_call_id="c")))
+    check = tools(chat_tool("t", schema)).check("t", arguments)
+    if isinstance(parsed, Rejection):
+        assert_same(check, parsed)
+    else:
+        assert check.outcome == "ok"
