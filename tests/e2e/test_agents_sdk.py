@@ -53,6 +53,16 @@ def run_config(stack: Stack, api: str) -> RunConfig:
     return RunConfig(model_provider=provider, tracing_disabled=True)
 
 
+async def final_output(agent: Agent[Any], prompt: str, config: RunConfig, streamed: bool) -> Any:
+    """The agent's final output, run to its end with `Runner.run` or `Runner.run_streamed`."""
+    if not streamed:
+        return (await Runner.run(agent, prompt, run_config=config)).final_output
+    running = Runner.run_streamed(agent, prompt, run_config=config)
+    async for _ in running.stream_events():
+        pass
+    return running.final_output
+
+
 @pytest.mark.parametrize("api", ["responses", "chat"])
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_an_agent_runs_to_its_final_output_beside_the_gateways_tool(stack: Stack, api: str,
@@ -60,15 +70,7 @@ async def test_an_agent_runs_to_its_final_output_beside_the_gateways_tool(stack:
     for _ in range(3):
         stack.script.then(agent_model)
     agent = Agent(name="helper", instructions="Be brief.", tools=[lookup_secret], model="test-model")
-    config = run_config(stack, api)
-    if streamed:
-        running = Runner.run_streamed(agent, "Add 2 and 3, then tell me the door secret.", run_config=config)
-        async for _ in running.stream_events():
-            pass
-        final = running.final_output
-    else:
-        result = await Runner.run(agent, "Add 2 and 3, then tell me the door secret.", run_config=config)
-        final = result.final_output
+    final = await final_output(agent, "Add 2 and 3, then tell me the door secret.", run_config(stack, api), streamed)
     assert final == f"The sum is 5 and the secret is {SECRET}."
     first, second, third = stack.upstream_requests
     path_key = "input" if api == "responses" else "messages"

@@ -10,12 +10,12 @@ import json
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, function_tool
+from agents import Agent, function_tool
 
 from gateway.demo.model import Reply
 from telemetry import names
 from tests.conftest import Stack
-from tests.e2e.test_agents_sdk import run_config
+from tests.e2e.test_agents_sdk import final_output, run_config
 
 
 def tool_outputs(body: dict[str, Any]) -> list[str]:
@@ -53,14 +53,7 @@ async def test_the_sdk_tools_renamed_argument_is_seen_and_its_correction_linked(
     for _ in range(3):
         stack.script.then(renaming_model)
     agent = Agent(name="reader", instructions="Be brief.", tools=[open_file], model="test-model")
-    config = run_config(stack, api)
-    if streamed:
-        running = Runner.run_streamed(agent, "What do my notes say?", run_config=config)
-        async for _ in running.stream_events():
-            pass
-        final = running.final_output
-    else:
-        final = (await Runner.run(agent, "What do my notes say?", run_config=config)).final_output
+    final = await final_output(agent, "What do my notes say?", run_config(stack, api), streamed)
     assert final == "The notes say: hello from notes.txt"
     first_output = tool_outputs(stack.upstream_requests[1])[0]
     assert "hello" not in first_output  # the SDK itself refused the renamed call: it got it as the model sent it
