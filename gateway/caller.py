@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.errors import Unauthorized
 from gateway.headers import TRAJECTORY_HEADER, SecretNames, to_provider
-from gateway.settings import GatewayKey
+from gateway.settings import ClientCheckMode, GatewayKey
 from gateway.tools import Turn
 
 _TRAJECTORY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -40,6 +40,7 @@ class Caller:
     # How the request's trajectory was found when the header named none (gateway.linking): "metadata",
     # "previous_response", "call_ids", "session_header"; None: the header's, or a new one.
     linked_by: str | None = None
+    client_tool_check: ClientCheckMode | None = None  # the key's own client_tool_check; None: the gateway's
 
     @property
     def trajectory_source(self) -> str:
@@ -106,5 +107,5 @@ def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys:
             allowed = None if spec.tools is None else frozenset(spec.tools)
             routes = None if spec.routes is None else tuple(spec.routes)
             return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named, routes=routes,
-                          query_secret=secret)
+                          query_secret=secret, client_tool_check=spec.client_tool_check)
     raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>", code="invalid_api_key")

@@ -23,11 +23,6 @@ from gateway.tools.results import Rejection, RejectionReason, ToolOutcome, rejec
 from gateway.tools.schema import closed_to_other_names, describe_problems, schema_validator, value_problems
 
 Outcome = Literal["ok", "rejected", "unchecked"]
-# What the gateway does with a client call that does not fit its tool's declaration: observe (the
-# span and the counts say so; the client gets the call as the model sent it), reject (the gateway
-# answers the model with the diagnostic and goes on; the client never sees the call), or off (no
-# check at all).
-ClientCheckMode = Literal["observe", "reject", "off"]
 # Why a call was not checked: its tool's schema is over the size limit, its tool is past the
 # count limit, the schema is not a JSON Schema of an object, or the tool is not a function tool.
 Unchecked = Literal["schema_too_large", "too_many_tools", "invalid_schema", "not_a_function"]
@@ -57,7 +52,7 @@ class ClientCheck:
         told when the gateway answers the call itself)."""
         if self.rejection is not None:
             return rejected(call_id, tool, self.rejection)
-        return ToolOutcome(call_id, tool, self.outcome, "")
+        return ToolOutcome(call_id, tool, self.outcome, "", unchecked=self.unchecked)
 
     @property
     def reason(self) -> RejectionReason | None:

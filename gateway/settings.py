@@ -38,6 +38,11 @@ from gateway.settings_text import SettingsInvalid, explain
 from gateway.transport import tls_context
 
 UpstreamKind = Literal["openai", "azure", "vllm", "ollama", "deepseek", "compatible"]
+# What the gateway does with a model's call of the client's own tool that does not fit the schema the
+# request declared (gateway.client_calls): observe (spans and metrics say so; the client gets the call
+# as the model sent it), reject (the gateway answers the model with the diagnostic and goes on; the
+# client never sees the call), or off (no check at all).
+ClientCheckMode = Literal["observe", "reject", "off"]
 # Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
 REDACT_KEYS = ("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey", "authorization",
                "credential", "private_key", "cookie")
@@ -52,6 +57,8 @@ class GatewayKey(BaseModel):
     tools: list[str] | None = Field(None, description="Tool names this key may use; unset: all")
     routes: list[str] | None = Field(
         None, description="Pass-through path prefixes this key may use (e.g. /v1/models, /v1/embeddings); unset: all")
+    client_tool_check: ClientCheckMode | None = Field(
+        None, description="client_tool_check for this key's requests; unset: the gateway's")
 
     @field_validator("routes")
     @classmethod
@@ -185,7 +192,7 @@ class Settings(BaseSettings):
         False, description="Offer the gateway's tools to a request that sends `tools: []` (by default such a "
                            "request, which asks for an answer without tools, as the Codex CLI's compaction does, "
                            "gets none)")
-    client_tool_check: Literal["observe", "reject", "off"] = Field(
+    client_tool_check: ClientCheckMode = Field(
         "observe", description="The model's calls of the client's own tools, checked against the schemas the request "
                                "declares: observe (spans and metrics say what did not fit; the client gets the call "
                                "as sent), reject (the gateway answers the model with the diagnostic and goes on, and "

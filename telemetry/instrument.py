@@ -242,6 +242,8 @@ class ToolCallSpan:
             attributes[names.ATTR_ERROR_TYPE] = outcome.error_type
         if outcome.rejection is not None:
             attributes[names.ATTR_REJECTION_REASON] = outcome.rejection.reason
+        if outcome.unchecked is not None:
+            attributes[names.ATTR_UNCHECKED_REASON] = outcome.unchecked
         if (check := outcome.names) is not None:
             if check.missing:
                 attributes[names.ATTR_ARGS_MISSING] = tuple(check.missing)

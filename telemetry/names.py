@@ -30,6 +30,9 @@ ATTR_OUTCOME: Final = "toolspan.outcome"
 # On a tool.call span: "gateway" (a tool the gateway ran) or "client" (a call of the client's own
 # tool, checked by the gateway and handed to the client: the span is its parse step).
 ATTR_TOOL_SIDE: Final = "toolspan.tool.side"
+# Why the gateway did not check a client call (outcome "unchecked"): schema_too_large, too_many_tools,
+# invalid_schema or not_a_function.
+ATTR_UNCHECKED_REASON: Final = "toolspan.tool.unchecked_reason"
 ATTR_REJECTION_REASON: Final = "toolspan.rejection.reason"
 ATTR_ARGS_MISSING: Final = "toolspan.args.missing"
 ATTR_ARGS_UNRECOGNIZED: Final = "toolspan.args.unrecognized"

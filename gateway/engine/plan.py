@@ -3,7 +3,7 @@ and what the client asked to get back. One function per API; both end in the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -42,7 +42,7 @@ class Plan:
     query: str = ""  # the caller's query string, which goes with every provider call
     path: str = ""  # the path the caller addressed (an Azure surface names the provider's)
     held_turn_lost: bool = False  # it continues a turn (or gateway response) the gateway no longer holds
-    client_tools: tuple[Any, ...] = ()  # the client's own tools as it declared them (gateway.client_calls)
+    client_tools: Sequence[Any] = ()  # the client's own tools as it declared them (gateway.client_calls)
 
 
 def _chat_tool_name(spec: Any) -> str | None:
@@ -128,7 +128,7 @@ async def plan_chat(body: Mapping[str, Any], caller: Caller, registry: ToolRegis
     lost = any(found.take(token, "chat") is None for token in tokens)
     return Plan("chat", str(body["model"]), bool(body.get("stream")), conversation, client_names | legacy,
                 gateway_names, include_usage=include_usage, query=query, path=path, held_turn_lost=lost,
-                client_tools=tuple(body.get("tools") or ()))
+                client_tools=body.get("tools") or ())
 
 
 async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
@@ -169,4 +169,4 @@ async def plan_responses(body: Mapping[str, Any], caller: Caller, registry: Tool
     return Plan("responses", str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent,
                 answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path, held_turn_lost=lost,
-                client_tools=tuple(body.get("tools") or ()))
+                client_tools=body.get("tools") or ())

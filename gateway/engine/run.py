@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.caller import Caller
-from gateway.client_calls import ClientCheckMode, ClientTools, SchemaCache
+from gateway.client_calls import ClientTools, SchemaCache
 from gateway.engine.decide import Finish, HandBack, RunTools, after_tools, decide, enforced, is_final
 from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
@@ -32,6 +32,7 @@ from gateway.engine.turn import (
 from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
 from gateway.provider_paths import not_found_at
+from gateway.settings import ClientCheckMode
 from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 from gateway.upstream import Upstream
@@ -319,7 +320,8 @@ class Engine:
         its `tool.call` span (side "client"); the calls themselves are not changed. In reject mode,
         the rejected ones (by `id()` of the call) for the gateway to answer in their place, unless
         this was the last round the limit allows: then the client gets them as they are."""
-        if self.client_check == "off":
+        mode = caller.client_tool_check or self.client_check
+        if mode == "off":
             return {}
         tools = ClientTools(plan.client_tools, self.client_schemas)
         turn = caller.turn(round_)
@@ -331,7 +333,7 @@ class Engine:
                     checked = tools.check(call.name, call.arguments)
                 outcome = checked.outcome_of(call.id, call.name)
                 trace.finish(outcome)
-            if outcome.status == "rejected" and self.client_check == "reject" and not final:
+            if outcome.status == "rejected" and mode == "reject" and not final:
                 refused[id(call)] = outcome
         return refused
 

@@ -112,6 +112,7 @@ class ToolOutcome:
     arguments: dict[str, Any] | None = None
     interrupt_data: Any = None
     error_type: str | None = None
+    unchecked: str | None = None  # why a client tool's call was not checked (gateway.client_calls.Unchecked)
 
     def __post_init__(self) -> None:
         # The content goes upstream as JSON, which must be UTF-8: a lone surrogate (a model's

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import AUTH, STREAM, USER, Stack, StackFactory, call_args, tool_call_spans
+from tests.conftest import AUTH, STREAM, TEST_KEY, USER, Stack, StackFactory, call_args, tool_call_spans
 
 PARAMETERS = {"type": "object", "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}},
               "required": ["path"]}
@@ -179,3 +180,32 @@ async def test_off_checks_nothing(make_stack: StackFactory) -> None:
     assert call_args(answer.tool_calls[0]) == RENAMED
     assert tool_call_spans(stack, answer.headers["x-trace-id"], side=names.SIDE_CLIENT) == []
     assert stack.metric(names.METRIC_TOOL_CALLS) == 0
+
+
+async def test_a_keys_own_client_tool_check_wins_over_the_gateways(make_stack: StackFactory) -> None:
+    """The gateway observes; one key's requests are enforced, another key's only observed."""
+    stack = await make_stack(keys={"strict": {"key": TEST_KEY, "client_tool_check": "reject"},
+                                   "lenient": {"key": "tsk-lenient-00"}})
+    stack.script.then(Reply(tool_calls=[("open_file", RENAMED)]), Reply(tool_calls=[("open_file", CORRECTED)]),
+                      Reply(tool_calls=[("open_file", RENAMED)]))
+    enforced = await stack.ask(False, messages=USER, tools=[CHAT_TOOL])  # the stack's client sends TEST_KEY
+    assert call_args(enforced.tool_calls[0]) == CORRECTED
+    async with openai.AsyncOpenAI(base_url=stack.url + "/v1", api_key="tsk-lenient-00", max_retries=0) as lenient:
+        observed = await lenient.chat.completions.create(model="test-model", messages=USER, tools=[CHAT_TOOL])
+    [call] = observed.choices[0].message.tool_calls or []
+    assert json.loads(call.function.arguments) == RENAMED
+    assert len(stack.upstream_requests) == 3
+    assert client_metric(stack, names.METRIC_TOOL_CALLS, outcome="rejected") == 2
+
+
+async def test_a_call_whose_schema_is_too_large_is_counted_unchecked(stack: Stack) -> None:
+    huge = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100}
+                                             for i in range(700)}}  # about 80 KB of JSON, over 64 KiB
+    tool = {"type": "function", "function": {"name": "open_file", "parameters": huge}}
+    stack.script.then(Reply(tool_calls=[("open_file", RENAMED)]))
+    answer = await stack.ask(False, messages=USER, tools=[tool])
+    assert call_args(answer.tool_calls[0]) == RENAMED
+    [span] = tool_call_spans(stack, answer.headers["x-trace-id"], side=names.SIDE_CLIENT)
+    assert attributes(span)[names.ATTR_OUTCOME] == "unchecked"
+    assert attributes(span)[names.ATTR_UNCHECKED_REASON] == "schema_too_large"
+    assert client_metric(stack, names.METRIC_TOOL_CALLS, outcome="unchecked") == 1
