@@ -54,7 +54,7 @@ from tool_pipeline import DropExporter
 from gateway.demo.model import Policy, Reply, ScriptedModel
 from gateway.mcp import McpSources
 from gateway.runtime import serving
-from gateway.settings import McpServer
+from gateway.settings_parts import McpServer
 from gateway.tools import ToolCall, ToolExecutor, ToolRegistry, Turn
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics

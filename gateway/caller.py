@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.errors import Unauthorized
 from gateway.headers import TRAJECTORY_HEADER, SecretNames, to_provider
-from gateway.settings import ClientCheckMode, GatewayKey
+from gateway.settings_parts import ClientCheckMode, GatewayKey
 from gateway.tools import Turn
 
 _TRAJECTORY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway import config_example
-from gateway.settings import GatewayKey, McpServer, Settings, load_settings
+from gateway.settings import Settings, load_settings
+from gateway.settings_parts import GatewayKey, McpServer
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "toolspan.example.toml"
 REGENERATE = "python -m gateway.config_example docs/toolspan.example.toml"

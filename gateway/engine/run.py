@@ -32,7 +32,7 @@ from gateway.engine.turn import (
 from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
 from gateway.provider_paths import not_found_at
-from gateway.settings import ClientCheckMode
+from gateway.settings_parts import ClientCheckMode
 from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 from gateway.upstream import Upstream

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from gateway.browsers import is_own_origin
-from gateway.settings import GatewayKey
+from gateway.settings_parts import GatewayKey
 
 SESSION_COOKIE = "toolspan_ui"
 _SESSION_TEXT = b"toolspan /ui session"

@@ -28,7 +28,8 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.runtime import gateway
-from gateway.settings import GatewayKey, Settings
+from gateway.settings import Settings
+from gateway.settings_parts import GatewayKey
 from gateway.upstream import Upstream
 from telemetry import names
 from tests.conftest import USER, Gateway, GatewayFactory, Stack, StackFactory, free_port

@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from gateway.runtime import gateway as serve_gateway
-from gateway.settings import GatewayKey, Settings
+from gateway.settings import Settings
+from gateway.settings_parts import GatewayKey
 from gateway.tools import Param, Rejection, Tool, ToolContext, ToolRegistry
 from telemetry import names
 from tests.conftest import Gateway, GatewayFactory, every_outcome_registry
