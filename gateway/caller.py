@@ -49,6 +49,10 @@ class Caller:
             return "header"
         return self.linked_by or "new"
 
+    def client_check(self, default: ClientCheckMode) -> ClientCheckMode:
+        """What this caller's requests do with the client calls that do not fit: its key's, else `default`."""
+        return self.client_tool_check or default
+
     def provider_query(self, query: str) -> str:
         """The caller's query string as it goes to the provider."""
         return query if self.query_secret is None or not query else self.query_secret.without_credentials(query)

@@ -135,6 +135,9 @@ class Settings(BaseSettings):
                                "declares: observe (spans and metrics say what did not fit; the client gets the call "
                                "as sent), reject (the gateway answers the model with the diagnostic and goes on, and "
                                "the client never sees the call), or off")
+    client_tool_error_prefix: str | None = Field(
+        None, min_length=1, description="A result of the client's own tool that starts with this text counts as "
+                                        "a failed call (neither API flags one); unset: every result counts as returned")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted (decoded)")
     max_upload_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Largest body accepted on upload routes "
                                                                          "(/v1/files, /v1/uploads), decoded")

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from time import perf_counter
+from time import perf_counter, time_ns
 from types import TracebackType
 from typing import Any
 
@@ -19,7 +19,7 @@ from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, unt
 from gateway.settings import REDACT_KEYS
 from gateway.state import StateUnavailable
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
-from gateway.tools.hooks import Side
+from gateway.tools.hooks import ClientResult, Side
 from gateway.tools.results import ToolOrigin
 from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
@@ -72,6 +72,32 @@ class Telemetry:
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> ToolCallSpan:
         return ToolCallSpan(self, call, tool, turn, side)
+
+    def client_result(self, result: ClientResult, turn: Turn) -> None:
+        """The client's execute step of one call: a `tool.execute` span (side client) in the request
+        that brought the result, from the answer that handed the call over until now, and its time
+        in the metrics."""
+        now_ns = time_ns()
+        started_ns = min(int(result.sent_at * 1e9), now_ns)  # another replica's clock may run ahead
+        outcome = "error" if result.error else names.OUTCOME_RETURNED
+        label = self.client_tool_labels.label(result.tool)
+        attributes: dict[str, Any] = {
+            names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
+            names.ATTR_TOOL_NAME: bounded(result.tool, _NAME_MAX),
+            names.ATTR_TOOL_CALL_ID: bounded(result.call_id, _NAME_MAX),
+            names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
+            names.ATTR_TOOL_SIDE: names.SIDE_CLIENT, names.ATTR_OUTCOME: outcome,
+            names.ATTR_RESULT_BYTES: result.size}
+        if turn.trajectory_id is not None:
+            attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
+        if turn.principal is not None:
+            attributes[names.ATTR_KEY_NAME] = turn.principal
+        span = self.tracer.start_span(names.SPAN_TOOL_EXECUTE, kind=SpanKind.INTERNAL, attributes=attributes,
+                                      start_time=started_ns)
+        if result.error:
+            span.set_status(Status(StatusCode.ERROR, "the client's tool said the call failed"))
+        span.end(end_time=now_ns)
+        self.metrics.client_tool_roundtrip.labels(label, outcome).observe((now_ns - started_ns) / 1e9)
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
         metrics = self.metrics

@@ -20,6 +20,8 @@ from telemetry import names
 TOOL_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+# A client's tool runs on its side, for as long as a command or a person takes: up to an hour.
+CLIENT_ROUNDTRIP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 EXEMPLAR_INTERVAL = 1.0  # seconds: at most one exemplar per bucket of a series in this time
 
 
@@ -245,6 +247,10 @@ class Metrics:
             names.METRIC_TOOL_RECOVERIES, "Retries that succeeded (of a client tool: passed the check), by tool, "
             "retry kind and side.",
             (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE), registry)
+        self.client_tool_roundtrip = _histogram(
+            names.METRIC_CLIENT_TOOL_ROUNDTRIP, "Time from the answer that handed a call of the client's own tool "
+            "over to the request that brought its result: the client's tool time plus its own overhead.",
+            (names.LABEL_TOOL, names.LABEL_OUTCOME), CLIENT_ROUNDTRIP_BUCKETS, registry)
         self.upstream_requests = _counter(
             names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by model and HTTP status (or error).",
             (names.LABEL_MODEL, names.LABEL_STATUS), registry)

@@ -33,6 +33,11 @@ ATTR_TOOL_SIDE: Final = "toolspan.tool.side"
 # Why the gateway did not check a client call (outcome "unchecked"): schema_too_large, too_many_tools,
 # invalid_schema or not_a_function.
 ATTR_UNCHECKED_REASON: Final = "toolspan.tool.unchecked_reason"
+# On a client call's execute step (a `tool.execute` span, side client): the bytes of the result the
+# client sent back. The span itself runs from the answer that handed the call over to the request
+# that brought the result: the client's tool time plus its own overhead.
+ATTR_RESULT_BYTES: Final = "toolspan.tool.result_bytes"
+OUTCOME_RETURNED: Final = "returned"  # a client call's result came back, and nothing says it failed
 ATTR_REJECTION_REASON: Final = "toolspan.rejection.reason"
 ATTR_ARGS_MISSING: Final = "toolspan.args.missing"
 ATTR_ARGS_UNRECOGNIZED: Final = "toolspan.args.unrecognized"
@@ -93,6 +98,9 @@ METRIC_TOOL_CALL_DURATION: Final = "toolspan_tool_call_duration_seconds"
 METRIC_TOOL_REJECTIONS: Final = "toolspan_tool_rejections_total"
 METRIC_TOOL_RETRIES: Final = "toolspan_tool_retries_total"
 METRIC_TOOL_RECOVERIES: Final = "toolspan_tool_recoveries_total"
+# From the answer that handed a client call over to the request that brought its result: the client's
+# tool time plus its own overhead, by tool and outcome (returned or error).
+METRIC_CLIENT_TOOL_ROUNDTRIP: Final = "toolspan_client_tool_roundtrip_seconds"
 METRIC_UPSTREAM_REQUESTS: Final = "toolspan_upstream_requests_total"
 METRIC_UPSTREAM_DURATION: Final = "toolspan_upstream_request_duration_seconds"
 # Provider calls the gateway tried again itself, after gateway tools ran (gateway.engine.retries).

@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from gateway.engine.turn import read_chat
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings import Settings
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome, Turn
+from gateway.tools.hooks import ClientResult
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
@@ -757,6 +759,7 @@ async def _drive(registry: CollectorRegistry) -> None:
         async with instrumentation.tool_call(ToolCall("call_c", "grammar", "SELECT 1"), None, turn,
                                              side="client") as checked:
             checked.finish(ToolOutcome("call_c", "grammar", "unchecked", ""))
+        instrumentation.client_result(ClientResult("call_c", "grammar", time.time() - 1.5, 2, error=False), turn)
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
     instrumentation.mcp_server_state("files", True, disconnected=False)  # an MCP server up, then lost
     instrumentation.mcp_server_state("files", False, disconnected=True)

@@ -320,7 +320,7 @@ class Engine:
         its `tool.call` span (side "client"); the calls themselves are not changed. In reject mode,
         the rejected ones (by `id()` of the call) for the gateway to answer in their place, unless
         this was the last round the limit allows: then the client gets them as they are."""
-        mode = caller.client_tool_check or self.client_check
+        mode = caller.client_check(self.client_check)
         if mode == "off":
             return {}
         tools = ClientTools(plan.client_tools, self.client_schemas)

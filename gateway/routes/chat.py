@@ -10,8 +10,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway import linking
-from gateway.app_keys import HELD, REGISTRY, SETTINGS
+from gateway import client_results, linking
+from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS
 from gateway.engine import Finished, Plan, Visible, plan_chat
 from gateway.engine.turn import annotates, says_nothing, summed_usage
 from gateway.errors import GatewayError
@@ -53,6 +53,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chat = validate(ChatRequest, body, "a chat completion request")
     caller = await linking.joined(caller_of(request, chat.metadata), request.app[HELD],
                                   linking.chat_call_ids(chat.messages))
+    settings = request.app[SETTINGS]
+    if caller.client_check(settings.client_tool_check) != "off":
+        await client_results.report_results(request.app[HELD], request.app[INSTRUMENTATION], caller,
+                                            client_results.chat_results(chat.messages),
+                                            settings.client_tool_error_prefix)
     plan = await plan_chat(body, caller, request.app[REGISTRY], request.app[HELD],
                            caller.provider_query(request.query_string), request.path,
                            request.app[SETTINGS].offer_tools_on_empty_tools)

@@ -13,8 +13,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway import linking
-from gateway.app_keys import ENGINE, HELD, TRACE
+from gateway import client_results, linking
+from gateway.app_keys import ENGINE, HELD, SETTINGS, TRACE
 from gateway.caller import Caller
 from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.errors import GatewayError, internal_error, log_provider_failure
@@ -104,6 +104,8 @@ async def _link(request: web.Request, caller: Caller, plan: Plan, finished: Fini
     response_id = finished.response_id if plan.api == "responses" else None
     await linking.remember(request.app[HELD], caller, linking.answer_call_ids(plan.api, finished.client_calls),
                            response_id)
+    if finished.client_calls and caller.client_check(request.app[SETTINGS].client_tool_check) != "off":
+        await client_results.keep_handed(request.app[HELD], caller, plan.api, finished.client_calls)
 
 
 async def stream(request: web.Request, caller: Caller, plan: Plan, events: AsyncGenerator[Event, None],

@@ -12,8 +12,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway import linking
-from gateway.app_keys import HELD, REGISTRY, SETTINGS
+from gateway import client_results, linking
+from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS
 from gateway.engine import Finished, Plan, Visible, plan_responses
 from gateway.engine.turn import opens_response, summed_usage
 from gateway.errors import GatewayError
@@ -47,6 +47,11 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     checked = validate(ResponsesRequest, body, "a Responses API request")
     caller = await linking.joined(caller_of(request, checked.metadata), request.app[HELD],
                                   linking.responses_call_ids(checked.input), checked.previous_response_id)
+    settings = request.app[SETTINGS]
+    if caller.client_check(settings.client_tool_check) != "off":
+        await client_results.report_results(request.app[HELD], request.app[INSTRUMENTATION], caller,
+                                            client_results.responses_results(checked.input),
+                                            settings.client_tool_error_prefix)
     plan = await plan_responses(body, caller, request.app[REGISTRY], request.app[HELD],
                                 caller.provider_query(request.query_string), request.path,
                                 request.app[SETTINGS].offer_tools_on_empty_tools)

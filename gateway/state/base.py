@@ -11,8 +11,9 @@ from gateway.errors import NotFound, Unavailable
 
 # What a shared store keeps, each kind under keys of its own: held turns, the items their clients
 # saw, response aliases, response owners, failure records, the marker that tells a Redis that lost
-# its data, and the sets of entries by last use (the metric of unreadable values counts by these).
-StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru", "link", "answer", "rounds"]
+# its data, the sets of entries by last use (the metric of unreadable values counts by these), and
+# the client calls handed back whose results have not come yet.
+StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru", "link", "answer", "rounds", "sent"]
 
 PREFIX = "tspan_"
 RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses
@@ -60,6 +61,9 @@ TRAJECTORY_LINKS = Bounds(200_000, 86400.0, 50_000)
 # The rounds done for a request whose provider then failed for good (gateway.engine.replays): kept
 # for the client's replay of the same request, a few minutes at most.
 REPLAYS = Bounds(10_000, 600.0, 2_500)
+# The client calls an answer handed back, each with when and of which tool (gateway.client_results):
+# kept until its result comes, or as long as the links that name its trajectory.
+SENT_CALLS = Bounds(200_000, 86400.0, 50_000)
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,13 @@ class StateStore(FailureBook, Protocol):
 
     async def forget_answer(self, principal: str | None, response_id: str) -> None:
         """Forget the principal's record of that response id and its alias (it was deleted)."""
+
+    async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
+        """Keep a record for each client call handed back, by its id as the client got it."""
+
+    async def taken_sent(self, principal: str | None, call_ids: Collection[str]) -> dict[str, str]:
+        """The records kept for these call ids (those there are), each forgotten as it is read: a
+        result the client sends again in its next request is found once."""
 
     async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
         """Keep the rounds done for a request that failed after gateway tools ran (an opaque JSON

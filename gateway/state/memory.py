@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -13,6 +13,7 @@ from gateway.state.base import (
     DEFAULT_FAILURE_BOUNDS,
     OWNED_RESPONSES,
     REPLAYS,
+    SENT_CALLS,
     TRAJECTORY_LINKS,
     Bounds,
     FailureBounds,
@@ -169,6 +170,7 @@ class HeldTurns:
         self._links: _Bounded[str] = _Bounded(TRAJECTORY_LINKS, clock)  # call or response id -> trajectory
         self._answers: _Bounded[str] = _Bounded(turns, clock)  # the client's response id -> what it was given
         self._rounds: _Bounded[str] = _Bounded(REPLAYS, clock)  # a failed request's digest -> its rounds
+        self._sent: _Bounded[str] = _Bounded(SENT_CALLS, clock)  # a client call handed back -> its record
         self.failures = FailureRecords(failure_bounds, clock)
 
     def __len__(self) -> int:
@@ -224,6 +226,18 @@ class HeldTurns:
     async def forget_answer(self, principal: str | None, response_id: str) -> None:
         self._answers.delete(principal, response_id)
         self._responses.delete(principal, response_id)
+
+    async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
+        for call_id, record in records.items():
+            self._sent.put(principal, call_id, record)
+
+    async def taken_sent(self, principal: str | None, call_ids: Collection[str]) -> dict[str, str]:
+        taken = {}
+        for call_id in call_ids:
+            if (record := self._sent.get(principal, call_id)) is not None:
+                taken[call_id] = record
+                self._sent.delete(principal, call_id)
+        return taken
 
     async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
         self._rounds.put(principal, request_key, record)

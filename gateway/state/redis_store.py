@@ -11,7 +11,7 @@ import re
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from gateway.state.base import (
     DEFAULT_FAILURE_BOUNDS,
     OWNED_RESPONSES,
     REPLAYS,
+    SENT_CALLS,
     TRAJECTORY_LINKS,
     Bounds,
     FailureBounds,
@@ -43,6 +44,7 @@ from gateway.state.redis_values import (
     owned_of,
     response_of,
     rounds_of,
+    sent_of,
     token_of,
     trajectory_of,
     turn_of,
@@ -108,7 +110,7 @@ class RedisState:
         self._kinds = {name: _kind(name, bounds) for name, bounds in
                        (("turn", turns), ("item", turns), ("resp", turns), ("own", owned),
                                                               ("link", TRAJECTORY_LINKS), ("answer", turns),
-                                                              ("rounds", REPLAYS))}
+                                                              ("rounds", REPLAYS), ("sent", SENT_CALLS))}
         self._timeout = timeout_seconds
         self._observe = observe
         self._prefix = prefix
@@ -360,6 +362,30 @@ class RedisState:
             if principal is not None:
                 pipe.zrem(self._recency(kind, owner), key)
         await self._run(_answers(pipe))
+
+    async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
+        if records:
+            await self._put(principal, [("sent", self._key("sent", principal, call_id), record)
+                                        for call_id, record in records.items()])
+
+    async def taken_sent(self, principal: str | None, call_ids: Collection[str]) -> dict[str, str]:
+        """Read and forgotten in one transaction: of two replicas given the same result, one records it."""
+        wanted = list(dict.fromkeys(call_ids))
+        if not wanted:
+            return {}
+        keys = [self._key("sent", principal, call_id) for call_id in wanted]
+        pipe = self._redis.pipeline(transaction=True)
+        for key in keys:
+            pipe.getdel(key)
+        pipe.zrem(self._recency("sent"), *keys)
+        if principal is not None:
+            pipe.zrem(self._recency("sent", self._owner(principal)), *keys)
+        answers = await self._run(_answers(pipe))
+        taken = {}
+        for call_id, key, raw in zip(wanted, keys, answers[:len(keys)], strict=True):
+            if (record := self._read("sent", key, raw, sent_of)) is not None:
+                taken[call_id] = record
+        return taken
 
     async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
         await self._put(principal, [("rounds", self._key("rounds", principal, request_key), record)])

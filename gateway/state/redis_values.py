@@ -100,6 +100,15 @@ def trajectory_of(raw: bytes) -> str:
     return text
 
 
+def sent_of(raw: bytes) -> str:
+    """The record of a client call handed back (`keep_sent` writes a JSON array; gateway.client_results
+    reads it, and treats one it cannot read as absent)."""
+    text = _text(raw)
+    if not text.startswith("["):
+        raise Unreadable("not a sent call's record")
+    return text
+
+
 def rounds_of(raw: bytes) -> str:
     """The rounds kept for a replay (`keep_rounds` writes a JSON object; gateway.engine.replays
     reads its fields, and treats one it cannot read as absent)."""

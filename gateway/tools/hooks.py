@@ -43,6 +43,18 @@ class Turn:
                            principal=self.principal, metadata=self.metadata)
 
 
+@dataclass(frozen=True)
+class ClientResult:
+    """The result of a call of the client's own tool, as a later request brought it: the client's
+    execute step, seen from the gateway (gateway.client_results)."""
+
+    call_id: str  # the model's, as the check of the call named it
+    tool: str
+    sent_at: float  # when the answer that handed the call to the client was given (epoch seconds)
+    size: int  # bytes of the result as the request carried it
+    error: bool  # the client said the call failed (where the configured rule says so)
+
+
 class ToolCallTrace(Protocol):
     """The trace of one tool call, open while it runs."""
 
@@ -61,6 +73,9 @@ class ToolHooks(Protocol):
         """The scope of one call from lookup to outcome; `tool` is None for an unknown name (and for
         every call of a client tool, `side="client"`, whose scope is its parse step only).
         Asynchronous: entering and leaving it may read and write the retry state (gateway.state)."""
+
+    def client_result(self, result: ClientResult, turn: Turn) -> None:
+        """A request brought the result of a client call an earlier answer handed back."""
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
         """An MCP server whose tools are in the registry came up, or is not up (`disconnected`:
@@ -86,6 +101,9 @@ class NoHooks:
     async def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn,
                         side: Side = "gateway") -> AsyncIterator[ToolCallTrace]:
         yield _NoTrace()
+
+    def client_result(self, result: ClientResult, turn: Turn) -> None:
+        return None
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
         return None

@@ -209,3 +209,70 @@ async def test_a_call_whose_schema_is_too_large_is_counted_unchecked(stack: Stac
     assert attributes(span)[names.ATTR_OUTCOME] == "unchecked"
     assert attributes(span)[names.ATTR_UNCHECKED_REASON] == "schema_too_large"
     assert client_metric(stack, names.METRIC_TOOL_CALLS, outcome="unchecked") == 1
+
+
+def execute_steps(stack: Stack, trace_id: str) -> list[ReadableSpan]:
+    return [s for s in stack.spans(trace_id) if s.name == names.SPAN_TOOL_EXECUTE
+            and attributes(s).get(names.ATTR_TOOL_SIDE) == names.SIDE_CLIENT]
+
+
+async def handed_and_answered(stack: Stack, api: str, stream: bool, result: str) -> tuple[str, Any, Any]:
+    """A client call handed over, then the request that brings `result` for it: (call id, first, second)."""
+    if api == "chat":
+        first = await stack.ask(stream, messages=USER, tools=[CHAT_TOOL])
+        [call] = first.tool_calls
+        follow_up = [*USER, {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
+                     {"role": "tool", "tool_call_id": call["id"], "content": result}]
+        return call["id"], first, await stack.ask(stream, messages=follow_up, tools=[CHAT_TOOL])
+    response = await stack.respond(stream, input="open my notes", tools=[RESPONSES_TOOL])
+    [item] = response.calls
+    second = await stack.respond(stream, previous_response_id=response.id, tools=[RESPONSES_TOOL], input=[
+        {"type": "function_call_output", "call_id": item["call_id"], "output": result}])
+    return item["call_id"], response, second
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@STREAM
+async def test_the_result_of_a_client_call_records_the_clients_execute_step(stack: Stack, api: str,
+                                                                             stream: bool) -> None:
+    stack.script.then(Reply(tool_calls=[("open_file", CORRECTED)]), Reply(content="It says hello."))
+    call_id, first, second = await handed_and_answered(stack, api, stream, "hello from the notes")
+    assert execute_steps(stack, first.headers["x-trace-id"]) == []
+    [step] = execute_steps(stack, second.headers["x-trace-id"])
+    found = attributes(step)
+    assert (found[names.ATTR_TOOL_NAME], found[names.ATTR_TOOL_CALL_ID], found[names.ATTR_OUTCOME]) == (
+        "open_file", call_id, names.OUTCOME_RETURNED)
+    assert found[names.ATTR_RESULT_BYTES] == len("hello from the notes")
+    assert found[names.ATTR_CONVERSATION_ID] == first.headers["x-trajectory-id"]
+    [answered] = [s for s in stack.spans(first.headers["x-trace-id"]) if s.parent is None]
+    [asked] = [s for s in stack.spans(second.headers["x-trace-id"]) if s.parent is None]
+    assert step.parent is not None
+    assert step.parent.span_id == asked.context.span_id
+    # From the first answer to the request that brought the result: the client's side of the call.
+    assert answered.start_time is not None
+    assert step.start_time is not None
+    assert asked.start_time is not None
+    assert answered.start_time <= step.start_time <= asked.start_time
+    assert stack.metric(names.METRIC_CLIENT_TOOL_ROUNDTRIP + "_count", tool="open_file",
+                        outcome=names.OUTCOME_RETURNED) == 1
+
+
+async def test_a_result_sent_again_is_reported_once(stack: Stack) -> None:
+    stack.script.then(Reply(tool_calls=[("open_file", CORRECTED)]), Reply(content="It says hello."),
+                      Reply(content="Still hello."))
+    _, _, second = await handed_and_answered(stack, "chat", False, "hello")
+    history = [*stack.upstream_requests[1]["messages"], {"role": "assistant", "content": second.content},
+               {"role": "user", "content": "and again?"}]
+    third = await stack.ask(False, messages=history, tools=[CHAT_TOOL])
+    assert execute_steps(stack, third.headers["x-trace-id"]) == []
+    assert stack.metric(names.METRIC_CLIENT_TOOL_ROUNDTRIP + "_count") == 1
+
+
+async def test_the_operators_rule_says_which_results_are_failures(make_stack: StackFactory) -> None:
+    stack = await make_stack(client_tool_error_prefix="error:")
+    stack.script.then(Reply(tool_calls=[("open_file", CORRECTED)]), Reply(content="It is missing."))
+    _, _, second = await handed_and_answered(stack, "chat", False, "error: no such file")
+    [step] = execute_steps(stack, second.headers["x-trace-id"])
+    assert attributes(step)[names.ATTR_OUTCOME] == "error"
+    assert step.status.description == "the client's tool said the call failed"
+    assert stack.metric(names.METRIC_CLIENT_TOOL_ROUNDTRIP + "_count", outcome="error") == 1

@@ -70,3 +70,9 @@ async def test_the_sdk_tools_renamed_argument_is_seen_and_its_correction_linked(
     assert {(s.attributes or {})[names.ATTR_CONVERSATION_ID] for s in spans} == {
         (s.attributes or {})[names.ATTR_CONVERSATION_ID] for s in stack.spans() if s.parent is None}  # one run
     assert stack.metric(names.METRIC_TOOL_CALLS, tool="open_file", side=names.SIDE_CLIENT) == 2
+    # Each result the SDK sent back recorded the SDK's execute step of that call, in the next request.
+    steps = [a for s in stack.spans() if s.name == names.SPAN_TOOL_EXECUTE
+             and (a := s.attributes or {}).get(names.ATTR_TOOL_SIDE) == names.SIDE_CLIENT]
+    assert [(a[names.ATTR_TOOL_CALL_ID], a[names.ATTR_OUTCOME]) for a in steps] == [
+        ((c.attributes or {})[names.ATTR_TOOL_CALL_ID], names.OUTCOME_RETURNED) for c in spans]
+    assert steps[1][names.ATTR_RESULT_BYTES] == len("hello from notes.txt")

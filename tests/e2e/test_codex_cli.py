@@ -75,6 +75,10 @@ async def test_a_codex_exec_run_is_one_trajectory_and_falls_back_to_http_at_once
     calls = [s.attributes or {} for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
     assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
         (names.SIDE_GATEWAY, "add", "ok"), (names.SIDE_CLIENT, "exec_command", "ok")]  # Codex's own, checked
+    [step] = [a for s in stack.spans() if s.name == names.SPAN_TOOL_EXECUTE  # and its result seen
+              and (a := s.attributes or {}).get(names.ATTR_TOOL_SIDE) == names.SIDE_CLIENT]
+    assert (step[names.ATTR_TOOL_NAME], step[names.ATTR_OUTCOME]) == ("exec_command", names.OUTCOME_RETURNED)
+    assert step[names.ATTR_TOOL_CALL_ID] == calls[1][names.ATTR_TOOL_CALL_ID]  # the model's id, as its check had it
     roots = [s for s in stack.spans() if s.parent is None]
     # One WebSocket attempt, refused with a 426; Codex went on over HTTP without trying again.
     sockets = [s for s in roots if s.name == "GET /v1/responses"]

@@ -219,6 +219,24 @@ async def test_a_retry_of_a_call_that_failed_on_the_other_replica_is_classified_
     assert names.ATTR_RETRY_KIND not in (tool_calls(other)[-1].attributes or {})
 
 
+async def test_a_client_call_handed_over_on_one_replica_has_its_result_seen_on_the_other(replicas: Replicas) -> None:
+    """The client's execute step: handed over by one replica, its result brought to the other, which
+    reports it once (taken from Redis: a third request resending it reports nothing on either)."""
+    one, other = await replicas()
+    one.script.then(Reply(tool_calls=[("ask_human", {})]), Reply(content="Thanks."), Reply(content="Again."))
+    first = await one.ask(False, messages=USER, tools=CHAT_TOOLS)
+    [call] = first.tool_calls
+    history = [*USER, {"role": "assistant", "content": None, "tool_calls": first.tool_calls},
+               {"role": "tool", "tool_call_id": call["id"], "content": "yes"}]
+    second = await other.ask(False, messages=history, tools=CHAT_TOOLS)
+    [step] = [s for s in other.spans(second.headers["x-trace-id"]) if s.name == names.SPAN_TOOL_EXECUTE]
+    assert (step.attributes or {})[names.ATTR_TOOL_CALL_ID] == call["id"]
+    assert (step.attributes or {})[names.ATTR_OUTCOME] == names.OUTCOME_RETURNED
+    await one.ask(False, messages=[*history, {"role": "assistant", "content": "Thanks."}, *USER], tools=CHAT_TOOLS)
+    assert one.metric(names.METRIC_CLIENT_TOOL_ROUNDTRIP + "_count") == 0
+    assert other.metric(names.METRIC_CLIENT_TOOL_ROUNDTRIP + "_count") == 1
+
+
 async def test_tool_calls_run_while_redis_is_down_and_say_their_retry_state_is_unknown(
         replicas: Replicas, redis_up: RedisServer) -> None:
     one, other = await replicas(state_timeout_seconds=0.5)

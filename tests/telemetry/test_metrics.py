@@ -11,7 +11,13 @@ from prometheus_client.exposition import generate_latest as classic_page
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_page
 
 from telemetry import names
-from telemetry.metrics import REQUEST_DURATION_BUCKETS, ROUND_BUCKETS, TOOL_DURATION_BUCKETS, Metrics
+from telemetry.metrics import (
+    CLIENT_ROUNDTRIP_BUCKETS,
+    REQUEST_DURATION_BUCKETS,
+    ROUND_BUCKETS,
+    TOOL_DURATION_BUCKETS,
+    Metrics,
+)
 
 CHAT = "/v1/chat/completions"
 
@@ -40,6 +46,7 @@ def _ours() -> CollectorRegistry:
     metrics.tool_rejections.labels("echo", "parser", "gateway").inc()
     metrics.tool_retries.labels("echo", "verbatim", "gateway").inc()
     metrics.tool_recoveries.labels("echo", "verbatim", "gateway").inc()
+    metrics.client_tool_roundtrip.labels("shell", "returned").observe(4.2)
     metrics.mcp_server_up.labels("files").set(1)
     return metrics.registry
 
@@ -63,6 +70,8 @@ def _theirs() -> CollectorRegistry:
     retries = Counter(names.METRIC_TOOL_RETRIES, doc(names.METRIC_TOOL_RETRIES), retried, registry=registry)
     recoveries = Counter(names.METRIC_TOOL_RECOVERIES, doc(names.METRIC_TOOL_RECOVERIES), retried,
                          registry=registry)
+    roundtrip = Histogram(names.METRIC_CLIENT_TOOL_ROUNDTRIP, doc(names.METRIC_CLIENT_TOOL_ROUNDTRIP), tool,
+                          buckets=CLIENT_ROUNDTRIP_BUCKETS, registry=registry)
     upstream = Counter(names.METRIC_UPSTREAM_REQUESTS, doc(names.METRIC_UPSTREAM_REQUESTS),
                        (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
     upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, doc(names.METRIC_UPSTREAM_DURATION),
@@ -99,6 +108,7 @@ def _theirs() -> CollectorRegistry:
     rejections.labels("echo", "parser", "gateway").inc()
     retries.labels("echo", "verbatim", "gateway").inc()
     recoveries.labels("echo", "verbatim", "gateway").inc()
+    roundtrip.labels("shell", "returned").observe(4.2)
     return registry
 
 
