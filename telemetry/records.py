@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     tool TEXT NOT NULL, call_id TEXT, outcome TEXT, rejection_reason TEXT, error_type TEXT, missing TEXT,
     unrecognized TEXT, suggestions TEXT, retry_kind TEXT, retries_trace_id TEXT, retries_span_id TEXT,
     diagnostic TEXT, arguments TEXT, mcp_server TEXT, mcp_method TEXT, started REAL NOT NULL,
-    duration_ms REAL NOT NULL, side TEXT);
+    duration_ms REAL NOT NULL, side TEXT, client_ms REAL, result_bytes INTEGER, result_outcome TEXT);
 CREATE UNIQUE INDEX IF NOT EXISTS tool_calls_key ON tool_calls (trajectory_id, span_id);
 CREATE INDEX IF NOT EXISTS tool_calls_of_request ON tool_calls (trajectory_id, request_span_id);
 """
@@ -85,15 +85,23 @@ INSERT INTO model_turns SELECT m.span_id, m.trace_id, COALESCE(r.trajectory_id, 
     FROM model_turns_v1 m LEFT JOIN requests_v1 r ON r.span_id = m.request_span_id;
 INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, COALESCE(trajectory_id, ''), round, tool, call_id,
     outcome, rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
-    retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, NULL FROM tool_calls_v1;
+    retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, NULL, NULL, NULL, NULL
+    FROM tool_calls_v1;
 DROP TABLE requests_v1;
 DROP TABLE model_turns_v1;
 DROP TABLE tool_calls_v1;
 """
 
 # Version 2 to 3: a tool call's side, NULL for the gateway's own (every call stored before), "client"
-# for a call of the client's tool that the gateway checked (gateway.client_calls).
-_MIGRATE_FROM_2 = "ALTER TABLE tool_calls ADD COLUMN side TEXT;" + SCHEMA
+# for a call of the client's tool that the gateway checked (gateway.client_calls); and of such a call,
+# what its result said when a later request brought it (gateway.client_results): the time from the
+# answer that handed it over, the result's size and outcome.
+_MIGRATE_FROM_2 = """
+ALTER TABLE tool_calls ADD COLUMN side TEXT;
+ALTER TABLE tool_calls ADD COLUMN client_ms REAL;
+ALTER TABLE tool_calls ADD COLUMN result_bytes INTEGER;
+ALTER TABLE tool_calls ADD COLUMN result_outcome TEXT;
+""" + SCHEMA
 
 
 class Link(NamedTuple):
@@ -171,6 +179,8 @@ def kind_of(record: SpanRecord) -> str | None:
     """Which table a span goes to, if any."""
     if record.name == names.SPAN_TOOL_CALL:
         return "tool_call"
+    if record.name == names.SPAN_TOOL_EXECUTE and record.attributes.get(names.ATTR_TOOL_SIDE) == names.SIDE_CLIENT:
+        return "client_result"  # a client call's execute step: it completes the call's row
     if record.kind is SpanKind.CLIENT and record.name.startswith(names.SPAN_CHAT_PREFIX + " "):
         return "model_turn"
     if record.kind is SpanKind.SERVER and names.ATTR_CONVERSATION_ID in record.attributes:
@@ -346,7 +356,7 @@ def _values(columns: str) -> str:
 
 
 # Each table's parameters as `_values` spells them, a letter a column in the table's order.
-_CALL_PARAMS = "vvtvvvttttttttttttttvvt"
+_CALL_PARAMS = "vvtvvvttttttttttttttvvtvvt"
 _TURN_PARAMS = "vvvtvtttttvvvttttvv"  # the fifth, the round, counted in the batch or by the database
 _REQUEST_PARAMS = "vvvttvvvtvv"
 
@@ -376,7 +386,8 @@ def _tool_call_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
             retried.span_id if retried else _NONE, _text(r.status_description if r.error else None),
             _text(a.get(names.ATTR_TOOL_CALL_ARGUMENTS)), _text(a.get(names.ATTR_MCP_SERVER)),
             _text(a.get(names.ATTR_MCP_METHOD_NAME)), _seconds(r.start_ns), _ms(r),
-            _text(a.get(names.ATTR_TOOL_SIDE) if a.get(names.ATTR_TOOL_SIDE) != names.SIDE_GATEWAY else None))
+            _text(a.get(names.ATTR_TOOL_SIDE) if a.get(names.ATTR_TOOL_SIDE) != names.SIDE_GATEWAY else None),
+            None, None, _NONE)  # what the client's result said: set when it comes (_CLIENT_RESULT)
 
 
 class _TurnRow(NamedTuple):
@@ -512,6 +523,17 @@ def _insert_all(db: sqlite3.Connection, statement: tuple[str, str, str], rows: l
             done += size
 
 
+_CLIENT_RESULT = ("UPDATE tool_calls SET client_ms = ?, result_bytes = ?, result_outcome = ? "
+                  "WHERE trajectory_id = ? AND call_id = ? AND side = 'client'")
+
+
+def _client_result_row(r: SpanRecord) -> tuple[Any, ...]:
+    """_CLIENT_RESULT's parameters for a client call's execute step (gateway.client_results)."""
+    a = r.attributes
+    return (_ms(r), _int(a.get(names.ATTR_RESULT_BYTES)), _text(a.get(names.ATTR_OUTCOME)), _trajectory(r),
+            str(a.get(names.ATTR_TOOL_CALL_ID, "")))
+
+
 def _turn_rounds(turns: list[_TurnRow]) -> list[tuple[Any, ...]]:
     """`turns` (in the batch's order) with their rounds, counted as _INSERT_MODEL_TURN counts them
     in the database: 1 + the turns of the same request written before it that started no later."""
@@ -576,7 +598,10 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
                                              trajectory_id, record.span_id)).rowcount > 0:
             kept.append(record)
     _insert_all(db, _UPSERT_TRAJECTORIES, [_trajectory_row(r, trajectory_of_request[r.span_id]) for r in kept])
-    return len(calls) + len(turns) + len(kept)
+    # Last: a result the client brought back fast may be in the batch of its call's own row.
+    results = [_client_result_row(record) for kind, record in classified if kind == "client_result"]
+    completed = sum(db.execute(_CLIENT_RESULT, row).rowcount for row in results)
+    return len(calls) + len(turns) + len(kept) + completed
 
 
 def prune(db: sqlite3.Connection, *, before: float | None = None, oldest: int = 0,

@@ -103,6 +103,9 @@ def _tool_call(event: dict[str, Any]) -> list[str]:
             f" ({event['duration_ms']:.2f} ms){f' [MCP server {server!r}, {method}]' if server else ''}")
     if event["retry_kind"]:
         line += f" [{event['retry_kind']} retry of span {event['retries_span_id']}]"
+    if event.get("client_ms") is not None:  # the client ran it: from the answer to the result it sent back
+        line += (f" [result {event['result_outcome']}, {event['result_bytes']} bytes,"
+                 f" {event['client_ms'] / 1000:.2f} s on the client's side]")
     lines = [line, *_quoted(event["diagnostic"])]
     if event["arguments"] is not None and event["outcome"] != "ok":
         lines.append(f"      arguments sent: {event['arguments']}")

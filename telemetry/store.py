@@ -60,7 +60,9 @@ def _ended_from(records: list[SpanRecord]) -> float | None:
 def _wanted(span: ReadableSpan) -> bool:
     """A cheap first cut on the request path; the writer decides exactly (records.kind_of)."""
     return (span.name == names.SPAN_TOOL_CALL or span.kind is SpanKind.SERVER
-            or (span.kind is SpanKind.CLIENT and span.name.startswith(names.SPAN_CHAT_PREFIX)))
+            or (span.kind is SpanKind.CLIENT and span.name.startswith(names.SPAN_CHAT_PREFIX))
+            or (span.name == names.SPAN_TOOL_EXECUTE  # a client call's execute step (the gateway's own: no side)
+                and (span.attributes or {}).get(names.ATTR_TOOL_SIDE) == names.SIDE_CLIENT))
 
 
 class TrajectoryStore(SpanProcessor):

@@ -71,7 +71,9 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str, key: str | None = Non
     call that retried this one, and its request's index), "diagnostic" (what the model was told),
     "arguments" (masked; failed calls, or all when recorded), "mcp_server", "mcp_method", "started",
     "duration_ms", "side" ("gateway", or "client": a call of the client's own tool the gateway
-    checked), ...}."""
+    checked), and of a client call whose result came back: "client_ms" (from the answer that handed
+    it over to the request that brought the result), "result_bytes", "result_outcome" (None
+    before), ...}."""
     if offset < 0 or (limit is not None and limit < 1):
         raise ValueError(f"offset {offset}, limit {limit}: a page starts at 0 or later and holds a request or more")
     if key is not None and split_stored_id(trajectory_id)[0] != key:

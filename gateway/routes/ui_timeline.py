@@ -107,7 +107,7 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
     return render(
         '<li id="{anchor}" class="call {state}{side}" data-side="{whose}"><div><strong>{kind}</strong> '
         '<code>{tool}</code> '
-        '{outcome}{reason} <span class="muted">round {round} · {duration}{server}</span></div>'
+        '{outcome}{reason} <span class="muted">round {round} · {duration}{server}{result}</span></div>'
         '{names}{retry}{details}</li>',
         anchor=_anchor(call["span_id"]), state="failed" if failed else outcome, tool=call["tool"],
         side=" client" if client else "", whose="client" if client else "gateway",
@@ -115,6 +115,9 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         outcome=tag(outcome), reason=when(reason, render(" <span class=\"reason\">({r})</span>", r=reason)),
         round=call.get("round") if call.get("round") is not None else "-", duration=ms(call.get("duration_ms")),
         server=when(call.get("mcp_server"), render(" · MCP server {s}", s=call.get("mcp_server"))),
+        result=when(call.get("client_ms") is not None, render(
+            " · result {o}, {b} bytes, {t} on the client's side", o=call.get("result_outcome"),
+            b=call.get("result_bytes"), t=ms(call.get("client_ms")))),
         names=_names(call), retry=_retry(call, paging, sent), details=join(details))
 
 

@@ -15,7 +15,17 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import AUTH, STREAM, TEST_KEY, USER, Stack, StackFactory, call_args, tool_call_spans
+from tests.conftest import (
+    AUTH,
+    STREAM,
+    TEST_KEY,
+    USER,
+    Stack,
+    StackFactory,
+    call_args,
+    tool_call_spans,
+    toolspan_cli,
+)
 
 PARAMETERS = {"type": "object", "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}},
               "required": ["path"]}
@@ -276,3 +286,25 @@ async def test_the_operators_rule_says_which_results_are_failures(make_stack: St
     assert attributes(step)[names.ATTR_OUTCOME] == "error"
     assert step.status.description == "the client's tool said the call failed"
     assert stack.metric(names.METRIC_CLIENT_TOOL_ROUNDTRIP + "_count", outcome="error") == 1
+
+
+async def test_the_clients_execute_step_completes_its_calls_row_in_the_store(stack: Stack) -> None:
+    stack.script.then(Reply(tool_calls=[("open_file", CORRECTED)]), Reply(content="It says hello."))
+    _, first, second = await handed_and_answered(stack, "chat", False, "hello from the notes")
+    await stack.store.flushed()
+    reader = stack.observability.trajectory_reader()
+    assert reader is not None
+    trajectory = reader.trajectory(first.headers["x-trajectory-id"], None)
+    assert trajectory is not None
+    [event] = [e for r in trajectory["requests"] for e in r["events"] if e["type"] == "tool_call"]
+    [step] = execute_steps(stack, second.headers["x-trace-id"])
+    assert step.start_time is not None
+    assert step.end_time is not None
+    assert event["client_ms"] == pytest.approx((step.end_time - step.start_time) / 1e6)
+    assert (event["side"], event["result_bytes"], event["result_outcome"]) == (
+        "client", len("hello from the notes"), names.OUTCOME_RETURNED)
+    page = await stack.http.get(f"/ui/trajectories/{first.headers['x-trajectory-id']}", headers=AUTH)
+    assert "result returned, 20 bytes" in await page.text()
+    shown = await toolspan_cli("trajectories", "show", first.headers["x-trajectory-id"], "--db", str(stack.store.path))
+    assert "client tool call open_file: ok" in shown
+    assert "[result returned, 20 bytes," in shown
