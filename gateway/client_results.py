@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from gateway.caller import Caller
@@ -53,18 +54,18 @@ async def keep_handed(state: StateStore, caller: Caller, api: str, client_calls:
 
 def chat_results(messages: Sequence[Any]) -> list[tuple[str, Any]]:
     """(call id, content) of the latest `tool` messages of a Chat conversation."""
-    found = [(m["tool_call_id"], m.get("content")) for m in reversed(messages)
-             if isinstance(m, Mapping) and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str)]
-    return found[:LATEST_RESULTS]
+    found = ((m["tool_call_id"], m.get("content")) for m in reversed(messages)
+             if isinstance(m, Mapping) and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str))
+    return list(islice(found, LATEST_RESULTS))
 
 
 def responses_results(items: object) -> list[tuple[str, Any]]:
     """(call id, output) of the latest call outputs of a Responses input."""
     if not isinstance(items, list):
         return []
-    found = [(i["call_id"], i.get("output")) for i in reversed(items)
-             if isinstance(i, Mapping) and i.get("type") in _OUTPUTS and isinstance(i.get("call_id"), str)]
-    return found[:LATEST_RESULTS]
+    found = ((i["call_id"], i.get("output")) for i in reversed(items)
+             if isinstance(i, Mapping) and i.get("type") in _OUTPUTS and isinstance(i.get("call_id"), str))
+    return list(islice(found, LATEST_RESULTS))
 
 
 def _size(content: Any) -> int:

@@ -33,7 +33,7 @@ CHAT_TOOL = {"type": "function", "function": {"name": "open_file", "description"
                                               "parameters": PARAMETERS}}
 RESPONSES_TOOL = {"type": "function", "name": "open_file", "description": "Open a file of the project",
                   "parameters": PARAMETERS}
-RENAMED = {"file": "notes.txt"}  # the model's first try: `path` under another name
+RENAMED = {"file_path": "notes.txt"}  # the model's first try: `path` under another name
 CORRECTED = {"path": "notes.txt"}
 
 
@@ -46,17 +46,18 @@ def client_metric(stack: Stack, metric: str, **labels: str) -> float:
 
 
 def assert_renamed_call_rejected(stack: Stack, span: ReadableSpan) -> None:
-    """The span and the counts of the client call that sent `file` for `path`."""
+    """The span and the counts of the client call that sent `file_path` for `path`."""
     found = attributes(span)
     assert found[names.ATTR_TOOL_SIDE] == names.SIDE_CLIENT
     assert found[names.ATTR_TOOL_NAME] == "open_file"
     assert found[names.ATTR_OUTCOME] == "rejected"
     assert found[names.ATTR_REJECTION_REASON] == "missing_arguments"
     assert found[names.ATTR_ARGS_MISSING] == ("path",)
-    assert found[names.ATTR_ARGS_UNRECOGNIZED] == ("file",)
+    assert found[names.ATTR_ARGS_UNRECOGNIZED] == ("file_path",)
+    assert found[names.ATTR_ARGS_SUGGESTIONS] == ("file_path->path",)  # the did-you-mean
     assert json.loads(found[names.ATTR_TOOL_CALL_ARGUMENTS]) == RENAMED
     assert span.status.description is not None
-    assert "Missing: path" in span.status.description
+    assert "Unrecognized: file_path (did you mean 'path'?)" in span.status.description
     assert "Accepted parameters: path, lines" in span.status.description
     assert [child.name for child in stack.spans(f"{span.context.trace_id:032x}")
             if child.parent is not None and child.parent.span_id == span.context.span_id] == [names.SPAN_TOOL_PARSE]
@@ -138,7 +139,7 @@ async def test_reject_mode_answers_the_model_itself_and_the_client_gets_the_corr
         i["output"] for i in second["input"] if i.get("type") == "function_call_output"]
     [diagnostic] = told
     assert "Missing: path" in diagnostic
-    assert "Unrecognized: file" in diagnostic
+    assert "Unrecognized: file_path (did you mean 'path'?)" in diagnostic
     rejected, ok = tool_call_spans(stack, trace_id, side=names.SIDE_CLIENT)
     assert attributes(rejected)[names.ATTR_OUTCOME] == "rejected"
     assert attributes(ok)[names.ATTR_OUTCOME] == "ok"

@@ -30,7 +30,7 @@ def renaming_model(body: dict[str, Any]) -> Reply:
     """Calls `open_file` with `file` for `path`, then as declared, then answers with what it read."""
     outputs = tool_outputs(body)
     if not outputs:
-        return Reply(tool_calls=[("open_file", {"file": "notes.txt"})])
+        return Reply(tool_calls=[("open_file", {"file_path": "notes.txt"})])
     if len(outputs) == 1:
         return Reply(tool_calls=[("open_file", {"path": "notes.txt"})])
     return Reply(content=f"The notes say: {outputs[-1]}")
@@ -62,8 +62,10 @@ async def test_the_sdk_tools_renamed_argument_is_seen_and_its_correction_linked(
     assert [(s.attributes or {})[names.ATTR_TOOL_SIDE] for s in spans] == [names.SIDE_CLIENT] * 2
     rejected, ok = spans
     assert (rejected.attributes or {})[names.ATTR_REJECTION_REASON] == "missing_arguments"
-    assert (rejected.attributes or {})[names.ATTR_ARGS_UNRECOGNIZED] == ("file",)
-    assert json.loads(str((rejected.attributes or {})[names.ATTR_TOOL_CALL_ARGUMENTS])) == {"file": "notes.txt"}
+    assert (rejected.attributes or {})[names.ATTR_ARGS_UNRECOGNIZED] == ("file_path",)
+    assert (rejected.attributes or {})[names.ATTR_ARGS_SUGGESTIONS] == ("file_path->path",)  # the did-you-mean
+    assert "did you mean 'path'?" in str(rejected.status.description)
+    assert json.loads(str((rejected.attributes or {})[names.ATTR_TOOL_CALL_ARGUMENTS])) == {"file_path": "notes.txt"}
     assert (ok.attributes or {})[names.ATTR_OUTCOME] == "ok"
     assert (ok.attributes or {})[names.ATTR_RETRY_KIND] == "corrected"
     assert [link.context.span_id for link in ok.links] == [rejected.context.span_id]

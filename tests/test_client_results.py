@@ -1,0 +1,59 @@
+"""The client's execute step (gateway.client_results) on bad input: conversations of any shape
+give only well-formed results, the latest ones first and bounded; a record this version cannot
+read reports nothing and raises nothing; each result is reported once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.caller import Caller
+from gateway.client_results import LATEST_RESULTS, chat_results, keep_handed, report_results, responses_results
+from gateway.state import HeldTurns
+from gateway.tools.hooks import ClientResult, NoHooks, Turn
+
+
+class Seen(NoHooks):
+    """The results reported, as the telemetry would get them."""
+
+    def __init__(self) -> None:
+        self.results: list[ClientResult] = []
+
+    def client_result(self, result: ClientResult, turn: Turn) -> None:
+        self.results.append(result)
+
+
+CALLER = Caller("traj-1", "req-1")
+
+
+def test_only_well_formed_results_are_read_latest_first_and_bounded() -> None:
+    messages: list[Any] = ["text", None, {"role": "tool"}, {"role": "tool", "tool_call_id": 7, "content": "x"},
+                           {"role": "user", "tool_call_id": "u"}]
+    messages += [{"role": "tool", "tool_call_id": f"call_{i}", "content": str(i)} for i in range(40)]
+    found = chat_results(messages)
+    assert len(found) == LATEST_RESULTS
+    assert found[0] == ("call_39", "39")
+    assert responses_results("plain text") == []
+    assert responses_results([{"type": "function_call_output", "call_id": 3}, {"type": "message", "call_id": "m"},
+                              {"type": "custom_tool_call_output", "call_id": "c", "output": "done"}]) == [("c", "done")]
+
+
+async def test_a_result_is_reported_once_and_an_unreadable_record_not_at_all() -> None:
+    state, seen = HeldTurns(100, 60.0), Seen()
+    await keep_handed(state, CALLER, "chat", [{"id": "call_a", "type": "function", "function": {"name": "shell"}},
+                                              {"id": 5, "function": {"name": "bad"}}, {"type": "function"}])
+    await state.keep_sent(None, {"call_b": "[not json", "call_c": json.dumps({"a": 1})})
+    results = [("call_a", "ok"), ("call_b", "x"), ("call_c", [{"type": "text", "text": "hé"}])]
+    await report_results(state, seen, CALLER, results, error_prefix=None)
+    assert [(r.call_id, r.tool, r.size, r.error) for r in seen.results] == [("call_a", "shell", 2, False)]
+    await report_results(state, seen, CALLER, results, error_prefix=None)
+    assert len(seen.results) == 1  # taken: the conversation sending it again reports nothing more
+
+
+async def test_the_error_rule_reads_text_results_only() -> None:
+    state, seen = HeldTurns(100, 60.0), Seen()
+    await keep_handed(state, CALLER, "responses", [{"call_id": "c1", "name": "shell"},
+                                                   {"call_id": "c2", "name": "shell"}])
+    latest_first = [("c2", {"error": "as JSON"}), ("c1", "error: gone")]  # as chat_results gives them
+    await report_results(state, seen, CALLER, latest_first, error_prefix="error:")
+    assert [(r.call_id, r.error) for r in seen.results] == [("c1", True), ("c2", False)]
