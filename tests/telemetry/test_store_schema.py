@@ -57,12 +57,19 @@ def test_any_split_into_batches_stores_the_same_rows(session: Session, tmp_path:
         assert _stored(db) == expected, f"split after {split} of {len(records)} spans"
 
 
+def _older_store(path: Path, schema: str, session: Session, copy: str, version: int) -> None:
+    """A store of an older `schema` version at `path`, holding the session's rows as `copy` (SQL
+    reading the session's store as `new`) puts them in."""
+    old = sqlite3.connect(path, isolation_level=None)
+    old.executescript(schema)
+    old.execute("ATTACH DATABASE ? AS new", (session.stack.store.path.as_posix(),))
+    old.executescript(f"{copy}\nDETACH DATABASE new;\nPRAGMA user_version = {version};")
+    old.close()
+
+
 def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -> None:
     path = tmp_path / "v1.sqlite3"
-    old = sqlite3.connect(path, isolation_level=None)
-    old.executescript(V1_SCHEMA)
-    old.execute("ATTACH DATABASE ? AS new", (session.stack.store.path.as_posix(),))
-    old.executescript("""
+    _older_store(path, V1_SCHEMA, session, """
         INSERT INTO trajectories SELECT * FROM new.trajectories;
         INSERT INTO requests SELECT * FROM new.requests;
         INSERT INTO model_turns SELECT span_id, trace_id, request_span_id, round, model, response_model, provider,
@@ -71,10 +78,7 @@ def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -
         INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, NULLIF(trajectory_id, ''), round, tool,
             call_id, outcome, rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind,
             retries_trace_id, retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms
-            FROM new.tool_calls;
-        DETACH DATABASE new;
-        PRAGMA user_version = 1;""")
-    old.close()
+            FROM new.tool_calls;""", 1)
     migrated = connect(str(path))
     assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     assert _stored(migrated) == _stored(session.db)
@@ -89,19 +93,14 @@ def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -
 
 def test_a_version_2_store_gains_the_side_of_its_calls(session: Session, tmp_path: Path) -> None:
     path = tmp_path / "v2.sqlite3"
-    old = sqlite3.connect(path, isolation_level=None)
-    old.executescript(V2_SCHEMA)
-    old.execute("ATTACH DATABASE ? AS new", (session.stack.store.path.as_posix(),))
-    old.executescript("""
+    _older_store(path, V2_SCHEMA, session, """
         INSERT INTO trajectories SELECT * FROM new.trajectories;
         INSERT INTO requests SELECT * FROM new.requests;
         INSERT INTO model_turns SELECT * FROM new.model_turns;
         INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, trajectory_id, round, tool, call_id, outcome,
             rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
-            retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms FROM new.tool_calls;
-        DETACH DATABASE new;
-        PRAGMA user_version = 2;""")
-    old.close()
+            retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms
+            FROM new.tool_calls;""", 2)
     migrated = connect(str(path))
     assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
     assert _stored(migrated) == _stored(session.db)  # every call stored before is the gateway's (side NULL)
