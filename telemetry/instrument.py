@@ -81,17 +81,8 @@ class Telemetry:
         started_ns = min(int(result.sent_at * 1e9), now_ns)  # another replica's clock may run ahead
         outcome = "error" if result.error else names.OUTCOME_RETURNED
         label = self.client_tool_labels.label(result.tool)
-        attributes: dict[str, Any] = {
-            names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
-            names.ATTR_TOOL_NAME: bounded(result.tool, _NAME_MAX),
-            names.ATTR_TOOL_CALL_ID: bounded(result.call_id, _NAME_MAX),
-            names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
-            names.ATTR_TOOL_SIDE: names.SIDE_CLIENT, names.ATTR_OUTCOME: outcome,
-            names.ATTR_RESULT_BYTES: result.size}
-        if turn.trajectory_id is not None:
-            attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
-        if turn.principal is not None:
-            attributes[names.ATTR_KEY_NAME] = turn.principal
+        attributes = _call_attributes(result.tool, result.call_id, turn, names.SIDE_CLIENT)
+        attributes.update({names.ATTR_OUTCOME: outcome, names.ATTR_RESULT_BYTES: result.size})
         span = self.tracer.start_span(names.SPAN_TOOL_EXECUTE, kind=SpanKind.INTERNAL, attributes=attributes,
                                       start_time=started_ns)
         if result.error:
@@ -130,6 +121,20 @@ def _origin_attributes(origin: ToolOrigin) -> dict[str, Any]:
                                   names.ATTR_NETWORK_TRANSPORT: origin.transport}
     if origin.protocol_version is not None:
         attributes[names.ATTR_MCP_PROTOCOL_VERSION] = origin.protocol_version
+    return attributes
+
+
+def _call_attributes(tool: str, call_id: str, turn: Turn, side: str) -> dict[str, Any]:
+    """What every span of a tool call says of it: the GenAI tool attributes, its side, its trajectory
+    and the gateway key."""
+    attributes: dict[str, Any] = {
+        names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL, names.ATTR_TOOL_NAME: bounded(tool, _NAME_MAX),
+        names.ATTR_TOOL_CALL_ID: bounded(call_id, _NAME_MAX), names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
+        names.ATTR_TOOL_SIDE: side}
+    if turn.trajectory_id is not None:
+        attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
+    if turn.principal is not None:
+        attributes[names.ATTR_KEY_NAME] = turn.principal
     return attributes
 
 
@@ -173,18 +178,8 @@ class ToolCallSpan:
 
     async def __aenter__(self) -> ToolCallSpan:
         call, turn = self._call, self._turn
-        attributes: dict[str, Any] = {
-            names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
-            names.ATTR_TOOL_NAME: bounded(call.name, _NAME_MAX),
-            names.ATTR_TOOL_CALL_ID: bounded(call.id, _NAME_MAX),
-            names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
-            names.ATTR_ROUND: turn.round,
-            names.ATTR_TOOL_SIDE: self._side,
-        }
-        if turn.trajectory_id is not None:
-            attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
-        if turn.principal is not None:
-            attributes[names.ATTR_KEY_NAME] = turn.principal
+        attributes = _call_attributes(call.name, call.id, turn, self._side)
+        attributes[names.ATTR_ROUND] = turn.round
         if self._origin is not None:
             attributes.update(_origin_attributes(self._origin))
         # Retries are tracked per gateway key, under the metric's tool label: names outside the

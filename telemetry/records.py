@@ -386,7 +386,7 @@ def _tool_call_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
             retried.span_id if retried else _NONE, _text(r.status_description if r.error else None),
             _text(a.get(names.ATTR_TOOL_CALL_ARGUMENTS)), _text(a.get(names.ATTR_MCP_SERVER)),
             _text(a.get(names.ATTR_MCP_METHOD_NAME)), _seconds(r.start_ns), _ms(r),
-            _text(a.get(names.ATTR_TOOL_SIDE) if a.get(names.ATTR_TOOL_SIDE) != names.SIDE_GATEWAY else None),
+            _NONE if (side := a.get(names.ATTR_TOOL_SIDE)) == names.SIDE_GATEWAY else _text(side),
             None, None, _NONE)  # what the client's result said: set when it comes (_CLIENT_RESULT)
 
 
