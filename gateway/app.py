@@ -12,6 +12,9 @@ from aiohttp.typedefs import Handler
 
 from gateway import linking, provider_paths
 from gateway.admission import Admission
+from gateway.apis import MESSAGES_PATH, error_body_for
+from gateway.apis.chat import CHAT
+from gateway.apis.messages import MESSAGES
 from gateway.app_keys import (
     BROWSERS,
     CALLER,
@@ -38,9 +41,9 @@ from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.metrics_page import MetricsPage, OwnMetrics
 from gateway.routes import (
-    chat,
     front,
     health,
+    loop,
     mcp,
     openapi,
     passthrough,
@@ -101,7 +104,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         if error is not None:
             log_provider_failure(error, request.method, request.path, trace.trace_id)
             provider_paths.log_once(request.app, error)  # a 404 of the provider's API path: said once
-            response = error_response(error)
+            response = error_response(error, error_body_for(request.path, request.headers))
             response.headers[TRAJECTORY_HEADER] = request[CALLER].trajectory_id if CALLER in request else ids[0]
             record = RequestRecord(error_type=error.type)
         else:
@@ -190,13 +193,15 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation, settings.mcp_max_message_bytes)
     app.cleanup_ctx.append(app[MCP_SOURCES].lifetime)
     app.on_response_prepare.append(_stamp)
-    app.router.add_post("/v1/chat/completions", chat.chat_completions, **EXPECT)
+    chat_completions = loop.handler(CHAT)
+    app.router.add_post("/v1/chat/completions", chat_completions, **EXPECT)
     app.router.add_post("/v1/responses", responses.create_response, **EXPECT)
     # The same, as Azure OpenAI clients (openai.AzureOpenAI) address them.
-    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat.chat_completions, **EXPECT)
-    app.router.add_post("/openai/v1/chat/completions", chat.chat_completions, **EXPECT)
+    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat_completions, **EXPECT)
+    app.router.add_post("/openai/v1/chat/completions", chat_completions, **EXPECT)
     app.router.add_post("/openai/responses", responses.create_response, **EXPECT)
     app.router.add_post("/openai/v1/responses", responses.create_response, **EXPECT)
+    app.router.add_post(MESSAGES_PATH, loop.handler(MESSAGES), **EXPECT)  # Anthropic's (its SDK, Claude Code)
     for path in websocket.PATHS:  # a WebSocket upgrade there: a 426 at once (gateway.routes.websocket)
         app.router.add_get(path, websocket.responses_get, **EXPECT)
     app.router.add_get("/v1/tools", tools.list_tools, **EXPECT)

@@ -91,7 +91,8 @@ def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys:
                    authenticate: bool, own_key: bool, secret: SecretNames) -> Caller:
     """The caller of a request. Without gateway keys, its credentials are the provider's business
     (unless the gateway calls the provider with its `own_key`); with them, it must send one of them
-    (as `Authorization: Bearer` or, as Azure clients do, `api-key`; a 401 otherwise), and that key
+    (as `Authorization: Bearer`, or as Azure clients do, `api-key`, or as Anthropic's do, `x-api-key`;
+    a 401 otherwise), and that key
     stops here. Whenever the caller's credentials stay here, so does every header and query
     parameter that holds a secret by its name (`secret`: the redact list's rule)."""
     trajectory_id, request_id, named = ids
@@ -105,11 +106,14 @@ def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys:
         return Caller(trajectory_id, request_id, upstream_headers=upstream_headers, trajectory_named=named,
                       query_secret=secret)
     scheme, _, token = headers.get("Authorization", "").partition(" ")
-    token = token.strip() if scheme.lower() == "bearer" else headers.get("api-key", "").strip()
+    if scheme.lower() != "bearer":
+        token = headers.get("api-key") or headers.get("x-api-key", "")
+    token = token.strip()
     for name, spec in keys.items():
         if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
             allowed = None if spec.tools is None else frozenset(spec.tools)
             routes = None if spec.routes is None else tuple(spec.routes)
             return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named, routes=routes,
                           query_secret=secret, client_tool_check=spec.client_tool_check)
-    raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key>", code="invalid_api_key")
+    raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key> (or x-api-key: <key>)",
+                       code="invalid_api_key")

@@ -275,8 +275,8 @@ def _parser() -> argparse.ArgumentParser:
         "serve", help="run the gateway", description="Run the gateway. Settings come from these options, then "
         "TOOLSPAN_* environment variables, then the --config file."))
     demo = commands.add_parser("demo", help="run a scripted agent session end to end and print its trajectory")
-    demo.add_argument("--api", choices=("chat", "responses"), default="chat",
-                      help="the API the session uses: Chat Completions (default) or Responses")
+    demo.add_argument("--api", choices=("chat", "responses", "messages"), default="chat",
+                      help="the API the session uses: Chat Completions (default), Responses, or Anthropic's Messages")
     demo.add_argument("--mcp", action="store_true", help="the example tools come through MCP (toolspan mcp-examples)")
     commands.add_parser("mcp-examples", help="serve the example tools as an MCP server over stdio")
     add_trajectories_parser(commands)

@@ -1,4 +1,5 @@
-"""`toolspan demo`: a scripted agent session through the real openai client, then its trajectory."""
+"""`toolspan demo`: a scripted agent session through the real openai client (or, over the Messages
+API, Anthropic's), then its trajectory."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -34,8 +36,21 @@ def print_trajectory(spans: list[ReadableSpan], trajectory_id: str, out: Callabl
         out(line)
 
 
-async def _ask(client: AsyncOpenAI, api: str) -> tuple[str, dict[str, Any], dict[str, str]]:
-    """The question through the openai client: the answer, the usage, the response headers."""
+Client = AsyncOpenAI | AsyncAnthropic
+
+
+async def _ask_messages(client: AsyncAnthropic) -> tuple[str, dict[str, Any], dict[str, str]]:
+    raw = await client.messages.with_raw_response.create(
+        model="toolspan-demo", max_tokens=1024, messages=[{"role": "user", "content": QUESTION}])
+    message = await raw.parse()
+    text = "".join(block.text for block in message.content if block.type == "text")
+    return text, message.usage.model_dump(exclude_none=True), dict(raw.headers)
+
+
+async def _ask(client: Client, api: str) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """The question through the API's client: the answer, the usage, the response headers."""
+    if isinstance(client, AsyncAnthropic):
+        return await _ask_messages(client)
     if api == "responses":
         raw_response = await client.responses.with_raw_response.create(model="toolspan-demo", input=QUESTION)
         response = raw_response.parse()
@@ -91,18 +106,39 @@ async def _hand_back_responses(client: AsyncOpenAI, out: Callable[[str], None]) 
     return final.output_text
 
 
-async def hand_back(client: AsyncOpenAI, api: str, out: Callable[[str], None]) -> str:
+async def _hand_back_messages(client: AsyncAnthropic, out: Callable[[str], None]) -> str:
+    tools: Any = [{"name": SEARCH_NOTES["name"], "description": SEARCH_NOTES["description"],
+                   "input_schema": SEARCH_NOTES["parameters"]}]
+    history: list[Any] = [{"role": "user", "content": NOTES_QUESTION}]
+    first = await client.messages.create(model="toolspan-demo", max_tokens=1024, messages=history, tools=tools)
+    results = []
+    for block in first.content:
+        if block.type == "tool_use":
+            out(f"gateway -> client: call {block.name}({json.dumps(block.input)})   (stop_reason: {first.stop_reason})")
+            results.append({"type": "tool_result", "tool_use_id": block.id,
+                            "content": search_notes(dict(block.input))})
+            out(f"client runs it, sends back: {results[-1]['content']}")
+    history += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                {"role": "user", "content": results}]
+    final = await client.messages.create(model="toolspan-demo", max_tokens=1024, messages=history, tools=tools)
+    return "".join(block.text for block in final.content if block.type == "text")
+
+
+async def hand_back(client: Client, api: str, out: Callable[[str], None]) -> str:
     """The second part of the demo: the client offers a tool of its own; the built-in model calls
     it, the gateway hands the call back, the client runs it and sends the result, the model answers."""
     out(f"\n--- a tool of the client's own ({SEARCH_NOTES['name']}): the gateway hands its call back")
     out(f"user: {NOTES_QUESTION}")
-    answer = await (_hand_back_responses(client, out) if api == "responses" else _hand_back_chat(client, out))
+    if isinstance(client, AsyncAnthropic):
+        answer = await _hand_back_messages(client, out)
+    else:
+        answer = await (_hand_back_responses(client, out) if api == "responses" else _hand_back_chat(client, out))
     out(f"assistant: {answer}")
     return answer
 
 
 async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: bool = False) -> str:
-    """Runs the session over the Chat Completions API or the Responses API; returns the final answer.
+    """Runs the session over the Chat Completions, Responses or Messages API; returns the final answer.
     With `mcp`, the example tools come from `toolspan mcp-examples`, an MCP server over stdio."""
     exporter = InMemorySpanExporter()
     # Content capture on: the demo's store keeps the messages, for `toolspan trajectories show`.
@@ -110,10 +146,12 @@ async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: b
     settings = with_mcp_examples(settings) if mcp else settings
     registry = ToolRegistry() if mcp else None  # None: the example tools, registered in this process
     async with gateway(settings, registry, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
-        client = AsyncOpenAI(base_url=f"{url}/v1", api_key="demo-key-not-needed")
-        shown = "Responses API" if api == "responses" else "Chat Completions API"
+        client: Client = (AsyncAnthropic(base_url=url, api_key="demo-key-not-needed") if api == "messages"
+                          else AsyncOpenAI(base_url=f"{url}/v1", api_key="demo-key-not-needed"))
+        shown = {"responses": "Responses API", "messages": "Messages API"}.get(api, "Chat Completions API")
         tools = "an MCP server over stdio (toolspan mcp-examples)" if mcp else "registered in the gateway"
-        out(f"toolspan demo: gateway at {url}/v1 ({shown}), upstream: the built-in scripted model")
+        base = url if api == "messages" else f"{url}/v1"  # as each client library takes its base URL
+        out(f"toolspan demo: gateway at {base} ({shown}), upstream: the built-in scripted model")
         out(f"tools: {tools}")
         out(f"user: {QUESTION}\n")
         answer, usage, headers = await _ask(client, api)

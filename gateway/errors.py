@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -154,11 +154,19 @@ class UpstreamRefused(GatewayError):
                           "type": "upstream_error", "param": None, "code": f"upstream_{self.status}"}}
 
 
-def error_response(error: GatewayError) -> web.Response:
-    """The single place errors become HTTP."""
+def openai_body(error: GatewayError) -> Mapping[str, Any]:
+    """An error in OpenAI's shape, as its own class words it."""
+    return error.body()
+
+
+def error_response(error: GatewayError,
+                   body_of: Callable[[GatewayError], Mapping[str, Any]] = openai_body) -> web.Response:
+    """The single place errors become HTTP: in OpenAI's shape, unless `body_of` gives the error in
+    the shape of the API the caller speaks (gateway.apis.error_body_for). A provider's own error
+    goes on as it came."""
     if isinstance(error, UpstreamRefused) and error.provider_error():
         return web.Response(status=error.status, body=error.raw_body, headers=error.as_sent)
-    response = web.json_response(error.body(), status=error.status)
+    response = web.json_response(body_of(error), status=error.status)
     response.headers.extend(error.headers)
     return response
 

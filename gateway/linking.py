@@ -15,7 +15,6 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from gateway.caller import Caller
 from gateway.errors import Unavailable
@@ -32,34 +31,6 @@ SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "thre
 LATEST_CALLS = 8
 _CALL = "call:"  # link kinds: a call id the client was given, a response id it was given
 _RESPONSE = "resp:"
-
-
-def chat_call_ids(messages: Sequence[Any]) -> list[str]:
-    """Ids of the calls a Chat conversation answers or repeats, the latest first (LATEST_CALLS of
-    them, and a few more)."""
-    found: list[str] = []
-    for message in reversed(messages):
-        if len(found) >= LATEST_CALLS:
-            break
-        if not isinstance(message, Mapping):
-            continue
-        if isinstance(answered := message.get("tool_call_id"), str):
-            found.append(answered)
-        calls = message.get("tool_calls")
-        for call in reversed(calls) if isinstance(calls, list) else ():
-            if isinstance(call, Mapping) and isinstance(call_id := call.get("id"), str):
-                found.append(call_id)
-    return list(dict.fromkeys(found))
-
-
-def responses_call_ids(items: object) -> list[str]:
-    """Ids of the calls a Responses input answers or repeats (function, custom tool and other
-    calls carry `call_id`), the latest first."""
-    if not isinstance(items, list):
-        return []
-    found = [call_id for item in reversed(items)
-             if isinstance(item, Mapping) and isinstance(call_id := item.get("call_id"), str)]
-    return list(dict.fromkeys(found))
 
 
 def session_trajectory(principal: str | None, headers: Mapping[str, str]) -> str | None:
@@ -111,9 +82,3 @@ async def remember(state: StateStore, caller: Caller, call_ids: Iterable[str], r
         await state.link(caller.principal, ids, caller.trajectory_id)
     except Unavailable:
         log.info("trajectory links unavailable (state store): this answer's ids are not linked")
-
-
-def answer_call_ids(api: str, client_calls: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The call ids of an answer's client calls, as the client gets them."""
-    field = "id" if api == "chat" else "call_id"
-    return [call_id for call in client_calls if isinstance(call_id := call.get(field), str)]

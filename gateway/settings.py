@@ -43,7 +43,7 @@ from gateway.settings_parts import (
 from gateway.settings_text import SettingsInvalid, explain
 from gateway.transport import tls_context
 
-UpstreamKind = Literal["openai", "azure", "vllm", "ollama", "deepseek", "compatible"]
+UpstreamKind = Literal["openai", "azure", "anthropic", "vllm", "ollama", "deepseek", "compatible"]
 # Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
 REDACT_KEYS = ("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey", "authorization",
                "credential", "private_key", "cookie")
@@ -75,7 +75,8 @@ class Settings(BaseSettings):
                                                                  "Authorization header is passed through")
     upstream_kind: UpstreamKind = Field(
         "openai", description="What the provider is: openai, or any OpenAI-compatible server (vllm, ollama, "
-                              "deepseek, compatible), or azure (deployment paths, api-version, api-key header)")
+                              "deepseek, compatible), azure (deployment paths, api-version, api-key header), or "
+                              "anthropic (the Messages API; its key as x-api-key, an anthropic-version default)")
     upstream_provider_name: str | None = Field(
         None, description="gen_ai.provider.name on spans; unset: the one the upstream kind implies")
     azure_api_version: str = Field("2024-10-21", description="api-version for an azure upstream, unless the "

@@ -29,8 +29,10 @@ from gateway.json_depth import nests_deeper
 from gateway.transport import ConnectTimeout, Transport, build_transport, describe
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
-    "openai": "openai", "azure": "azure.ai.openai", "deepseek": "deepseek", "vllm": "vllm", "ollama": "ollama",
-    "compatible": "openai_compatible"}
+    "openai": "openai", "azure": "azure.ai.openai", "anthropic": "anthropic", "deepseek": "deepseek", "vllm": "vllm",
+    "ollama": "ollama", "compatible": "openai_compatible"}
+API_PATHS = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}  # under the base URL
+ANTHROPIC_VERSION = "2023-06-01"  # the version Anthropic's API is called with when the caller names none
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})  # answers that mean "the same request may work later"
 REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe: its connection (through any proxy, TLS too) and the answer's head
 REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
@@ -90,11 +92,11 @@ class Upstream:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def path(self, api: str, model: str, query: str, requested: str = "") -> str:
-        """Where a Chat Completions or Responses call goes, with the caller's query string. To an
-        Azure resource: the surface the caller addressed (`requested`, an /openai/... path), else
-        the deployment of the model (Chat) or the v1 surface (Responses)."""
-        if self.kind != "azure":
-            path = "chat/completions" if api == "chat" else "responses"
+        """Where a call of a wire API goes, with the caller's query string. To an Azure resource:
+        the surface the caller addressed (`requested`, an /openai/... path), else the deployment of
+        the model (Chat) or the v1 surface (Responses)."""
+        if self.kind != "azure" or api == "messages":
+            path = API_PATHS[api]
         elif requested.startswith("/openai/"):
             path = requested.removeprefix("/")
         elif api == "chat":
@@ -124,12 +126,17 @@ class Upstream:
 
     def headers(self, caller_headers: Mapping[str, str]) -> dict[str, str]:
         """A provider call's headers: what the caller sent for the provider, and the gateway's own
-        key when it has one (then the caller's credentials were left out: see gateway.headers)."""
+        key when it has one (then the caller's credentials were left out: see gateway.headers). To
+        Anthropic, the key goes as `x-api-key`, and an `anthropic-version` when the caller named none."""
+        headers = dict(caller_headers)
+        if self.kind == "anthropic" and not any(name.lower() == "anthropic-version" for name in headers):
+            headers["anthropic-version"] = ANTHROPIC_VERSION
         if self._api_key is None:
-            return dict(caller_headers)
+            return headers
         key = self._api_key.get_secret_value()
-        own = {"api-key": key} if self.kind == "azure" else {"Authorization": f"Bearer {key}"}
-        return {**caller_headers, **own}
+        own = {"api-key": key} if self.kind == "azure" else {"x-api-key": key} if self.kind == "anthropic" else {
+            "Authorization": f"Bearer {key}"}
+        return {**headers, **own}
 
     async def post(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
         """One JSON request: the decoded JSON answer (the engine checks its shape) and the headers

@@ -7,9 +7,11 @@
   keeps only its type (an image or a file is not copied onto a span).
 - `gen_ai.output.messages`: the model's answer, `[{"role": "assistant", "parts", "finish_reason"}]`.
 - `gen_ai.system_instructions`: instructions sent apart from the history (the Responses API's
-  `instructions`), `[{"type": "text", "content"}]`. A Chat system message stays in the history.
+  `instructions`, the Messages API's `system`), `[{"type": "text", "content"}]`. A Chat system
+  message stays in the history.
 
-Both APIs (Chat Completions messages, Responses input and output items) come out alike. Secrets
+Every API (Chat Completions messages, Responses input and output items, Messages content blocks,
+their thinking as `reasoning` parts) comes out alike. Secrets
 are masked as in tool arguments (`telemetry.arguments`), and each attribute is bounded: a string
 part is cut to a little less than `max_chars`, then the oldest messages go until the JSON fits.
 """
@@ -119,10 +121,54 @@ def responses_input(body: Mapping[str, Any]) -> list[Message]:
     return [m for m in map(_item_message, raw or ()) if m is not None]
 
 
+# --- Messages -----------------------------------------------------------------------------------
+
+def _block_part(block: Any) -> dict[str, Any]:
+    """One Messages content block as a part."""
+    if not isinstance(block, Mapping):
+        return {"type": "unknown"}
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "content": str(block.get("text", ""))}
+    if kind == "thinking":
+        return {"type": "reasoning", "content": str(block.get("thinking", ""))}
+    if kind == "tool_use":
+        return _tool_call(block.get("id"), block.get("name"), block.get("input"))
+    if kind == "tool_result":
+        return _response(block.get("tool_use_id"), block.get("content"))
+    return {"type": str(kind or "unknown")}
+
+
+def _anthropic_message(message: Any) -> Message | None:
+    if not isinstance(message, Mapping):
+        return None
+    content = message.get("content")
+    parts = _parts(content) if isinstance(content, str) else [_block_part(b) for b in content or ()]
+    answers = bool(parts) and all(part["type"] == "tool_call_response" for part in parts)
+    return {"role": "tool" if answers else str(message.get("role", "user")), "parts": parts}
+
+
+def messages_input(body: Mapping[str, Any]) -> list[Message]:
+    return [m for m in map(_anthropic_message, body.get("messages") or ()) if m is not None]
+
+
+_INPUTS = {"chat": chat_input, "responses": responses_input, "messages": messages_input}
+
+
+def _instructions(api: str, body: Mapping[str, Any]) -> str | None:
+    """Instructions sent apart from the history: Responses' `instructions`, Messages' `system`."""
+    found = body.get("instructions") if api == "responses" else body.get("system") if api == "messages" else None
+    if isinstance(found, list):  # Messages' system as text blocks
+        found = "\n".join(str(b.get("text", "")) for b in found if isinstance(b, Mapping))
+    return found if isinstance(found, str) and found else None
+
+
 def output_message(api: str, output: Sequence[Mapping[str, Any]], finish_reason: str | None) -> Message:
-    """The answer as one assistant message: Chat's message, or the parts of every output item."""
+    """The answer as one assistant message: Chat's message, or the parts of every output item or block."""
     if api == "chat":
         parts = (_chat_message(output[0]) or {"parts": []})["parts"] if output else []
+    elif api == "messages":
+        parts = [_block_part(block) for block in output]
     else:
         parts = [part for item in output for part in (_item_message(item) or {"parts": []})["parts"]]
     reason = _FINISH_REASONS.get(finish_reason or "", finish_reason or "stop")
@@ -174,10 +220,9 @@ class MessageCapture:
 
     def request_attributes(self, api: str, body: Mapping[str, Any]) -> dict[str, str]:
         """What goes on the span of the provider call that sent `body`."""
-        history = chat_input(body) if api == "chat" else responses_input(body)
+        history = _INPUTS.get(api, chat_input)(body)
         attributes = {names.ATTR_INPUT_MESSAGES: _bounded_json(self._safe(history), self.max_chars)}
-        instructions = body.get("instructions") if api == "responses" else None
-        if isinstance(instructions, str) and instructions:
+        if (instructions := _instructions(api, body)) is not None:
             parts = self._safe([{"role": "system", "parts": [{"type": "text", "content": instructions}]}])[0]["parts"]
             attributes[names.ATTR_SYSTEM_INSTRUCTIONS] = _bounded_json(parts, self.max_chars)
         return attributes

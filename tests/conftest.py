@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import anthropic
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -226,6 +227,10 @@ class Stack:
         return Answer(choice.message.content, calls, choice.finish_reason,
                       completion.usage.model_dump() if completion.usage else None, dict(raw.headers))
 
+
+    def anthropic(self, api_key: str = TEST_KEY, **options: Any) -> anthropic.AsyncAnthropic:
+        """Anthropic's client, pointed at the gateway (the test closes it: `async with`)."""
+        return anthropic.AsyncAnthropic(base_url=self.url, api_key=api_key, max_retries=0, timeout=20, **options)
 
     async def respond(self, stream: bool, **request: Any) -> ResponseAnswer:
         """One `client.responses.create` call through the gateway."""

@@ -389,13 +389,14 @@ def test_serve_with_unloadable_tools_exits_2() -> None:
     assert "listening" not in done.stdout
 
 
-@pytest.mark.parametrize("mcp", [False, True], ids=["registered", "mcp"])
-@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize(("api", "mcp"), [("chat", False), ("chat", True), ("responses", False), ("responses", True),
+                                          ("messages", False)], ids=lambda value: str(value))
 def test_demo_prints_the_trajectory(api: str, mcp: bool) -> None:
     done = run_toolspan("demo", "--api", api, *(["--mcp"] if mcp else []))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert ("Responses API" in out) is (api == "responses")
+    assert ("Messages API" in out) is (api == "messages")
     assert out.count("model turn  chat toolspan-demo") == 4
     if mcp:  # the same session, its tools served by `toolspan mcp-examples` over stdio
         assert "tools: an MCP server over stdio (toolspan mcp-examples)" in out

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.apis.chat import CHAT
+from gateway.apis.chat.request import results as chat_results
+from gateway.apis.responses.request import results as responses_results
 from gateway.caller import Caller
-from gateway.client_results import LATEST_RESULTS, chat_results, keep_handed, report_results, responses_results
+from gateway.client_results import LATEST_RESULTS, keep_handed, report_results
 from gateway.state import HeldTurns
 from gateway.tools.hooks import ClientResult, NoHooks, Turn
 
@@ -32,18 +35,20 @@ def test_only_well_formed_results_are_read_latest_first_and_bounded() -> None:
     messages += [{"role": "tool", "tool_call_id": f"call_{i}", "content": str(i)} for i in range(40)]
     found = chat_results(messages)
     assert len(found) == LATEST_RESULTS
-    assert found[0] == ("call_39", "39")
+    assert found[0] == ("call_39", "39", None)
     assert responses_results("plain text") == []
-    assert responses_results([{"type": "function_call_output", "call_id": 3}, {"type": "message", "call_id": "m"},
-                              {"type": "custom_tool_call_output", "call_id": "c", "output": "done"}]) == [("c", "done")]
+    items = [{"type": "function_call_output", "call_id": 3}, {"type": "message", "call_id": "m"},
+             {"type": "custom_tool_call_output", "call_id": "c", "output": "done"}]
+    assert responses_results(items) == [("c", "done", None)]
 
 
 async def test_a_result_is_reported_once_and_an_unreadable_record_not_at_all() -> None:
     state, seen = HeldTurns(100, 60.0), Seen()
-    await keep_handed(state, CALLER, "chat", [{"id": "call_a", "type": "function", "function": {"name": "shell"}},
-                                              {"id": 5, "function": {"name": "bad"}}, {"type": "function"}])
+    calls = [{"id": "call_a", "type": "function", "function": {"name": "shell"}},
+             {"id": 5, "function": {"name": "bad"}}, {"type": "function"}]
+    await keep_handed(state, CALLER, [found for call in calls if (found := CHAT.handed(call)) is not None])
     await state.keep_sent(None, {"call_b": "[not json", "call_c": json.dumps({"a": 1})})
-    results = [("call_a", "ok"), ("call_b", "x"), ("call_c", [{"type": "text", "text": "hé"}])]
+    results = [("call_a", "ok", None), ("call_b", "x", None), ("call_c", [{"type": "text", "text": "hé"}], None)]
     await report_results(state, seen, CALLER, results, error_prefix=None)
     assert [(r.call_id, r.tool, r.size, r.error) for r in seen.results] == [("call_a", "shell", 2, False)]
     await report_results(state, seen, CALLER, results, error_prefix=None)
@@ -52,8 +57,7 @@ async def test_a_result_is_reported_once_and_an_unreadable_record_not_at_all() -
 
 async def test_the_error_rule_reads_text_results_only() -> None:
     state, seen = HeldTurns(100, 60.0), Seen()
-    await keep_handed(state, CALLER, "responses", [{"call_id": "c1", "name": "shell"},
-                                                   {"call_id": "c2", "name": "shell"}])
-    latest_first = [("c2", {"error": "as JSON"}), ("c1", "error: gone")]  # as chat_results gives them
+    await keep_handed(state, CALLER, [("c1", "shell"), ("c2", "shell")])
+    latest_first = [("c2", {"error": "as JSON"}, None), ("c1", "error: gone", None)]  # as chat_results gives them
     await report_results(state, seen, CALLER, latest_first, error_prefix="error:")
     assert [(r.call_id, r.error) for r in seen.results] == [("c1", True), ("c2", False)]

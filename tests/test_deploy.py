@@ -29,7 +29,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from ruamel.yaml import YAML
 
-from gateway.engine.turn import read_chat
+from gateway.apis.chat.answer import read_chat
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings import Settings
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome, Turn

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.engine.history import held_names, held_tokens, restore_items, restore_messages
+from gateway.apis.chat.history import held_tokens, restore_messages
+from gateway.apis.responses.history import held_names, restore_items
 from gateway.state import HeldTurn, HeldTurns, client_call_id, split_call_id
 from gateway.state.redis_store import turn_json
 from gateway.state.redis_values import turn_of
@@ -301,7 +302,8 @@ JSON_VALUES = st.recursive(
 OBJECTS = st.lists(st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=4), max_size=4).map(tuple)
 
 
-@given(st.sampled_from(["chat", "responses"]), OBJECTS, OBJECTS, st.lists(st.text(), max_size=4).map(tuple))
+@given(st.sampled_from(["chat", "responses", "messages"]), OBJECTS, OBJECTS,
+       st.lists(st.text(), max_size=4).map(tuple))
 def test_every_held_turn_the_redis_store_writes_reads_back_as_it_was(
         api: str, calls: tuple[dict[str, Any], ...], results: tuple[dict[str, Any], ...],
         shown: tuple[str, ...]) -> None:

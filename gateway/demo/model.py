@@ -1,7 +1,8 @@
 """The built-in scripted model: an OpenAI-compatible upstream that answers by rules.
 
-`ScriptedModel(policy)` serves /v1/chat/completions and /v1/responses (JSON or SSE) and a few plain
-routes. The policy sees each chat request body (and a Chat-shaped view of each Responses request)
+`ScriptedModel(policy)` serves /v1/chat/completions, /v1/responses and /v1/messages (JSON or SSE)
+and a few plain routes. The policy sees each chat request body (and a Chat-shaped view of each
+Responses and Messages request)
 and returns a `Reply`; `DemoPolicy` plays an agent that renames an argument, reads the gateway's
 diagnostic, corrects itself and answers. Tests script their own.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.demo.messages import MessagesRefused, build_message, chat_view, check_messages, message_events
 from gateway.demo.reply import Reply
 from gateway.demo.responses import (
     Conversations,
@@ -62,6 +64,8 @@ class ScriptedModel:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         # As an Azure OpenAI resource names them (the deployment is the model).
         app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._chat)
         app.router.add_post("/openai/v1/responses", self._responses)
@@ -80,6 +84,10 @@ class ScriptedModel:
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [
             {"id": self.model_name, "object": "model", "created": 0, "owned_by": "toolspan"}]})
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """Anthropic's token count, as a scripted model counts: a token for every four bytes."""
+        return web.json_response({"input_tokens": max(1, len(await request.read()) // 4)})
 
     async def _echo(self, request: web.Request) -> web.Response:
         """Answers with the request body, for pass-through tests (with the status an
@@ -113,8 +121,9 @@ class ScriptedModel:
             del self.requests[0], self.request_headers[0], self.request_paths[0]
         return body
 
-    async def _ask(self, view: dict[str, Any]) -> tuple[Reply, web.Response | None]:
-        """The policy's reply, and the whole answer when the reply leaves nothing to build."""
+    async def _ask(self, view: dict[str, Any], anthropic: bool = False) -> tuple[Reply, web.Response | None]:
+        """The policy's reply, and the whole answer when the reply leaves nothing to build (an
+        error in Anthropic's shape for a Messages request)."""
         reply = self.policy(view)
         if inspect.isawaitable(reply):
             reply = await reply
@@ -124,7 +133,10 @@ class ScriptedModel:
             return reply, web.Response(status=reply.status, body=reply.raw, content_type=reply.raw_type,
                                        headers=reply.headers)
         if reply.status != 200:
-            error = {"error": {"message": reply.error, "type": "scripted_error", "param": None, "code": None}}
+            error: dict[str, Any] = {"error": {"message": reply.error, "type": "scripted_error", "param": None,
+                                               "code": None}}
+            if anthropic:
+                error = {"type": "error", "error": {"type": "api_error", "message": reply.error}}
             return reply, web.json_response(error, status=reply.status, headers=reply.headers)
         return reply, None
 
@@ -171,6 +183,21 @@ class ScriptedModel:
         if body.get("stream"):
             return await self._stream(request, reply, response_events(response))
         return web.json_response(response, headers=reply.headers)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's Messages API: the policy answers a Chat-shaped view of the request."""
+        body = await self._received(request)
+        try:
+            check_messages(body)
+        except MessagesRefused as refused:
+            return web.json_response(refused.body(), status=400)
+        reply, answered = await self._ask(chat_view(body, self.model_name), anthropic=True)
+        if answered is not None:
+            return answered
+        message = build_message(body, reply, next(self._ids), self.model_name)
+        if body.get("stream"):
+            return await self._stream(request, reply, message_events(message))
+        return web.json_response(message, headers=reply.headers)
 
     async def _stream(self, request: web.Request, reply: Reply, events: list[bytes]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})

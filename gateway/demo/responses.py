@@ -55,6 +55,8 @@ def check_chat_request(body: dict[str, Any]) -> None:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise RequestRefused(f"messages[{i}] must be an object with a 'role'.", f"messages[{i}]")
+        if "tool_call_id" in message and not isinstance(message["tool_call_id"], str):
+            raise RequestRefused("'tool_call_id' must be a string.", f"messages[{i}].tool_call_id")
         calls = message.get("tool_calls") or []
         if not isinstance(calls, list):
             raise RequestRefused("'tool_calls' must be an array.", f"messages[{i}].tool_calls")

@@ -1,11 +1,11 @@
-"""What happens after a model turn: every decision of the tool loop, for both APIs, made here.
+"""What happens after a model turn: every decision of the tool loop, for every API, made here.
 
 Pure functions of the turn and the request; nothing here talks to the provider or runs a tool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ class Finish:
 
 
 Decision = RunTools | HandBack | Finish
+Relax = Callable[[Any, Collection[str]], Any]  # the tool_choice after the gateway ran some tools (Wire's)
 
 
 def is_final(tool_rounds: int, max_rounds: int) -> bool:
@@ -55,9 +56,9 @@ def _is_clients(call: ModelCall, client_names: Collection[str]) -> bool:
 
 
 def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max_rounds: int,
-           tool_choice: Any) -> Decision:
+           tool_choice: Any, relax: Relax | None = None) -> Decision:
     """The next step after `turn`, the answer to a request that has had `tool_rounds` rounds of
-    gateway tools so far."""
+    gateway tools so far; `relax`: how the API relaxes a tool_choice that forced what ran."""
     theirs = tuple(c for c in turn.calls if _is_clients(c, client_names))
     mine = tuple(c for c in turn.calls if not _is_clients(c, client_names))
     if is_final(tool_rounds, max_rounds):
@@ -65,12 +66,13 @@ def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max
     if theirs:
         return HandBack(mine, theirs, hold=bool(mine) or tool_rounds > 0)
     if mine:
-        return RunTools(mine, relaxed_tool_choice(tool_choice, {c.name for c in mine}))
+        return RunTools(mine, (relax or relaxed_tool_choice)(tool_choice, {c.name for c in mine}))
     reason = turn.finish_reason
     return Finish("stop" if reason == "tool_calls" else reason)  # its calls were dropped at the round limit
 
 
-def enforced(decision: HandBack, turn: ModelTurn, refused: Collection[int], tool_choice: Any) -> RunTools | HandBack:
+def enforced(decision: HandBack, turn: ModelTurn, refused: Collection[int], tool_choice: Any,
+             relax: Relax | None = None) -> RunTools | HandBack:
     """`decision` once the check of the client's calls refused some (`refused`: the `id()` of each
     such call, in reject mode): the gateway answers those itself, as it answers its own calls (their
     outcomes are the check's rejections), and they never reach the client. With no client call
@@ -78,7 +80,8 @@ def enforced(decision: HandBack, turn: ModelTurn, refused: Collection[int], tool
     answered = tuple(c for c in turn.calls if id(c) in refused or any(c is m for m in decision.gateway_calls))
     kept = tuple(c for c in decision.client_calls if id(c) not in refused)
     if not kept:
-        return RunTools(answered, relaxed_tool_choice(tool_choice, {c.name for c in decision.gateway_calls}))
+        ran = {c.name for c in decision.gateway_calls}
+        return RunTools(answered, (relax or relaxed_tool_choice)(tool_choice, ran))
     return HandBack(answered, kept, hold=True, paused=decision.paused)
 
 
@@ -108,9 +111,10 @@ def _forced_name(choice: Any) -> str | None:
 
 
 def relaxed_tool_choice(choice: Any, ran: Collection[str]) -> Any:
-    """The tool_choice for the round after the gateway ran `ran`: forcing a call again would
-    loop for ever, so "required", or a forced tool that ran, becomes "auto", and an allowed-tools
-    choice in required mode keeps its tools in auto mode (Responses' flat shape, Chat's nested one)."""
+    """The tool_choice for the round after the gateway ran `ran`, in OpenAI's shapes (Chat and
+    Responses): forcing a call again would loop for ever, so "required", or a forced tool that ran,
+    becomes "auto", and an allowed-tools choice in required mode keeps its tools in auto mode
+    (Responses' flat shape, Chat's nested one)."""
     if choice == "required" or (_forced_name(choice) in ran):
         return "auto"
     if isinstance(choice, Mapping) and choice.get("type") == "allowed_tools":

@@ -44,7 +44,7 @@ def request_key(plan: Plan) -> str:
     """The digest a request is known by for replays: its API and first provider request, which
     hold everything the client sent that the rounds depend on."""
     first = plan.conversation.request(False, plan.stream)
-    return hashlib.sha256(orjson.dumps([plan.api, first], option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(orjson.dumps([plan.api.name, first], option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 @dataclass
@@ -99,7 +99,8 @@ class Replays:
 def _round_record(done: Round) -> dict[str, Any]:
     turn = done.turn
     return {"turn": {"api": turn.api, "body": turn.body, "output": turn.output, "finish_reason": turn.finish_reason,
-                     "usage": turn.usage, "headers": dict(turn.headers),
+                     "usage": turn.usage, "headers": dict(turn.headers), "input_tokens": turn.input_tokens,
+                     "output_tokens": turn.output_tokens,
                      "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments, "item": c.item, "kind": c.kind}
                                for c in turn.calls]},
             "outcomes": [{"call_id": o.call_id, "tool_name": o.tool_name, "status": o.status, "content": o.content,
@@ -117,4 +118,4 @@ def _rounds(record: Any) -> tuple[Round, ...]:
 def _turn(raw: Mapping[str, Any]) -> ModelTurn:
     calls = tuple(ModelCall(c["id"], c["name"], c["arguments"], c["item"], c["kind"]) for c in raw["calls"])
     return ModelTurn(raw["api"], raw["body"], tuple(raw["output"]), calls, raw["finish_reason"], raw["usage"],
-                     raw["headers"])
+                     raw["headers"], raw.get("input_tokens"), raw.get("output_tokens"))

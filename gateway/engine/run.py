@@ -1,4 +1,4 @@
-"""The tool loop, once for both APIs and both stream modes: an async generator of events.
+"""The tool loop, once for every API and both stream modes: an async generator of events.
 
 Each round calls the provider, reads its answer as a ModelTurn (passing on, when streamed, what
 the client may see at once), asks `decide` what next, and runs the gateway's calls. The routes
@@ -20,15 +20,7 @@ from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
 from gateway.engine.replays import Replays
 from gateway.engine.retries import RetryPolicy
-from gateway.engine.turn import (
-    ChatStreamReader,
-    ModelCall,
-    ModelTurn,
-    ResponsesStreamReader,
-    opens_response,
-    read_chat,
-    read_response,
-)
+from gateway.engine.turn import ModelCall, ModelTurn
 from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
 from gateway.provider_paths import not_found_at
@@ -78,13 +70,6 @@ class Finished:
 Event = Opened | Visible | Keepalive | Finished
 
 
-def _response_id(piece: Mapping[str, Any]) -> str | None:
-    """The id of the response a Responses stream's opening event carries."""
-    response = piece.get("response")
-    found = response.get("id") if isinstance(response, Mapping) else None
-    return found if isinstance(found, str) else None
-
-
 class Engine:
     """Runs plans: the provider client, the tool executor, the held-turn store and the observer."""
 
@@ -109,7 +94,7 @@ class Engine:
         for again in resumed:
             yield again
         # The client saw output of the first provider response as it streamed.
-        shown_first = any(isinstance(e, Visible) and e.round == 0 and not opens_response(e.piece) for e in resumed)
+        shown_first = any(isinstance(e, Visible) and e.round == 0 and not plan.api.opens(e.piece) for e in resumed)
         while True:
             final = is_final(len(turns), self.max_rounds)
             body = conversation.request(final, plan.stream)
@@ -121,10 +106,11 @@ class Engine:
                         continue
                     if isinstance(event, Visible):
                         pieces.append(event.piece)
-                        shown_first = shown_first or (event.round == 0 and not opens_response(event.piece))
+                        shown_first = shown_first or (event.round == 0 and not plan.api.opens(event.piece))
                     yield event
             turn = turns[-1]
-            decision = decide(turn, plan.client_names, len(turns) - 1, self.max_rounds, conversation.tool_choice)
+            decision = decide(turn, plan.client_names, len(turns) - 1, self.max_rounds, conversation.tool_choice,
+                              plan.api.relaxed_tool_choice)
             if isinstance(decision, Finish):
                 if (answered := conversation.answered()) is not None:
                     await self.held.hold(answered, caller.principal)
@@ -133,7 +119,9 @@ class Engine:
             refused: dict[int, ToolOutcome] = {}
             if isinstance(decision, HandBack):
                 refused = await self._check_client_calls(plan, caller, decision.client_calls, len(turns), final)
-                decision = enforced(decision, turn, refused.keys(), conversation.tool_choice) if refused else decision
+                if refused:
+                    decision = enforced(decision, turn, refused.keys(), conversation.tool_choice,
+                                        plan.api.relaxed_tool_choice)
             mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
             to_run = [call for call in mine if id(call) not in refused]
             outcomes: list[ToolOutcome] = []
@@ -177,7 +165,7 @@ class Engine:
         gateway's own, which continues from the provider's last response (unless the client already
         knows the first response's id, because it streamed output: then that one does)."""
         answer_id = turns[0].response_id
-        if plan.api == "responses" and (len(turns) > 1 or ran_last):
+        if plan.api.continues_by_id and (len(turns) > 1 or ran_last):
             answer_id = answer_id if shown_first and answer_id else plan.answer_id
             if answer_id and turns[-1].response_id and answer_id != turns[-1].response_id:
                 await self.held.alias(answer_id, turns[-1].response_id, caller.principal)
@@ -193,7 +181,8 @@ class Engine:
         shown: list[Opened | Visible] = []
         conversation = plan.conversation
         for done in await replays.resumed() if plan.gateway_names else ():
-            decision = decide(done.turn, plan.client_names, len(turns), self.max_rounds, conversation.tool_choice)
+            decision = decide(done.turn, plan.client_names, len(turns), self.max_rounds, conversation.tool_choice,
+                              plan.api.relaxed_tool_choice)
             if isinstance(decision, Finish):  # not a round that ran tools: the record is not this request's
                 break
             if plan.stream:
@@ -221,7 +210,7 @@ class Engine:
                     return
                 async with aclosing(self._streamed(plan, caller, body, round_, retrying.attempt)) as asked:
                     async for event in asked:
-                        shown = shown or (isinstance(event, Visible) and not opens_response(event.piece))
+                        shown = shown or (isinstance(event, Visible) and not plan.api.opens(event.piece))
                         yield event
                 return
             except GatewayError as exc:
@@ -245,14 +234,14 @@ class Engine:
     async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any], attempt: int = 1) -> ModelTurn:
         """One provider call, not streamed: its answer as a turn."""
         with self.instrumentation.chat(plan.model, False) as trace:
-            trace.sent(plan.api, body)
+            trace.sent(plan.api.name, body)
             if attempt > 1:
                 trace.retried(attempt)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
+                path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
                 answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
-                turn = read_chat(answer, headers) if plan.api == "chat" else read_response(answer, headers)
+                turn = plan.api.read(answer, headers)
             except GatewayError as exc:
                 error = self._failed(trace, exc, path)
                 if error is exc:
@@ -265,22 +254,22 @@ class Engine:
     async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any], round_: int,
                         attempt: int = 1) -> AsyncGenerator[Opened | Visible | ModelTurn, None]:
         """One streamed provider call: the pieces the client may see at once, then the turn."""
-        reader = ChatStreamReader() if plan.api == "chat" else ResponsesStreamReader()
+        reader = plan.api.stream_reader()
         with self.instrumentation.chat(plan.model, True) as trace:
-            trace.sent(plan.api, body)
+            trace.sent(plan.api.name, body)
             if attempt > 1:
                 trace.retried(attempt)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path = self.upstream.path(plan.api, plan.model, plan.query, plan.path)
+                path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
                 async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:
                     if round_ == 0:
                         yield Opened(answer.headers)
                     claimed = False
                     async for event in answer.events:
                         if (piece := reader.absorb(event)) is not None:
-                            if not claimed and opens_response(piece):
-                                claimed = await self._claim(plan, caller, _response_id(piece))
+                            if not claimed and plan.api.opens(piece):
+                                claimed = await self._claim(plan, caller, plan.api.opened_id(piece))
                             yield Visible(piece, round_)
                 turn = reader.turn(answer.headers)
             except GatewayError as exc:
@@ -297,7 +286,7 @@ class Engine:
         """With gateway keys, the key that made a provider response is remembered before its client
         can learn the response's id: only that key may read, continue or delete it. Whether there
         was an id to remember."""
-        if plan.api != "responses" or caller.principal is None or response_id is None:
+        if not plan.api.continues_by_id or caller.principal is None or response_id is None:
             return False
         await self.held.claim((response_id,), caller.principal)
         return True

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, TypeVar
+from typing import Any
 
 import orjson
 from aiohttp import HttpVersion11, web
-from pydantic import BaseModel, Field, PlainValidator, TypeAdapter, ValidationError
-from pydantic_core import PydanticCustomError
 
+from gateway.apis import error_body_for
 from gateway.app_keys import CALLER, RECORD, SETTINGS
 from gateway.caller import Caller
 from gateway.engine import Event, Finished
@@ -23,7 +22,6 @@ from gateway.json_depth import nests_deeper
 ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
 ROUNDS_HEADER = "X-Toolspan-Rounds"
 CLIENT_GONE = "client_disconnected"  # a request's error type when its client left before the answer was out
-M = TypeVar("M", bound=BaseModel)
 UPLOADS = ("/v1/files", "/v1/uploads", "/openai/files", "/openai/uploads", "/openai/v1/files", "/openai/v1/uploads")
 _BELOW_UPLOADS = tuple(f"{prefix}/" for prefix in UPLOADS)  # what lies under them, for one startswith
 JSON_TYPE = "application/json"
@@ -36,7 +34,8 @@ async def expect_continue(request: web.Request) -> web.Response | None:
     expect = request.headers.get("Expect", "")
     if expect.lower() != "100-continue":
         return error_response(BadRequest(f"the expectation {expect!r} is not one the gateway meets "
-                                         "(only 100-continue is)", status=417, code="expectation_failed"))
+                                         "(only 100-continue is)", status=417, code="expectation_failed"),
+                              error_body_for(request.path, request.headers))
     if request.version == HttpVersion11:
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0  # the interim answer is not part of the response's size
@@ -173,46 +172,6 @@ def check_depth(value: Any, limit: int) -> None:
     no one's real request, and past 255 levels the gateway could not even encode it again)."""
     if nests_deeper(value, limit):
         raise _too_deep(limit)
-
-
-def _json_object(value: Any) -> dict[str, Any]:
-    if type(value) is not dict:  # orjson decodes a JSON object as exactly a dict
-        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-    return value
-
-
-# A JSON object of a request that the gateway passes on as it came: checked to be an object, not
-# copied key by key as a `dict[str, Any]` field is. For the 40 messages of bench/proxy.py's 30 KB
-# conversation, 8.4 -> 3.1 us (timeit); the error names the same place with the same words.
-JsonObject = Annotated[dict[str, Any], PlainValidator(_json_object)]
-
-
-def _json_objects(detailed: TypeAdapter[list[dict[str, Any]]]) -> PlainValidator:
-    """A list of JSON objects checked at once, by type, when all is well (for the 40 messages of
-    the 30 KB conversation, validating the request 10.2 -> 7.9 us, timeit); else by `detailed`, whose
-    error names the item and the rule it breaks."""
-    def check(value: Any) -> list[dict[str, Any]]:
-        if type(value) is list and value and all(type(item) is dict for item in value):
-            return value
-        return detailed.validate_python(value)
-
-    return PlainValidator(check)
-
-
-JsonObjects = Annotated[list[dict[str, Any]], _json_objects(TypeAdapter(list[JsonObject]))]
-NonEmptyJsonObjects = Annotated[list[dict[str, Any]],
-                                _json_objects(TypeAdapter(Annotated[list[JsonObject], Field(min_length=1)]))]
-
-
-def validate(model: type[M], body: dict[str, Any], what: str) -> M:
-    """`body` checked against the pydantic `model` of a request, or a 400 naming the field."""
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise BadRequest(f"not {what}: {where}: {first['msg']}",
-                         param=str(first["loc"][0]) if first["loc"] else None) from exc
 
 
 def caller_of(request: web.Request, metadata: object = None) -> Caller:

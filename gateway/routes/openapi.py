@@ -1,7 +1,7 @@
 """GET /openapi.json: an OpenAPI 3.1 description of the gateway's own routes.
 
 The provider's API passes through under /v1 and /openai unchanged; only what the gateway itself
-answers is described here: the two model APIs it runs tools for, the tool routes, and the
+answers is described here: the three model APIs it runs tools for, the tool routes, and the
 operational endpoints. Bodies are described as loosely as the gateway reads them (extra fields
 pass on to the provider), so the document is a fair input for a fuzzer such as Schemathesis.
 """
@@ -25,8 +25,8 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def _errors() -> dict[str, Any]:
-    return {"4XX": {"$ref": "#/components/responses/Error"}, "5XX": {"$ref": "#/components/responses/Error"}}
+def _errors(shape: str = "Error") -> dict[str, Any]:
+    return {"4XX": {"$ref": f"#/components/responses/{shape}"}, "5XX": {"$ref": f"#/components/responses/{shape}"}}
 
 
 def _ids() -> list[Any]:
@@ -42,6 +42,37 @@ def _shared_schemas() -> dict[str, Any]:
                 "type": "object", "required": ["message", "type"],
                 "properties": {"message": {"type": "string"}, "type": {"type": "string"},
                                "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+        },
+        "AnthropicError": {
+            "type": "object", "required": ["type", "error"],
+            "properties": {"type": {"const": "error"}, "error": {
+                "type": "object", "required": ["type", "message"],
+                "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}},
+        },
+        "MessagesRequest": {
+            "type": "object", "required": ["model", "messages", "max_tokens"],
+            "properties": {
+                "model": {"type": "string", "minLength": 1},
+                "max_tokens": {"type": "integer", "minimum": 1},
+                "messages": {"type": "array", "minItems": 1, "items": {
+                    "type": "object", "required": ["role", "content"],
+                    "properties": {"role": {"enum": ["user", "assistant"]},
+                                   "content": {"anyOf": [{"type": "string"},
+                                                         {"type": "array", "items": {"type": "object"}}]}}}},
+                "system": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+                "tools": {"type": "array", "items": {"type": "object", "required": ["name"],
+                                                     "properties": {"name": {"type": "string", "minLength": 1}}},
+                          "description": "The caller's own tools and the provider's, beside the gateway's."},
+                "tool_choice": {"type": "object"},
+                "stream": {"type": "boolean"},
+                "metadata": {"type": "object"},
+            },
+        },
+        "Message": {
+            "type": "object", "required": ["type", "content"],
+            "properties": {"id": {"type": "string"}, "type": {"const": "message"}, "role": {"const": "assistant"},
+                           "model": {"type": "string"}, "content": {"type": "array"},
+                           "stop_reason": {"type": ["string", "null"]}, "usage": {"type": "object"}},
         },
         "Metadata": {"type": "object", "maxProperties": 16,
                      "additionalProperties": {"type": "string", "maxLength": 512},
@@ -127,13 +158,13 @@ def _shared_schemas() -> dict[str, Any]:
 
 
 def _operation(summary: str, body: str | None, answer: dict[str, Any], *, parameters: list[Any] | None = None,
-               ) -> dict[str, Any]:
+               errors: str = "Error") -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "parameters": _ids() if parameters is None else parameters,
-                                 "responses": {"200": {"description": "OK", "content": answer}, **_errors()}}
+                                 "responses": {"200": {"description": "OK", "content": answer}, **_errors(errors)}}
     if body is not None:
         operation["requestBody"] = {"required": True, "content": _json(_ref(body))}
         # A body of any other type than JSON is refused unread (unsupported_media_type).
-        operation["responses"]["415"] = {"$ref": "#/components/responses/Error"}
+        operation["responses"]["415"] = {"$ref": f"#/components/responses/{errors}"}
     return operation
 
 
@@ -147,6 +178,8 @@ def document(tool_names: list[str]) -> dict[str, Any]:
                       {**_json(_ref("ChatCompletion")), **events})
     responses = _operation("Responses, with the gateway's tools run in the loop", "ResponsesRequest",
                            {**_json(_ref("Response")), **events})
+    messages = _operation("Anthropic's Messages, with the gateway's tools run in the loop", "MessagesRequest",
+                          {**_json(_ref("Message")), **events}, errors="AnthropicError")
     tool_name = {"name": "name", "in": "path", "required": True, "description": "A registered tool's name.",
                  "schema": {"enum": tool_names} if tool_names else {"type": "string", "minLength": 1}}
     tool_parameters = [tool_name, *_ids()]
@@ -156,11 +189,13 @@ def document(tool_names: list[str]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "toolspan", "version": "1",
                  "description": "The gateway's own routes. Every other path under /v1 and /openai is passed "
-                                "to the provider as it is. Errors are OpenAI-shaped."},
+                                "to the provider as it is. Errors are OpenAI-shaped, but on /v1/messages "
+                                "(Anthropic's shape)."},
         "security": [{}, {"gatewayKey": []}],
         "paths": {
             "/v1/chat/completions": {"post": chat},
             "/v1/responses": {"post": responses},
+            "/v1/messages": {"post": messages},
             "/v1/tools": {"get": _operation("The tools this caller may use", None, _json(_ref("ToolList")))},
             "/v1/tools/{name}/invoke": {"post": _operation("Parse and execute one call of a tool", "ToolRequest",
                                                            _json(_ref("ToolOutcome")), parameters=tool_parameters)},
@@ -183,7 +218,12 @@ def document(tool_names: list[str]) -> dict[str, Any]:
                 "description": "An OpenAI-shaped error",
                 "headers": {TRAJECTORY_HEADER: {"schema": {"type": "string"}},
                             TRACE_HEADER: {"schema": {"type": "string"}}},
-                "content": _json(_ref("Error"))}},
+                "content": _json(_ref("Error"))},
+                "AnthropicError": {
+                    "description": "An error in Anthropic's shape (the Messages API's routes)",
+                    "headers": {TRAJECTORY_HEADER: {"schema": {"type": "string"}},
+                                TRACE_HEADER: {"schema": {"type": "string"}}},
+                    "content": _json(_ref("AnthropicError"))}},
             "securitySchemes": {"gatewayKey": {"type": "http", "scheme": "bearer",
                                                "description": "A gateway key, when the operator set keys."}},
         },

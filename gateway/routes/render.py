@@ -1,5 +1,5 @@
 """Answering with a plan's run: the engine's events as one JSON body, or as server-sent events
-through an API's stream renderer. Both APIs' routes end here."""
+through the API's stream renderer. Every API's tool-loop route ends here."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from contextlib import aclosing
-from typing import Any, Protocol
 
 import aiohttp
 import orjson
 from aiohttp import web
 
 from gateway import client_results, linking
+from gateway.apis.base import Frame, WireApi
 from gateway.app_keys import ENGINE, HELD, SETTINGS, TRACE
 from gateway.caller import Caller
 from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
@@ -22,25 +22,7 @@ from gateway.routes.common import answer_headers, finished_of, reported
 
 log = logging.getLogger("toolspan")
 
-Frame = tuple[str | None, Mapping[str, Any]]  # (SSE event name, JSON payload)
 Around = Callable[[AsyncGenerator[Event, None]], AsyncGenerator[Event, None]]
-
-
-class StreamRenderer(Protocol):
-    """How one API shows engine events in a stream."""
-
-    def visible(self, event: Visible) -> Iterable[Frame]: ...
-
-    def waiting(self) -> Iterable[Frame]:
-        """What to send before the stream waits for the gateway's tools."""
-
-    def finished(self, event: Finished) -> Iterable[Frame]: ...
-
-    def error(self, error: GatewayError) -> Frame: ...
-
-    @property
-    def closing(self) -> bytes:
-        """What ends the stream after the last event (Chat's `data: [DONE]`)."""
 
 
 class ClientGone(Exception):
@@ -82,37 +64,39 @@ class SseWriter:
         await self.write(f": {text}\n\n".encode())
 
 
-async def answer(request: web.Request, caller: Caller, plan: Plan, as_json: Callable[[Finished], Mapping[str, Any]],
-                 renderer: Callable[[], StreamRenderer], around: Around | None = None) -> web.StreamResponse:
-    """Run `plan` and answer: with `as_json` of its end, or, for a streamed request, as events.
-    `around` sees the events first (an API's own bookkeeping before the client sees the end)."""
+async def answer(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
+                 around: Around | None = None) -> web.StreamResponse:
+    """Run `plan` (of `api`) and answer: with the API's JSON answer, or, for a streamed request, as
+    its events. `around` sees the events first (an API's own bookkeeping before the client sees the end)."""
     events = request.app[ENGINE].run(plan, caller)
     if around is not None:
         events = around(events)
     if plan.stream:
-        return await stream(request, caller, plan, events, renderer())
+        return await stream(request, caller, api, plan, events)
     finished = await finished_of(events)
-    await _link(request, caller, plan, finished)
+    await _link(request, caller, api, finished)
     headers = {**finished.turns[-1].headers, **answer_headers(caller, finished)}
-    response = web.Response(body=orjson.dumps(as_json(finished)), content_type="application/json", headers=headers)
+    body = orjson.dumps(api.as_json(plan, finished))
+    response = web.Response(body=body, content_type="application/json", headers=headers)
     return reported(response, caller, finished)
 
 
-async def _link(request: web.Request, caller: Caller, plan: Plan, finished: Finished) -> None:
+async def _link(request: web.Request, caller: Caller, api: WireApi, finished: Finished) -> None:
     """The answer's call and response ids, linked to the caller's trajectory (gateway.linking)."""
-    # A Chat answer's id names nothing a later request can continue from: only Responses' ids link.
-    response_id = finished.response_id if plan.api == "responses" else None
-    await linking.remember(request.app[HELD], caller, linking.answer_call_ids(plan.api, finished.client_calls),
-                           response_id)
-    if finished.client_calls and caller.client_check(request.app[SETTINGS].client_tool_check) != "off":
-        await client_results.keep_handed(request.app[HELD], caller, plan.api, finished.client_calls)
+    # Only an id a later request can continue from (Responses') links.
+    response_id = finished.response_id if api.continues_by_id else None
+    handed = [found for call in finished.client_calls if (found := api.handed(call)) is not None]
+    await linking.remember(request.app[HELD], caller, [call_id for call_id, _ in handed], response_id)
+    if handed and caller.client_check(request.app[SETTINGS].client_tool_check) != "off":
+        await client_results.keep_handed(request.app[HELD], caller, handed)
 
 
-async def stream(request: web.Request, caller: Caller, plan: Plan, events: AsyncGenerator[Event, None],
-                 renderer: StreamRenderer) -> web.StreamResponse:
+async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
+                 events: AsyncGenerator[Event, None]) -> web.StreamResponse:
     """Render `events` as SSE. The stream's end (aiohttp's write_eof) follows once the handler has
     returned, so the request's telemetry is recorded before the client sees the stream end."""
     writer = SseWriter(request, answer_headers(caller))
+    renderer = api.renderer(plan)
     finished: Finished | None = None
     try:
         async with aclosing(events) as running:
@@ -126,7 +110,7 @@ async def stream(request: web.Request, caller: Caller, plan: Plan, events: Async
                     await writer.comment("toolspan: running tools")
                 else:
                     finished = event
-                    await _link(request, caller, plan, event)  # before the client can continue from it
+                    await _link(request, caller, api, event)  # before the client can continue from it
                     await writer.frames(renderer.finished(event))
         if finished is not None and finished.limit_reached:
             await writer.comment(f"toolspan: round limit reached after {finished.rounds} model turns")

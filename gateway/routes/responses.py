@@ -1,173 +1,30 @@
-"""POST /v1/responses: the Responses API over the engine, and its rendering. The other
-/v1/responses routes (GET, DELETE, input_items, cancel) pass through to the provider, but for the
-ids the gateway made (gateway.routes.response_ids)."""
+"""POST /v1/responses: the Responses API's tool loop (gateway.routes.loop), keeping what it answers
+under ids of the gateway's own. The other /v1/responses routes (GET, DELETE, input_items, cancel)
+pass through to the provider, but for those ids (gateway.routes.response_ids)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
 
-from gateway import client_results, linking
-from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS
-from gateway.engine import Finished, Plan, Visible, plan_responses
-from gateway.engine.turn import opens_response, summed_usage
-from gateway.errors import GatewayError
+from gateway.apis.responses import RESPONSES
+from gateway.apis.responses.render import final_response
+from gateway.app_keys import HELD, SETTINGS
+from gateway.caller import Caller
+from gateway.engine import Plan
 from gateway.routes import render
 from gateway.routes.answer_records import remembered
-from gateway.routes.common import JsonObjects, caller_of, read_object, validate
+from gateway.routes.loop import run_loop
 
 
-class _ToolSpec(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    type: str
-    name: str | None = Field(None, min_length=1)
-
-
-class ResponsesRequest(BaseModel):
-    """The fields the gateway relies on; everything else goes to the provider untouched."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-    model: str = Field(min_length=1)
-    input: str | JsonObjects | None = None
-    tools: list[_ToolSpec] | None = None
-    stream: bool | None = False
-    previous_response_id: str | None = Field(None, min_length=1)
-    store: bool | None = None
-    metadata: dict[str, Any] | None = None
+def _kept(request: web.Request, caller: Caller, plan: Plan, body: dict[str, object]) -> render.Around:
+    """An answer under an id of the gateway's is kept, for GET, input_items and DELETE of that id."""
+    return partial(remembered, state=request.app[HELD], principal=caller.principal,
+                   response_of=partial(final_response, plan), sent=body.get("input"),
+                   stored=body.get("store") is not False, max_bytes=request.app[SETTINGS].answer_record_max_bytes)
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses."""
-    body = await read_object(request)
-    checked = validate(ResponsesRequest, body, "a Responses API request")
-    caller = await linking.joined(caller_of(request, checked.metadata), request.app[HELD],
-                                  linking.responses_call_ids(checked.input), checked.previous_response_id)
-    settings = request.app[SETTINGS]
-    if caller.client_check(settings.client_tool_check) != "off":
-        await client_results.report_results(request.app[HELD], request.app[INSTRUMENTATION], caller,
-                                            client_results.responses_results(checked.input),
-                                            settings.client_tool_error_prefix)
-    plan = await plan_responses(body, caller, request.app[REGISTRY], request.app[HELD],
-                                caller.provider_query(request.query_string), request.path,
-                                request.app[SETTINGS].offer_tools_on_empty_tools)
-    # An answer under an id of the gateway's is kept, for GET, input_items and DELETE of that id.
-    kept = partial(remembered, state=request.app[HELD], principal=caller.principal,
-                   response_of=partial(final_response, plan), sent=body.get("input"),
-                   stored=body.get("store") is not False, max_bytes=request.app[SETTINGS].answer_record_max_bytes)
-    return await render.answer(request, caller, plan, partial(final_response, plan), partial(ResponseEvents, plan),
-                               kept)
-
-
-def _is_gateway_tool(plan: Plan, spec: Any) -> bool:
-    return isinstance(spec, dict) and spec.get("type") == "function" and spec.get("name") in plan.gateway_names
-
-
-def as_client_sees(plan: Plan, response: Mapping[str, Any], response_id: str | None) -> dict[str, Any]:
-    """A provider response object under the id the client knows, continuing what the client
-    continued, with the tool choice and tools the client sent (not the gateway's)."""
-    shown = {**response, "previous_response_id": plan.previous_response_id}
-    if response_id is not None:
-        shown["id"] = response_id
-    if "tool_choice" in response and plan.conversation.tool_choice is not None:
-        shown["tool_choice"] = plan.conversation.tool_choice
-    if isinstance(response.get("tools"), list):
-        shown["tools"] = [t for t in response["tools"] if not _is_gateway_tool(plan, t)]
-    return shown
-
-
-def final_response(plan: Plan, finished: Finished) -> dict[str, Any]:
-    """One response for every round: the last one's fields under the answer's id, every round's
-    visible output followed by the client's calls, and the usage of every round."""
-    turns = finished.turns
-    shown = as_client_sees(plan, turns[-1].body, finished.response_id)
-    shown["output"] = [item for turn in turns for item in turn.visible_output()] + list(finished.client_calls)
-    if (usage := summed_usage(turns)) is not None:
-        shown["usage"] = usage
-    return shown
-
-
-def _call_events(call: Mapping[str, Any], index: int) -> list[tuple[str, dict[str, Any]]]:
-    """The events of one client call, whole (it was held back while its round streamed)."""
-    item_id = str(call.get("id", ""))
-    added = {**call, "status": "in_progress"}
-    middle: list[tuple[str, dict[str, Any]]] = []
-    if call.get("type") == "custom_tool_call":
-        added["input"] = ""
-        middle = [("response.custom_tool_call_input.delta", {"delta": call.get("input", "")}),
-                  ("response.custom_tool_call_input.done", {"input": call.get("input", "")})]
-    elif call.get("type") == "function_call":
-        added["arguments"] = ""
-        middle = [("response.function_call_arguments.delta", {"delta": call.get("arguments", "")}),
-                  ("response.function_call_arguments.done", {"arguments": call.get("arguments", "")})]
-    return [("response.output_item.added", {"item": added, "output_index": index}),
-            *((kind, {**payload, "item_id": item_id, "output_index": index}) for kind, payload in middle),
-            ("response.output_item.done", {"item": call, "output_index": index})]
-
-
-@dataclass
-class ResponseEvents:
-    """Engine events as one Responses stream: one `response.created`, one `response.completed`,
-    one response id, and output indexes and sequence numbers counted across rounds.
-
-    The opening events wait for the first output of the first round, which then names the
-    response; if the gateway runs tools first, the answer goes by an id of the gateway's own."""
-
-    plan: Plan
-    sequence: int = 0
-    next_index: int = 0
-    indexes: dict[tuple[int, Any], int] = field(default_factory=dict)  # (round, provider index) -> client index
-    opening: list[dict[str, Any]] | None = field(default_factory=list)  # held back; None once sent
-    closing: bytes = b""
-
-    def _frame(self, kind: str, payload: Mapping[str, Any]) -> render.Frame:
-        frame = {**payload, "type": kind, "sequence_number": self.sequence}
-        self.sequence += 1
-        return kind, frame
-
-    def _index(self, round_: int, index: Any) -> int:
-        key = (round_, index)
-        if key not in self.indexes:
-            self.indexes[key] = self.next_index
-            self.next_index += 1
-        return self.indexes[key]
-
-    def _opened(self, response_id: str | None) -> list[render.Frame]:
-        """The held-back opening events, under the id the answer goes by."""
-        held, self.opening = self.opening or [], None
-        return [self._frame(str(piece["type"]), {**piece, "response": as_client_sees(self.plan, piece["response"],
-                                                                                      response_id)})
-                for piece in held if isinstance(piece.get("response"), dict)]
-
-    def visible(self, event: Visible) -> Iterable[render.Frame]:
-        piece = dict(event.piece)
-        if opens_response(piece):
-            if self.opening is not None and event.round == 0:
-                self.opening.append(piece)
-            return []  # the client's response is opened once, for every round
-        frames = self._opened(None if event.round == 0 else self.plan.answer_id) if self.opening is not None else []
-        if "output_index" in piece:
-            piece["output_index"] = self._index(event.round, piece["output_index"])
-        return [*frames, self._frame(str(piece.get("type")), piece)]
-
-    def waiting(self) -> Iterable[render.Frame]:
-        # Tools are running: the answer will go by the gateway's id, unless output already named it.
-        return self._opened(self.plan.answer_id) if self.opening is not None else []
-
-    def finished(self, event: Finished) -> Iterable[render.Frame]:
-        frames = self._opened(event.response_id) if self.opening is not None else []
-        frames += [self._frame(kind, payload) for i, call in enumerate(event.client_calls)
-                   for kind, payload in _call_events(call, self._index(-1, i))]
-        final = final_response(self.plan, event)
-        closing = "response.incomplete" if final.get("status") == "incomplete" else "response.completed"
-        frames.append(self._frame(closing, {"response": final}))
-        return frames
-
-    def error(self, error: GatewayError) -> render.Frame:
-        detail = error.body()["error"]
-        return self._frame("error", {"code": detail.get("code"), "message": detail["message"],
-                                     "param": detail.get("param")})
+    return await run_loop(request, RESPONSES, _kept)

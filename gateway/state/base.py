@@ -24,7 +24,7 @@ class HeldTurn:
     """What the gateway added to a conversation that the client's copy of it lacks, in the wire
     shape of the API it came from, to put back when the client sends the conversation again."""
 
-    api: str  # "chat" or "responses": a turn is put back only into the API it came from
+    api: str  # "chat", "responses" or "messages": a turn is put back only into the API it came from
     calls: tuple[Mapping[str, Any], ...]  # what goes in place of the client's copy (messages / items)
     results: tuple[Mapping[str, Any], ...] = ()  # the gateway's results, before the client's own
     shown: tuple[str, ...] = ()  # Responses: ids of the items the client saw, by which it is found

@@ -69,7 +69,7 @@ def turn_of(raw: bytes) -> HeldTurn:
         raise Unreadable("not JSON (nested too deep)") from None
     except json.JSONDecodeError:
         raise Unreadable("not JSON") from None
-    if not isinstance(data, dict) or data.get("api") not in ("chat", "responses"):
+    if not isinstance(data, dict) or data.get("api") not in ("chat", "responses", "messages"):
         raise Unreadable("not a held turn: no object naming its API")
     shown = data.get("shown")
     if not isinstance(shown, list) or not all(isinstance(s, str) for s in shown):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from gateway.tools.function import Tool
@@ -87,18 +87,20 @@ class ToolRegistry:
     def _select(self, allowed: Collection[str] | None) -> list[Tool]:
         return [t for t in self._tools.values() if allowed is None or t.name in allowed]
 
-    def _specs_of(self, shape: str, allowed: Collection[str] | None) -> list[dict[str, Any]]:
+    def specs(self, shape: str, make: Callable[[Tool], dict[str, Any]],
+              allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
+        """The tools (optionally only the `allowed` names) as a wire API declares them: `make` of
+        each, made once per `shape` and allowlist."""
         key = (shape, None if allowed is None else frozenset(allowed))
         specs = self._specs.get(key)
         if specs is None:
-            tools = self._select(allowed)
-            specs = self._specs[key] = [t.openai_spec() if shape == "chat" else t.responses_spec() for t in tools]
+            specs = self._specs[key] = [make(t) for t in self._select(allowed)]
         return list(specs)  # a fresh list; the spec dicts inside are shared and must not be changed
 
     def openai_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
         """Chat Completions `tools` entries (optionally only the `allowed` names)."""
-        return self._specs_of("chat", allowed)
+        return self.specs("chat", Tool.openai_spec, allowed)
 
     def responses_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
         """Responses API `tools` entries (flat shape)."""
-        return self._specs_of("responses", allowed)
+        return self.specs("responses", Tool.responses_spec, allowed)

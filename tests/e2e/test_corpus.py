@@ -362,3 +362,96 @@ async def test_a_streamed_response_reaches_the_client_as_sent(stack: Stack, name
     script(stack, name, True, gateway_round)
     answer = await stack.respond(True, **RESPONSES_REQUEST)
     assert len(answer.events) == len(got)
+
+
+# --- Messages -------------------------------------------------------------------------------------
+
+MESSAGES = ["anthropic_text", "anthropic_tool_use", "anthropic_thinking", "anthropic_redacted_thinking"]
+GET_WEATHER_MESSAGES = {"name": "get_weather", "description": "Current weather in a location", "input_schema": {
+    "type": "object", "properties": {"location": {"type": "string"}, "unit": {"type": "string"}},
+    "required": ["location"]}}  # the client's own tool: anthropic_tool_use and anthropic_thinking call it
+MESSAGES_REQUEST = {"model": MODEL, "max_tokens": 2048, "tools": [GET_WEATHER_MESSAGES],
+                    "messages": [{"role": "user", "content": "What's the weather like in Paris?"}]}
+# The scripted model's first round (the gateway's `add`) names the message and reports this usage.
+FIRST_MESSAGES_USAGE = {"input_tokens": 10, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                        "output_tokens": 5}
+
+
+def message_as_client_gets(sent: dict[str, Any], gateway_round: bool, ids: list[str]) -> dict[str, Any]:
+    """One round: the provider's message as it came. After a gateway round: the same, named as the
+    first round (which showed nothing: its only block was the gateway's call), the client's calls
+    under ids naming the turn the gateway holds (`ids`, as the client got them), its token counts
+    summed over the rounds and its other usage fields (service tier ...) the last round's."""
+    if not gateway_round:
+        return sent
+    renamed = iter(handed_back([b for b in sent["content"] if b["type"] == "tool_use"], ids))
+    content = [next(renamed) if block["type"] == "tool_use" else block for block in sent["content"]]
+    return {**sent, "id": "msg_scripted_1", "model": MODEL, "content": content,
+            "usage": {**sent["usage"], **summed(FIRST_MESSAGES_USAGE, sent["usage"])}}
+
+
+def call_ids(message: dict[str, Any]) -> list[str]:
+    return [block["id"] for block in message["content"] if block["type"] == "tool_use"]
+
+
+def check_messages_round(stack: Stack, gateway_round: bool) -> None:
+    assert len(stack.upstream_requests) == 1 + gateway_round
+    if gateway_round:
+        [result] = stack.upstream_requests[1]["messages"][-1]["content"]
+        assert (result["type"], result["content"]) == ("tool_result", "3")
+
+
+@ROUND
+@pytest.mark.parametrize("name", MESSAGES)
+async def test_a_plain_message_reaches_the_client_as_sent(stack: Stack, name: str, gateway_round: bool) -> None:
+    script(stack, name, False, gateway_round)
+    async with stack.http.post("/v1/messages", json=MESSAGES_REQUEST, headers=AUTH) as response:
+        assert response.status == 200, await response.text()
+        got = await response.json()
+    check_messages_round(stack, gateway_round)
+    assert got == message_as_client_gets(json.loads(recording(name, False)), gateway_round, call_ids(got))
+
+
+@ROUND
+@pytest.mark.parametrize("name", MESSAGES)
+async def test_a_streamed_message_reaches_the_client_as_sent(stack: Stack, name: str, gateway_round: bool) -> None:
+    """Every event as the provider sent it, in order (pings too), but the client's calls (whole, at
+    the end) and the end of the message (written anew, with the usage of every round); Anthropic's
+    client assembles from them the same message as from the plain answer."""
+    script(stack, name, True, gateway_round)
+    async with stack.http.post("/v1/messages", json={**MESSAGES_REQUEST, "stream": True},
+                               headers=AUTH) as response:
+        assert response.status == 200, await response.text()
+        events = sse(await response.read())
+    check_messages_round(stack, gateway_round)
+    got = [payload for _, payload in events]
+    assert [event for event, _ in events] == [p["type"] for p in got]
+    recorded = [p for _, p in sse(recording(name, True))]
+    calls = {p["index"] for p in recorded if p["type"] == "content_block_start"
+             and p["content_block"]["type"] == "tool_use"}
+    ending = ("message_delta", "message_stop")
+    passed = [p for p in recorded if p.get("index") not in calls and p["type"] not in ending]
+    shown = [p for p in got if p.get("index") not in calls and p["type"] not in ending]
+    if gateway_round:  # the first round opened the message (its call was the gateway's: not shown)
+        assert [p["type"] for p in shown[:2]] == ["message_start", "ping"]
+        assert shown[0]["message"]["id"] == "msg_scripted_1"
+        shown, passed = shown[2:], passed[1:]
+    assert shown == passed
+    sent = json.loads(recording(name, False))
+    [delta] = [p for p in got if p["type"] == "message_delta"]
+    assert delta["delta"]["stop_reason"] == sent["stop_reason"]
+    handed = [p["content_block"]["id"] for p in got if p["type"] == "content_block_start"
+              and p["content_block"]["type"] == "tool_use"]
+    want = message_as_client_gets(sent, gateway_round, handed)
+    assert delta["usage"] == want["usage"]
+    assert got[-1] == {"type": "message_stop"}
+
+    script(stack, name, True, gateway_round)  # and Anthropic's client assembles the same message
+    async with stack.anthropic() as client, client.messages.stream(**MESSAGES_REQUEST) as streamed:  # type: ignore[arg-type]
+        message = (await streamed.get_final_message()).to_dict()
+    want = message_as_client_gets(sent, gateway_round, call_ids(message))
+    fields = ("type", "text", "thinking", "signature", "data", "id", "name", "input")
+    assert [{k: b[k] for k in fields if k in b} for b in message["content"]] == [
+        {k: b[k] for k in fields if k in b} for b in want["content"]]
+    assert {k: message["usage"][k] for k in FIRST_MESSAGES_USAGE} == {k: want["usage"][k] for k in FIRST_MESSAGES_USAGE}
+    assert (message["stop_reason"], message["model"]) == (want["stop_reason"], want["model"])

@@ -18,8 +18,8 @@ from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.apis import chat as chat_api
 from gateway.demo.model import Reply
-from gateway.routes import chat as chat_route
 from gateway.settings import Settings
 from telemetry import names
 from tests.conftest import (
@@ -397,7 +397,7 @@ async def test_gateway_bug_is_a_500_without_traceback(stack: Stack, stream: bool
     def broken(*args: Any) -> Any:
         raise RuntimeError("secret internal detail")
 
-    monkeypatch.setattr(chat_route, "plan_chat", broken)
+    monkeypatch.setattr(chat_api, "plan_chat", broken)
     found = await post(stack.http, {"model": "test-model", "messages": USER, "stream": stream})
     assert found.status == 500
     error = assert_openai_error(found.body, type_="server_error", code="internal_error")

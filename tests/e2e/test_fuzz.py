@@ -1,5 +1,6 @@
 """Schemathesis against a live gateway: every route of /openapi.json fuzzed, with bodies that fit
-the document and bodies that do not. No answer may be a 5xx, every error must be OpenAI-shaped,
+the document and bodies that do not. No answer may be a 5xx, every error must be in its API's shape
+(OpenAI's; Anthropic's on /v1/messages),
 every response must fit the document, every request must leave its span, and the gateway must
 be healthy afterwards, with nothing left in flight."""
 
@@ -72,6 +73,12 @@ def _is_openai_error(body: object) -> bool:
             and isinstance(error.get("type"), str) and {"param", "code"} <= error.keys())
 
 
+def _is_anthropic_error(body: object) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return (isinstance(body, dict) and body.get("type") == "error" and isinstance(error, dict)
+            and isinstance(error.get("type"), str) and isinstance(error.get("message"), str) and error["message"] != "")
+
+
 def _in_flight(metrics_text: str) -> float:
     return sum(sample.value for family in text_string_to_metric_families(metrics_text)
                if family.name == names.METRIC_REQUESTS_IN_FLIGHT for sample in family.samples)
@@ -82,7 +89,8 @@ def test_every_route_fuzzed_without_a_server_error(live_gateway: LiveGateway) ->
     statuses: Counter[tuple[str, int]] = Counter()
     session = requests.Session()
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/responses", "/v1/tools/{name}/invoke"}
+    assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/responses", "/v1/messages",
+                                              "/v1/tools/{name}/invoke"}
     for operation in operations:
         cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE),
                           operation.as_strategy(GenerationMode.NEGATIVE))
@@ -97,7 +105,8 @@ def test_every_route_fuzzed_without_a_server_error(live_gateway: LiveGateway) ->
                                                      checks.content_type_conformance,
                                                      checks.response_schema_conformance])
             if response.status_code >= 400:
-                assert _is_openai_error(response.json()), response.text
+                shaped = _is_anthropic_error if case.path == "/v1/messages" else _is_openai_error
+                assert shaped(response.json()), response.text
 
         fuzz()
 

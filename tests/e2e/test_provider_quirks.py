@@ -10,8 +10,8 @@ import pytest
 from pytest_aiohttp import AiohttpClient
 from yarl import URL
 
+from gateway.apis.chat.answer import ChatStreamReader
 from gateway.demo.model import Reply
-from gateway.engine.turn import ChatStreamReader
 from tests.conftest import AUTH, USER, Stack, StackFactory, tool_messages
 
 

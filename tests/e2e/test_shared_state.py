@@ -27,6 +27,7 @@ from tests.e2e.redis_server import RedisServer
 ASK = {"name": "ask_human", "description": "Ask the user", "parameters": {"type": "object", "properties": {}}}
 CHAT_TOOLS = [{"type": "function", "function": ASK}]
 RESPONSES_TOOLS = [{"type": "function", **ASK}]
+MESSAGES_TOOLS = [{"name": ASK["name"], "description": ASK["description"], "input_schema": ASK["parameters"]}]
 Replicas = Callable[..., Awaitable[tuple["Stack", "Stack"]]]
 
 
@@ -107,6 +108,34 @@ async def test_responses_turn_started_on_one_replica_completes_on_the_other(
         replica.script.then(saw_the_sum)
         assert (await replica.respond(stream, input=later, tools=RESPONSES_TOOLS, store=False)).text == "5, in Paris."
         assert [i.get("name") for i in one.upstream_requests[-1]["input"]][2:5] == ["add", None, "ask_human"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_messages_turn_started_on_one_replica_completes_on_the_other(
+        replicas: Replicas, stream: bool) -> None:
+    one, other = await replicas()
+    one.script.then(Reply(content="Adding.", tool_calls=[("add", {"a": 2, "b": 3}), ("ask_human", {})]),
+                    saw_the_sum)
+    question = [{"role": "user", "content": "add, then ask me where"}]
+
+    async def ask(stack: Stack, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        async with stack.anthropic() as client:
+            request: Any = {"model": "claude-test", "max_tokens": 64, "messages": messages, "tools": MESSAGES_TOOLS}
+            if not stream:
+                return (await client.messages.create(**request)).to_dict()
+            async with client.messages.stream(**request) as streamed:
+                return (await streamed.get_final_message()).to_dict()
+
+    first = await ask(one, question)
+    [call] = [block for block in first["content"] if block["type"] == "tool_use"]
+    assert call["id"].startswith("tspan_")
+    follow_up = [*question, {"role": "assistant", "content": first["content"]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "Paris"}]}]
+    second = await ask(other, follow_up)
+    assert second["content"][0]["text"] == "5, in Paris."
+    restored = one.upstream_requests[-1]["messages"]  # both calls, then both results (the gateway's first)
+    assert [b["name"] for b in restored[1]["content"] if b["type"] == "tool_use"] == ["add", "ask_human"]
+    assert [b["content"] for b in restored[2]["content"]] == ["5", "Paris"]
 
 
 async def test_concurrent_follow_ups_on_two_replicas_both_get_the_whole_history(

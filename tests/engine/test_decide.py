@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from gateway.apis.chat.answer import read_chat
+from gateway.apis.responses.answer import read_response
 from gateway.engine.decide import Finish, HandBack, RunTools, decide, is_final, relaxed_tool_choice
-from gateway.engine.turn import ModelTurn, read_chat, read_response
+from gateway.engine.turn import ModelTurn
 
 CLIENT = frozenset({"ask_human"})
 MAX = 3

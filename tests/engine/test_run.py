@@ -11,9 +11,11 @@ import aiohttp
 import pytest
 from pytest_aiohttp import AiohttpServer
 
+from gateway.apis.chat import CHAT
+from gateway.apis.responses import RESPONSES
 from gateway.caller import Caller
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.engine import Engine, Event, Finished, Keepalive, Opened, Plan, Visible, plan_chat, plan_responses
+from gateway.engine import Engine, Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.instrumentation import NoInstrumentation
 from gateway.state import HeldTurns
 from gateway.tools import Tool, ToolExecutor, ToolRegistry
@@ -29,8 +31,8 @@ Run = Callable[..., Awaitable[tuple[list[Event], ScriptedModel]]]
 async def plan_for(api: str, stream: bool, registry: ToolRegistry, held: HeldTurns, **extra: Any) -> Plan:
     if api == "chat":
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra}
-        return await plan_chat(body, CALLER, registry, held)
-    return await plan_responses({"model": "m", "input": "hi", "stream": stream, **extra}, CALLER, registry, held)
+        return await CHAT.plan(body, CALLER, registry, held)
+    return await RESPONSES.plan({"model": "m", "input": "hi", "stream": stream, **extra}, CALLER, registry, held)
 
 
 Build = Callable[..., Awaitable[tuple[Engine, ScriptedModel, HeldTurns]]]

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from gateway.engine.turn import ChatStreamReader, ResponsesStreamReader, read_chat, read_response, summed_usage
+from gateway.apis.chat.answer import ChatStreamReader, read_chat
+from gateway.apis.responses.answer import ResponsesStreamReader, read_response
+from gateway.apis.responses.render import visible_output
+from gateway.engine.turn import summed_usage
 from gateway.errors import UpstreamUnavailable
 
 
@@ -113,7 +116,7 @@ def test_a_responses_stream_shows_output_and_holds_calls_and_the_end() -> None:
     assert shown == [True, True, True, False, False, False, False, False]
     turn = reader.turn()
     assert [c.name for c in turn.calls] == ["add"]
-    assert turn.visible_output() == [FINAL["output"][0]]
+    assert visible_output(turn) == [FINAL["output"][0]]
 
 
 @pytest.mark.parametrize(("last", "message"), [

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, DEFAULT_ON, Sampler, Tr
 from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry
 
-from gateway.engine.turn import read_chat
+from gateway.apis.chat.answer import read_chat
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.runtime import build_telemetry
 from gateway.settings import Settings

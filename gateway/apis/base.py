@@ -1,0 +1,81 @@
+"""What a wire API's adapter gives the routes, beside what it gives the engine (engine.plan.Wire):
+reading a request, planning it, and showing the run's end as one JSON answer, as a stream, or as
+an error, each in the API's own shape. Chat Completions, Responses and Messages are three peers
+(gateway.apis.chat, .responses, .messages); a fourth API is one more adapter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.caller import Caller
+from gateway.engine import Finished, Plan, Visible
+from gateway.engine.plan import Wire
+from gateway.errors import GatewayError
+from gateway.state import StateStore
+from gateway.tools import ToolRegistry
+
+Frame = tuple[str | None, Mapping[str, Any]]  # (SSE event name, JSON payload)
+
+
+class StreamRenderer(Protocol):
+    """How one API shows engine events in a stream."""
+
+    def visible(self, event: Visible) -> Iterable[Frame]: ...
+
+    def waiting(self) -> Iterable[Frame]:
+        """What to send before the stream waits for the gateway's tools."""
+
+    def finished(self, event: Finished) -> Iterable[Frame]: ...
+
+    def error(self, error: GatewayError) -> Frame: ...
+
+    @property
+    def closing(self) -> bytes:
+        """What ends the stream after the last event (Chat's `data: [DONE]`)."""
+
+
+@dataclass
+class RoundIndexes:
+    """The indexes a stream shows its client, counted across rounds: each (round, the provider's
+    index) gets the next one, the first time it is seen."""
+
+    given: dict[tuple[int, Any], int] = field(default_factory=dict)
+
+    def __call__(self, round_: int, index: Any) -> int:
+        return self.given.setdefault((round_, index), len(self.given))
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the route needs of a checked request before planning it."""
+
+    metadata: object = None  # the request's metadata, which may name the trajectory
+    call_ids: list[str] = field(default_factory=list)  # calls it answers or repeats, the latest first
+    previous_response_id: str | None = None
+    # (call id, content, is_error) of the latest results of the client's calls; is_error None: the API has no flag
+    results: list[tuple[str, Any, bool | None]] = field(default_factory=list)
+
+
+class WireApi(Wire, Protocol):
+    """One wire API, as the routes use it."""
+
+    def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
+        """`body` checked (a 400 saying what is wrong); `params`: the path's (an Azure deployment)."""
+
+    async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
+                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+        """The checked request as a plan."""
+
+    def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:
+        """The answer the client gets when it did not stream."""
+
+    def renderer(self, plan: Plan) -> StreamRenderer:
+        """The renderer of one streamed answer."""
+
+    def error_body(self, error: GatewayError) -> Mapping[str, Any]:
+        """An error in the API's shape."""
+
+    def handed(self, call: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(call id, tool name) of a client call as the client gets it."""

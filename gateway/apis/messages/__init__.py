@@ -1,0 +1,80 @@
+"""Anthropic's Messages API (POST /v1/messages) as one adapter: its request (request.py), its
+answers (answer.py), its conversation (history.py) and what the client gets (render.py). The
+provider speaks Messages too (`upstream_kind = "anthropic"`, or any server with that API)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from gateway.apis.base import Asked, StreamRenderer
+from gateway.apis.fields import validate
+from gateway.apis.messages.answer import OPENING, MessagesStreamReader, read_message
+from gateway.apis.messages.render import MessageEvents, error_body, message
+from gateway.apis.messages.request import MessagesRequest, call_ids, plan_messages, results
+from gateway.caller import Caller
+from gateway.engine import Finished, Plan
+from gateway.engine.turn import Api, ModelTurn, StreamReader
+from gateway.errors import GatewayError
+from gateway.state import StateStore
+from gateway.tools import ToolRegistry
+
+AUTO = {"type": "auto"}
+
+
+def relaxed_choice(choice: Any, ran: Collection[str]) -> Any:
+    """The tool_choice after the gateway ran `ran`: `any`, or `tool` naming one that ran, becomes
+    `auto` (keeping disable_parallel_tool_use); a choice that forces nothing stays."""
+    if not isinstance(choice, Mapping):
+        return choice
+    if choice.get("type") == "any" or (choice.get("type") == "tool" and choice.get("name") in ran):
+        return {**{k: v for k, v in choice.items() if k != "name"}, **AUTO}
+    return choice
+
+
+class MessagesApi:
+    """Anthropic Messages: messages in, a message (or its events) out."""
+
+    name: Api = "messages"
+    continues_by_id = False  # a message's id names nothing a later request can continue
+
+    def read(self, body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
+        return read_message(body, headers)
+
+    def stream_reader(self) -> StreamReader:
+        return MessagesStreamReader()
+
+    def opens(self, piece: Mapping[str, Any]) -> bool:
+        return piece.get("type") == OPENING
+
+    def opened_id(self, piece: Mapping[str, Any]) -> str | None:
+        opened = piece.get("message")
+        found = opened.get("id") if isinstance(opened, Mapping) else None
+        return found if isinstance(found, str) else None
+
+    def relaxed_tool_choice(self, choice: Any, ran: Collection[str]) -> Any:
+        return relaxed_choice(choice, ran)
+
+    def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
+        checked = validate(MessagesRequest, body, "a Messages API request")
+        return Asked(checked.metadata, call_ids(checked.messages), None, results(checked.messages))
+
+    async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
+                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+        return await plan_messages(self, body, caller, registry, held, query, path, offer_on_empty)
+
+    def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:
+        return message(finished)
+
+    def renderer(self, plan: Plan) -> StreamRenderer:
+        return MessageEvents(plan)
+
+    def error_body(self, error: GatewayError) -> Mapping[str, Any]:
+        return error_body(error)
+
+    def handed(self, call: Mapping[str, Any]) -> tuple[str, str] | None:
+        call_id, name = call.get("id"), call.get("name")
+        return (call_id, name) if isinstance(call_id, str) and isinstance(name, str) else None
+
+
+MESSAGES = MessagesApi()

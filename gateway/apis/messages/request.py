@@ -1,0 +1,90 @@
+"""An Anthropic Messages request: the fields the gateway relies on, checked, and the request as a plan."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
+from itertools import islice
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.apis.fields import NonEmptyJsonObjects
+from gateway.apis.messages.history import MessagesConversation, held_tokens, names_gateway_calls, restore_messages
+from gateway.caller import Caller
+from gateway.client_results import LATEST_RESULTS
+from gateway.engine.plan import Plan, Wire, offers_tools, upstream_base
+from gateway.linking import LATEST_CALLS
+from gateway.state import NOTHING, StateStore
+from gateway.tools import Tool, ToolRegistry
+
+
+class _ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str = Field(min_length=1)  # custom tools and the provider's own (web_search, bash ...) alike
+
+
+class MessagesRequest(BaseModel):
+    """The fields the gateway relies on; everything else (max_tokens, system, thinking ...) goes to
+    the provider untouched, for it to judge."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str = Field(min_length=1)
+    messages: NonEmptyJsonObjects
+    tools: list[_ToolSpec] | None = None
+    stream: bool | None = False
+    metadata: dict[str, Any] | None = None
+
+
+def tool_spec(tool: Tool) -> dict[str, Any]:
+    """A gateway tool as the Messages API declares a tool."""
+    return {"name": tool.name, "description": tool.description, "input_schema": tool.schema}
+
+
+def tool_name(spec: Any) -> str | None:
+    """The name of a declared tool, of any type: a client tool's name and a server tool's (web
+    search, code execution ...) both name what the model may call."""
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _latest_ids(messages: Sequence[Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(call id, block) of each call (`tool_use`) and result (`tool_result`) block, the latest first."""
+    for message in reversed(messages):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for block in reversed(content) if isinstance(content, list) else ():
+            if not isinstance(block, Mapping):
+                continue
+            key = {"tool_use": "id", "tool_result": "tool_use_id"}.get(str(block.get("type")))
+            if key is not None and isinstance(call_id := block.get(key), str):
+                yield call_id, block
+
+
+def call_ids(messages: Sequence[Any]) -> list[str]:
+    """Ids of the calls a conversation answers or repeats, the latest first."""
+    return list(dict.fromkeys(call_id for call_id, _ in islice(_latest_ids(messages), LATEST_CALLS)))
+
+
+def results(messages: Sequence[Any]) -> list[tuple[str, Any, bool | None]]:
+    """(call id, content, is_error) of the latest `tool_result` blocks of a conversation."""
+    found = ((call_id, block.get("content"), block.get("is_error") is True) for call_id, block in
+             _latest_ids(messages) if block.get("type") == "tool_result")
+    return list(islice(found, LATEST_RESULTS))
+
+
+async def plan_messages(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
+                        held: StateStore, query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+    """A Messages request (checked) as a plan."""
+    offers = offers_tools(body, offer_on_empty)
+    gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
+    offered = registry.specs("messages", tool_spec, caller.allowed) if offers else []
+    base, client_names = upstream_base(body, ("messages", "stream"), tool_name, offered, gateway_names)
+    messages = body["messages"]
+    tokens = held_tokens(messages)
+    found = await held.lookup(caller.principal, tokens) if tokens else NOTHING
+    if tokens or names_gateway_calls(messages):
+        messages = restore_messages(messages, partial(found.take, api="messages"))
+    lost = any(found.take(token, "messages") is None for token in tokens)
+    return Plan(api, str(body["model"]), bool(body.get("stream")), MessagesConversation(base, tuple(messages)),
+                client_names, gateway_names, query=query, path=path, held_turn_lost=lost,
+                client_tools=body.get("tools") or ())

@@ -1,0 +1,69 @@
+"""The Responses API (POST /v1/responses) as one adapter: its request (request.py), its answers
+(answer.py), its conversation (history.py) and what the client gets (render.py). Its other routes
+(GET, DELETE, input_items, cancel) are gateway.routes.response_ids'."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from gateway.apis.base import Asked, StreamRenderer
+from gateway.apis.fields import validate
+from gateway.apis.responses.answer import ResponsesStreamReader, opens_response, read_response
+from gateway.apis.responses.render import ResponseEvents, final_response
+from gateway.apis.responses.request import ResponsesRequest, call_ids, plan_responses, results
+from gateway.caller import Caller
+from gateway.engine import Finished, Plan
+from gateway.engine.decide import relaxed_tool_choice
+from gateway.engine.turn import Api, ModelTurn, StreamReader
+from gateway.errors import GatewayError
+from gateway.state import StateStore
+from gateway.tools import ToolRegistry
+
+
+class ResponsesApi:
+    """The Responses API: input items in, a response (or its events) out."""
+
+    name: Api = "responses"
+    continues_by_id = True  # previous_response_id
+
+    def read(self, body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
+        return read_response(body, headers)
+
+    def stream_reader(self) -> StreamReader:
+        return ResponsesStreamReader()
+
+    def opens(self, piece: Mapping[str, Any]) -> bool:
+        return opens_response(piece)
+
+    def opened_id(self, piece: Mapping[str, Any]) -> str | None:
+        response = piece.get("response")
+        found = response.get("id") if isinstance(response, Mapping) else None
+        return found if isinstance(found, str) else None
+
+    def relaxed_tool_choice(self, choice: Any, ran: Collection[str]) -> Any:
+        return relaxed_tool_choice(choice, ran)
+
+    def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
+        checked = validate(ResponsesRequest, body, "a Responses API request")
+        return Asked(checked.metadata, call_ids(checked.input), checked.previous_response_id, results(checked.input))
+
+    async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
+                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+        return await plan_responses(self, body, caller, registry, held, query, path, offer_on_empty)
+
+    def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:
+        return final_response(plan, finished)
+
+    def renderer(self, plan: Plan) -> StreamRenderer:
+        return ResponseEvents(plan)
+
+    def error_body(self, error: GatewayError) -> Mapping[str, Any]:
+        return error.body()
+
+    def handed(self, call: Mapping[str, Any]) -> tuple[str, str] | None:
+        call_id, name = call.get("call_id"), call.get("name")
+        return (call_id, name) if isinstance(call_id, str) and isinstance(name, str) else None
+
+
+RESPONSES = ResponsesApi()

@@ -1,0 +1,109 @@
+"""A Responses API request: the fields the gateway relies on, checked, and the request as a plan."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from itertools import islice
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.apis.fields import JsonObjects
+from gateway.apis.responses.history import ResponsesConversation, held_names, orphans_told, restore_items
+from gateway.caller import Caller
+from gateway.client_results import LATEST_RESULTS
+from gateway.engine.plan import Plan, Wire, offers_tools, upstream_base
+from gateway.errors import BadRequest
+from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore
+from gateway.tools import ToolRegistry
+
+_OUTPUTS = ("function_call_output", "custom_tool_call_output")  # input items that carry a call's result
+
+
+class _ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+    name: str | None = Field(None, min_length=1)
+
+
+class ResponsesRequest(BaseModel):
+    """The fields the gateway relies on; everything else goes to the provider untouched."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str = Field(min_length=1)
+    input: str | JsonObjects | None = None
+    tools: list[_ToolSpec] | None = None
+    stream: bool | None = False
+    previous_response_id: str | None = Field(None, min_length=1)
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def tool_name(spec: Any) -> str | None:
+    """Function and custom tools have names; built-in tools (web search, file search ...) do not
+    take part in the loop: the provider runs them."""
+    if not isinstance(spec, Mapping) or spec.get("type") not in ("function", "custom"):
+        return None
+    name = spec.get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def call_ids(items: object) -> list[str]:
+    """Ids of the calls a Responses input answers or repeats (function, custom tool and other
+    calls carry `call_id`), the latest first."""
+    if not isinstance(items, list):
+        return []
+    found = [call_id for item in reversed(items)
+             if isinstance(item, Mapping) and isinstance(call_id := item.get("call_id"), str)]
+    return list(dict.fromkeys(found))
+
+
+def results(items: object) -> list[tuple[str, Any, bool | None]]:
+    """(call id, output, error flag: none in this API) of the latest call outputs of an input."""
+    if not isinstance(items, list):
+        return []
+    found = ((i["call_id"], i.get("output"), None) for i in reversed(items)
+             if isinstance(i, Mapping) and i.get("type") in _OUTPUTS and isinstance(i.get("call_id"), str))
+    return list(islice(found, LATEST_RESULTS))
+
+
+async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
+                         held: StateStore, query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+    """A Responses API request (checked) as a plan."""
+    offers = offers_tools(body, offer_on_empty)
+    gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
+    base, client_names = upstream_base(body, ("input", "stream", "previous_response_id"), tool_name,
+                                       registry.responses_tools(caller.allowed) if offers else [], gateway_names)
+    if gateway_names and body.get("background"):
+        raise BadRequest("a background response cannot run the gateway's tools; send it without background, or "
+                         "to the provider with a key that offers no gateway tools", param="background")
+    if caller.principal is not None and body.get("conversation") is not None:
+        # A conversation is made on the pass-through (/v1/conversations), where the gateway cannot tell
+        # which key made it: with keys, no key may name one and so reach another key's.
+        raise BadRequest("with gateway keys a Responses request cannot name a conversation (the gateway does not "
+                         "know which key made it); continue with previous_response_id instead",
+                         param="conversation", code="conversation_not_supported")
+    raw_input = body.get("input")
+    sent = body.get("previous_response_id")
+    sent = sent if isinstance(sent, str) else None
+    listed: tuple[Any, ...] = () if isinstance(raw_input, str) else tuple(raw_input or ())
+    tokens, item_ids = held_names(listed)
+    found = await held.lookup(caller.principal, tokens, item_ids, sent) if tokens or item_ids or sent else NOTHING
+    if isinstance(raw_input, str):
+        items: str | tuple[Any, ...] = raw_input
+    elif tokens or item_ids:  # only these can name a held turn (restore_items)
+        items = tuple(restore_items(listed, partial(found.take, api="responses"), found.owner))
+    else:  # most input: nothing to restore, as Chat's messages skip restore_messages (bench/proxy.py's
+        # 30 KB input, toolspan-notel: about 8% fewer instructions a request, bench/instructions.py)
+        items = listed
+    previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None else None
+    forgotten = sent is not None and previous is None  # a gateway response id it no longer knows
+    if forgotten and not isinstance(items, str):
+        items = tuple(orphans_told(items))
+    lost = forgotten or any(found.take(token, "responses") is None for token in tokens)
+    conversation = ResponsesConversation(base, items, previous)
+    return Plan(api, str(body["model"]), bool(body.get("stream")), conversation, client_names,
+                gateway_names, previous_response_id=sent,
+                answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path, held_turn_lost=lost,
+                client_tools=body.get("tools") or ())

@@ -1,0 +1,46 @@
+"""The tool loop's routes (POST /v1/chat/completions, /v1/responses, /v1/messages), one handler for
+every wire API: the request read and checked by the API's adapter, its trajectory found, the
+results of the client's calls reported, the plan run and the answer rendered in the API's shape."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway import client_results, linking
+from gateway.apis.base import WireApi
+from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS
+from gateway.caller import Caller
+from gateway.engine import Plan
+from gateway.routes import render
+from gateway.routes.common import caller_of, read_object
+
+# What an API's route adds around the run (the Responses API keeps the answers it names by its own ids).
+Keeping = Callable[[web.Request, Caller, Plan, dict[str, object]], render.Around | None]
+
+
+async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None = None) -> web.StreamResponse:
+    """Answer one tool-loop request of `api`."""
+    body = await read_object(request)
+    asked = api.checked(body, request.match_info)
+    held = request.app[HELD]
+    caller = await linking.joined(caller_of(request, asked.metadata), held, asked.call_ids,
+                                  asked.previous_response_id)
+    settings = request.app[SETTINGS]
+    if caller.client_check(settings.client_tool_check) != "off":
+        await client_results.report_results(held, request.app[INSTRUMENTATION], caller, asked.results,
+                                            settings.client_tool_error_prefix)
+    plan = await api.plan(body, caller, request.app[REGISTRY], held, caller.provider_query(request.query_string),
+                          request.path, settings.offer_tools_on_empty_tools)
+    around = keeping(request, caller, plan, body) if keeping is not None else None
+    return await render.answer(request, caller, api, plan, around)
+
+
+def handler(api: WireApi, keeping: Keeping | None = None) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The route handler of `api`."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await run_loop(request, api, keeping)
+
+    handle.__doc__ = f"POST, the tool loop in the {api.name} API."
+    return handle

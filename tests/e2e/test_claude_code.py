@@ -1,0 +1,79 @@
+"""Claude Code (npm `@anthropic-ai/claude-code`, pinned in tests/e2e/claude/package.json and installed
+there by .ci/run) pointed at the gateway with ANTHROPIC_BASE_URL, against the scripted Messages
+upstream, offline: `claude -p` runs to its end, the gateway's tool and Claude Code's own Bash tool
+both run (Bash's call checked by the gateway against the schema Claude Code declares, and its result
+seen as the client's execute step), and every request of the run is one trajectory, found by Claude
+Code's session header, in the store, the report and on the page."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gateway.demo.model import Reply
+from telemetry import names
+from tests.conftest import AUTH, TEST_KEY, Stack
+
+CLAUDE = Path(__file__).parent / "claude" / "node_modules" / ".bin" / "claude"
+MODEL = "claude-sonnet-4-5-20250929"  # sent as given; this one asks for no system message in `messages`
+
+
+def claude_model(body: dict[str, Any]) -> Reply:
+    """Adds with the gateway's tool, runs a command with Claude Code's Bash, then answers with both."""
+    called = {call["id"]: call["function"]["name"] for m in body["messages"] for call in m.get("tool_calls") or []}
+    done = {called[m["tool_call_id"]]: m["content"] for m in body["messages"]
+            if m.get("role") == "tool" and m.get("tool_call_id") in called}
+    if "add" not in done:
+        return Reply(content="First the sum.", tool_calls=[("add", {"a": 2, "b": 3})])
+    if "Bash" not in done:
+        return Reply(tool_calls=[("Bash", {"command": "echo claude-code-ran", "description": "Print a marker"})])
+    return Reply(content=f"The sum is {done['add']}. The command said: {done['Bash'].strip()}")
+
+
+async def run_claude(stack: Stack, tmp_path: Path) -> dict[str, Any]:
+    assert CLAUDE.exists(), f"Claude Code is not installed: run npm ci --prefix {CLAUDE.parents[2]}"
+    home, temp, work = tmp_path / "home", tmp_path / "tmp", tmp_path / "work"
+    for folder in (home, temp, work):
+        folder.mkdir()
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
+    # No call of Anthropic's own services (feature flags, telemetry, updates), and no retry of a failure.
+    env.update(HOME=str(home), TMPDIR=str(temp), ANTHROPIC_BASE_URL=stack.url, ANTHROPIC_API_KEY=TEST_KEY,
+               CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", CLAUDE_CODE_MAX_RETRIES="0", NO_COLOR="1")
+    process = await asyncio.create_subprocess_exec(
+        str(CLAUDE), "-p", "Add 2 and 3, then run a command.", "--model", MODEL, "--allowedTools", "Bash",
+        "--max-turns", "4", "--output-format", "json", cwd=work, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    output, errors = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, (output + errors).decode(errors="replace")
+    result: dict[str, Any] = json.loads(output)
+    return result
+
+
+async def test_a_claude_code_run_is_one_trajectory_with_its_own_tool_seen(stack: Stack, tmp_path: Path) -> None:
+    for _ in range(3):
+        stack.script.then(claude_model)
+    result = await run_claude(stack, tmp_path)
+    assert result["result"] == "The sum is 5. The command said: claude-code-ran"
+    assert [p.split("?")[0] for p in stack.model.request_paths] == ["/v1/messages"] * 3
+    calls = [s.attributes or {} for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
+        (names.SIDE_GATEWAY, "add", "ok"), (names.SIDE_CLIENT, "Bash", "ok")]  # Claude Code's own, checked
+    [step] = [a for s in stack.spans() if s.name == names.SPAN_TOOL_EXECUTE
+              and (a := s.attributes or {}).get(names.ATTR_TOOL_SIDE) == names.SIDE_CLIENT]
+    assert (step[names.ATTR_TOOL_NAME], step[names.ATTR_OUTCOME]) == ("Bash", names.OUTCOME_RETURNED)
+    posts = [s for s in stack.spans() if s.parent is None and s.name == "POST /v1/messages"]
+    assert len(posts) == 2  # the turn that ran `add` and asked for the command; the one with its output
+    assert [(s.attributes or {}).get(names.ATTR_TRAJECTORY_SOURCE) for s in posts] == ["session_header", "call_ids"]
+    (trajectory,) = {(s.attributes or {})[names.ATTR_CONVERSATION_ID] for s in posts}
+    await stack.store.flushed()
+    reader = stack.observability.trajectory_reader()
+    assert reader is not None
+    listed = reader.list_trajectories(tool=None, outcome=None, since=None, model=None, limit=50, key=None)
+    assert [row["id"] for row in listed] == [trajectory]
+    sides = {(tool["tool"], tool["side"]): tool["outcomes"] for tool in reader.report(None)["tools"]}
+    assert sides == {("add", "gateway"): {"ok": 1}, ("Bash", "client"): {"ok": 1}}
+    shown = await (await stack.http.get(f"/ui/trajectories/{trajectory}", headers=AUTH)).text()
+    assert '<strong>client tool call</strong> <code>Bash</code>' in shown
