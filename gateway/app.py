@@ -16,6 +16,7 @@ from gateway.apis import MESSAGES_PATH, error_body_for
 from gateway.apis.chat import CHAT
 from gateway.apis.messages import MESSAGES
 from gateway.app_keys import (
+    APPROVALS,
     BROWSERS,
     CALLER,
     ENGINE,
@@ -31,6 +32,7 @@ from gateway.app_keys import (
     TRACE,
     UPSTREAM,
 )
+from gateway.approvals import Approvals
 from gateway.browsers import browser_rule, check_browser
 from gateway.caller import request_ids, resolve_caller
 from gateway.engine import Engine
@@ -41,6 +43,7 @@ from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.metrics_page import MetricsPage, OwnMetrics
 from gateway.routes import (
+    approvals,
     front,
     health,
     loop,
@@ -154,6 +157,7 @@ async def _wind_down(app: web.Application) -> None:
     if await admission.drained(app[SETTINGS].shutdown_grace_seconds):
         return
     log.info("shutting down: ending %d requests still under way", admission.count)
+    app[APPROVALS].end()
     if UPSTREAM in app:
         app[UPSTREAM].end()
     await admission.drained(SHUTDOWN_WRAP_UP_SECONDS)
@@ -184,7 +188,10 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[REGISTRY] = registry
     app[INSTRUMENTATION] = instrumentation
     app[METRICS_PAGE] = metrics_page if metrics_page is not None else OwnMetrics(instrumentation)
-    app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads)
+    app[APPROVALS] = Approvals(state.approvals, settings.approval_timeout_seconds, app[SECRET_HEADERS])
+    gate = app[APPROVALS] if settings.interrupt_mode == "wait" else None  # hand_back: the client answers
+    app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads,
+                                 gate, settings.approval_timeout_seconds)
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
     app[HELD] = state
     app.on_cleanup.append(lambda app: app[HELD].aclose())
@@ -208,6 +215,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_post("/v1/tools/{name}/invoke", tools.invoke, **EXPECT)
     app.router.add_post("/v1/tools/{name}/parse", tools.parse, **EXPECT)
     response_ids.mount(app)  # gateway-made response ids: GET, input_items, DELETE, cancel
+    approvals.mount(app)  # /v1/approvals: pending approvals of tool calls, and their decisions
     app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough, **EXPECT)
     app.router.add_route("*", "/openai/{tail:.*}", passthrough.passthrough, **EXPECT)  # an Azure resource's others
     app.router.add_get("/metrics", health.metrics, **EXPECT)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.approvals import Approvals
 from gateway.browsers import BrowserRule
 from gateway.caller import Caller
 from gateway.engine import Engine
@@ -31,6 +32,7 @@ MCP_ENDPOINT = web.AppKey("mcp_endpoint", McpEndpoint)  # the registry as an MCP
 METRICS_PAGE = web.AppKey("metrics_page", MetricsPage)  # what GET /metrics answers
 BROWSERS = web.AppKey("browsers", BrowserRule)  # the Host and Origin a request may come with
 SECRET_HEADERS = web.AppKey("secret_headers", SecretNames)  # what stays behind with the caller's credentials
+APPROVALS = web.AppKey("approvals", Approvals)  # tool calls waiting for a reviewer, and their decisions
 
 CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes and /mcp)
 TRACE = web.RequestKey("trace", RequestTrace)  # the request's span

@@ -43,6 +43,7 @@ from gateway.settings_parts import (
 from gateway.settings_text import SettingsInvalid, explain
 from gateway.transport import tls_context
 
+InterruptMode = Literal["wait", "hand_back"]
 UpstreamKind = Literal["openai", "azure", "anthropic", "vllm", "ollama", "deepseek", "compatible"]
 # Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
 REDACT_KEYS = ("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey", "authorization",
@@ -138,7 +139,15 @@ class Settings(BaseSettings):
                                "the client never sees the call), or off")
     client_tool_error_prefix: str | None = Field(
         None, min_length=1, description="A result of the client's own tool that starts with this text counts as "
-                                        "a failed call (neither API flags one); unset: every result counts as returned")
+                                        "a failed call (Chat and Responses flag none; Messages' is_error counts "
+                                        "there); unset: every result counts as returned")
+    interrupt_mode: InterruptMode = Field(
+        "wait", description="A tool call that needs a reviewer (approval=True, or its body raised Interrupt): wait "
+                            "(the request waits for a decision at /v1/approvals or /ui/approvals), or hand_back "
+                            "(the call comes back to the client as one of its own, to answer in the reviewer's place)")
+    approval_timeout_seconds: float = Field(
+        300.0, gt=0, description="Longest wait for a reviewer's decision (a tool's approval_timeout overrides it); "
+                                 "then the model is told nobody decided")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted (decoded)")
     max_upload_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Largest body accepted on upload routes "
                                                                          "(/v1/files, /v1/uploads), decoded")

@@ -18,8 +18,10 @@ class GatewayKey(BaseModel):
     """A key callers present as `Authorization: Bearer <key>`, and the tools it may use."""
 
     key: SecretStr = Field(min_length=8, description="The secret the caller sends (at least 8 characters)")
-    operator: bool = Field(False, description="The page (/ui) shows this key every key's trajectories; any "
-                                              "other key sees only its own")
+    operator: bool = Field(False, description="The page (/ui) shows this key every key's trajectories (and "
+                                              "approvals); any other key sees only its own")
+    approver: bool = Field(False, description="This key may decide its own requests' pending approvals of tool "
+                                              "calls (/v1/approvals); an operator key decides every key's")
     tools: list[str] | None = Field(None, description="Tool names this key may use; unset: all")
     routes: list[str] | None = Field(
         None, description="Pass-through path prefixes this key may use (e.g. /v1/models, /v1/embeddings); unset: all")

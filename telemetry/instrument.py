@@ -19,6 +19,7 @@ from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, unt
 from gateway.settings import REDACT_KEYS
 from gateway.state import StateUnavailable
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
+from gateway.tools.approvals import ApprovalDecision
 from gateway.tools.hooks import ClientResult, Side
 from gateway.tools.results import ToolOrigin
 from telemetry import names
@@ -162,7 +163,7 @@ class ToolCallSpan:
     client tool's call (`side="client"`), the span is the gateway's check of its arguments."""
 
     __slots__ = ("_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome", "_retry", "_side",
-                 "_span", "_start", "_turn")
+                 "_span", "_start", "_turn", "_waiting")
 
     def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> None:
         self._inst = inst
@@ -175,6 +176,7 @@ class ToolCallSpan:
         self._origin = tool.origin if tool is not None else None
         self._turn = turn
         self._outcome: ToolOutcome | None = None
+        self._waiting = False  # for a reviewer's approval, counted in the pending gauge
 
     async def __aenter__(self) -> ToolCallSpan:
         call, turn = self._call, self._turn
@@ -214,6 +216,27 @@ class ToolCallSpan:
 
     def finish(self, outcome: ToolOutcome) -> None:
         self._outcome = outcome
+
+    def asked(self, approval_id: str) -> None:
+        self._span.set_attribute(names.ATTR_APPROVAL_ID, approval_id)
+        self._span.add_event(names.EVENT_TOOL_DECISION, {names.ATTR_EVENT_DECISION: names.DECISION_REQUIRE_APPROVAL})
+        self._inst.metrics.approvals_pending.inc()
+        self._waiting = True
+
+    def decided(self, decision: ApprovalDecision) -> None:
+        if self._waiting:
+            self._inst.metrics.approvals_pending.dec()
+            self._waiting = False
+        said = names.DECISION_ALLOW if decision.decision == "approve" else names.DECISION_DENY
+        self._span.add_event(names.EVENT_TOOL_DECISION, {names.ATTR_EVENT_DECISION: said})
+        attributes: dict[str, Any] = {names.ATTR_TOOL_DECISION: decision.decision,
+                                      names.ATTR_APPROVAL_WAIT_MS: round(decision.waited_seconds * 1000, 3)}
+        if decision.by is not None:
+            attributes[names.ATTR_DECIDED_BY] = decision.by
+        self._span.set_attributes(attributes)
+        metrics = self._inst.metrics
+        metrics.approval_decisions.labels(self._label, decision.decision).inc()
+        metrics.approval_wait.labels(self._label, decision.decision).observe(decision.waited_seconds)
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:

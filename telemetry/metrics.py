@@ -21,6 +21,7 @@ TOOL_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 # A client's tool runs on its side, for as long as a command or a person takes: up to an hour.
+APPROVAL_WAIT_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 CLIENT_ROUNDTRIP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 EXEMPLAR_INTERVAL = 1.0  # seconds: at most one exemplar per bucket of a series in this time
 
@@ -251,6 +252,13 @@ class Metrics:
             names.METRIC_CLIENT_TOOL_ROUNDTRIP, "Time from the answer that handed a call of the client's own tool "
             "over to the request that brought its result: the client's tool time plus its own overhead.",
             (names.LABEL_TOOL, names.LABEL_OUTCOME), CLIENT_ROUNDTRIP_BUCKETS, registry)
+        self.approval_decisions = _counter(
+            names.METRIC_APPROVAL_DECISIONS, "Tool calls a reviewer was asked to approve, by tool and what became of "
+            "it (approve, deny, timeout, cancelled: the client left, shutdown).",
+            (names.LABEL_TOOL, names.LABEL_DECISION), registry)
+        self.approval_wait = _histogram(
+            names.METRIC_APPROVAL_WAIT, "Time a tool call waited for its reviewer's decision.",
+            (names.LABEL_TOOL, names.LABEL_DECISION), APPROVAL_WAIT_BUCKETS, registry)
         self.upstream_requests = _counter(
             names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by model and HTTP status (or error).",
             (names.LABEL_MODEL, names.LABEL_STATUS), registry)
@@ -274,6 +282,9 @@ class Metrics:
         self.tool_rounds = _histogram(names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.", (),
                                       ROUND_BUCKETS, registry).series
         # Moved now and then, from any thread (the trajectory store's writer counts its losses).
+        self.approvals_pending = Gauge(
+            names.METRIC_APPROVALS_PENDING, "Tool calls waiting for a reviewer's decision in this process.",
+            registry=registry)
         self.mcp_server_up = Gauge(
             names.METRIC_MCP_SERVER_UP, "1 while the MCP server is connected and its tools are callable, else 0.",
             (names.LABEL_SERVER,), registry=registry)

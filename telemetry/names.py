@@ -4,6 +4,7 @@ and tests check their queries against this module."""
 from typing import Final, get_args
 
 from gateway.state import StateKind
+from gateway.tools.approvals import Decided
 from gateway.tools.hooks import Side
 from gateway.tools.results import RejectionReason, Status
 from telemetry.trajectory import RetryKind
@@ -71,6 +72,19 @@ ATTR_NETWORK_TRANSPORT: Final = "network.transport"
 ATTR_MCP_SERVER: Final = "toolspan.mcp.server"
 ATTR_MCP_TOOL_NAME: Final = "toolspan.mcp.tool.name"
 ATTR_ROUND_LIMIT_REACHED: Final = "toolspan.round_limit_reached"
+# A call that waited for a reviewer (gateway.tools.approvals): the approval's id, what was decided
+# (approve, deny, timeout, cancelled, shutdown), the gateway key that decided, and the wait.
+ATTR_APPROVAL_ID: Final = "toolspan.approval.id"
+ATTR_TOOL_DECISION: Final = "toolspan.tool.decision"
+ATTR_DECIDED_BY: Final = "toolspan.tool.decided_by"
+ATTR_APPROVAL_WAIT_MS: Final = "toolspan.approval.wait_ms"
+# A span event of the tool.call span, as the proposed GenAI convention names it: require_approval when
+# the call starts to wait, then allow or deny (a timeout, a client gone, a shutdown: deny).
+EVENT_TOOL_DECISION: Final = "gen_ai.tool.call.decision"
+ATTR_EVENT_DECISION: Final = "gen_ai.tool.call.decision"
+DECISION_REQUIRE_APPROVAL: Final = "require_approval"
+DECISION_ALLOW: Final = "allow"
+DECISION_DENY: Final = "deny"
 # A request continuing a turn the gateway no longer held (expired, pushed out, lost in a restart):
 # "lost", and the model saw the client's copy of the conversation, without the gateway's rounds.
 ATTR_HELD_TURN: Final = "toolspan.held_turn"
@@ -118,8 +132,13 @@ METRIC_STATE_STORE_FAILURES: Final = "toolspan_state_store_failures_total"
 METRIC_STATE_STORE_LOSSES: Final = "toolspan_state_store_losses_total"
 METRIC_STATE_STORE_UNREADABLE: Final = "toolspan_state_store_unreadable_total"
 METRIC_HELD_TURNS_LOST: Final = "toolspan_held_turns_lost_total"
+# Approvals (gateway.tools.approvals): calls waiting for a reviewer now; decisions by tool and
+# decision (DECISIONS); the wait, by the same.
+METRIC_APPROVALS_PENDING: Final = "toolspan_approvals_pending"
+METRIC_APPROVAL_DECISIONS: Final = "toolspan_approval_decisions_total"
+METRIC_APPROVAL_WAIT: Final = "toolspan_approval_wait_seconds"
 # The routes of the tool loop, whose held turns can be lost (the Azure-style paths count apart).
-TOOL_LOOP_ROUTES: Final = ("/v1/chat/completions", "/v1/responses")
+TOOL_LOOP_ROUTES: Final = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
 # Gauges named so say whether something is up (1) or down (0); merged over the workers of
 # `toolspan serve --workers N` as the minimum (down when any worker sees it down), every other
@@ -137,6 +156,7 @@ LABEL_TYPE: Final = "type"
 LABEL_ROUTE: Final = "route"
 LABEL_KIND: Final = "kind"
 LABEL_SERVER: Final = "server"  # a configured MCP server's name
+LABEL_DECISION: Final = "decision"  # of the approval metrics: DECISIONS
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
 UNKNOWN_TOOL: Final = "__unknown__"  # every name outside the registry counts as this one
@@ -147,6 +167,7 @@ TOKEN_OUTPUT: Final = "output"
 # lists cannot drift apart; "cancelled" is a call that never finished (the client left).
 OUTCOMES: Final = (*get_args(Status), "cancelled")
 RETRY_KINDS: Final = get_args(RetryKind)
+DECISIONS: Final = get_args(Decided)
 SIDES: Final = get_args(Side)
 SIDE_GATEWAY: Final = "gateway"
 SIDE_CLIENT: Final = "client"

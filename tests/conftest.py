@@ -34,6 +34,7 @@ from gateway.demo.model import Reply, ScriptedModel
 from gateway.logs import configure_logging
 from gateway.runtime import Observability, build_telemetry
 from gateway.settings import Settings
+from gateway.state import StateStore, StateUnavailable
 from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
 from telemetry.store import TrajectoryStore
@@ -383,12 +384,22 @@ async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, a
     app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation,
                      observability.state, observability.trajectory_reader())
     server = await aiohttp_server(app)
+    exits.push_async_callback(_nothing_pending, observability.state)  # run before the server stops
     url = str(server.make_url("")).rstrip("/")
     client = AsyncOpenAI(base_url=f"{url}/v1", api_key=TEST_KEY, max_retries=0, timeout=20)
     exits.push_async_callback(client.close)
     metrics = getattr(observability.instrumentation, "metrics", None)
     return Gateway(url, await aiohttp_client(server), client, exporter,
                    metrics.registry if metrics else CollectorRegistry(), observability)
+
+
+async def _nothing_pending(state: StateStore) -> None:
+    """After any test, no tool call is left waiting for approval (gateway.approvals)."""
+    try:
+        held = await state.approvals.held()
+    except StateUnavailable:  # a test that stopped its Redis: nothing to look at
+        return
+    assert held == [], f"approvals left pending after the test: {held}"
 
 
 StackFactory = Callable[..., Awaitable[Stack]]

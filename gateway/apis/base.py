@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from gateway.caller import Caller
 from gateway.engine import Finished, Plan, Visible
-from gateway.engine.plan import Wire
+from gateway.engine.plan import NO_OPTIONS, Offering, Wire
 from gateway.errors import GatewayError
 from gateway.state import StateStore
 from gateway.tools import ToolRegistry
@@ -65,7 +65,7 @@ class WireApi(Wire, Protocol):
         """`body` checked (a 400 saying what is wrong); `params`: the path's (an Azure deployment)."""
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
-                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+                   query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
         """The checked request as a plan."""
 
     def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:

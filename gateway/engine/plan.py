@@ -63,6 +63,19 @@ class Plan:
     client_tools: Sequence[Any] = ()  # the client's own tools as it declared them (gateway.client_calls)
 
 
+@dataclass(frozen=True)
+class Offering:
+    """How the gateway offers its tools to a request."""
+
+    on_empty: bool = False  # offer them to a request that sends `tools: []` (offer_tools_on_empty_tools)
+    # Gateway tools a client may declare too: the gateway still answers their calls, under the
+    # client's declaration (interrupt_mode hand_back: tools that pause for a reviewer, whom the client stands in for).
+    shared: frozenset[str] = frozenset()
+
+
+NO_OPTIONS = Offering()
+
+
 def offers_tools(body: Mapping[str, Any], offer_on_empty: bool) -> bool:
     """Whether the gateway offers its tools: not to a request that sends `tools: []`, which asks
     for an answer without tools on purpose (the Codex CLI's compaction does), unless the
@@ -93,14 +106,17 @@ def without_own_fields(body: Mapping[str, Any], drop: tuple[str, ...]) -> dict[s
 
 
 def upstream_base(body: Mapping[str, Any], drop: tuple[str, ...], name_of: Callable[[Any], str | None],
-                  offered: list[dict[str, Any]],
-                  gateway_names: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]]:
+                  offered: list[dict[str, Any]], gateway_names: frozenset[str],
+                  shared: frozenset[str] = frozenset()) -> tuple[dict[str, Any], frozenset[str]]:
     """What goes upstream of the request, its tools followed by the gateway's offered ones; and
-    the names of the client's own tools (one named like a gateway tool is a 400)."""
+    the names of the client's own tools (one named like a gateway tool is a 400, but for the
+    `shared` ones: those stay the gateway's, offered as the client declared them)."""
     caller_tools = list(body.get("tools") or [])
-    client_names = frozenset(n for t in caller_tools if (n := name_of(t)))
-    check_clash(client_names, gateway_names, "tools")
+    declared = frozenset(n for t in caller_tools if (n := name_of(t)))
+    check_clash(declared - shared, gateway_names, "tools")
+    if standing_in := declared & shared:
+        offered = [spec for spec in offered if name_of(spec) not in standing_in]
     base = without_own_fields(body, drop)
     if caller_tools or offered:
         base["tools"] = [*caller_tools, *offered]
-    return base, client_names
+    return base, declared - shared

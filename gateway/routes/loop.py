@@ -13,6 +13,7 @@ from gateway.apis.base import WireApi
 from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS
 from gateway.caller import Caller
 from gateway.engine import Plan
+from gateway.engine.plan import Offering
 from gateway.routes import render
 from gateway.routes.common import caller_of, read_object
 
@@ -31,8 +32,11 @@ async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None =
     if caller.client_check(settings.client_tool_check) != "off":
         await client_results.report_results(held, request.app[INSTRUMENTATION], caller, asked.results,
                                             settings.client_tool_error_prefix)
-    plan = await api.plan(body, caller, request.app[REGISTRY], held, caller.provider_query(request.query_string),
-                          request.path, settings.offer_tools_on_empty_tools)
+    registry = request.app[REGISTRY]
+    # Hand-back mode: a client may declare a tool that pauses for a reviewer, to receive its calls.
+    shared = registry.approval_names(caller.allowed) if settings.interrupt_mode == "hand_back" else frozenset()
+    plan = await api.plan(body, caller, registry, held, caller.provider_query(request.query_string), request.path,
+                          Offering(settings.offer_tools_on_empty_tools, shared))
     around = keeping(request, caller, plan, body) if keeping is not None else None
     return await render.answer(request, caller, api, plan, around)
 

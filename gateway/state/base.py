@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gateway.errors import NotFound, Unavailable
+from gateway.state.approvals import ApprovalStore
 
 # What a shared store keeps, each kind under keys of its own: held turns, the items their clients
 # saw, response aliases, response owners, failure records, the marker that tells a Redis that lost
@@ -141,6 +142,8 @@ class FailureBook(Protocol):
 
 
 class StateStore(FailureBook, Protocol):
+    approvals: ApprovalStore  # pending approvals of tool calls (gateway.approvals)
+
     async def hold(self, turn: HeldTurn, principal: str | None) -> str:
         """Keep `turn`; returns the token its client calls' ids carry (see `client_call_id`)."""
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gateway.state.approvals import ApprovalStore, MemoryApprovals
 from gateway.state.base import (
     DEFAULT_FAILURE_BOUNDS,
     OWNED_RESPONSES,
@@ -172,6 +173,7 @@ class HeldTurns:
         self._rounds: _Bounded[str] = _Bounded(REPLAYS, clock)  # a failed request's digest -> its rounds
         self._sent: _Bounded[str] = _Bounded(SENT_CALLS, clock)  # a client call handed back -> its record
         self.failures = FailureRecords(failure_bounds, clock)
+        self.approvals: ApprovalStore = MemoryApprovals(clock=clock)
 
     def __len__(self) -> int:
         return len(self._turns)

@@ -21,6 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from gateway.state.approvals import ApprovalStore, RedisApprovals
 from gateway.state.base import (
     DEFAULT_FAILURE_BOUNDS,
     OWNED_RESPONSES,
@@ -123,6 +124,7 @@ class RedisState:
         self._unreadable = UnreadableValues(unreadable)
         # The entries a recency set may name: anything else in it is never deleted by a trim.
         self._entry = re.compile(re.escape(prefix.encode()) + rb"([a-z]+):(-|[0-9a-f]{16}):[0-9a-f]{40}")
+        self.approvals: ApprovalStore = RedisApprovals(self._redis, self._run, prefix)
 
     @staticmethod
     def _owner(principal: str | None) -> str:

@@ -98,17 +98,20 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 @overload
 def tool(*, name: str | None = None, description: str | None = None, concurrent: bool = False,
          timeout: float | None = None, display_text: str | None = None, strict: bool = False,
-         options: Mapping[str, Any] | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+         options: Mapping[str, Any] | None = None, approval: bool = False,
+         approval_timeout: float | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None,
          concurrent: bool = False, timeout: float | None = None, display_text: str | None = None,
-         strict: bool = False, options: Mapping[str, Any] | None = None) -> Any:
+         strict: bool = False, options: Mapping[str, Any] | None = None, approval: bool = False,
+         approval_timeout: float | None = None) -> Any:
     """Declare a tool from a typed function. Arguments are validated against the signature
     (pydantic), so a wrong type or a renamed argument comes back to the model in one message.
     A parameter annotated `ToolContext` receives the call's context and is hidden from the model."""
     extra = {"concurrent": concurrent, "timeout": timeout, "display_text": display_text,
-             "strict": strict, "options": dict(options or {})}
+             "strict": strict, "options": dict(options or {}), "approval": approval,
+             "approval_timeout": approval_timeout}
     if fn is not None:
         return _build(fn, name, description, extra)
     return lambda f: _build(f, name, description, extra)

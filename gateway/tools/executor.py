@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Sequence
 
+from gateway.tools.approvals import ApprovalAsk, ApprovalGate, decided_outcome
 from gateway.tools.function import Tool
 from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import suggest
 from gateway.tools.registry import ToolRegistry
-from gateway.tools.results import Rejection, ToolOutcome, rejected
+from gateway.tools.results import Parsed, Rejection, ToolOutcome, rejected
 from gateway.tools.threads import ToolThreads
 
 _NAME_SHOWN = 80  # a model can send any string as a tool name; quote only this much of it
@@ -21,14 +22,21 @@ class ToolExecutor:
 
     Sync bodies run on the executor's own pool of `threads` threads; when all are taken (by
     bodies that outlived their timeout, say) a sync call's outcome is an error of type
-    `tool_busy`, at once. `aclose()` (or leaving `async with`) shuts the pool down."""
+    `tool_busy`, at once. `aclose()` (or leaving `async with`) shuts the pool down.
+
+    With a `gate`, a call that needs a reviewer's approval (its tool's `approval`, or its body's
+    Interrupt) waits there for the decision; without one, an Interrupt's outcome is left to the
+    caller (the engine hands the call back to the client) and `approval` tools ask it the same way."""
 
     def __init__(self, registry: ToolRegistry, hooks: ToolHooks | None = None,
-                 default_timeout: float | None = 30.0, threads: int = 16) -> None:
+                 default_timeout: float | None = 30.0, threads: int = 16, gate: ApprovalGate | None = None,
+                 approval_timeout: float = 300.0) -> None:
         self.registry = registry
         self.hooks: ToolHooks = hooks if hooks is not None else NoHooks()
         self.default_timeout = default_timeout
         self.threads = ToolThreads(threads)
+        self.gate = gate
+        self.approval_timeout = approval_timeout
 
     async def __aenter__(self) -> ToolExecutor:
         return self
@@ -82,8 +90,32 @@ class ToolExecutor:
             parsed = await tool.parse_arguments(call.arguments, context)
         if isinstance(parsed, Rejection):
             return rejected(call.id, call.name, parsed)
+        if tool.approval:
+            pending = self._asking(call, tool, parsed)
+            if self.gate is None:
+                return pending  # handed back to the client, which answers in the reviewer's place
+            decision = await self.gate.decided(ApprovalAsk(call, "before_run", parsed.arguments,
+                                                           timeout=tool.approval_timeout), turn, trace)
+            if decision.decision != "approve":
+                return decided_outcome(pending, decision, self._limit(tool))
         with trace.step("execute"):
-            return await tool.execute(parsed, context, self.default_timeout, self.threads)
+            outcome = await tool.execute(parsed, context, self.default_timeout, self.threads)
+        if outcome.status != "interrupted" or self.gate is None:
+            return outcome
+        decision = await self.gate.decided(ApprovalAsk(call, "interrupt", parsed.arguments, outcome.content_text(),
+                                                       outcome.interrupt_data, tool.approval_timeout), turn, trace)
+        return decided_outcome(outcome, decision, self._limit(tool))
+
+    def _limit(self, tool: Tool) -> float:
+        return tool.approval_timeout if tool.approval_timeout is not None else self.approval_timeout
+
+    @staticmethod
+    def _asking(call: ToolCall, tool: Tool, parsed: Parsed) -> ToolOutcome:
+        """A call of an `approval` tool before its decision: paused, as an Interrupt pauses, its
+        arguments the reviewer's to see."""
+        return ToolOutcome(call.id, tool.name, "interrupted", f"Tool '{tool.name}' needs a reviewer's approval.",
+                           arguments=parsed.arguments, interrupt_data={"arguments": parsed.arguments},
+                           display_text=tool.display_text)
 
     def _refusal(self, name: str, tool: Tool | None, allowed: Collection[str] | None) -> Rejection:
         available = [n for n in self.registry.names() if allowed is None or n in allowed]

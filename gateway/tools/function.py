@@ -136,7 +136,9 @@ class Tool:
     `parameters_schema` or `args_model`. With `strict=True` the model is offered strict mode's
     form of the declaration (gateway.tools.strict), and its nulls for optional parameters are
     read as "not sent". With `validate_schema=True` the parse step also checks the values against
-    the declared schema, and refuses names it does not list (gateway.tools.schema)."""
+    the declared schema, and refuses names it does not list (gateway.tools.schema). With
+    `approval=True` a reviewer approves each call before its body runs (gateway.tools.approvals),
+    waiting at most `approval_timeout` seconds (unset: the gateway's approval_timeout_seconds)."""
 
     name: str
     function: Callable[..., Any]
@@ -151,6 +153,8 @@ class Tool:
     strict: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
     validate_schema: bool = False
+    approval: bool = False
+    approval_timeout: float | None = None
     origin: ToolOrigin | None = None
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the model is offered
     declared_schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the tool declared
@@ -168,6 +172,8 @@ class Tool:
             raise ToolDeclarationError(f"tool {self.name!r}: function is not callable")
         if self.timeout is not None and not self.timeout > 0:
             raise ToolDeclarationError(f"tool {self.name!r}: timeout must be a positive number")
+        if self.approval_timeout is not None and not self.approval_timeout > 0:
+            raise ToolDeclarationError(f"tool {self.name!r}: approval_timeout must be a positive number")
         declared = self._build_schema()
         required, accepted = schema_names(declared)  # strict mode's `required` lists optional ones too
         # pydantic checks values in the parse step, unless a parse_args of the tool's own replaces it

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from gateway.tools.results import ToolContext, ToolOutcome
 
 if TYPE_CHECKING:
+    from gateway.tools.approvals import ApprovalDecision
     from gateway.tools.function import Tool
 
 Step = Literal["parse", "execute"]
@@ -64,6 +65,12 @@ class ToolCallTrace(Protocol):
     def finish(self, outcome: ToolOutcome) -> None:
         """How the call ended; recorded when its scope ends."""
 
+    def asked(self, approval_id: str) -> None:
+        """The call waits for a reviewer's approval (gateway.tools.approvals)."""
+
+    def decided(self, decision: ApprovalDecision) -> None:
+        """The wait for approval ended: the decision (or why there was none), who made it, how long it took."""
+
 
 class ToolHooks(Protocol):
     """What the executor tells its observer about each tool call."""
@@ -91,6 +98,12 @@ class _NoTrace:
         return nullcontext()
 
     def finish(self, outcome: ToolOutcome) -> None:
+        return None
+
+    def asked(self, approval_id: str) -> None:
+        return None
+
+    def decided(self, decision: ApprovalDecision) -> None:
         return None
 
 

@@ -84,6 +84,11 @@ class ToolRegistry:
             found = self._names[allowed] = frozenset(t.name for t in self._select(allowed))
         return found
 
+    def approval_names(self, allowed: frozenset[str] | None = None) -> frozenset[str]:
+        """The names of the tools, of those a caller with this allowlist is offered, whose calls
+        wait for a reviewer's approval."""
+        return frozenset(t.name for t in self._select(allowed) if t.approval)
+
     def _select(self, allowed: Collection[str] | None) -> list[Tool]:
         return [t for t in self._tools.values() if allowed is None or t.name in allowed]
 

@@ -13,7 +13,8 @@ import pydantic_core
 from gateway.tools.params import NameCheck
 
 # "unchecked": a client tool's call the gateway did not check (gateway.client_calls); no gateway call is.
-Status = Literal["ok", "error", "rejected", "timeout", "interrupted", "unchecked"]
+# "denied": a reviewer refused the call its approval (gateway.tools.approvals).
+Status = Literal["ok", "error", "rejected", "timeout", "interrupted", "unchecked", "denied"]
 # schema_violation: values that do not fit the declared parameters (JSON Schema); parser: a
 # parse_args or args_model refused them.
 RejectionReason = Literal["invalid_json", "missing_arguments", "schema_violation", "parser", "unknown_tool",
@@ -121,7 +122,7 @@ class ToolOutcome:
 
     @property
     def failed(self) -> bool:
-        return self.status in ("error", "rejected", "timeout")
+        return self.status in ("error", "rejected", "timeout", "denied")
 
     def content_text(self) -> str:
         """The content as one string (text parts joined), for logs and span descriptions."""

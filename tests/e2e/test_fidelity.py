@@ -157,7 +157,7 @@ async def test_a_plain_text_provider_error_is_wrapped_in_the_openai_shape(stack:
     assert set(error) == {"message", "type", "param", "code"}
 
 
-# --- a tool that pauses ---------------------------------------------------------------------------------
+# --- a tool that pauses, in hand-back mode (waiting for a reviewer is tests/e2e/test_approvals.py's) -----
 
 def review(args: dict[str, Any]) -> str:
     raise Interrupt("A person must approve this transfer.", {"amount": args["amount"], "ticket": "T-9"})
@@ -171,7 +171,7 @@ def paying_registry() -> ToolRegistry:
 @STREAM
 async def test_an_interrupt_hands_the_call_to_the_chat_client_and_its_answer_resumes(make_stack: StackFactory,
                                                                                      stream: bool) -> None:
-    stack = await make_stack(registry=paying_registry())
+    stack = await make_stack(registry=paying_registry(), interrupt_mode="hand_back")
     def answer(body: dict[str, Any]) -> Reply:
         return Reply(content=f"Done: {[m['content'] for m in body['messages'] if m['role'] == 'tool']}")
 
@@ -193,7 +193,7 @@ async def test_an_interrupt_hands_the_call_to_the_chat_client_and_its_answer_res
 
 
 async def test_an_interrupt_in_a_stream_carries_its_pause(make_stack: StackFactory) -> None:
-    stack = await make_stack(registry=paying_registry())
+    stack = await make_stack(registry=paying_registry(), interrupt_mode="hand_back")
     stack.script.then(Reply(tool_calls=[("transfer", {"amount": 5})]))
     response = await stack.http.post("/v1/chat/completions", json={"model": "m", "messages": USER, "stream": True})
     events = [json.loads(line[6:]) for line in (await response.text()).splitlines() if line.startswith("data: {")]
@@ -204,7 +204,7 @@ async def test_an_interrupt_in_a_stream_carries_its_pause(make_stack: StackFacto
 @STREAM
 async def test_an_interrupt_hands_the_call_to_the_responses_client_and_its_answer_resumes(make_stack: StackFactory,
                                                                                           stream: bool) -> None:
-    stack = await make_stack(registry=paying_registry())
+    stack = await make_stack(registry=paying_registry(), interrupt_mode="hand_back")
     stack.script.then(Reply(tool_calls=[("transfer", {"amount": 5})]),
                       lambda body: Reply(content=f"Done: {body['messages'][-1]['content']}"))
     first = await stack.respond(stream, input="pay", store=False)
@@ -218,7 +218,7 @@ async def test_an_interrupt_hands_the_call_to_the_responses_client_and_its_answe
 
 
 async def test_invoke_returns_the_pause_and_its_data(make_stack: StackFactory) -> None:
-    stack = await make_stack(registry=paying_registry())
+    stack = await make_stack(registry=paying_registry(), interrupt_mode="hand_back")
     response = await stack.http.post("/v1/tools/transfer/invoke", json={"arguments": {"amount": 5}})
     body = await response.json()
     assert (body["status"], body["content"]) == ("interrupted", "A person must approve this transfer.")

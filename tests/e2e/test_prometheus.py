@@ -99,7 +99,7 @@ async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     # An MCP server too, for the MCP panels (test_every_dashboard_query_returns_data loses it once).
     mcp = stdio_server(Recorded(tmp_path / "mcp.jsonl"), reconnect_min_seconds=0.05, ping_interval_seconds=0)
     return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed}},
-                            mcp_servers={"files": mcp})
+                            mcp_servers={"files": mcp}, interrupt_mode="hand_back")  # `review` ends the request
 
 
 async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,

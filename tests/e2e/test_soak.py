@@ -247,7 +247,7 @@ async def test_soak_balances_the_books(make_stack: StackFactory) -> None:
     registry.register(Tool(name="gate", function=soak.gate, parameters=[Param("plan", "integer", required=True)]))
     # 2 s: a provider that never answers ends soon, and a busy machine never makes one look so.
     stack = await make_stack(registry=registry, upstream_timeout_seconds=2.0, upstream_retry_attempts=RETRIES,
-                             upstream_retry_backoff_seconds=0.001)
+                             upstream_retry_backoff_seconds=0.001, interrupt_mode="hand_back")  # `review` hands back
     stack.model.policy = soak.policy
     books = Books()
     provider = stack.observability.provider

@@ -79,7 +79,8 @@ async def drive(stack: Stack) -> list[str]:
 
 @pytest.fixture
 async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
-    stack = await make_stack(registry=every_outcome_registry(), keys=KEYS)
+    stack = await make_stack(registry=every_outcome_registry(), keys=KEYS,
+                             interrupt_mode="hand_back")  # `review` ends the request
     trace_ids = await drive(stack)
     db = sqlite3.connect(stack.store.path)
     yield Session(stack, db, trace_ids)

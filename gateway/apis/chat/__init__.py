@@ -14,6 +14,7 @@ from gateway.apis.fields import validate
 from gateway.caller import Caller
 from gateway.engine import Finished, Plan
 from gateway.engine.decide import relaxed_tool_choice
+from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import GatewayError
 from gateway.state import StateStore
@@ -48,8 +49,8 @@ class ChatApi:
         return Asked(chat.metadata, call_ids(chat.messages), None, results(chat.messages))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
-                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
-        return await plan_chat(self, body, caller, registry, held, query, path, offer_on_empty)
+                   query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
+        return await plan_chat(self, body, caller, registry, held, query, path, offer)
 
     def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:
         return completion(finished)

@@ -13,7 +13,7 @@ from gateway.apis.chat.history import ChatConversation, held_tokens, names_gatew
 from gateway.apis.fields import JsonObjects, NonEmptyJsonObjects
 from gateway.caller import Caller
 from gateway.client_results import LATEST_RESULTS
-from gateway.engine.plan import Plan, Wire, check_clash, offers_tools, upstream_base
+from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, check_clash, offers_tools, upstream_base
 from gateway.errors import BadRequest
 from gateway.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
@@ -80,12 +80,13 @@ def results(messages: Sequence[Any]) -> list[tuple[str, Any, bool | None]]:
 
 
 async def plan_chat(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
-                    query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
     """A Chat Completions request (checked) as a plan."""
-    offers = offers_tools(body, offer_on_empty)
+    offers = offers_tools(body, offer.on_empty)
     gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
     base, client_names = upstream_base(body, ("messages", "stream", "stream_options"), tool_name,
-                                       registry.openai_tools(caller.allowed) if offers else [], gateway_names)
+                                       registry.openai_tools(caller.allowed) if offers else [], gateway_names,
+                                       offer.shared)
     legacy = frozenset(f["name"] for f in body.get("functions") or [] if isinstance(f, dict)
                        and isinstance(f.get("name"), str))
     check_clash(legacy, gateway_names, "functions")

@@ -14,6 +14,7 @@ from gateway.apis.messages.render import MessageEvents, error_body, message
 from gateway.apis.messages.request import MessagesRequest, call_ids, plan_messages, results
 from gateway.caller import Caller
 from gateway.engine import Finished, Plan
+from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import GatewayError
 from gateway.state import StateStore
@@ -60,8 +61,8 @@ class MessagesApi:
         return Asked(checked.metadata, call_ids(checked.messages), None, results(checked.messages))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
-                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
-        return await plan_messages(self, body, caller, registry, held, query, path, offer_on_empty)
+                   query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
+        return await plan_messages(self, body, caller, registry, held, query, path, offer)
 
     def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:
         return message(finished)

@@ -13,7 +13,7 @@ from gateway.apis.fields import NonEmptyJsonObjects
 from gateway.apis.messages.history import MessagesConversation, held_tokens, names_gateway_calls, restore_messages
 from gateway.caller import Caller
 from gateway.client_results import LATEST_RESULTS
-from gateway.engine.plan import Plan, Wire, offers_tools, upstream_base
+from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
 from gateway.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
 from gateway.tools import Tool, ToolRegistry
@@ -73,12 +73,12 @@ def results(messages: Sequence[Any]) -> list[tuple[str, Any, bool | None]]:
 
 
 async def plan_messages(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
-                        held: StateStore, query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+                        held: StateStore, query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
     """A Messages request (checked) as a plan."""
-    offers = offers_tools(body, offer_on_empty)
+    offers = offers_tools(body, offer.on_empty)
     gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
     offered = registry.specs("messages", tool_spec, caller.allowed) if offers else []
-    base, client_names = upstream_base(body, ("messages", "stream"), tool_name, offered, gateway_names)
+    base, client_names = upstream_base(body, ("messages", "stream"), tool_name, offered, gateway_names, offer.shared)
     messages = body["messages"]
     tokens = held_tokens(messages)
     found = await held.lookup(caller.principal, tokens) if tokens else NOTHING

@@ -15,6 +15,7 @@ from gateway.apis.responses.request import ResponsesRequest, call_ids, plan_resp
 from gateway.caller import Caller
 from gateway.engine import Finished, Plan
 from gateway.engine.decide import relaxed_tool_choice
+from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import GatewayError
 from gateway.state import StateStore
@@ -49,8 +50,8 @@ class ResponsesApi:
         return Asked(checked.metadata, call_ids(checked.input), checked.previous_response_id, results(checked.input))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
-                   query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
-        return await plan_responses(self, body, caller, registry, held, query, path, offer_on_empty)
+                   query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
+        return await plan_responses(self, body, caller, registry, held, query, path, offer)
 
     def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:
         return final_response(plan, finished)

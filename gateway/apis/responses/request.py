@@ -13,7 +13,7 @@ from gateway.apis.fields import JsonObjects
 from gateway.apis.responses.history import ResponsesConversation, held_names, orphans_told, restore_items
 from gateway.caller import Caller
 from gateway.client_results import LATEST_RESULTS
-from gateway.engine.plan import Plan, Wire, offers_tools, upstream_base
+from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
 from gateway.errors import BadRequest
 from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore
 from gateway.tools import ToolRegistry
@@ -69,12 +69,13 @@ def results(items: object) -> list[tuple[str, Any, bool | None]]:
 
 
 async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
-                         held: StateStore, query: str = "", path: str = "", offer_on_empty: bool = False) -> Plan:
+                         held: StateStore, query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
     """A Responses API request (checked) as a plan."""
-    offers = offers_tools(body, offer_on_empty)
+    offers = offers_tools(body, offer.on_empty)
     gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
     base, client_names = upstream_base(body, ("input", "stream", "previous_response_id"), tool_name,
-                                       registry.responses_tools(caller.allowed) if offers else [], gateway_names)
+                                       registry.responses_tools(caller.allowed) if offers else [], gateway_names,
+                                       offer.shared)
     if gateway_names and body.get("background"):
         raise BadRequest("a background response cannot run the gateway's tools; send it without background, or "
                          "to the provider with a key that offers no gateway tools", param="background")

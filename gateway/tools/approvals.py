@@ -1,0 +1,87 @@
+"""Approval of a tool call by a reviewer, as the executor sees it: what it asks, what it is told,
+and what the model then gets. Where the approvals wait and who decides is gateway.approvals'.
+
+A call is asked about before its body runs when its tool is declared `approval=True`, and after,
+when its body raised `Interrupt(message, data)`. The reviewer approves (the body runs; for an
+Interrupt, the reviewer's `output` is the call's result), denies (the model is told so, with the
+reason), or nobody decides in time (the model is told that too). The request waits meanwhile; its
+client sees one ordinary answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
+
+from gateway.tools.hooks import ToolCall, ToolCallTrace, Turn
+from gateway.tools.results import ToolOutcome
+
+Kind = Literal["before_run", "interrupt"]  # asked before the body runs, or because the body paused
+# What became of an approval: a reviewer's approve or deny; or no decision in time, the client gone
+# while it waited, the gateway shutting down, or no approval could be asked (the state store full
+# or unavailable).
+Decided = Literal["approve", "deny", "timeout", "cancelled", "shutdown", "unavailable"]
+
+
+@dataclass(frozen=True)
+class ApprovalAsk:
+    """One call a reviewer is asked about."""
+
+    call: ToolCall
+    kind: Kind
+    arguments: Mapping[str, Any]  # as parsed: what the body runs (or ran) with
+    message: str | None = None  # an Interrupt's message (what the model would have been told)
+    data: Any = None  # an Interrupt's data: for the reviewer, never for the model
+    timeout: float | None = None  # the tool's own; None: the gateway's
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """What became of one approval, and after how long."""
+
+    decision: Decided
+    waited_seconds: float
+    approval_id: str = ""
+    by: str | None = None  # the gateway key that decided; None without keys
+    reason: str | None = None
+    output: Any = None  # the reviewer's result of an Interrupt's call
+    has_output: bool = False
+
+
+class ApprovalGate(Protocol):
+    """Where the executor waits for decisions (gateway.approvals.Approvals)."""
+
+    async def decided(self, ask: ApprovalAsk, turn: Turn, trace: ToolCallTrace) -> ApprovalDecision:
+        """Wait for the decision on `ask`; whatever ends the wait (a decision, the time limit, the
+        client leaving, a shutdown), no approval of it is left pending."""
+
+
+def _said(decision: ApprovalDecision) -> str:
+    return f": {decision.reason}" if decision.reason else ""
+
+
+def _output(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def decided_outcome(template: ToolOutcome, decision: ApprovalDecision, limit: float) -> ToolOutcome:
+    """The call's outcome when its approval was not given (or, for an Interrupt, given with the
+    reviewer's output): `template` is the outcome it had so far (the Interrupt's, or an empty one)."""
+    name = template.tool_name
+    if decision.decision == "approve":  # only an Interrupt comes here approved: its result is the reviewer's
+        content = _output(decision.output) if decision.has_output else "approved by the reviewer"
+        return replace(template, status="ok", content=content, processed_content=decision.output,
+                       interrupt_data=None)
+    if decision.decision == "deny":
+        return replace(template, status="denied", content=f"denied by the reviewer{_said(decision)}",
+                       error_type="denied", interrupt_data=None)
+    if decision.decision == "timeout":
+        message = (f"Tool '{name}' needed a reviewer's approval, and nobody decided within {limit:g} s: the call "
+                   "was not approved. Do not call it again unless the user asks.")
+        return replace(template, status="timeout", content=message, error_type="approval_timeout",
+                       interrupt_data=None)
+    message = f"Tool '{name}' was waiting for a reviewer's approval when the request ended ({decision.decision})."
+    return replace(template, status="error", content=message, error_type=f"approval_{decision.decision}",
+                   interrupt_data=None)
