@@ -30,6 +30,7 @@ from gateway.demo.model import Reply, ScriptedModel
 from gateway.runtime import gateway
 from gateway.settings import Settings
 from gateway.settings_parts import GatewayKey
+from gateway.tools import Param, Tool, ToolRegistry
 from gateway.upstream import Upstream
 from telemetry import names
 from tests.conftest import USER, Gateway, GatewayFactory, Stack, StackFactory, free_port
@@ -560,6 +561,32 @@ async def test_shutdown_lets_requests_finish_then_ends_the_rest_with_an_error_ev
     servers = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.SERVER]
     assert sorted((s.attributes or {}).get(names.ATTR_HTTP_STATUS, 0) for s in servers) == [200, 200]
     assert {(s.attributes or {}).get(names.ATTR_ERROR_TYPE) for s in servers} == {None, "server_error"}
+
+
+async def test_shutdown_ends_a_wait_for_approval_as_it_ends_any_request() -> None:
+    """A stream whose tool waits for a reviewer: past the grace period it gets the same error event
+    as any other request still under way, and no approval is left pending."""
+    pay = Tool(name="pay", function=lambda args: "paid", approval=True, parameters=[Param("to", "string")])
+    settings = Settings(port=0, shutdown_grace_seconds=0.3, keepalive_seconds=0.05, trajectory_store=False)
+    script = [Reply(tool_calls=[("pay", {"to": "ACME"})]), Reply(content="never reached")]
+    async with aiohttp.ClientSession() as session, contextlib.AsyncExitStack() as outer:
+        url, observability, _ = await outer.enter_async_context(
+            gateway(settings, ToolRegistry([pay]), policy=lambda body: script.pop(0)))
+        streamed = await session.post(f"{url}/v1/chat/completions",
+                                      json={"model": "m", "messages": USER, "stream": True})
+        async with asyncio.timeout(DEADLINE):  # the tool's keep-alive: the call waits for its reviewer
+            while b"running tools" not in await streamed.content.readline():
+                pass
+        assert len(await observability.state.approvals.held()) == 1
+        stopping = asyncio.create_task(outer.aclose())
+        events = (await asyncio.wait_for(streamed.read(), DEADLINE)).decode()
+        await asyncio.wait_for(stopping, DEADLINE)
+    last = json.loads([line for line in events.split("\n") if line.startswith("data: {")][-1][6:])
+    # The call ended with the wait (its outcome an error: not approved), so the round after it is
+    # one "after tools": final, and resumable without asking again for what already ended.
+    assert_openai_error(last, type_="server_error", code="upstream_failed_after_tools")
+    assert last["error"]["message"].startswith("the gateway is shutting down")
+    assert await observability.state.approvals.held() == []
 
 
 async def test_sigterm_ends_toolspan_serve_gracefully(aiohttp_server: AiohttpServer) -> None:

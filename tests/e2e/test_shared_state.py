@@ -17,9 +17,12 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
+from gateway.app_keys import APPROVALS, REGISTRY
+from gateway.approvals import Viewer
 from gateway.demo.model import Reply
 from gateway.settings import Settings
 from gateway.state import FailureBounds, HeldTurn, RedisState
+from gateway.tools import Param, Tool
 from telemetry import names
 from tests.conftest import GatewayFactory, Stack, StackFactory, free_port
 from tests.e2e.redis_server import RedisServer
@@ -136,6 +139,33 @@ async def test_messages_turn_started_on_one_replica_completes_on_the_other(
     restored = one.upstream_requests[-1]["messages"]  # both calls, then both results (the gateway's first)
     assert [b["name"] for b in restored[1]["content"] if b["type"] == "tool_use"] == ["add", "ask_human"]
     assert [b["content"] for b in restored[2]["content"]] == ["5", "Paris"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_waiting_for_approval_on_one_replica_is_decided_on_the_other(
+        replicas: Replicas, stream: bool) -> None:
+    one, other = await replicas(interrupt_mode="wait", keepalive_seconds=0.05)
+    sent: list[dict[str, Any]] = []
+    registry_tool = Tool(name="pay", function=lambda args: sent.append(args) or "paid", approval=True,
+                         parameters=[Param("amount", "number", required=True)])
+    for replica in (one, other):
+        replica.http.server.app[REGISTRY].register(registry_tool)
+    one.script.then(Reply(tool_calls=[("pay", {"amount": 4})]), Reply(content="Paid 4."))
+    asking = asyncio.ensure_future(one.ask(stream, messages=[{"role": "user", "content": "pay 4"}]))
+    approvals = other.http.server.app[APPROVALS]
+    async with asyncio.timeout(10):  # listed on the other replica, from Redis, once the first asked it
+        while True:
+            asked = one.http.server.app[APPROVALS].next_change()
+            if listed := await approvals.pending(Viewer(None, True, True)):
+                break
+            await asked.wait()
+    assert listed[0]["tool"] == "pay"
+    decided = await other.http.post(f"/v1/approvals/{listed[0]['id']}", json={"decision": "approve"})
+    assert decided.status == 200
+    answer = await asyncio.wait_for(asking, 10)
+    assert answer.content == "Paid 4."
+    assert sent == [{"amount": 4}]
+    assert await approvals.pending(Viewer(None, True, True)) == []
 
 
 async def test_concurrent_follow_ups_on_two_replicas_both_get_the_whole_history(
