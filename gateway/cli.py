@@ -6,6 +6,7 @@
     toolspan demo [--api chat|responses] [--mcp]
     toolspan mcp-examples
     toolspan trajectories list|show|report|import|export   (see gateway.cli_trajectories)
+    toolspan approvals list|approve ID|deny ID [--url URL] [--key KEY]   (see gateway.cli_approvals)
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.browsers import LOOPBACK
+from gateway.cli_approvals import add_parser as add_approvals_parser
+from gateway.cli_approvals import run_approvals
 from gateway.cli_trajectories import add_parser as add_trajectories_parser
 from gateway.cli_trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
@@ -280,6 +283,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--mcp", action="store_true", help="the example tools come through MCP (toolspan mcp-examples)")
     commands.add_parser("mcp-examples", help="serve the example tools as an MCP server over stdio")
     add_trajectories_parser(commands)
+    add_approvals_parser(commands)
     return parser
 
 
@@ -294,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if options.command == "trajectories":
             return run_trajectories(options)
+        if options.command == "approvals":
+            return run_approvals(options)
         if options.command == "mcp-examples":
             from gateway.demo.mcp_server import serve_examples
 

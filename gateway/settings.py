@@ -377,6 +377,11 @@ class Settings(BaseSettings):
         return init_settings, env_settings
 
 
+def client_key(variable: str) -> str | None:
+    """A key a command of the gateway's own sends as a client (`toolspan approvals`), from the environment."""
+    return os.environ.get(variable)
+
+
 def proxy_environment() -> dict[str, str]:
     """The proxy variables of the environment (gateway.proxy_rules reads them as curl does)."""
     return {name: value for name, value in os.environ.items() if name.lower() in PROXY_VARIABLES}

@@ -173,7 +173,8 @@ def _call_record(row: sqlite3.Row) -> SpanRecord:
                   names.ATTR_ARGS_SUGGESTIONS: _listed(row["suggestions"]), names.ATTR_RETRY_KIND: row["retry_kind"],
                   names.ATTR_TOOL_CALL_ARGUMENTS: row["arguments"], names.ATTR_MCP_SERVER: row["mcp_server"],
                   names.ATTR_MCP_METHOD_NAME: row["mcp_method"],
-                  names.ATTR_TOOL_SIDE: row["side"] or names.SIDE_GATEWAY}
+                  names.ATTR_TOOL_SIDE: row["side"] or names.SIDE_GATEWAY, names.ATTR_TOOL_DECISION: row["decision"],
+                  names.ATTR_DECIDED_BY: row["decided_by"], names.ATTR_APPROVAL_WAIT_MS: row["approval_wait_ms"]}
     links = [Link(row["retries_trace_id"], row["retries_span_id"], {names.ATTR_RETRY_KIND: row["retry_kind"]})] \
         if row["retries_span_id"] else []
     return SpanRecord(names.SPAN_TOOL_CALL, SpanKind.INTERNAL, row["trace_id"], row["span_id"],

@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from telemetry import names
 from telemetry.spans import UNSET_STATUS, GatewaySpan
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Every row is found through its trajectory: each table's key is (trajectory_id, span_id). The
 # gateway mints trajectory ids that begin with the time (`gateway.caller.request_ids`), so a busy
 # store's inserts land at the ends of these indexes instead of on random pages. Keyed by span ids
@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     tool TEXT NOT NULL, call_id TEXT, outcome TEXT, rejection_reason TEXT, error_type TEXT, missing TEXT,
     unrecognized TEXT, suggestions TEXT, retry_kind TEXT, retries_trace_id TEXT, retries_span_id TEXT,
     diagnostic TEXT, arguments TEXT, mcp_server TEXT, mcp_method TEXT, started REAL NOT NULL,
-    duration_ms REAL NOT NULL, side TEXT, client_ms REAL, result_bytes INTEGER, result_outcome TEXT);
+    duration_ms REAL NOT NULL, side TEXT, client_ms REAL, result_bytes INTEGER, result_outcome TEXT,
+    decision TEXT, decided_by TEXT, approval_wait_ms REAL);
 CREATE UNIQUE INDEX IF NOT EXISTS tool_calls_key ON tool_calls (trajectory_id, span_id);
 CREATE INDEX IF NOT EXISTS tool_calls_of_request ON tool_calls (trajectory_id, request_span_id);
 """
@@ -85,23 +86,35 @@ INSERT INTO model_turns SELECT m.span_id, m.trace_id, COALESCE(r.trajectory_id, 
     FROM model_turns_v1 m LEFT JOIN requests_v1 r ON r.span_id = m.request_span_id;
 INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, COALESCE(trajectory_id, ''), round, tool, call_id,
     outcome, rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
-    retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, NULL, NULL, NULL, NULL
+    retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL
     FROM tool_calls_v1;
 DROP TABLE requests_v1;
 DROP TABLE model_turns_v1;
 DROP TABLE tool_calls_v1;
 """
 
+# Version 3 to 4: of a call that waited for a reviewer (gateway.approvals), what became of its
+# approval (toolspan.tool.decision: approve, deny, timeout, cancelled, shutdown, unavailable), the
+# gateway key that decided and how long the call waited; NULL for every call stored before, and for
+# any call that asked no one.
+_ADD_DECISIONS = """
+ALTER TABLE tool_calls ADD COLUMN decision TEXT;
+ALTER TABLE tool_calls ADD COLUMN decided_by TEXT;
+ALTER TABLE tool_calls ADD COLUMN approval_wait_ms REAL;
+"""
+_MIGRATE_FROM_3 = _ADD_DECISIONS + SCHEMA
+
 # Version 2 to 3: a tool call's side, NULL for the gateway's own (every call stored before), "client"
 # for a call of the client's tool that the gateway checked (gateway.client_calls); and of such a call,
 # what its result said when a later request brought it (gateway.client_results): the time from the
-# answer that handed it over, the result's size and outcome.
+# answer that handed it over, the result's size and outcome. Then on to 4.
 _MIGRATE_FROM_2 = """
 ALTER TABLE tool_calls ADD COLUMN side TEXT;
 ALTER TABLE tool_calls ADD COLUMN client_ms REAL;
 ALTER TABLE tool_calls ADD COLUMN result_bytes INTEGER;
 ALTER TABLE tool_calls ADD COLUMN result_outcome TEXT;
-""" + SCHEMA
+""" + _MIGRATE_FROM_3
 
 
 class Link(NamedTuple):
@@ -243,7 +256,7 @@ def connect(path: str, max_bytes: int | None = None) -> sqlite3.Connection:
 
 
 def _schema(db: sqlite3.Connection) -> None:
-    """Creates the schema in a new file, or brings a version 1 store to this version. A store of
+    """Creates the schema in a new file, or brings an older store (version 1, 2 or 3) to this version. A store of
     a later version (a newer toolspan wrote it) is refused rather than written wrongly. An index
     added within a version is created in a file of that version written before it (CREATE INDEX IF
     NOT EXISTS, in this transaction): the tables are the same, and an older toolspan of the version
@@ -254,7 +267,7 @@ def _schema(db: sqlite3.Connection) -> None:
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(f"the store's schema is version {version}, newer than this "
                                         f"toolspan's ({SCHEMA_VERSION}); a newer toolspan wrote it")
-        migration = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2}.get(version, SCHEMA)
+        migration = {1: _MIGRATE_FROM_1, 2: _MIGRATE_FROM_2, 3: _MIGRATE_FROM_3}.get(version, SCHEMA)
         for statement in _statements(migration):
             db.execute(statement)
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -308,19 +321,20 @@ _TEXT_ATTRIBUTES = frozenset({
     names.ATTR_REJECTION_REASON, names.ATTR_ERROR_TYPE, names.ATTR_RETRY_KIND, names.ATTR_TOOL_CALL_ARGUMENTS,
     names.ATTR_MCP_SERVER, names.ATTR_MCP_METHOD_NAME, names.ATTR_REQUEST_MODEL, names.ATTR_RESPONSE_MODEL,
     names.ATTR_PROVIDER_NAME, names.ATTR_RESPONSE_ID, names.ATTR_INPUT_MESSAGES, names.ATTR_OUTPUT_MESSAGES,
-    names.ATTR_HTTP_ROUTE, names.ATTR_KEY_NAME})
+    names.ATTR_HTTP_ROUTE, names.ATTR_KEY_NAME, names.ATTR_TOOL_DECISION, names.ATTR_DECIDED_BY})
 _NAMES_ATTRIBUTES = frozenset({names.ATTR_ARGS_MISSING, names.ATTR_ARGS_UNRECOGNIZED, names.ATTR_ARGS_SUGGESTIONS,
                                names.ATTR_FINISH_REASONS})
 _COUNT_ATTRIBUTES = frozenset({names.ATTR_ROUND, names.ATTR_ROUNDS, names.ATTR_INPUT_TOKENS,
                                names.ATTR_OUTPUT_TOKENS, names.ATTR_HTTP_STATUS})
 _FLAG_ATTRIBUTES = frozenset({names.ATTR_REQUEST_STREAM, names.ATTR_ROUND_LIMIT_REACHED})
+_DURATION_ATTRIBUTES = frozenset({names.ATTR_APPROVAL_WAIT_MS})
 MAX_COUNT = 2**31 - 1  # rounds, tokens, a status code: more is no real span's
 
 
 def attribute_problem(attributes: Mapping[str, Any]) -> str | None:
     """What is wrong with a span's attributes for its row, if anything: text that is not a string,
     names that are not a list of strings, a count that is not an integer from 0 to MAX_COUNT, a
-    flag that is not a boolean."""
+    flag that is not a boolean, a duration that is not a number from 0."""
     for key, value in attributes.items():
         if key in _TEXT_ATTRIBUTES and not isinstance(value, str):
             return f"attribute {key} is not a string"
@@ -332,6 +346,8 @@ def attribute_problem(attributes: Mapping[str, Any]) -> str | None:
             return f"attribute {key} is not an integer from 0 to {MAX_COUNT}"
         if key in _FLAG_ATTRIBUTES and not isinstance(value, bool):
             return f"attribute {key} is not a boolean"
+        if key in _DURATION_ATTRIBUTES and _duration(value) is None:
+            return f"attribute {key} is not a number from 0"
     return None
 
 
@@ -345,6 +361,13 @@ def _int(value: Any) -> int | None:
     return int(min(max(value, _INT_MIN), _INT_MAX))
 
 
+def _duration(value: Any) -> float | None:
+    """A duration as REAL: a finite number from 0; None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        return None
+    return float(value)
+
+
 def _text(value: Any) -> str:
     return _NONE if value is None else str(value)
 
@@ -356,7 +379,7 @@ def _values(columns: str) -> str:
 
 
 # Each table's parameters as `_values` spells them, a letter a column in the table's order.
-_CALL_PARAMS = "vvtvvvttttttttttttttvvtvvt"
+_CALL_PARAMS = "vvtvvvttttttttttttttvvtvvtttv"
 _TURN_PARAMS = "vvvtvtttttvvvttttvv"  # the fifth, the round, counted in the batch or by the database
 _REQUEST_PARAMS = "vvvttvvvtvv"
 
@@ -387,7 +410,9 @@ def _tool_call_row(r: SpanRecord, trajectory: str) -> tuple[Any, ...]:
             _text(a.get(names.ATTR_TOOL_CALL_ARGUMENTS)), _text(a.get(names.ATTR_MCP_SERVER)),
             _text(a.get(names.ATTR_MCP_METHOD_NAME)), _seconds(r.start_ns), _ms(r),
             _NONE if (side := a.get(names.ATTR_TOOL_SIDE)) == names.SIDE_GATEWAY else _text(side),
-            None, None, _NONE)  # what the client's result said: set when it comes (_CLIENT_RESULT)
+            None, None, _NONE,  # what the client's result said: set when it comes (_CLIENT_RESULT)
+            _text(a.get(names.ATTR_TOOL_DECISION)), _text(a.get(names.ATTR_DECIDED_BY)),
+            _duration(a.get(names.ATTR_APPROVAL_WAIT_MS)))
 
 
 class _TurnRow(NamedTuple):

@@ -16,7 +16,8 @@ FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a fa
 CALL_COLUMNS = ("span_id", "trace_id", "request_span_id", "trajectory_id", "round", "tool", "call_id", "outcome",
                 "rejection_reason", "error_type", "missing", "unrecognized", "suggestions", "retry_kind",
                 "retries_trace_id", "retries_span_id", "diagnostic", "arguments", "mcp_server", "mcp_method",
-                "started", "duration_ms", "side", "client_ms", "result_bytes", "result_outcome")
+                "started", "duration_ms", "side", "client_ms", "result_bytes", "result_outcome", "decision",
+                "decided_by", "approval_wait_ms")
 TURN_COLUMNS = ("span_id", "trace_id", "request_span_id", "round", "model", "response_model", "provider",
                 "response_id", "finish_reasons", "stream", "input_tokens", "output_tokens", "error_type",
                 "error_message", "input_messages", "output_messages", "started", "duration_ms")

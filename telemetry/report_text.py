@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from gateway.approval_text import decision_text
 from gateway.escaping import visible, visible_lines
 
 _SEVERAL_LINES = frozenset({"diagnostic", "content", "response"})  # fields whose line breaks are the text's
@@ -106,6 +107,8 @@ def _tool_call(event: dict[str, Any]) -> list[str]:
     if event.get("client_ms") is not None:  # the client ran it: from the answer to the result it sent back
         line += (f" [result {event['result_outcome']}, {event['result_bytes']} bytes,"
                  f" {event['client_ms'] / 1000:.2f} s on the client's side]")
+    if (decided := decision_text(event)) is not None:  # it waited for a reviewer's approval
+        line += f" [{decided}]"
     lines = [line, *_quoted(event["diagnostic"])]
     if event["arguments"] is not None and event["outcome"] != "ok":
         lines.append(f"      arguments sent: {event['arguments']}")

@@ -17,6 +17,9 @@ from typing import Any
 from telemetry.records import split_stored_id, stored_id
 from telemetry.report_rows import CALL_COLUMNS, FAILED, TURN_COLUMNS, named, rows, suggestions
 
+# How the model is told of a denial, before the reviewer's reason (gateway.tools.approvals.decided_outcome):
+# the reason is read back from what the model was told.
+_DENIED = "denied by the reviewer: "
 _REQUEST_COLUMNS = ("span_id", "trace_id", "name", "route", "status", "rounds", "limit_reached", "error_type",
                     "started", "duration_ms")
 # span_id: requests that started together keep one order across pages. Ordering a page's requests
@@ -73,7 +76,10 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str, key: str | None = Non
     "duration_ms", "side" ("gateway", or "client": a call of the client's own tool the gateway
     checked), and of a client call whose result came back: "client_ms" (from the answer that handed
     it over to the request that brought the result), "result_bytes", "result_outcome" (None
-    before), ...}."""
+    before), and of a call that waited for a reviewer's approval: "decision" (approve, deny, timeout,
+    cancelled, shutdown, unavailable), "decided_by" (the gateway key that decided, None without
+    keys), "approval_wait_ms", "decision_reason" (a denial's reason; None for every other call),
+    ...}."""
     if offset < 0 or (limit is not None and limit < 1):
         raise ValueError(f"offset {offset}, limit {limit}: a page starts at 0 or later and holds a request or more")
     if key is not None and split_stored_id(trajectory_id)[0] != key:
@@ -103,6 +109,7 @@ def _add_events(db: sqlite3.Connection, trajectory_id: str, requests: list[dict[
                  (trajectory_id, ids))
     for call in calls:
         call["suggestions"] = suggestions(call["suggestions"])
+        call["decision_reason"] = _reason(call)
     _link_retries(db, trajectory_id, requests, calls)
     events: dict[str, list[dict[str, Any]]] = {request["span_id"]: [] for request in requests}
     for event in sorted([{"type": "model_turn", **t} for t in turns] + [{"type": "tool_call", **c} for c in calls],
@@ -110,6 +117,14 @@ def _add_events(db: sqlite3.Connection, trajectory_id: str, requests: list[dict[
         events[event["request_span_id"]].append(event)
     for request in requests:
         request["events"] = events[request["span_id"]]
+
+
+def _reason(call: dict[str, Any]) -> str | None:
+    """A denied call's reason, as the reviewer gave it (None when they gave none)."""
+    told = call["diagnostic"]
+    if call["decision"] != "deny" or not isinstance(told, str) or not told.startswith(_DENIED):
+        return None
+    return told[len(_DENIED):] or None
 
 
 def _link_retries(db: sqlite3.Connection, trajectory_id: str, requests: list[dict[str, Any]],

@@ -30,9 +30,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ruamel.yaml import YAML
 
 from gateway.apis.chat.answer import read_chat
+from gateway.approvals import Approvals, Viewer
+from gateway.headers import secret_names
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings import Settings
-from gateway.tools import ToolCall, ToolExecutor, ToolOutcome, Turn
+from gateway.state.approvals import MemoryApprovals
+from gateway.tools import Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry, Turn
 from gateway.tools.hooks import ClientResult
 from telemetry import names
 from telemetry.instrument import Telemetry
@@ -760,9 +763,28 @@ async def _drive(registry: CollectorRegistry) -> None:
                                              side="client") as checked:
             checked.finish(ToolOutcome("call_c", "grammar", "unchecked", ""))
         instrumentation.client_result(ClientResult("call_c", "grammar", time.time() - 1.5, 2, error=False), turn)
+        await _denied(instrumentation, turn)  # a call a reviewer refused
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
     instrumentation.mcp_server_state("files", True, disconnected=False)  # an MCP server up, then lost
     instrumentation.mcp_server_state("files", False, disconnected=True)
+
+
+async def _denied(instrumentation: Telemetry, turn: Turn) -> None:
+    """One call of a tool that needs approval, denied by a reviewer while it waits."""
+    approvals = Approvals(MemoryApprovals(), 5.0, secret_names(()))
+    gated = ToolExecutor(ToolRegistry([Tool(name="pay", function=lambda args: "paid", approval=True)]),
+                         instrumentation, gate=approvals)
+    everyone = Viewer(None, sees_all=True, may_decide=True)
+
+    async def reviewer() -> None:
+        while True:
+            changed = approvals.next_change()
+            if listed := await approvals.pending(everyone):
+                await approvals.decide(listed[0]["id"], everyone, "deny", reason="no")
+                return
+            await changed.wait()
+
+    await asyncio.gather(gated.run_turn([ToolCall("call_p", "pay", "{}")], turn), reviewer())
 
 
 def classic_exposition() -> tuple[CollectorRegistry, bytes]:

@@ -3,8 +3,9 @@ embedded trajectory store, read through the `TrajectoryReader` the composition r
 a stylesheet and a small script of its own, and a Content-Security-Policy that allows nothing else.
 
 Routes: /ui (the report), /ui/trajectories (the list, with filters), /ui/trajectories/{id} (one
-timeline, a page of its requests: ?page=N, ?limit=N), /ui/login and /ui/logout (the session
-cookie, see ui_auth), /ui/assets/{name}."""
+timeline, a page of its requests: ?page=N, ?limit=N), /ui/approvals (the pending approvals of
+tool calls, and their decisions: see ui_approvals), /ui/login and /ui/logout (the session cookie,
+see ui_auth), /ui/assets/{name}."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
-from urllib.parse import parse_qs
 
 from aiohttp import web
 
 from gateway.app_keys import SETTINGS
-from gateway.routes.common import EXPECT, read_body
+from gateway.routes.common import EXPECT
+from gateway.routes.ui_answers import html, read_form, secured, sign_in_page
+from gateway.routes.ui_approvals import mount as mount_approvals
 from gateway.routes.ui_auth import (
     HOME,
     end_session,
@@ -34,7 +36,7 @@ from gateway.routes.ui_auth import (
     signed_in,
 )
 from gateway.routes.ui_layout import notice, page
-from gateway.routes.ui_markup import Html, render, when
+from gateway.routes.ui_markup import Html
 from gateway.routes.ui_report import ListFilters, list_page, report_page
 from gateway.routes.ui_timeline import MOST_PAGE_REQUESTS, PAGE_REQUESTS, Paging, pages, timeline_page
 from gateway.settings import Settings
@@ -90,34 +92,10 @@ ASSETS = web.AppKey("ui_assets", UiAssets)
 TIMELINES = web.AppKey("ui_timelines", ThreadPoolExecutor)
 
 
-def _secured(response: web.Response) -> web.Response:
-    """A page or a redirect: never stored (PAGE_HEADERS come with every /ui response)."""
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
 async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:
     path = request.path
     if path == HOME or path.startswith(_BELOW_HOME):
         response.headers.update(PAGE_HEADERS)
-
-
-def _html(markup: Html, status: int = 200) -> web.Response:
-    return _secured(web.Response(text=markup, status=status, content_type="text/html", charset="utf-8"))
-
-
-def _sign_in_page(next_path: str, message: str | None = None) -> web.Response:
-    """The 401 answer: a form that takes a gateway key once and comes back to the page asked for."""
-    form = render(
-        '<section class="card login"><p>This gateway has keys: sign in with one of them to see its '
-        'trajectories. (Scripts can send it as <code>Authorization: Bearer</code> instead.)</p>{message}'
-        '<form method="post" action="/ui/login"><input type="hidden" name="next" value="{next}">'
-        '<label>Gateway key<input name="key" type="password" autocomplete="current-password" required></label>'
-        '<button type="submit">Sign in</button></form></section>',
-        next=next_path, message=when(message, render('<p class="notice">{m}</p>', m=message)))
-    response = _html(page("Sign in", form), status=401)
-    response.headers["WWW-Authenticate"] = 'Bearer realm="toolspan"'
-    return response
 
 
 @dataclass(frozen=True)
@@ -139,7 +117,7 @@ def _viewer(request: web.Request) -> web.Response | _Viewer:
         return _EVERY_KEY
     name = signed_in(request, keys)
     if name is None:
-        return _sign_in_page(request.path_qs)
+        return sign_in_page(request.path_qs)
     return _Viewer(shown_key(name, keys))
 
 
@@ -164,7 +142,7 @@ async def report_view(request: web.Request) -> web.Response:
         return viewer
     report = await _ask(request, "report", viewer.key)
     if report is None:
-        return _html(page("Trajectory report", notice(_NO_STORE), HOME, bool(settings.keys)))
+        return html(page("Trajectory report", notice(_NO_STORE), HOME, bool(settings.keys)))
     hourly = await _ask(request, "rejections_over_time", COARSE_BUCKET_SECONDS, viewer.key) or []
     starts = [row["bucket_start"] for row in hourly]
     # Less than a day of calls: minutes are the finer steps for the chart.
@@ -173,7 +151,7 @@ async def report_view(request: web.Request) -> web.Response:
     recent = await _ask(request, "list_trajectories", tool=None, outcome=None, since=None, model=None,
                         limit=RECENT, key=viewer.key) or []
     body = report_page(report, hourly, recent, settings.trace_ui_url)
-    return _html(page("Trajectory report", body, HOME, bool(settings.keys)))
+    return html(page("Trajectory report", body, HOME, bool(settings.keys)))
 
 
 def _filters(request: web.Request) -> ListFilters:
@@ -195,7 +173,7 @@ async def list_view(request: web.Request) -> web.Response:
     rows = await _ask(request, "list_trajectories", tool=filters.tool, outcome=filters.outcome, since=since,
                       model=filters.model, limit=LIST_LIMIT, key=viewer.key)
     body = notice(_NO_STORE) if rows is None else list_page(rows, filters, settings.trace_ui_url)
-    return _html(page("Trajectories", body, "/ui/trajectories", bool(settings.keys)))
+    return html(page("Trajectories", body, "/ui/trajectories", bool(settings.keys)))
 
 
 def _page_asked(query: Mapping[str, str]) -> tuple[int, int] | str:
@@ -242,38 +220,33 @@ async def trajectory_view(request: web.Request) -> web.Response:
     trajectory_id = request.match_info["id"]
     asked = _page_asked(request.query)
     if isinstance(asked, str):
-        return _html(page(f"Trajectory {trajectory_id}", notice(asked), None, bool(settings.keys)), status=400)
+        return html(page(f"Trajectory {trajectory_id}", notice(asked), None, bool(settings.keys)), status=400)
     markup, status = await asyncio.get_running_loop().run_in_executor(
         request.app[TIMELINES], _timeline, request.app.get(TRAJECTORIES), trajectory_id, viewer, *asked, settings)
-    return _html(markup, status)
-
-
-async def _form(request: web.Request) -> dict[str, str]:
-    raw = await read_body(request)
-    return {name: values[0] for name, values in parse_qs(raw.decode("utf-8", "replace")).items()}
+    return html(markup, status)
 
 
 async def login(request: web.Request) -> web.Response:
     """The sign-in form's post: a gateway key, once; a session cookie and the page asked for."""
     if not same_origin(request):
-        return _html(page("Sign in", notice("Sign-in is only taken from this gateway's own page.")), status=403)
-    form = await _form(request)
+        return html(page("Sign in", notice("Sign-in is only taken from this gateway's own page.")), status=403)
+    form = await read_form(request)
     keys = request.app[SETTINGS].keys
     target = page_after_sign_in(form.get("next"))
-    response = _secured(web.Response(status=303, headers={"Location": target}))
+    response = secured(web.Response(status=303, headers={"Location": target}))
     if not keys:
         return response
     sent = form.get("key", "").strip()
     if key_name(sent, keys) is None:
-        return _sign_in_page(target, "That is not one of this gateway's keys.")
+        return sign_in_page(target, "That is not one of this gateway's keys.")
     set_session(response, sent, secure=request.secure)
     return response
 
 
 async def logout(request: web.Request) -> web.Response:
     if not same_origin(request):
-        return _html(page("Sign out", notice("Sign-out is only taken from this gateway's own page.")), status=403)
-    response = _secured(web.Response(status=303, headers={"Location": HOME}))
+        return html(page("Sign out", notice("Sign-out is only taken from this gateway's own page.")), status=403)
+    response = secured(web.Response(status=303, headers={"Location": HOME}))
     end_session(response)
     return response
 
@@ -301,6 +274,7 @@ def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
     app.router.add_get("/ui", report_view, **EXPECT)
     app.router.add_get("/ui/trajectories", list_view, **EXPECT)
     app.router.add_get("/ui/trajectories/{id}", trajectory_view, **EXPECT)
+    mount_approvals(app)
     app.router.add_post("/ui/login", login, **EXPECT)
     app.router.add_post("/ui/logout", logout, **EXPECT)
     app.router.add_get("/ui/assets/{name}", asset, **EXPECT)

@@ -13,7 +13,7 @@ from gateway.routes.ui_markup import EMPTY, Html, escape, render, when
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
 _AFTER_SEPARATOR = re.compile(r"(?<=[_./-])")
 BREAK_RUN = 16
-NAV = (("/ui", "Report"), ("/ui/trajectories", "Trajectories"))
+NAV = (("/ui", "Report"), ("/ui/trajectories", "Trajectories"), ("/ui/approvals", "Approvals"))
 
 
 def page(title: str, body: Html, current: str | None = None, signed_in: bool = False) -> Html:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from gateway.approval_text import decision_text
 from gateway.routes.ui_diff import arguments_diff
 from gateway.routes.ui_layout import escape_all, ms, notice, plural, tag, trace_link, when_at
 from gateway.routes.ui_markup import EMPTY, Html, join, render, when
@@ -94,6 +95,13 @@ def _retry(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str]) -> 
     return join(lines)
 
 
+def _decided(call: Mapping[str, Any]) -> Html:
+    """What became of the call's approval, when it waited for a reviewer's."""
+    said = decision_text(call)
+    return when(said, render('<div class="decision" data-decision="{d}">{said}</div>', d=call.get("decision"),
+                             said=said))
+
+
 def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str]) -> Html:
     outcome = call.get("outcome") or "unknown"
     failed = outcome in FAILED
@@ -108,7 +116,7 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         '<li id="{anchor}" class="call {state}{side}" data-side="{whose}"><div><strong>{kind}</strong> '
         '<code>{tool}</code> '
         '{outcome}{reason} <span class="muted">round {round} · {duration}{server}{result}</span></div>'
-        '{names}{retry}{details}</li>',
+        '{decided}{names}{retry}{details}</li>',
         anchor=_anchor(call["span_id"]), state="failed" if failed else outcome, tool=call["tool"],
         side=" client" if client else "", whose="client" if client else "gateway",
         kind="client tool call" if client else "tool call",
@@ -118,7 +126,7 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         result=when(call.get("client_ms") is not None, render(
             " · result {o}, {b} bytes, {t} on the client's side", o=call.get("result_outcome"),
             b=call.get("result_bytes"), t=ms(call.get("client_ms")))),
-        names=_names(call), retry=_retry(call, paging, sent), details=join(details))
+        decided=_decided(call), names=_names(call), retry=_retry(call, paging, sent), details=join(details))
 
 
 def _model_turn(turn: Mapping[str, Any], before: Any) -> Html:

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.app_keys import APPROVALS
 from gateway.demo.model import Reply
 from telemetry import names
 from tests.conftest import AUTH, TEST_KEY, USER, Stack, StackFactory, every_outcome_registry, free_port
@@ -63,10 +64,11 @@ SESSION = [
                       ("checked", {"n": "many"})],  # the last: schema_violation
           usage=(40, 12)),
     Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # verbatim retry: rejected again
-    # corrected retries, recovered; and a tool that pauses for review, which ends the request
+    # corrected retries, recovered; and a tool that pauses for review: the request waits for the reviewer
     Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"path": "/a"}), ("review", {})]),
 ]
-RESUMED = Reply(content="done", usage=(60, 20))  # the answer once the client resumes the paused call
+LOOKUP: Any = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+RESUMED = Reply(content="done", usage=(60, 20))  # the answer once the reviewer decided the paused call
 
 
 @pytest.fixture
@@ -98,8 +100,8 @@ async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     allowed = [name for name in registry.names() if name != "admin"]  # so that not_allowed happens too
     # An MCP server too, for the MCP panels (test_every_dashboard_query_returns_data loses it once).
     mcp = stdio_server(Recorded(tmp_path / "mcp.jsonl"), reconnect_min_seconds=0.05, ping_interval_seconds=0)
-    return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed}},
-                            mcp_servers={"files": mcp}, interrupt_mode="hand_back")  # `review` ends the request
+    return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed, "approver": True}},
+                            mcp_servers={"files": mcp})
 
 
 async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,
@@ -138,28 +140,49 @@ def total(body: dict[str, Any]) -> float:
     return sum(float(sample["value"][1]) for sample in body["data"]["result"])
 
 
+async def review(stack: Stack, decision: str) -> None:
+    """The reviewer: decides the first approval to be asked, as soon as it is."""
+    approvals = stack.http.server.app[APPROVALS]
+    while True:
+        changed = approvals.next_change()
+        listed = await (await stack.http.get("/v1/approvals", headers=AUTH)).json()
+        if listed["data"]:
+            decided = await stack.http.post(f"/v1/approvals/{listed['data'][0]['id']}", headers=AUTH,
+                                            json={"decision": decision, "output": "approved"})
+            assert decided.status == 200
+            return
+        await changed.wait()
+
+
 async def run_session(stack: Stack, prometheus: str) -> set[str]:
-    """Runs the scripted session twice (so counters increase between scrapes); returns trace ids."""
+    """Runs the scripted session twice (so counters increase between scrapes), its paused call
+    approved the first time and denied the second; returns trace ids."""
     traces = set()
     for rounds in range(2):
         stack.script.then(*SESSION, RESUMED, Reply(status=500, error="provider down"))
         trajectory = {"X-Trajectory-Id": f"run-{rounds}"}
-        raw = await stack.client.chat.completions.with_raw_response.create(model="m", messages=USER,
-                                                                           extra_headers=trajectory)
+        asking = stack.client.chat.completions.with_raw_response.create(model="m", messages=USER,
+                                                                        extra_headers=trajectory)
+        raw, _ = await asyncio.gather(asking, review(stack, "deny" if rounds else "approve"))
         traces.add(raw.headers["x-trace-id"])
-        [paused] = raw.parse().choices[0].message.tool_calls or []
-        resumed = [*USER, {"role": "assistant", "content": None, "tool_calls": [paused.model_dump()]},
-                   {"role": "tool", "tool_call_id": paused.id, "content": "approved"}]
-        await stack.client.chat.completions.create(model="m", messages=resumed, extra_headers=trajectory)
+        assert raw.parse().choices[0].message.content == "done"
         for body in (b"{not json", json.dumps({"model": "m", "messages": USER}).encode()):  # a 400, a 502
             async with stack.http.post("/v1/chat/completions", data=body,
                                        headers={**AUTH, "Content-Type": "application/json"}) as response:
                 assert response.status in (400, 502)
+        # A call of the client's own tool, handed back, and its result in the next request.
+        stack.script.then(Reply(tool_calls=[("lookup", {})]), Reply(content="found"))
+        first = await stack.client.chat.completions.create(model="m", messages=USER, tools=LOOKUP,
+                                                           extra_headers=trajectory)
+        [call] = first.choices[0].message.tool_calls or []
+        handed = [*USER, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                  {"role": "tool", "tool_call_id": call.id, "content": "it is there"}]
+        await stack.client.chat.completions.create(model="m", messages=handed, tools=LOOKUP, extra_headers=trajectory)
         # A provider failure after a gateway tool ran, which the gateway retries itself.
         stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(status=500, error="a blip"),
                           Reply(content="3"))
         await stack.client.chat.completions.create(model="m", messages=USER, extra_headers=trajectory)
-        expected = 14 * (rounds + 1)
+        expected = 15 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})
     return traces
@@ -171,7 +194,7 @@ async def test_every_dashboard_query_returns_data(stack_with_tools: Stack, prome
     traces = await run_session(stack, prometheus)
     outcomes = await query(prometheus, f"sum by (outcome) ({names.METRIC_TOOL_CALLS})")
     assert {s["metric"]["outcome"] for s in outcomes["data"]["result"]} == {
-        "ok", "error", "rejected", "timeout", "interrupted"}
+        "ok", "error", "rejected", "timeout", "denied"}
     reasons = await query(prometheus, f"sum by (reason) ({names.METRIC_TOOL_REJECTIONS})")
     assert {s["metric"]["reason"] for s in reasons["data"]["result"]} == set(names.REJECTION_REASONS)
     kinds = await query(prometheus, f"sum by (kind) ({names.METRIC_TOOL_RETRIES})")

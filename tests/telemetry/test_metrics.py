@@ -12,6 +12,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from telemetry import names
 from telemetry.metrics import (
+    APPROVAL_WAIT_BUCKETS,
     CLIENT_ROUNDTRIP_BUCKETS,
     REQUEST_DURATION_BUCKETS,
     ROUND_BUCKETS,
@@ -47,6 +48,8 @@ def _ours() -> CollectorRegistry:
     metrics.tool_retries.labels("echo", "verbatim", "gateway").inc()
     metrics.tool_recoveries.labels("echo", "verbatim", "gateway").inc()
     metrics.client_tool_roundtrip.labels("shell", "returned").observe(4.2)
+    metrics.approval_decisions.labels("pay", "approve").inc()
+    metrics.approval_wait.labels("pay", "approve").observe(2.5)
     metrics.mcp_server_up.labels("files").set(1)
     return metrics.registry
 
@@ -72,6 +75,11 @@ def _theirs() -> CollectorRegistry:
                          registry=registry)
     roundtrip = Histogram(names.METRIC_CLIENT_TOOL_ROUNDTRIP, doc(names.METRIC_CLIENT_TOOL_ROUNDTRIP), tool,
                           buckets=CLIENT_ROUNDTRIP_BUCKETS, registry=registry)
+    decided = (names.LABEL_TOOL, names.LABEL_DECISION)
+    decisions = Counter(names.METRIC_APPROVAL_DECISIONS, doc(names.METRIC_APPROVAL_DECISIONS), decided,
+                        registry=registry)
+    approval_wait = Histogram(names.METRIC_APPROVAL_WAIT, doc(names.METRIC_APPROVAL_WAIT), decided,
+                              buckets=APPROVAL_WAIT_BUCKETS, registry=registry)
     upstream = Counter(names.METRIC_UPSTREAM_REQUESTS, doc(names.METRIC_UPSTREAM_REQUESTS),
                        (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
     upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, doc(names.METRIC_UPSTREAM_DURATION),
@@ -87,7 +95,8 @@ def _theirs() -> CollectorRegistry:
     rounds = Histogram(names.METRIC_TOOL_ROUNDS, doc(names.METRIC_TOOL_ROUNDS), buckets=ROUND_BUCKETS,
                        registry=registry)
     rest = Metrics(CollectorRegistry())  # the metrics that are prometheus_client's own already
-    for metric in (rest.mcp_server_up, rest.mcp_server_disconnects, rest.trajectory_store_dropped,
+    for metric in (rest.approvals_pending, rest.mcp_server_up, rest.mcp_server_disconnects,
+                   rest.trajectory_store_dropped,
                    rest.state_store_up, rest.state_store_failures, rest.state_store_losses,
                    rest.state_store_unreadable, rest.held_turns_lost):
         registry.register(metric)
@@ -109,6 +118,8 @@ def _theirs() -> CollectorRegistry:
     retries.labels("echo", "verbatim", "gateway").inc()
     recoveries.labels("echo", "verbatim", "gateway").inc()
     roundtrip.labels("shell", "returned").observe(4.2)
+    decisions.labels("pay", "approve").inc()
+    approval_wait.labels("pay", "approve").observe(2.5)
     return registry
 
 

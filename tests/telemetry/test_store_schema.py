@@ -1,5 +1,6 @@
 """The store's keys: children written before their request learn its trajectory whatever the
-batches, a version 1 store is migrated whole, a newer one is refused, and the gateway's own
+batches, a version 1 store is migrated whole, a version 2 or 3 store gains its new columns, a newer
+one is refused, and the gateway's own
 trajectory ids grow with time (so that the store's inserts append)."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tests.telemetry.test_report import _everything
 
 V1_SCHEMA = (Path(__file__).parent / "schema_v1.sql").read_text()
 V2_SCHEMA = (Path(__file__).parent / "schema_v2.sql").read_text()  # before a tool call had a side
+V3_SCHEMA = (Path(__file__).parent / "schema_v3.sql").read_text()  # before a call kept its approval's decision
 
 
 def _stored(db: sqlite3.Connection) -> dict[str, Any]:
@@ -102,10 +104,31 @@ def test_a_version_2_store_gains_the_side_of_its_calls(session: Session, tmp_pat
             retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms
             FROM new.tool_calls;""", 2)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
     assert _stored(migrated) == _stored(session.db)  # every call stored before is the gateway's (side NULL)
     assert _everything(migrated) == _everything(session.db)
     assert {row[0] for row in migrated.execute("SELECT side FROM tool_calls")} == {None}
+
+
+def test_a_version_3_store_gains_the_decisions_of_its_calls(session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "v3.sqlite3"
+    _older_store(path, V3_SCHEMA, session, """
+        INSERT INTO trajectories SELECT * FROM new.trajectories;
+        INSERT INTO requests SELECT * FROM new.requests;
+        INSERT INTO model_turns SELECT * FROM new.model_turns;
+        INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, trajectory_id, round, tool, call_id, outcome,
+            rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
+            retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, side, client_ms,
+            result_bytes, result_outcome FROM new.tool_calls;""", 3)
+    migrated = connect(str(path))
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
+    assert _stored(migrated) == _stored(session.db)  # no call stored before waited for a reviewer (NULLs)
+    assert _everything(migrated) == _everything(session.db)
+    assert set(migrated.execute("SELECT decision, decided_by, approval_wait_ms FROM tool_calls")) == {
+        (None, None, None)}
+    columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
+    assert columns == [row[1] for row in session.db.execute("PRAGMA table_info(tool_calls)")]
+    assert columns[-3:] == ["decision", "decided_by", "approval_wait_ms"]
 
 
 def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ class MessagesApi:
         return MessagesStreamReader()
 
     def opens(self, piece: Mapping[str, Any]) -> bool:
-        return piece.get("type") == OPENING
+        return piece.get("type") in (OPENING, "ping")  # neither shows anything of the answer
 
     def opened_id(self, piece: Mapping[str, Any]) -> str | None:
         opened = piece.get("message")
