@@ -25,6 +25,7 @@ from langchain_core.tools import tool as langchain_tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from playwright.async_api import Browser, expect
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import RunContext
 from pydantic_ai import Tool as PydanticTool
@@ -199,3 +200,23 @@ async def test_hand_back_mode_gives_the_frameworks_unknown_tool_text_as_the_resu
     answer = await FRAMEWORKS[framework](stack, False)
     assert answer == f"pay: {told} | secret: {SECRET}"  # the framework's refusal taken for pay's result
     assert PAID == []  # nothing paid, and nobody asked
+
+
+async def test_an_agents_sdk_run_approved_on_the_page_in_the_browser(make_stack: StackFactory,
+                                                                     browser: Browser) -> None:
+    """The reviewer is a person on /ui/approvals, in the real headless Chromium."""
+    stack = await paying_stack(make_stack)
+
+    async def reviewer() -> None:
+        await first_pending(stack)
+        page = await (await browser.new_context()).new_page()
+        await page.goto(f"{stack.url}/ui/approvals")
+        card = page.locator("section.approval")
+        await expect(card.locator("code.tool")).to_have_text("pay")
+        async with page.expect_navigation():
+            await card.get_by_role("button", name="Approve").click()
+        await expect(page.locator("main")).to_contain_text("No approval is pending.")
+
+    answer = await while_asking(lambda: agents_sdk(stack, True, "chat"), reviewer)
+    assert answer == f"pay: paid 12.5 to ACME | secret: {SECRET}"
+    assert PAID == [{"to": "ACME", "amount": 12.5}]
