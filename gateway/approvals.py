@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from gateway.errors import Conflict, Forbidden, NotFound, Unavailable
+from gateway.errors import BadRequest, Conflict, Forbidden, NotFound, Unavailable
 from gateway.headers import SecretNames
 from gateway.state.approvals import ApprovalStore
 from gateway.tools.approvals import ApprovalAsk, ApprovalDecision, Decided
@@ -93,25 +93,22 @@ class Approvals:
         limit = ask.timeout if ask.timeout is not None else self.timeout_seconds
         approval_id = APPROVAL_PREFIX + secrets.token_hex(12)
         started = time.monotonic()
-        if not await self._asked(approval_id, ask, turn, limit):
-            decision = ApprovalDecision("unavailable", 0.0, approval_id,
-                                        reason="the approval could not be asked (state store full or unavailable)")
-            trace.decided(decision)
-            return decision
-        trace.asked(approval_id)
-        woken = self._woken[approval_id] = asyncio.Event()
-        self._changed()
         decision = ApprovalDecision("cancelled", 0.0, approval_id)
-        try:
+        try:  # whatever ends it, a hang-up while the approval is being asked included, it is forgotten
+            if not await self._asked(approval_id, ask, turn, limit):
+                decision = ApprovalDecision("unavailable", 0.0, approval_id)
+                return decision
+            trace.asked(approval_id)
+            woken = self._woken[approval_id] = asyncio.Event()
+            self._changed()
             decision = await self._waited(approval_id, woken, started, started + limit)
         finally:
             self._woken.pop(approval_id, None)
             if decision.decision == "cancelled":
                 decision = ApprovalDecision("cancelled", time.monotonic() - started, approval_id)
             trace.decided(decision)
-            forgetting = asyncio.ensure_future(self._forget(approval_id))
-            with contextlib.suppress(asyncio.CancelledError):  # cancelled (the client left): it still goes
-                await asyncio.shield(forgetting)
+            # Shielded: a client that left while it goes still has it go (its cancellation then goes on).
+            await asyncio.shield(asyncio.ensure_future(self._forget(approval_id)))
             self._changed()
         return decision
 
@@ -193,10 +190,13 @@ class Approvals:
 
     async def pending(self, viewer: Viewer) -> list[dict[str, Any]]:
         """The pending approvals this viewer may see, oldest first."""
-        listed = []
+        listed, now = [], time.time()
         for _, text, decided in await self.store.held():
             record = _loaded(text)
-            if record is not None and decided is None and self._visible(record, viewer):
+            if record is None or decided is not None or not self._visible(record, viewer):
+                continue
+            expires = record.get("expires_at")  # past it, the call no longer waits (its replica may have died)
+            if not isinstance(expires, int | float) or expires > now:
                 listed.append(self._shown(record, None, viewer))
         return sorted(listed, key=lambda shown: float(shown.get("created_at") or 0))
 
@@ -212,6 +212,9 @@ class Approvals:
                      output: Any = None, has_output: bool = False) -> dict[str, Any]:
         """Decide one pending approval; a 409 when it was decided (or ended) already."""
         shown = await self.one(approval_id, viewer)
+        if has_output and shown.get("kind") != "interrupt":
+            raise BadRequest("an output is the result of a call whose tool paused (kind interrupt); this call asks "
+                             "before it runs, and its body gives the result", param="output", code="output_not_taken")
         if not viewer.may_decide:
             raise Forbidden("this gateway key may not decide approvals: it needs `approver` (or `operator`)",
                             code="not_an_approver")

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.app import create_app
+from gateway.app_keys import APPROVALS
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.logs import configure_logging
 from gateway.runtime import Observability, build_telemetry
@@ -512,3 +513,71 @@ async def grow_trajectory(stack: Stack, trajectory_id: str, requests: int, *, ke
         traces.append(sent.headers["X-Trace-Id"])
     await stack.store.flushed()
     return traces
+
+
+# --- approvals: tools that wait for a reviewer, and the reviewer's side -------------------------------
+
+PAID: list[dict[str, Any]] = []  # what the payment tool's body ran with, in a test
+
+
+def pay(args: dict[str, Any]) -> str:
+    PAID.append(args)
+    return f"paid {args['amount']} to {args['to']}"
+
+
+async def ask_manager(args: dict[str, Any]) -> str:
+    raise Interrupt("a manager must confirm the refund", data={"order": args["order"], "api_key": "sk-secret"})
+
+
+def approval_registry(timeout: float | None = None) -> ToolRegistry:
+    return ToolRegistry([
+        Tool(name="pay", description="Pay someone", function=pay, approval=True, approval_timeout=timeout,
+             parameters=[Param("to", "string", required=True), Param("amount", "number", required=True)]),
+        Tool(name="refund", description="Refund an order", function=ask_manager, approval_timeout=timeout,
+             parameters=[Param("order", "string", required=True)]),
+    ])
+
+
+async def pending(stack: Stack, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    response = await stack.http.get("/v1/approvals", headers=headers or AUTH)
+    assert response.status == 200, await response.text()
+    listed: list[dict[str, Any]] = (await response.json())["data"]
+    return listed
+
+
+async def until(stack: Stack, ready: Callable[[], Awaitable[Any]]) -> Any:
+    """`ready()`'s first true answer, asked again at each change of the approvals."""
+    approvals = stack.http.server.app[APPROVALS]
+    async with asyncio.timeout(10):
+        while True:
+            changed = approvals.next_change()
+            if found := await ready():
+                return found
+            await changed.wait()
+
+
+async def first_pending(stack: Stack, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """The first approval listed (the request asking for it runs meanwhile)."""
+    found: list[dict[str, Any]] = await until(stack, lambda: pending(stack, headers))
+    return found[0]
+
+
+async def decide(stack: Stack, approval_id: str, headers: dict[str, str] | None = None,
+                 **decision: Any) -> tuple[int, dict[str, Any]]:
+    response = await stack.http.post(f"/v1/approvals/{approval_id}", json=decision, headers=headers or AUTH)
+    return response.status, await response.json()
+
+
+Asking = Callable[[], Awaitable[Any]]
+
+
+async def while_asking(ask: Asking, then: Callable[[], Awaitable[Any]]) -> Any:
+    """Run `ask` (a client's request) and, while it waits, `then` (the reviewer); the request's answer."""
+    asking = asyncio.ensure_future(ask())
+    try:
+        await then()
+        return await asyncio.wait_for(asking, 20)
+    finally:
+        if not asking.done():
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)

@@ -33,8 +33,9 @@ async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None =
         await client_results.report_results(held, request.app[INSTRUMENTATION], caller, asked.results,
                                             settings.client_tool_error_prefix)
     registry = request.app[REGISTRY]
-    # Hand-back mode: a client may declare a tool that pauses for a reviewer, to receive its calls.
-    shared = registry.approval_names(caller.allowed) if settings.interrupt_mode == "hand_back" else frozenset()
+    # Hand-back mode: a client may declare a gateway tool (one that pauses for a reviewer, declared
+    # approval=True or raising Interrupt), to receive its paused calls.
+    shared = registry.offered_names(caller.allowed) if settings.interrupt_mode == "hand_back" else frozenset()
     plan = await api.plan(body, caller, registry, held, caller.provider_query(request.query_string), request.path,
                           Offering(settings.offer_tools_on_empty_tools, shared))
     around = keeping(request, caller, plan, body) if keeping is not None else None

@@ -9,9 +9,9 @@ the operator's; without keys the page is as open as the gateway. A decision is a
 
 A post is taken only from the page itself: its Origin is this gateway's (ui_auth.same_origin), and
 it carries the form's token, an HMAC of the approval's id under the viewer's session token (the
-cookie's value, the same on every replica) or, without keys, under a secret of this app's, drawn
-when it starts. Another site can make a browser post, but can neither read the page to learn the
-token nor compute it."""
+cookie's value, the same on every replica) or, without keys, under a random value the page set in
+a cookie of its own (HttpOnly, SameSite=Strict: any replica reads it back). Another site can make a
+browser post, but can neither read the page or the cookie to learn the token nor compute it."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ _DONE = {"approved": "Approved: the call goes on, and its request with it.",
 _MISSED = {"approval_decided": "That approval was decided already, by another reviewer or by its time running out.",
            "approval_not_found": "That approval is no longer pending: it was decided, timed out, or its request "
                                  "ended."}
-SECRET = web.AppKey("ui_approvals_secret", bytes)  # the tokens' key without gateway keys: this app's own
+FORM_COOKIE = "toolspan_ui_form"  # without gateway keys: the tokens' key, a random value of the browser's
+_FORM_SECRET = re.compile(r"[0-9a-f]{64}")
 
 
 class _Refused(Exception):
@@ -77,11 +78,13 @@ def token_for(secret: bytes, approval_id: str) -> str:
     return hmac.new(secret, _TOKEN_TEXT + approval_id.encode(), hashlib.sha256).hexdigest()
 
 
-def form_token(request: web.Request, name: str | None, approval_id: str) -> str:
-    """The token a decision of `approval_id` must carry, for the viewer signed in as `name`."""
-    keys = request.app[SETTINGS].keys
-    secret = session_token(keys[name].key.get_secret_value()).encode() if name is not None else request.app[SECRET]
-    return token_for(secret, approval_id)
+def form_secret(request: web.Request, name: str | None) -> bytes | None:
+    """The key of the viewer's tokens: its session token (signed in as `name`), or without keys the
+    page's cookie (None when the browser has none yet)."""
+    if name is not None:
+        return session_token(request.app[SETTINGS].keys[name].key.get_secret_value()).encode()
+    cookie = request.cookies.get(FORM_COOKIE, "")
+    return cookie.encode() if _FORM_SECRET.fullmatch(cookie) else None
 
 
 def _pretty(value: Any) -> str:
@@ -164,8 +167,10 @@ async def approvals_view(request: web.Request) -> web.Response:
         return refused.response
     who = viewer(name, request.app[SETTINGS].keys)
     listed = await request.app[APPROVALS].pending(who)
-    cards = [_approval(shown, _decide_form(str(shown["id"]), str(shown.get("kind")),
-                                           form_token(request, name, str(shown["id"])))
+    secret = form_secret(request, name)
+    fresh = secrets.token_hex(32) if secret is None else None  # a browser's first visit, without keys
+    key = secret if secret is not None else str(fresh).encode()
+    cards = [_approval(shown, _decide_form(str(shown["id"]), str(shown.get("kind")), token_for(key, str(shown["id"])))
                        if who.may_decide else EMPTY) for shown in listed]
     body = render('{said}{refusal}{intro}{cards}', said=_said(request.query),
                   refusal=when(not who.may_decide, _refusal(name)),
@@ -174,7 +179,10 @@ async def approvals_view(request: web.Request) -> web.Response:
                                "decided, or its time runs out. Reload for new ones."),
                   cards=join(cards))
     keyed = bool(request.app[SETTINGS].keys)
-    return html(page("Approvals", body, PATH, keyed))
+    answer = html(page("Approvals", body, PATH, keyed))
+    if fresh is not None:
+        answer.set_cookie(FORM_COOKIE, fresh, path=PATH, httponly=True, samesite="Strict", secure=request.secure)
+    return answer
 
 
 def _refused(status: int, text: str) -> _Refused:
@@ -202,7 +210,9 @@ async def _checked(request: web.Request, approval_id: str) -> tuple[Viewer, dict
         raise _refused(403, "Decisions are only taken from this gateway's own page.")
     name = _signed_in(request)
     form = await read_form(request)
-    if not hmac.compare_digest(form.get("token", "").encode(), form_token(request, name, approval_id).encode()):
+    secret = form_secret(request, name)
+    if secret is None or not hmac.compare_digest(form.get("token", "").encode(),
+                                                 token_for(secret, approval_id).encode()):
         raise _refused(403, "This decision did not come from this gateway's page for you (or the page is from before "
                             "a restart): reload the page and decide again.")
     return viewer(name, request.app[SETTINGS].keys), form
@@ -237,6 +247,5 @@ def _back(said: str, approval_id: str) -> str:
 
 
 def mount(app: web.Application) -> None:
-    app[SECRET] = secrets.token_bytes(32)
     app.router.add_get(PATH, approvals_view, **EXPECT)
     app.router.add_post(PATH + "/{id}", decide_view, **EXPECT)

@@ -13,6 +13,15 @@ from typing import Any, Protocol
 from redis.asyncio import Redis
 
 APPROVALS_HELD = 1000  # pending approvals at most, in all (each a request waiting)
+# Hold a new approval, unless `capacity` are held already: the count and the write in one step, so
+# that asks at the same moment on several replicas cannot pass the bound together.
+_ADD = """
+redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[1])
+if redis.call('zcard', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])
+redis.call('zadd', KEYS[1], ARGV[6], ARGV[5])
+return 1
+"""
 # Set the decision only while the approval is held and undecided: the first decision wins.
 _DECIDE = """
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
@@ -116,17 +125,9 @@ class RedisApprovals:
 
     async def add(self, approval_id: str, record: str, ttl_seconds: float) -> bool:
         now, ttl_ms = time.time(), max(1, int(ttl_seconds * 1000))
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.zremrangebyscore(self._index, "-inf", now)
-        pipe.zcard(self._index)
-        counted = (await self._run(pipe.execute()))[1]
-        if isinstance(counted, int) and counted >= self._capacity:
-            return False
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(self._record + approval_id, record, px=ttl_ms)
-        pipe.zadd(self._index, {approval_id: now + ttl_ms / 1000})
-        await self._run(pipe.execute())
-        return True
+        added = await self._run(self._redis.eval(_ADD, 2, self._index, self._record + approval_id, now,
+                                                 self._capacity, record, ttl_ms, approval_id, now + ttl_ms / 1000))
+        return bool(added == 1)
 
     async def held(self) -> list[tuple[str, str, str | None]]:
         ids = [i for raw in await self._run(self._redis.zrangebyscore(self._index, time.time(), "+inf"))

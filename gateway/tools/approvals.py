@@ -82,6 +82,11 @@ def decided_outcome(template: ToolOutcome, decision: ApprovalDecision, limit: fl
                    "was not approved. Do not call it again unless the user asks.")
         return replace(template, status="timeout", content=message, error_type="approval_timeout",
                        interrupt_data=None)
+    if decision.decision == "unavailable":
+        message = (f"Tool '{name}' needs a reviewer's approval, and the gateway could not ask for it now (too many "
+                   "calls waiting, or its state store unavailable): the call did not run. Try again later.")
+        return replace(template, status="error", content=message, error_type="approval_unavailable",
+                       interrupt_data=None)
     message = f"Tool '{name}' was waiting for a reviewer's approval when the request ended ({decision.decision})."
     return replace(template, status="error", content=message, error_type=f"approval_{decision.decision}",
                    interrupt_data=None)

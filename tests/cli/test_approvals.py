@@ -14,8 +14,17 @@ from pydantic import SecretStr
 
 from gateway.demo.model import Reply
 from gateway.settings_parts import GatewayKey
-from tests.conftest import USER, Stack, StackFactory, free_port
-from tests.e2e.test_approvals import PAID, approval_registry, first_pending, pending, while_asking
+from tests.conftest import (
+    PAID,
+    USER,
+    Stack,
+    StackFactory,
+    approval_registry,
+    first_pending,
+    free_port,
+    pending,
+    while_asking,
+)
 
 AGENT, BOSS = "sk-agent-01", "sk-boss-001"
 KEYS = {"agent": GatewayKey(key=SecretStr(AGENT)), "boss": GatewayKey(key=SecretStr(BOSS), operator=True)}

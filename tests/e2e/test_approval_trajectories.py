@@ -20,8 +20,17 @@ from gateway.settings_parts import GatewayKey
 from telemetry import names
 from telemetry.otlp import export, import_file
 from telemetry.records import SCHEMA, attribute_problem
-from tests.conftest import USER, Answer, Stack, StackFactory, toolspan_cli
-from tests.e2e.test_approvals import approval_registry, decide, first_pending, while_asking
+from tests.conftest import (
+    USER,
+    Answer,
+    Stack,
+    StackFactory,
+    approval_registry,
+    decide,
+    first_pending,
+    toolspan_cli,
+    while_asking,
+)
 
 AGENT, BOSS = "sk-agent-01", "sk-boss-001"
 KEYS = {"agent": GatewayKey(key=SecretStr(AGENT)), "boss": GatewayKey(key=SecretStr(BOSS), operator=True)}

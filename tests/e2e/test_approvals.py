@@ -7,83 +7,28 @@ and rights, hand-back mode, and what telemetry says of each."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-from gateway.app_keys import APPROVALS
 from gateway.demo.model import Reply
 from gateway.settings_parts import GatewayKey
-from gateway.tools import Interrupt, Param, Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import AUTH, STREAM, USER, Stack, StackFactory, tool_call_spans
-
-PAID: list[dict[str, Any]] = []  # what the payment tool's body ran with, in a test
-
-
-def pay(args: dict[str, Any]) -> str:
-    PAID.append(args)
-    return f"paid {args['amount']} to {args['to']}"
-
-
-async def ask_manager(args: dict[str, Any]) -> str:
-    raise Interrupt("a manager must confirm the refund", data={"order": args["order"], "api_key": "sk-secret"})
-
-
-def approval_registry(timeout: float | None = None) -> ToolRegistry:
-    return ToolRegistry([
-        Tool(name="pay", description="Pay someone", function=pay, approval=True, approval_timeout=timeout,
-             parameters=[Param("to", "string", required=True), Param("amount", "number", required=True)]),
-        Tool(name="refund", description="Refund an order", function=ask_manager, approval_timeout=timeout,
-             parameters=[Param("order", "string", required=True)]),
-    ])
-
-
-async def pending(stack: Stack, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    response = await stack.http.get("/v1/approvals", headers=headers or AUTH)
-    assert response.status == 200, await response.text()
-    listed: list[dict[str, Any]] = (await response.json())["data"]
-    return listed
-
-
-async def until(stack: Stack, ready: Callable[[], Awaitable[Any]]) -> Any:
-    """`ready()`'s first true answer, asked again at each change of the approvals."""
-    approvals = stack.http.server.app[APPROVALS]
-    async with asyncio.timeout(10):
-        while True:
-            changed = approvals.next_change()
-            if found := await ready():
-                return found
-            await changed.wait()
-
-
-async def first_pending(stack: Stack, headers: dict[str, str] | None = None) -> dict[str, Any]:
-    """The first approval listed (the request asking for it runs meanwhile)."""
-    found: list[dict[str, Any]] = await until(stack, lambda: pending(stack, headers))
-    return found[0]
-
-
-async def decide(stack: Stack, approval_id: str, headers: dict[str, str] | None = None,
-                 **decision: Any) -> tuple[int, dict[str, Any]]:
-    response = await stack.http.post(f"/v1/approvals/{approval_id}", json=decision, headers=headers or AUTH)
-    return response.status, await response.json()
-
-
-Asking = Callable[[], Awaitable[Any]]
-
-
-async def while_asking(ask: Asking, then: Callable[[], Awaitable[Any]]) -> Any:
-    """Run `ask` (a client's request) and, while it waits, `then` (the reviewer); the request's answer."""
-    asking = asyncio.ensure_future(ask())
-    try:
-        await then()
-        return await asyncio.wait_for(asking, 20)
-    finally:
-        if not asking.done():
-            asking.cancel()
-            await asyncio.gather(asking, return_exceptions=True)
+from tests.conftest import (
+    PAID,
+    STREAM,
+    USER,
+    Stack,
+    StackFactory,
+    approval_registry,
+    decide,
+    first_pending,
+    pending,
+    tool_call_spans,
+    until,
+    while_asking,
+)
 
 
 @STREAM
@@ -204,6 +149,23 @@ async def test_keys_see_their_own_approvals_and_only_approvers_decide(make_stack
     assert (call.attributes or {})[names.ATTR_DECIDED_BY] == "boss"
 
 
+async def test_an_output_is_taken_only_for_a_call_whose_tool_paused(make_stack: StackFactory) -> None:
+    stack = await make_stack(registry=approval_registry())
+    PAID.clear()
+    stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 2})]), Reply(content="Paid."))
+
+    async def reviewer() -> None:
+        approval = await first_pending(stack)
+        status, body = await decide(stack, approval["id"], decision="approve", output="paid by hand")
+        assert (status, body["error"]["code"]) == (400, "output_not_taken")  # its body gives the result
+        assert [a["status"] for a in await pending(stack)] == ["pending"]
+        assert (await decide(stack, approval["id"], decision="approve"))[0] == 200
+
+    answer = await while_asking(lambda: stack.ask(False, messages=USER), reviewer)
+    assert answer.content == "Paid."
+    assert PAID == [{"to": "ACME", "amount": 2}]
+
+
 async def test_a_bad_decision_is_a_400_and_an_unknown_id_a_404(stack: Stack) -> None:
     status, body = await decide(stack, "appr_nothing", decision="approve")
     assert (status, body["error"]["code"]) == (404, "approval_not_found")
@@ -212,17 +174,19 @@ async def test_a_bad_decision_is_a_400_and_an_unknown_id_a_404(stack: Stack) -> 
 
 
 @pytest.mark.parametrize("declared", [False, True], ids=["undeclared", "declared-by-the-client"])
-async def test_hand_back_mode_gives_the_call_to_the_client_which_may_declare_it(make_stack: StackFactory,
-                                                                               declared: bool) -> None:
+@pytest.mark.parametrize(("tool", "arguments"), [("pay", {"to": "ACME", "amount": 7}), ("refund", {"order": "A-1"})],
+                         ids=["approval", "interrupt"])
+async def test_hand_back_mode_gives_the_call_to_the_client_which_may_declare_it(
+        make_stack: StackFactory, declared: bool, tool: str, arguments: dict[str, Any]) -> None:
     stack = await make_stack(registry=approval_registry(), interrupt_mode="hand_back")
     PAID.clear()
-    stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 7})]), Reply(content="Done."))
-    tools = [{"type": "function", "function": {"name": "pay", "parameters": {"type": "object"}}}] if declared else []
+    stack.script.then(Reply(tool_calls=[(tool, arguments)]), Reply(content="Done."))
+    tools = [{"type": "function", "function": {"name": tool, "parameters": {"type": "object"}}}] if declared else []
     first = await stack.ask(False, messages=USER, **({"tools": tools} if tools else {}))
     [call] = first.tool_calls
-    assert call["function"]["name"] == "pay"
+    assert call["function"]["name"] == tool
     assert PAID == []
-    assert [t["function"]["name"] for t in stack.upstream_requests[0]["tools"]].count("pay") == 1
+    assert [t["function"]["name"] for t in stack.upstream_requests[0]["tools"]].count(tool) == 1
     messages = [*USER, {"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": call["id"], "content": "the user approved: paid by hand"}]
     answer = await stack.ask(False, messages=messages, **({"tools": tools} if tools else {}))

@@ -34,9 +34,19 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider as PydanticOpenAIProvider
 
 from gateway.demo.model import Reply
-from tests.conftest import STREAM, TEST_KEY, Stack, StackFactory
+from tests.conftest import (
+    PAID,
+    STREAM,
+    TEST_KEY,
+    Stack,
+    StackFactory,
+    approval_registry,
+    decide,
+    first_pending,
+    pending,
+    while_asking,
+)
 from tests.e2e.test_agents_sdk import SECRET, final_output, results_by_tool, run_config
-from tests.e2e.test_approvals import PAID, approval_registry, decide, first_pending, pending, while_asking
 
 PROMPT = "Pay ACME 12.5, then tell me the door secret."
 

@@ -6,6 +6,7 @@ thinking blocks kept to the byte, usage summed over the rounds, and errors in An
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -397,3 +398,32 @@ async def test_a_stream_is_kept_open_with_pings_while_the_gateways_tools_run(mak
 async def slow_sum(args: dict[str, Any]) -> str:
     await asyncio.sleep(0.3)  # long enough for several keep-alives at 0.05 s
     return str(args["a"])
+
+
+def _sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+async def test_a_streams_citations_and_container_reach_the_client(stack: Stack) -> None:
+    """A text block started with `"citations": null` gains its citations from citations_delta events,
+    and the container a code execution ran in (said only in message_delta) reaches the client."""
+    citation = {"type": "char_location", "cited_text": "Paris", "document_index": 0, "document_title": "atlas",
+                "start_char_index": 0, "end_char_index": 5}
+    container = {"id": "container_011CRZ", "expires_at": "2026-12-04T20:00:00Z"}
+    stack.script.then(Reply(raw_stream=_sse(
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                                              "content": [], "stop_reason": None, "stop_sequence": None,
+                                              "usage": {"input_tokens": 3, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "", "citations": None}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": citation}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Paris."}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None, "container": container},
+         "usage": {"output_tokens": 4}},
+        {"type": "message_stop"})))
+    answer = await ask(stack, True)
+    assert answer.text == "Paris."
+    assert answer.message["content"][0]["citations"] == [citation]
+    assert answer.message["container"]["id"] == "container_011CRZ"
+    [delta] = [e for e in answer.events if e["type"] == "message_delta"]
+    assert delta["delta"]["container"]["id"] == "container_011CRZ"

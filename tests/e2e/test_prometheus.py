@@ -143,6 +143,11 @@ def total(body: dict[str, Any]) -> float:
 async def review(stack: Stack, decision: str) -> None:
     """The reviewer: decides the first approval to be asked, as soon as it is."""
     approvals = stack.http.server.app[APPROVALS]
+    async with asyncio.timeout(30):
+        await _review(stack, approvals, decision)
+
+
+async def _review(stack: Stack, approvals: Any, decision: str) -> None:
     while True:
         changed = approvals.next_change()
         listed = await (await stack.http.get("/v1/approvals", headers=AUTH)).json()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,8 +21,10 @@ from redis.asyncio import Redis
 from gateway.app_keys import APPROVALS, REGISTRY
 from gateway.approvals import Viewer
 from gateway.demo.model import Reply
+from gateway.routes.ui_approvals import FORM_COOKIE
 from gateway.settings import Settings
 from gateway.state import FailureBounds, HeldTurn, RedisState
+from gateway.state.approvals import RedisApprovals
 from gateway.tools import Param, Tool
 from telemetry import names
 from tests.conftest import GatewayFactory, Stack, StackFactory, free_port
@@ -319,6 +322,54 @@ async def test_tool_calls_run_while_redis_is_down_and_say_their_retry_state_is_u
 
 def turn(n: int) -> HeldTurn:
     return HeldTurn("chat", ({"role": "assistant", "content": str(n)},), (), (f"msg_{n}",))
+
+
+async def test_redis_approvals_are_bounded_at_once_and_decided_once(redis_up: RedisServer) -> None:
+    """Asks at the same moment cannot pass the bound together; the first decision wins."""
+    store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=f"test{free_port()}:")
+    approvals = RedisApprovals(store._redis, store._run, f"test{free_port()}:", capacity=2)
+    try:
+        added = await asyncio.gather(*(approvals.add(f"appr_{n}", "{}", 60.0) for n in range(5)))
+        assert sorted(added) == [False, False, False, True, True]
+        [first, *_] = [i for i, ok in zip(range(5), added, strict=True) if ok]
+        assert await approvals.decide(f"appr_{first}", '{"decision": "approve"}') is True
+        assert await approvals.decide(f"appr_{first}", '{"decision": "deny"}') is False
+        assert await approvals.decision(f"appr_{first}") == '{"decision": "approve"}'
+        assert await approvals.decide("appr_never_asked", '{"decision": "deny"}') is False
+    finally:
+        await store.aclose()
+
+
+async def test_without_keys_the_page_of_one_replica_decides_on_the_other(replicas: Replicas) -> None:
+    """The page's form token comes from the browser's own cookie, which any replica reads back."""
+    one, other = await replicas()
+    pay = Tool(name="pay", function=lambda args: "paid", approval=True, parameters=[Param("amount", "number")])
+    for replica in (one, other):
+        replica.http.server.app[REGISTRY].register(pay)
+    one.script.then(Reply(tool_calls=[("pay", {"amount": 4})]), Reply(content="Paid 4."))
+    first_visit = await other.http.get("/ui/approvals")  # the browser's cookie, set by the page
+    cookie = first_visit.cookies[FORM_COOKIE].value
+    asking = asyncio.ensure_future(one.ask(False, messages=[{"role": "user", "content": "pay 4"}]))
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                asked = one.http.server.app[APPROVALS].next_change()
+                page = await other.http.get("/ui/approvals")  # from Redis, on the replica not asking
+                text = await page.text()
+                if "section class=\"card approval\"" in text:
+                    break
+                await asked.wait()
+        [(approval_id, token)] = re.findall(r'action="/ui/approvals/(appr_[0-9a-f]+)"><input type="hidden" '
+                                            r'name="token" value="([0-9a-f]{64})"', text)
+        decided = await one.http.post(f"/ui/approvals/{approval_id}", data={"token": token, "decision": "approve"},
+                                      headers={"Origin": one.url, "Cookie": f"{FORM_COOKIE}={cookie}"},
+                                      allow_redirects=False)
+        assert decided.status == 303
+        assert (await asyncio.wait_for(asking, 10)).content == "Paid 4."
+    finally:
+        if not asking.done():
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
 
 
 async def test_redis_store_is_bounded_expiring_and_bound_to_its_key(redis_up: RedisServer) -> None:

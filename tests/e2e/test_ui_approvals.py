@@ -17,8 +17,18 @@ from gateway.demo.model import Reply
 from gateway.routes.ui_approvals import token_for
 from gateway.routes.ui_auth import SESSION_COOKIE, session_token
 from gateway.settings_parts import GatewayKey
-from tests.conftest import USER, Stack, StackFactory
-from tests.e2e.test_approvals import PAID, approval_registry, decide, first_pending, pending, until, while_asking
+from tests.conftest import (
+    PAID,
+    USER,
+    Stack,
+    StackFactory,
+    approval_registry,
+    decide,
+    first_pending,
+    pending,
+    until,
+    while_asking,
+)
 
 PAGE = "/ui/approvals"
 HOSTILE = "<img src=x onerror=window.pwned=1>"

@@ -112,7 +112,9 @@ class MessagesStreamReader:
         elif kind == "input_json_delta":
             self._inputs.setdefault(index, []).append(str(delta.get("partial_json", "")))
         elif kind == "citations_delta":
-            block.setdefault("citations", []).append(delta.get("citation"))
+            if not isinstance(block.get("citations"), list):  # a start block may say `"citations": null`
+                block["citations"] = []
+            block["citations"].append(delta.get("citation"))
 
     def _block(self, index: int) -> dict[str, Any]:
         """A block whole: a tool's input parsed from its partial JSON (left as the text, for the

@@ -21,6 +21,11 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "
                504: "timeout_error", 529: "overloaded_error"}
 
 
+# What a message_delta says of the message besides its usage: how it ended, and the container a code
+# execution tool ran in (the next request names it to reuse it).
+DELTA_FIELDS = ("stop_reason", "stop_sequence", "stop_details", "container")
+
+
 def error_body(error: GatewayError) -> dict[str, Any]:
     """An error as Anthropic's API words it: `{"type": "error", "error": {"type", "message"}}`."""
     detail = error.body().get("error")
@@ -111,7 +116,8 @@ class MessageEvents:
         for i, call in enumerate(event.client_calls):
             frames += _call_events(call, self.index(-1, i))
         last = event.turns[-1].body
-        delta = {"type": "message_delta", "delta": {"stop_reason": _stop_reason(event),
+        ended = {k: last[k] for k in DELTA_FIELDS if k in last}  # as the last round's own message_delta said
+        delta = {"type": "message_delta", "delta": {**ended, "stop_reason": _stop_reason(event),
                                                       "stop_sequence": last.get("stop_sequence")}}
         if (usage := _usage(event.turns)) is not None:
             delta["usage"] = usage
