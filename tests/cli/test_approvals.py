@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import sys
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -30,6 +31,14 @@ AGENT, BOSS = "sk-agent-01", "sk-boss-001"
 KEYS = {"agent": GatewayKey(key=SecretStr(AGENT)), "boss": GatewayKey(key=SecretStr(BOSS), operator=True)}
 
 
+async def waiting_stack(make_stack: StackFactory, **settings: Any) -> Stack:
+    """A stack whose client waits as long as a few `toolspan` processes take to start on a busy
+    machine (a second or more each), rather than hanging up and ending the approval."""
+    stack = await make_stack(registry=approval_registry(), **settings)
+    stack.client = stack.client.with_options(timeout=120)
+    return stack
+
+
 async def approvals(*args: str, key: str | None = None) -> tuple[int, str, str]:
     """`toolspan approvals ...` in a process of its own; its exit status, stdout and stderr. `key`:
     the TOOLSPAN_API_KEY it finds in its environment."""
@@ -48,7 +57,7 @@ def tool_results(stack: Stack) -> list[str]:
 
 
 async def test_list_shows_the_waiting_call_and_approve_lets_it_run(make_stack: StackFactory) -> None:
-    stack = await make_stack(registry=approval_registry())
+    stack = await waiting_stack(make_stack)
     PAID.clear()
     stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 12.5})]), Reply(content="Paid."))
 
@@ -74,7 +83,7 @@ async def test_list_shows_the_waiting_call_and_approve_lets_it_run(make_stack: S
 
 
 async def test_deny_tells_the_model_the_reason(make_stack: StackFactory) -> None:
-    stack = await make_stack(registry=approval_registry(), keepalive_seconds=0.05)
+    stack = await waiting_stack(make_stack, keepalive_seconds=0.05)
     PAID.clear()
     stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 900})]), Reply(content="I could not pay."))
 
@@ -90,7 +99,7 @@ async def test_deny_tells_the_model_the_reason(make_stack: StackFactory) -> None
 
 
 async def test_an_interrupts_output_is_given_as_json(make_stack: StackFactory) -> None:
-    stack = await make_stack(registry=approval_registry())
+    stack = await waiting_stack(make_stack)
     stack.script.then(Reply(tool_calls=[("refund", {"order": "A-17"})]), Reply(content="Refunded A-17."))
 
     async def reviewer() -> None:
@@ -114,7 +123,7 @@ async def test_an_interrupts_output_is_given_as_json(make_stack: StackFactory) -
 async def test_with_keys_only_an_approver_decides_and_failures_say_why(make_stack: StackFactory) -> None:
     """The key from $TOOLSPAN_API_KEY or --key; a key that may not decide, a key that is none, an id
     that is not pending: exit 1 with the gateway's message."""
-    stack = await make_stack(registry=approval_registry(), keys=KEYS)
+    stack = await waiting_stack(make_stack, keys=KEYS)
     stack.client.api_key = AGENT
     PAID.clear()
     stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 5})]), Reply(content="Paid."))
@@ -156,7 +165,7 @@ async def test_a_gateway_that_is_not_there_is_one_line() -> None:
 
 
 async def test_what_a_model_chose_is_printed_with_its_control_characters_visible(make_stack: StackFactory) -> None:
-    stack = await make_stack(registry=approval_registry())
+    stack = await waiting_stack(make_stack)
     hostile = "ACME\x1b]0;pwned\x07\x1b[2J\r\nforged line\u202e"
     stack.script.then(Reply(tool_calls=[("pay", {"to": hostile, "amount": 1})]), Reply(content="Paid."))
 
