@@ -5,27 +5,34 @@ from __future__ import annotations
 
 import errno
 import inspect
+import io
 import json
 import logging
 import socket
 import sys
+import time
 from datetime import UTC, datetime
 
 import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from hypothesis import given
+from hypothesis import strategies as st
 
 import gateway.logs
 from gateway.escaping import visible
 from gateway.headers import secret_names
 from gateway.logs import (
+    ACCESS_LINE,
     ACCESS_LOGGER,
     TEXT_FORMAT,
     AccessLogger,
     JsonFormatter,
     TextFormatter,
+    access_line,
     access_logger,
+    direct_handler,
     redacted_target,
     shown,
 )
@@ -227,6 +234,73 @@ def test_no_access_line_once_the_level_hides_it(access: pytest.LogCaptureFixture
     access.set_level(logging.WARNING, logger=ACCESS_LOGGER)
     writer.log(make_mocked_request("GET", "/v1/models"), web.Response(), 0.001)
     assert [r for r in access.records if r.name == ACCESS_LOGGER] == []
+
+
+def access_writer(stream: io.StringIO, formatter: logging.Formatter | None = None) -> AccessLogger:
+    """An access logger whose logger stands apart from the process's (pytest's handlers sit on the
+    root), writing to `stream` through a handler as `configure_logging` makes it."""
+    logger = logging.Logger(ACCESS_LOGGER)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter or TextFormatter(TEXT_FORMAT))
+    logger.addHandler(handler)
+    return AccessLogger(logger, "")
+
+
+def test_a_line_written_directly_is_the_records_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With only the text handler to reach, the line is written without a record: the same text,
+    escapes included, as the record would have given."""
+    now = 1764770000_500_000_000  # exact in a float: 3.11's records truncate a fraction (gh-89047)
+    monkeypatch.setattr(time, "time", lambda: now / 1e9)  # the record's clock (3.11)
+    monkeypatch.setattr(time, "time_ns", lambda: now)  # the record's clock (3.12 on)
+    monkeypatch.setattr(gateway.logs, "time_ns", lambda: now)
+    direct, through_record = io.StringIO(), io.StringIO()
+    writer, other = access_writer(direct), access_writer(through_record)
+    other.logger.addFilter(lambda record: True)  # any filter: the record must be made
+    assert direct_handler(writer.logger) is writer.logger.handlers[0]
+    assert direct_handler(other.logger) is None
+    request = make_mocked_request("POST", "/v1/chat/completions?api_key=secret&x=1")
+    response = web.Response(text="ok", headers={"X-Trajectory-Id": "traj_\x1b[2J\u2028", "X-Trace-Id": TRACE})
+    for access in (writer, other):
+        access.log(request, response, 0.01234)
+        access.log(make_mocked_request("GET", "/healthz"), web.Response(status=404), 0.2)
+    assert direct.getvalue() == through_record.getvalue()
+    first = direct.getvalue().splitlines()[0]
+    assert first.startswith(time.strftime("%Y-%m-%d %H:%M:%S,500 INFO toolspan.access: ", time.localtime(now / 1e9)))
+    assert first.endswith(' "POST /v1/chat/completions?api_key=[REDACTED]&x=1 HTTP/1.1" 200 '
+                          + first.split(" 200 ")[1].split(" ")[0] + " 12.3ms trajectory=traj_\\u001b[2J\\u2028 "
+                          f"trace={TRACE}")
+
+
+@pytest.mark.parametrize("change", ["filter on the logger", "second handler", "json", "record factory",
+                                    "formatter with a date format"])
+def test_anything_more_than_the_text_handler_gets_the_record(change: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    writer = access_writer(io.StringIO(), JsonFormatter() if change == "json" else None)
+    if change == "filter on the logger":
+        writer.logger.addFilter(lambda record: True)
+    elif change == "second handler":
+        writer.logger.addHandler(logging.NullHandler())
+    elif change == "record factory":
+        monkeypatch.setattr(logging, "getLogRecordFactory", lambda: lambda *args, **kwargs: None)
+    elif change == "formatter with a date format":
+        writer.logger.handlers[0].setFormatter(TextFormatter(TEXT_FORMAT, "%H:%M"))
+    assert direct_handler(writer.logger) is None
+
+
+def test_a_handler_that_would_not_emit_the_line_does_not_count() -> None:
+    writer = access_writer(io.StringIO())
+    quiet = logging.NullHandler(logging.WARNING)
+    writer.logger.addHandler(quiet)
+    assert direct_handler(writer.logger) is writer.logger.handlers[0]
+    quiet.setLevel(logging.INFO)
+    assert direct_handler(writer.logger) is None
+
+
+@given(st.fixed_dictionaries({
+    "remote": st.text(), "method": st.text(), "path": st.text(), "protocol": st.text(), "status": st.integers(),
+    "bytes": st.integers(), "duration_ms": st.floats(allow_nan=True, allow_infinity=True).map(lambda x: round(x, 1)),
+    "trajectory_id": st.text(), "trace_id": st.text()}))
+def test_the_access_line_is_its_format(fields: dict[str, object]) -> None:
+    assert access_line(fields) == ACCESS_LINE % fields
 
 
 async def test_a_port_in_use_is_one_clear_error() -> None:
