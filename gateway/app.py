@@ -80,22 +80,24 @@ def _route_of(request: web.Request) -> str:
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The request span around everything, the caller resolved once, and the one place errors
     become responses."""
+    app = request.app  # a property that looks the app up: read once
     ids = request_ids(request.headers)
     info = RequestInfo(request.method, _route_of(request), request.path, request.headers, ids[0])
-    with request.app[INSTRUMENTATION].request(info) as trace:
+    with app[INSTRUMENTATION].request(info) as trace:
         request[TRACE] = trace
         error: GatewayError | None = None
         try:
             # Before anything else: a DNS-rebinding or cross-site page gets nothing, /healthz included.
-            check_browser(request, request.app[BROWSERS])
-            with request.app[ADMISSION].admit(request.path):
+            check_browser(request, app[BROWSERS])
+            with app[ADMISSION].admit(request.path):
                 # Before any body is read; only /v1 routes and /mcp speak for a caller.
-                request[CALLER] = resolve_caller(request.headers, ids, request.app[SETTINGS].keys,
-                                                 authenticate=request.path.startswith(("/v1/", "/openai/"))
-                                                 or request.path == mcp.PATH,
-                                                 own_key=request.app[SETTINGS].upstream_api_key is not None,
-                                                 secret=request.app[SECRET_HEADERS])
-                request[CALLER] = linking.by_session(request[CALLER], request.headers)
+                settings = app[SETTINGS]
+                caller = resolve_caller(request.headers, ids, settings.keys,
+                                        authenticate=request.path.startswith(("/v1/", "/openai/"))
+                                        or request.path == mcp.PATH,
+                                        own_key=settings.upstream_api_key is not None, secret=app[SECRET_HEADERS])
+                request[CALLER] = caller
+                request[CALLER] = linking.by_session(caller, request.headers)
                 response = await handler(request)
         except GatewayError as exc:
             error = exc
@@ -106,7 +108,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             error = internal_error()
         if error is not None:
             log_provider_failure(error, request.method, request.path, trace.trace_id)
-            provider_paths.log_once(request.app, error)  # a 404 of the provider's API path: said once
+            provider_paths.log_once(app, error)  # a 404 of the provider's API path: said once
             response = error_response(error, error_body_for(request.path, request.headers))
             response.headers[TRAJECTORY_HEADER] = request[CALLER].trajectory_id if CALLER in request else ids[0]
             record = RequestRecord(error_type=error.type)
