@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import partial
 from itertools import islice
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from gateway.apis.chat.history import ChatConversation, held_tokens, names_gateway_calls, restore_messages
-from gateway.apis.fields import JsonObjects, NonEmptyJsonObjects
+from gateway.apis.fields import JsonObjects, NonEmptyJsonObjects, checked_first_by
 from gateway.caller import Caller
 from gateway.client_results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, check_clash, offers_tools, upstream_base
@@ -31,6 +31,18 @@ class _ToolSpec(BaseModel):
     function: _Function | None = None  # tools of other types (custom, ...) are the provider's business
 
 
+def tool_specs_pass(value: Any) -> bool:
+    """What list[_ToolSpec] takes, for the lists most clients send (orjson's dicts and strings)."""
+    return type(value) is list and all(
+        type(spec) is dict and type(spec.get("type")) is str
+        and ((function := spec.get("function")) is None
+             or (type(function) is dict and type(name := function.get("name")) is str and name != ""))
+        for spec in value)
+
+
+ToolSpecs = Annotated[list[dict[str, Any]], checked_first_by(tool_specs_pass, TypeAdapter(list[_ToolSpec]))]
+
+
 class ChatRequest(BaseModel):
     """The fields the gateway relies on; everything else goes to the provider untouched. Strict
     types, as OpenAI's API has them: `"stream": "true"` or `"n": 1.0` is refused, not coerced."""
@@ -38,7 +50,7 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field(min_length=1)
     messages: NonEmptyJsonObjects
-    tools: list[_ToolSpec] | None = None
+    tools: ToolSpecs | None = None
     stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     n: int | None = Field(None, ge=1)

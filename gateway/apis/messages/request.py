@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from itertools import islice
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from gateway.apis.fields import NonEmptyJsonObjects
+from gateway.apis.fields import NonEmptyJsonObjects, checked_first_by
 from gateway.apis.messages.history import MessagesConversation, held_tokens, names_gateway_calls, restore_messages
 from gateway.caller import Caller
 from gateway.client_results import LATEST_RESULTS
@@ -24,6 +24,15 @@ class _ToolSpec(BaseModel):
     name: str = Field(min_length=1)  # custom tools and the provider's own (web_search, bash ...) alike
 
 
+def tool_specs_pass(value: Any) -> bool:
+    """What list[_ToolSpec] takes, for the lists most clients send (orjson's dicts and strings)."""
+    return type(value) is list and all(
+        type(spec) is dict and type(name := spec.get("name")) is str and name != "" for spec in value)
+
+
+ToolSpecs = Annotated[list[dict[str, Any]], checked_first_by(tool_specs_pass, TypeAdapter(list[_ToolSpec]))]
+
+
 class MessagesRequest(BaseModel):
     """The fields the gateway relies on; everything else (max_tokens, system, thinking ...) goes to
     the provider untouched, for it to judge."""
@@ -31,7 +40,7 @@ class MessagesRequest(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field(min_length=1)
     messages: NonEmptyJsonObjects
-    tools: list[_ToolSpec] | None = None
+    tools: ToolSpecs | None = None
     stream: bool | None = False
     metadata: dict[str, Any] | None = None
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import partial
 from itertools import islice
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from gateway.apis.fields import JsonObjects
+from gateway.apis.fields import JsonObjects, checked_first_by
 from gateway.apis.responses.history import ResponsesConversation, held_names, orphans_told, restore_items
 from gateway.caller import Caller
 from gateway.client_results import LATEST_RESULTS
@@ -27,13 +27,24 @@ class _ToolSpec(BaseModel):
     name: str | None = Field(None, min_length=1)
 
 
+def tool_specs_pass(value: Any) -> bool:
+    """What list[_ToolSpec] takes, for the lists most clients send (orjson's dicts and strings)."""
+    return type(value) is list and all(
+        type(spec) is dict and type(spec.get("type")) is str
+        and ((name := spec.get("name")) is None or (type(name) is str and name != ""))
+        for spec in value)
+
+
+ToolSpecs = Annotated[list[dict[str, Any]], checked_first_by(tool_specs_pass, TypeAdapter(list[_ToolSpec]))]
+
+
 class ResponsesRequest(BaseModel):
     """The fields the gateway relies on; everything else goes to the provider untouched."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field(min_length=1)
     input: str | JsonObjects | None = None
-    tools: list[_ToolSpec] | None = None
+    tools: ToolSpecs | None = None
     stream: bool | None = False
     previous_response_id: str | None = Field(None, min_length=1)
     store: bool | None = None
