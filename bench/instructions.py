@@ -29,6 +29,10 @@ arrives within 0.2 s in one transaction, writes smaller batches than at full spe
 second each target answered are printed): its figure here is higher than under real load.
 
     python bench/instructions.py [--scenarios plain,30kb,responses-plain,responses-30kb] [--seconds 10]
+    python bench/instructions.py --flat 60 [--scenarios ...] [--targets ...]
+
+`--flat SECONDS` asks instead whether a target's cost rises over a run: one process loaded that
+long, the instructions per request of its last 10 seconds against its first 10.
 
 Any of bench/proxy.py's scenarios may be named; with a tool round and its API's plain request, the
 tool round's instructions are also given as a multiple of the plain request's.
@@ -65,6 +69,7 @@ from proxy import (
 )
 
 TARGETS = ("floor", "floor-otel", "toolspan-notel", "toolspan-spansoff", "toolspan-nostore", "toolspan", DEFAULTS)
+FLAT_WINDOW = 10  # seconds counted at each end of a --flat run
 READY_SECONDS = 300.0  # a gateway starting under valgrind takes a minute or more on a busy machine
 
 
@@ -119,25 +124,55 @@ def _stop(process: subprocess.Popen[bytes], seconds: float) -> None:
 def per_request(target: str, scenario: Scenario, upstream: str, seconds: int, folder: Path) -> tuple[float, float]:
     """Instructions per request of `target` on `scenario` under wrk at 10 connections, and the
     requests a second it answered under callgrind (what the store's batches hold depends on it)."""
+    [counted] = windows(target, scenario, upstream, [(seconds, True)], folder)
+    return counted
+
+
+def windows(target: str, scenario: Scenario, upstream: str, plan: Sequence[tuple[int, bool]],
+            folder: Path) -> list[tuple[float, float]]:
+    """`target` under callgrind loaded by wrk at 10 connections for each (seconds, counted) of
+    `plan` in turn, one process throughout; for each counted window, the instructions per request
+    and the requests a second (as `per_request`)."""
     port = _free_port()
     own = folder / f"{scenario.option}-{target}"  # each run's dumps apart: callgrind numbers them per file
     own.mkdir()
     process = _under_callgrind(target, port, upstream, own)
     url = f"http://127.0.0.1:{port}/v1{scenario.path}"
+    found: list[tuple[float, float]] = []
     try:
         asyncio.run(_wait_ready(f"http://127.0.0.1:{port}/v1{CHAT}", READY_SECONDS))
         sent_as = _served_as(target)
         if (problem := check(url, scenario, sent_as)) is not None:
             raise RuntimeError(f"{scenario.name}, {target}: {problem}")
         load(url, scenario.body(sent_as), 3, 10)  # warmed up past the first requests' one-off work
-        dumps = set(own.glob(f"{target}.out*"))
-        _control("-z", process.pid)
-        run = load(url, scenario.body(sent_as), seconds, 10)
-        _control("-d", process.pid)
-        [dump] = set(own.glob(f"{target}.out*")) - dumps
-        return _instructions(dump) / run.requests, run.requests / run.seconds
+        for seconds, counted in plan:
+            if not counted:
+                load(url, scenario.body(sent_as), seconds, 10)
+                continue
+            dumps = set(own.glob(f"{target}.out*"))
+            _control("-z", process.pid)
+            run = load(url, scenario.body(sent_as), seconds, 10)
+            _control("-d", process.pid)
+            [dump] = set(own.glob(f"{target}.out*")) - dumps
+            found.append((_instructions(dump) / run.requests, run.requests / run.seconds))
+        return found
     finally:
         _stop(process, 120)
+
+
+def flatness(targets: Sequence[str], scenarios: Sequence[Scenario], upstream: str, seconds: int,
+             folder: Path) -> None:
+    """Each target loaded for `seconds` in one process: the instructions per request of its last 10
+    seconds over its first 10 (bench/proxy.py's flatness bound, in a figure that does not move with
+    the machine). Under callgrind a target answers some 30 times fewer requests in that time."""
+    for scenario in scenarios:
+        for target in targets:
+            (first, first_rate), (last, last_rate) = windows(
+                target, scenario, upstream, [(FLAT_WINDOW, True), (seconds - 2 * FLAT_WINDOW, False),
+                                             (FLAT_WINDOW, True)], folder)
+            print(f"{scenario.name}, {target}: {first / 1000:.0f} thousand instructions a request in the first "
+                  f"{FLAT_WINDOW} s ({first_rate:.0f}/s), {last / 1000:.0f} in the last ({last_rate:.0f}/s) of "
+                  f"{seconds} s: last/first {last / first:.3f}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -147,7 +182,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="length of the counted wrk run (the README's table: 10; compare runs of one length)")
     parser.add_argument("--targets", default=",".join(TARGETS),
                         help="comma-separated (default all; the table needs all of them)")
+    parser.add_argument("--flat", type=int, metavar="SECONDS",
+                        help="instead: each target loaded this long (at least 30), its last 10 s against its first")
     options = parser.parse_args(argv)
+    if options.flat is not None and options.flat < 3 * FLAT_WINDOW:
+        parser.error(f"--flat: at least {3 * FLAT_WINDOW} seconds")
     targets = options.targets.split(",")
     if unknown := set(targets) - set(TARGETS):
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
@@ -161,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         upstream = _start("upstream", upstream_port)
         try:
             asyncio.run(_wait_ready(f"http://127.0.0.1:{upstream_port}/v1{CHAT}"))
+            if options.flat is not None:
+                flatness(targets, scenarios, f"http://127.0.0.1:{upstream_port}/v1", options.flat, folder)
+                return
             for scenario in scenarios:
                 counts[scenario.option] = {}
                 for target in targets:
