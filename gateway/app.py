@@ -96,7 +96,6 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                                         authenticate=request.path.startswith(("/v1/", "/openai/"))
                                         or request.path == mcp.PATH,
                                         own_key=settings.upstream_api_key is not None, secret=app[SECRET_HEADERS])
-                request[CALLER] = caller
                 request[CALLER] = linking.by_session(caller, request.headers)
                 response = await handler(request)
         except GatewayError as exc:

@@ -1,11 +1,26 @@
-"""How a reviewer's decision on a tool call reads, next to the call, wherever a person reads it:
-`toolspan trajectories show` (telemetry.report_text) and the trajectory page (routes.ui_timeline).
-Plain text: each view escapes it its own way (control characters, HTML)."""
+"""How a reviewer's decision on a tool call reads: to the model, a denial (gateway.tools.approvals);
+next to the call, wherever a person reads it: `toolspan trajectories show` (telemetry.report_text)
+and the trajectory page (routes.ui_timeline), whose denial reason is read back from what the model
+was told (telemetry.timeline). Plain text: each view escapes it its own way (control characters, HTML)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+_DENIED = "denied by the reviewer"  # what the model is told of a denial, then ": " and the reason if any
+
+
+def denial(reason: str | None) -> str:
+    """What the model is told of a denied call (its tool result), with the reviewer's reason."""
+    return f"{_DENIED}: {reason}" if reason else _DENIED
+
+
+def denial_reason(told: Any) -> str | None:
+    """The reviewer's reason read back from what the model was told (`denial`); None without one."""
+    if not isinstance(told, str) or not told.startswith(_DENIED + ": "):
+        return None
+    return told[len(_DENIED) + 2:] or None
 
 
 def waited(milliseconds: Any) -> str:

@@ -14,12 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from gateway.approval_text import denial_reason
 from telemetry.records import split_stored_id, stored_id
 from telemetry.report_rows import CALL_COLUMNS, FAILED, TURN_COLUMNS, named, rows, suggestions
 
-# How the model is told of a denial, before the reviewer's reason (gateway.tools.approvals.decided_outcome):
-# the reason is read back from what the model was told.
-_DENIED = "denied by the reviewer: "
 _REQUEST_COLUMNS = ("span_id", "trace_id", "name", "route", "status", "rounds", "limit_reached", "error_type",
                     "started", "duration_ms")
 # span_id: requests that started together keep one order across pages. Ordering a page's requests
@@ -109,7 +107,8 @@ def _add_events(db: sqlite3.Connection, trajectory_id: str, requests: list[dict[
                  (trajectory_id, ids))
     for call in calls:
         call["suggestions"] = suggestions(call["suggestions"])
-        call["decision_reason"] = _reason(call)
+        # A denial's reason, read back from what the model was told.
+        call["decision_reason"] = denial_reason(call["diagnostic"]) if call["decision"] == "deny" else None
     _link_retries(db, trajectory_id, requests, calls)
     events: dict[str, list[dict[str, Any]]] = {request["span_id"]: [] for request in requests}
     for event in sorted([{"type": "model_turn", **t} for t in turns] + [{"type": "tool_call", **c} for c in calls],
@@ -117,14 +116,6 @@ def _add_events(db: sqlite3.Connection, trajectory_id: str, requests: list[dict[
         events[event["request_span_id"]].append(event)
     for request in requests:
         request["events"] = events[request["span_id"]]
-
-
-def _reason(call: dict[str, Any]) -> str | None:
-    """A denied call's reason, as the reviewer gave it (None when they gave none)."""
-    told = call["diagnostic"]
-    if call["decision"] != "deny" or not isinstance(told, str) or not told.startswith(_DENIED):
-        return None
-    return told[len(_DENIED):] or None
 
 
 def _link_retries(db: sqlite3.Connection, trajectory_id: str, requests: list[dict[str, Any]],

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from playwright.async_api import Browser, async_playwright
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.app import create_app
@@ -35,6 +36,7 @@ from gateway.demo.model import Reply, ScriptedModel
 from gateway.logs import configure_logging
 from gateway.runtime import Observability, build_telemetry
 from gateway.settings import Settings
+from gateway.settings_parts import GatewayKey
 from gateway.state import StateStore, StateUnavailable
 from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
@@ -518,6 +520,9 @@ async def grow_trajectory(stack: Stack, trajectory_id: str, requests: int, *, ke
 # --- approvals: tools that wait for a reviewer, and the reviewer's side -------------------------------
 
 PAID: list[dict[str, Any]] = []  # what the payment tool's body ran with, in a test
+# A gateway key of an agent and the operator's, whose names show in decisions ("by boss").
+AGENT, BOSS = "sk-agent-01", "sk-boss-001"
+AGENT_AND_BOSS = {"agent": GatewayKey(key=SecretStr(AGENT)), "boss": GatewayKey(key=SecretStr(BOSS), operator=True)}
 
 
 def pay(args: dict[str, Any]) -> str:

@@ -18,11 +18,13 @@ from gateway.approvals import Viewer
 from gateway.routes.common import EXPECT, json_answer, read_object
 from gateway.settings_parts import GatewayKey
 
+REASON_MAX = 2000  # characters of a decision's reason, here and on the page (routes.ui_approvals)
+
 
 class Decision(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     decision: Literal["approve", "deny"]
-    reason: str | None = Field(None, max_length=2000)
+    reason: str | None = Field(None, max_length=REASON_MAX)
     output: Any = None
 
 

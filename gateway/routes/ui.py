@@ -23,7 +23,7 @@ from aiohttp import web
 
 from gateway.app_keys import SETTINGS
 from gateway.routes.common import EXPECT
-from gateway.routes.ui_answers import html, read_form, secured, sign_in_page
+from gateway.routes.ui_answers import html, read_form, redirect, sign_in_page
 from gateway.routes.ui_approvals import mount as mount_approvals
 from gateway.routes.ui_auth import (
     HOME,
@@ -233,7 +233,7 @@ async def login(request: web.Request) -> web.Response:
     form = await read_form(request)
     keys = request.app[SETTINGS].keys
     target = page_after_sign_in(form.get("next"))
-    response = secured(web.Response(status=303, headers={"Location": target}))
+    response = redirect(target)
     if not keys:
         return response
     sent = form.get("key", "").strip()
@@ -246,7 +246,7 @@ async def login(request: web.Request) -> web.Response:
 async def logout(request: web.Request) -> web.Response:
     if not same_origin(request):
         return html(page("Sign out", notice("Sign-out is only taken from this gateway's own page.")), status=403)
-    response = secured(web.Response(status=303, headers={"Location": HOME}))
+    response = redirect(HOME)
     end_session(response)
     return response
 

@@ -27,20 +27,19 @@ from urllib.parse import quote
 from aiohttp import web
 
 from gateway.app_keys import APPROVALS, SETTINGS
-from gateway.approvals import Viewer
+from gateway.approvals import APPROVAL_PREFIX, Viewer
 from gateway.errors import Conflict, Forbidden, NotFound
-from gateway.routes.approvals import viewer
+from gateway.routes.approvals import REASON_MAX, viewer
 from gateway.routes.common import EXPECT
 from gateway.routes.ui_answers import html, read_form, redirect, sign_in_page
 from gateway.routes.ui_auth import same_origin, session_token, signed_in
 from gateway.routes.ui_layout import notice, page, tag, trajectory_link, when_at
 from gateway.routes.ui_markup import EMPTY, Html, join, render, when
+from telemetry.records import stored_id
 
 PATH = "/ui/approvals"
-REASON_MAX = 2000  # as the API takes it (routes.approvals.Decision)
-KEY_SEPARATOR = "~"  # how the trajectory store names a key's trajectory: "key~id" (telemetry.records.stored_id)
 _TOKEN_TEXT = b"toolspan /ui approval "
-_APPROVAL_ID = re.compile(r"appr_[0-9a-f]{1,64}")
+_APPROVAL_ID = re.compile(re.escape(APPROVAL_PREFIX) + "[0-9a-f]{1,64}")
 _KINDS = {"before_run": "asked before the call runs", "interrupt": "the tool paused and asks"}
 # What the page says after a decision (?done=) or a decision that came too late (?missed=): fixed
 # texts, so that a link cannot make the page say anything else.
@@ -102,8 +101,7 @@ def _trajectory(shown: Mapping[str, Any]) -> Html:
     if not isinstance(trajectory_id, str) or not trajectory_id:
         return render('<span class="muted">-</span>')
     key = shown.get("key")
-    stored = f"{key}{KEY_SEPARATOR}{trajectory_id}" if isinstance(key, str) and key else trajectory_id
-    return trajectory_link(stored, trajectory_id)
+    return trajectory_link(stored_id(key if isinstance(key, str) and key else None, trajectory_id), trajectory_id)
 
 
 def _decide_form(approval_id: str, kind: str, token: str) -> Html:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
+from gateway.approval_text import denial
 from gateway.tools.hooks import ToolCall, ToolCallTrace, Turn
 from gateway.tools.results import ToolOutcome
 
@@ -58,10 +59,6 @@ class ApprovalGate(Protocol):
         client leaving, a shutdown), no approval of it is left pending."""
 
 
-def _said(decision: ApprovalDecision) -> str:
-    return f": {decision.reason}" if decision.reason else ""
-
-
 def _output(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
@@ -75,7 +72,7 @@ def decided_outcome(template: ToolOutcome, decision: ApprovalDecision, limit: fl
         return replace(template, status="ok", content=content, processed_content=decision.output,
                        interrupt_data=None)
     if decision.decision == "deny":
-        return replace(template, status="denied", content=f"denied by the reviewer{_said(decision)}",
+        return replace(template, status="denied", content=denial(decision.reason),
                        error_type="denied", interrupt_data=None)
     if decision.decision == "timeout":
         message = (f"Tool '{name}' needed a reviewer's approval, and nobody decided within {limit:g} s: the call "

@@ -11,11 +11,10 @@ import os
 import sys
 from typing import Any
 
-from pydantic import SecretStr
-
 from gateway.demo.model import Reply
-from gateway.settings_parts import GatewayKey
 from tests.conftest import (
+    AGENT,
+    BOSS,
     PAID,
     USER,
     Stack,
@@ -26,9 +25,9 @@ from tests.conftest import (
     pending,
     while_asking,
 )
-
-AGENT, BOSS = "sk-agent-01", "sk-boss-001"
-KEYS = {"agent": GatewayKey(key=SecretStr(AGENT)), "boss": GatewayKey(key=SecretStr(BOSS), operator=True)}
+from tests.conftest import (
+    AGENT_AND_BOSS as KEYS,
+)
 
 
 async def waiting_stack(make_stack: StackFactory, **settings: Any) -> Stack:

@@ -13,14 +13,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from gateway.demo.model import Reply
-from gateway.settings_parts import GatewayKey
 from telemetry import names
 from telemetry.otlp import export, import_file
 from telemetry.records import SCHEMA, attribute_problem
 from tests.conftest import (
+    AGENT,
+    BOSS,
     USER,
     Answer,
     Stack,
@@ -31,9 +31,10 @@ from tests.conftest import (
     toolspan_cli,
     while_asking,
 )
+from tests.conftest import (
+    AGENT_AND_BOSS as KEYS,
+)
 
-AGENT, BOSS = "sk-agent-01", "sk-boss-001"
-KEYS = {"agent": GatewayKey(key=SecretStr(AGENT)), "boss": GatewayKey(key=SecretStr(BOSS), operator=True)}
 AS_AGENT, AS_BOSS = {"Authorization": f"Bearer {AGENT}"}, {"Authorization": f"Bearer {BOSS}"}
 SECONDS = r"\d+(\.\d+)?"
 
