@@ -96,14 +96,17 @@ def add_usage(total: dict[str, Any], usage: Mapping[str, Any] | None) -> None:
     for key, value in (usage or {}).items():
         if isinstance(value, bool):
             continue
-        if isinstance(value, int | float):
+        if isinstance(value, (int, float)):  # a tuple: `int | float` is built anew at every call (179 ns, 39)
             total[key] = total.get(key, 0) + value
         elif isinstance(value, dict):
             add_usage(total.setdefault(key, {}), value)
 
 
-def summed_usage(turns: Sequence[ModelTurn]) -> dict[str, Any] | None:
-    """Usage over every round; None when no round reported any."""
+def summed_usage(turns: Sequence[ModelTurn]) -> Mapping[str, Any] | None:
+    """Usage over every round; None when no round reported any. One round's is the provider's own,
+    as it came (the fields that are no count too)."""
+    if len(turns) == 1:
+        return turns[0].usage
     total: dict[str, Any] = {}
     for turn in turns:
         add_usage(total, turn.usage)

@@ -149,3 +149,10 @@ def test_usage_sums_over_rounds_nested_details_included() -> None:
                                                     "flag": True}})]
     assert summed_usage(turns) == {"input_tokens": 7, "input_tokens_details": {"cached_tokens": 3}}
     assert summed_usage(turns[1:2]) is None
+
+
+def test_one_rounds_usage_is_the_providers_own() -> None:
+    usage = {"input_tokens": 3, "output_tokens_details": {"reasoning_tokens": None}, "service_tier": "default",
+             "cache_creation": None}
+    [turn] = [read_response({"output": [], "usage": usage})]
+    assert summed_usage([turn]) == usage
