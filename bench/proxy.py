@@ -31,7 +31,7 @@ Scenarios, for Chat Completions (/v1/chat/completions) and the Responses API (/v
           client's own tools with their results (for Responses: the same as input items, messages,
           function_call and function_call_output), ending with a result, so the model answers "done".
 Before measuring, each target answers each scenario once and the answer is checked ("ok", "done",
-or the `echo` call), then takes 100 warm-up requests.
+or the `echo` call), then is loaded for WARM_UP_SECONDS under wrk, unmeasured.
 
 Method. Load comes from wrk (a C load generator: `apt-get install wrk`), one thread, a Lua script
 that posts the request body and prints the request count and latency percentiles when done. For
@@ -104,7 +104,6 @@ GATEWAYS = ("toolspan", "toolspan-notel", "toolspan-nostore", "before")  # targe
 DEFAULTS = "serve-defaults"  # `toolspan serve` as a user starts it: no tools of its own, so sent them like floor
 TICKS = os.sysconf("SC_CLK_TCK")
 CORES = os.cpu_count() or 1
-WARM_UP = 100  # requests each target takes per scenario before the rounds
 BUSY = 10  # connections of the throughput and CPU runs
 
 # --- the requests -------------------------------------------------------------------------------------
@@ -558,8 +557,8 @@ def _answer(path: str, body: bytes) -> str:
 
 
 def check(url: str, scenario: Scenario, target: str) -> str | None:
-    """Sends the scenario's request once and checks the answer, then warms the target up; None when
-    all is well, else what went wrong."""
+    """Sends the scenario's request once and checks the answer; None when all is well, else what went
+    wrong. (The callers warm the target up after it, under wrk.)"""
     client = Client(url)
     body = scenario.body(target)
     try:
@@ -572,8 +571,6 @@ def check(url: str, scenario: Scenario, target: str) -> str | None:
                 return f"not a stream ({content_type}): {answer[:1000]!r}"
         elif (said := _answer(scenario.path, answer)) != expected:
             return f"answered {said!r}, expected {expected!r}: {answer[:1000]!r}"
-        for _ in range(WARM_UP):
-            client.post(body)
     finally:
         client.close()
     return None

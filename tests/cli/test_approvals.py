@@ -14,6 +14,7 @@ from typing import Any
 from gateway.demo.model import Reply
 from tests.conftest import (
     AGENT,
+    AGENT_AND_BOSS,
     BOSS,
     PAID,
     USER,
@@ -24,9 +25,6 @@ from tests.conftest import (
     free_port,
     pending,
     while_asking,
-)
-from tests.conftest import (
-    AGENT_AND_BOSS as KEYS,
 )
 
 
@@ -122,7 +120,7 @@ async def test_an_interrupts_output_is_given_as_json(make_stack: StackFactory) -
 async def test_with_keys_only_an_approver_decides_and_failures_say_why(make_stack: StackFactory) -> None:
     """The key from $TOOLSPAN_API_KEY or --key; a key that may not decide, a key that is none, an id
     that is not pending: exit 1 with the gateway's message."""
-    stack = await waiting_stack(make_stack, keys=KEYS)
+    stack = await waiting_stack(make_stack, keys=AGENT_AND_BOSS)
     stack.client.api_key = AGENT
     PAID.clear()
     stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 5})]), Reply(content="Paid."))

@@ -20,6 +20,7 @@ from telemetry.otlp import export, import_file
 from telemetry.records import SCHEMA, attribute_problem
 from tests.conftest import (
     AGENT,
+    AGENT_AND_BOSS,
     BOSS,
     USER,
     Answer,
@@ -31,16 +32,13 @@ from tests.conftest import (
     toolspan_cli,
     while_asking,
 )
-from tests.conftest import (
-    AGENT_AND_BOSS as KEYS,
-)
 
 AS_AGENT, AS_BOSS = {"Authorization": f"Bearer {AGENT}"}, {"Authorization": f"Bearer {BOSS}"}
 SECONDS = r"\d+(\.\d+)?"
 
 
 async def _keyed(make_stack: StackFactory, limit: float | None = None) -> Stack:
-    stack = await make_stack(registry=approval_registry(limit), keys=KEYS)
+    stack = await make_stack(registry=approval_registry(limit), keys=AGENT_AND_BOSS)
     stack.client.api_key = AGENT
     return stack
 

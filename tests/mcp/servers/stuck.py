@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 
 def record(entry: dict[str, object]) -> None:
@@ -28,4 +27,4 @@ if __name__ == "__main__":
         sys.stdin.buffer.read()  # until the client closes it
         record({"stdin": "closed"})
     while True:  # never ends on its own: only the process group's SIGKILL stops it (what the test is about)
-        time.sleep(60)
+        signal.pause()
