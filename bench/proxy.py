@@ -623,9 +623,9 @@ def measure(targets: list[Target], scenarios: Sequence[Scenario], rounds: int, s
     """Checks every target on every scenario (a `before` that fails one is left out of it), loads
     each for WARM_UP_SECONDS unmeasured, then the rounds. Without the warm-up the first round was
     not like the others: the floor's CPU per request in it 773 and 756 us (Chat, Responses) against
-    495 to 561 in the two after it, every gateway target's likewise, so the flatness bound (the last
-    round over the first, as multiples of the floor's) read 1.14 to 1.60 for CPU that fell from the
-    first round to the last."""
+    495 to 561 in the two after it, every gateway target's likewise, so the flatness bound (then the
+    last round over the first, as multiples of the floor's) read 1.14 to 1.60 for CPU that fell from
+    the first round to the last."""
     taking: dict[str, list[Target]] = {}
     for scenario in scenarios:
         taking[scenario.option] = []

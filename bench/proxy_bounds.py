@@ -12,9 +12,13 @@ the same round, so a slow spell of the machine falls on both sides):
   p50 added at concurrency 1       target - direct, for toolspan and serve-defaults    <= 1.0 ms
   TTFB added (streamed scenarios)  target - direct, for toolspan and serve-defaults    <= 1.0 ms
   a tool round over a plain request, toolspan                                          <= 2.2
-and one that is not a median: CPU per request flat over the run, the last round against the first,
-each as a multiple of the floor's in the same round (the floor keeps nothing from one request to the
-next, so what it does over the run is the machine's), for every gateway target: within 10%.
+and CPU per request flat over the run: for every gateway target, its CPU per request as a multiple of
+the floor's in the same round (the floor keeps nothing from one request to the next, so what it does
+over the run is the machine's), the median of the last quarter of the rounds against the median of
+the first quarter (one round each in a run of fewer than eight): within 10%. A single round against
+another swings by a third on a shared machine (0.56 to 1.24 within one run of 20 one-second rounds),
+more than the bound; a quarter of the rounds is what `bench/instructions.py --flat` compares too
+(the last 10 seconds against the first 10).
 The CPU bounds are for the plain requests of both APIs; the latency ones for every scenario run.
 """
 
@@ -89,17 +93,20 @@ def cpu_rows(scenario: Any, found: dict[str, list[Any]], results: Results) -> li
 
 
 def flat_rows(scenario: Any, found: dict[str, list[Any]]) -> list[Row]:
-    """CPU per request of each gateway target in its last round over its first, both as multiples
-    of the floor's in the same round."""
+    """CPU per request of each gateway target in the last quarter of the rounds over the first
+    quarter (medians), as multiples of the floor's in the same round. The rounds shown are each
+    round's multiple over the first quarter's median."""
     if "floor" not in found or len(found["floor"]) < 2:
         return []
     rows: list[Row] = []
     for name in GATEWAY_TARGETS:
         if name in found:
             relative = [a.cpu_us / b.cpu_us for a, b in zip(found[name], found["floor"], strict=True)]
-            change = relative[-1] / relative[0]
-            rows.append(Row(f"{name} CPU last/first round, 0.9-1.1", scenario.name, change,
-                            [r / relative[0] for r in relative], "{:.2f}", 0.9 <= change <= 1.1))
+            quarter = max(1, len(relative) // 4)
+            first = statistics.median(relative[:quarter])
+            change = statistics.median(relative[-quarter:]) / first
+            rows.append(Row(f"{name} CPU last/first quarter, 0.9-1.1", scenario.name, change,
+                            [r / first for r in relative], "{:.2f}", 0.9 <= change <= 1.1))
     return rows
 
 
