@@ -6,7 +6,8 @@ parser Node.js uses).
 Every other request to the provider (a pass-through, a readiness probe) goes through aiohttp's
 client. This one does much less per call: no URL object, no header multidict to send, no
 request and response objects with their tracing hooks, no timer handles of their own (the
-caller's asyncio.timeout bounds the call). Per provider call, a client process at concurrency 10
+caller's asyncio.timeout bounds the call; a stream's waits for its parts, one timer of the answer's:
+Answer.chunks). Per provider call, a client process at concurrency 10
 against the built-in fast upstream spent 147-153 us of CPU with aiohttp's ClientSession (the
 gateway's timeouts and headers) against 49-60 us with a connection of this kind, on this machine.
 
@@ -66,6 +67,8 @@ class Answer:
         self._framed = True  # its end is marked (length or chunks) rather than the connection's close
         self.began = False  # a byte of it came
         self._streamed = False  # read as it arrives (chunks), rather than whole (read): may pause the socket
+        self._deadline: float | None = None  # of the reader's wait for the next part, while it waits
+        self._stall_timer: asyncio.TimerHandle | None = None  # the one timer that bounds those waits
 
     async def head(self) -> None:
         """Waits for the status and headers."""
@@ -83,11 +86,21 @@ class Answer:
         self._parts.clear()
         return body
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body's parts as they arrive (the caller bounds each wait). The socket is not read
-        while more than _PAUSE_AT bytes wait here, so a slow reader holds the provider back rather
-        than the gateway's memory growing."""
+    async def chunks(self, stall_seconds: float) -> AsyncIterator[bytes]:
+        """The body's parts as they arrive. Each wait for the next part lasts at most
+        `stall_seconds`, then fails with TimeoutError (the provider stalled); the time the caller
+        spends between parts does not count. The socket is not read while more than _PAUSE_AT bytes
+        wait here, so a slow reader holds the provider back rather than the gateway's memory growing.
+
+        One timer of the loop's bounds every wait of the answer (`_stalled`), rather than a timer
+        armed and cancelled around each read (asyncio.timeout, 11 us a read on uvloop). A streamed
+        request of toolspan's then cost 0.95 (Chat) and 0.93 (Responses) of its CPU before, medians
+        of ten rounds (`python bench/proxy.py --scenarios stream,responses-stream --rounds 10
+        --seconds 1 --targets floor,toolspan --compare DIR`), and 2,032 against 2,214 and 2,998
+        against 3,354 thousand instructions (`python bench/instructions.py --scenarios
+        stream,responses-stream --targets toolspan`, each checkout)."""
         self._streamed = True
+        loop = asyncio.get_running_loop()
         while True:
             if self._parts:
                 part = self._parts.popleft()
@@ -97,10 +110,33 @@ class Answer:
                 return
             else:
                 self._raise_if_failed()
-                await self._wait()
+                self._deadline = loop.time() + stall_seconds
+                if self._stall_timer is None:
+                    self._stall_timer = loop.call_at(self._deadline, self._stalled)
+                try:
+                    await self._wait()
+                finally:
+                    self._deadline = None
 
     def release(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
         self._connection.done(self, reusable=self.complete and self._keep_alive and self._error is None)
+
+    def _stalled(self) -> None:
+        """The stall timer is due: a wait past its deadline fails the answer; a wait begun since
+        the timer was armed gets it again, for its own deadline; with no wait under way it lapses,
+        and the next wait arms it. Within a millisecond of the deadline counts as past it (the
+        loop's timers may fire that early)."""
+        self._stall_timer = None
+        if self._deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() + 0.001 < self._deadline:
+            self._stall_timer = loop.call_at(self._deadline, self._stalled)
+        else:
+            self._failed(TimeoutError())
 
     # --- fed by the connection --------------------------------------------------------------------
 

@@ -240,12 +240,11 @@ class Upstream:
     async def _reads(self, response: Answer) -> AsyncIterator[bytes]:
         """A streamed answer's reads, each one a wait that the shutdown may end (not what happens
         between them: the rendering of what was read), and that may not stall longer than the
-        provider timeout."""
-        reads = response.chunks()
+        provider timeout (the answer bounds each of its waits: Answer.chunks)."""
+        reads = response.chunks(self._timeout)
         while True:
             with self._ended_by_shutdown():
-                async with asyncio.timeout(self._timeout):
-                    data = await anext(reads, b"")
+                data = await anext(reads, b"")
             if not data:
                 return
             yield data

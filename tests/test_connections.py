@@ -96,6 +96,13 @@ def answering(data: bytes, keep: bool = True) -> Answering:
     return answer
 
 
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
 async def exchange(pool: ProviderConnections, path: str = "chat/completions") -> tuple[int, bytes]:
     answer = await asyncio.wait_for(pool.post(path, JSON, b'{"model": "m"}', DEADLINE), DEADLINE)
     try:
@@ -167,7 +174,7 @@ async def test_a_chunked_answer_arrives_in_its_parts(raw_provider: Callable[...,
     pool = ProviderConnections(provider.url, 10)
     answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
     assert answer.headers["content-type"] == "text/event-stream"
-    assert b"".join([part async for part in answer.chunks()]) == b"".join(events)
+    assert b"".join([part async for part in answer.chunks(DEADLINE)]) == b"".join(events)
     answer.release()
     assert await exchange(pool) == (200, b"".join(events))  # the same connection, for the next one
     assert provider.connections == 1
@@ -182,7 +189,7 @@ async def test_a_slow_reader_holds_the_provider_back(raw_provider: Callable[...,
     provider = await raw_provider(answering(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + body))
     pool = ProviderConnections(provider.url, 10)
     answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
-    parts = answer.chunks()
+    parts = answer.chunks(DEADLINE)
     received = [await anext(parts)]
     while answer._buffered <= connections._PAUSE_AT and not answer.complete:  # the provider writes on
         await asyncio.wait_for(answer._wait(), DEADLINE)  # woken by each part that arrives
@@ -198,9 +205,6 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_an
     """An answer that arrives whole while its reader lags leaves the socket paused; the caller that
     stops reading then (its client hung up) gives the connection back, and the next answer on it
     must still be read."""
-    def chunk(data: bytes) -> bytes:
-        return b"%x\r\n%s\r\n" % (len(data), data)
-
     almost, rest = b"a" * (connections._PAUSE_AT - 1000), b"b" * 10_000
     first_read, most_read = asyncio.Event(), asyncio.Event()
     answered = 0
@@ -221,7 +225,7 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_an
     provider = await raw_provider(answer)
     pool = ProviderConnections(provider.url, 1)
     slow = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
-    assert await anext(slow.chunks()) == b"first"
+    assert await anext(slow.chunks(DEADLINE)) == b"first"
     first_read.set()
     while slow._buffered < len(almost):
         await asyncio.wait_for(slow._wait(), DEADLINE)
@@ -232,6 +236,61 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_an
     slow.release()  # complete and kept alive: back to the pool
     assert await exchange(pool) == (200, b'{"a": true}')
     assert provider.connections == 1
+    await pool.close()
+
+
+
+async def test_a_stream_that_stalls_longer_than_its_bound_fails_with_a_timeout(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    """The first part comes, then nothing: the wait for the next fails once it has lasted the bound."""
+    async def stall(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(CHUNKED_HEAD + chunk(b"first"))
+        await asyncio.Event().wait()  # never more
+        return True
+
+    provider = await raw_provider(stall)
+    pool = ProviderConnections(provider.url, 10)
+    answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
+    parts = answer.chunks(0.2)
+    assert await anext(parts) == b"first"
+    loop = asyncio.get_running_loop()
+    waited_from = loop.time()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(parts), DEADLINE)
+    assert 0.19 <= loop.time() - waited_from < DEADLINE
+    answer.release()
+    await pool.close()
+
+
+async def test_only_the_waits_of_a_stream_count_toward_its_stall_bound(
+        raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
+    """Parts that come a little under the bound apart, read by a reader that takes longer than the
+    bound over each (a slow client), make a stream whose waits together, and whose reading, last
+    several times the bound: none of it is a stall."""
+    bound, gap, parts_sent = 0.3, 0.1, 6
+
+    async def trickle(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(CHUNKED_HEAD)
+        for n in range(parts_sent):
+            await asyncio.sleep(gap)
+            writer.write(chunk(b"part %d;" % n))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        return True
+
+    provider = await raw_provider(trickle)
+    pool = ProviderConnections(provider.url, 10)
+    answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    received = []
+    async for part in answer.chunks(bound):
+        received.append(part)
+        if len(received) % 2:
+            await asyncio.sleep(bound * 1.5)  # the reader busy elsewhere: the next part waits for it
+    assert b"".join(received) == b"".join(b"part %d;" % n for n in range(parts_sent))
+    assert loop.time() - started > 2 * bound
+    answer.release()
     await pool.close()
 
 
