@@ -96,11 +96,37 @@ def answering(data: bytes, keep: bool = True) -> Answering:
     return answer
 
 
+def first_then_ok(first: Answering) -> Answering:
+    """The first request answered by `first`, every later one with OK (on the same connection)."""
+    answered = 0
+
+    async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        nonlocal answered
+        answered += 1
+        if answered > 1:
+            writer.write(OK)
+            return True
+        return await first(request, writer)
+
+    return answer
+
+
 def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+async def write_parts(writer: asyncio.StreamWriter, parts: list[bytes],
+                      before_each: Callable[[], Awaitable[None]]) -> None:
+    """A chunked answer written a part at a time, each once `before_each` returns, then its end."""
+    writer.write(CHUNKED_HEAD)
+    for part in parts:
+        await before_each()
+        writer.write(chunk(part))
+        await writer.drain()
+    writer.write(b"0\r\n\r\n")
 
 
 async def exchange(pool: ProviderConnections, path: str = "chat/completions") -> tuple[int, bytes]:
@@ -168,9 +194,8 @@ async def test_informational_answers_are_passed_over(raw_provider: Callable[...,
 
 async def test_a_chunked_answer_arrives_in_its_parts(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
     events = [b"data: {\"n\": %d}\n\n" % n for n in range(3)]
-    chunked = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    provider = await raw_provider(answering(head + chunked))
+    chunked = b"".join(chunk(e) for e in events) + b"0\r\n\r\n"
+    provider = await raw_provider(answering(CHUNKED_HEAD + chunked))
     pool = ProviderConnections(provider.url, 10)
     answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
     assert answer.headers["content-type"] == "text/event-stream"
@@ -207,14 +232,8 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_an
     must still be read."""
     almost, rest = b"a" * (connections._PAUSE_AT - 1000), b"b" * 10_000
     first_read, most_read = asyncio.Event(), asyncio.Event()
-    answered = 0
 
     async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        nonlocal answered
-        answered += 1
-        if answered > 1:
-            writer.write(OK)
-            return True
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(b"first"))
         await first_read.wait()
         writer.write(chunk(almost))
@@ -222,7 +241,7 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_an
         writer.write(chunk(rest) + b"0\r\n\r\n")  # past the pause mark, and the end
         return True
 
-    provider = await raw_provider(answer)
+    provider = await raw_provider(first_then_ok(answer))
     pool = ProviderConnections(provider.url, 1)
     slow = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
     assert await anext(slow.chunks(DEADLINE)) == b"first"
@@ -237,7 +256,6 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_an
     assert await exchange(pool) == (200, b'{"a": true}')
     assert provider.connections == 1
     await pool.close()
-
 
 
 async def test_a_stream_that_stalls_longer_than_its_bound_fails_with_a_timeout(
@@ -269,12 +287,7 @@ async def test_waits_that_each_stay_under_the_stall_bound_are_no_stall(
     bound, gap, parts_sent = 0.25, 0.1, 8
 
     async def trickle(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        writer.write(CHUNKED_HEAD)
-        for n in range(parts_sent):
-            await asyncio.sleep(gap)
-            writer.write(chunk(b"part %d;" % n))
-            await writer.drain()
-        writer.write(b"0\r\n\r\n")
+        await write_parts(writer, [b"part %d;" % n for n in range(parts_sent)], lambda: asyncio.sleep(gap))
         return True
 
     provider = await raw_provider(trickle)
@@ -296,24 +309,16 @@ async def test_the_time_a_reader_spends_between_waits_does_not_count_toward_the_
     kept for the next answer."""
     bound, parts_sent = 0.2, 3
     asked = asyncio.Queue[None]()
-    answered = 0
 
     async def on_demand(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        nonlocal answered
-        answered += 1
-        if answered > 1:
-            writer.write(OK)
-            return True
-        writer.write(CHUNKED_HEAD)
-        for n in range(parts_sent):
+        async def when_asked() -> None:
             await asyncio.wait_for(asked.get(), DEADLINE)
             await asyncio.sleep(0.05)
-            writer.write(chunk(b"part %d;" % n))
-            await writer.drain()
-        writer.write(b"0\r\n\r\n")
+
+        await write_parts(writer, [b"part %d;" % n for n in range(parts_sent)], when_asked)
         return True
 
-    provider = await raw_provider(on_demand)
+    provider = await raw_provider(first_then_ok(on_demand))
     pool = ProviderConnections(provider.url, 1)
     answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
     parts = answer.chunks(bound)
