@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -56,6 +56,7 @@ from gateway.state.redis_values import (
 log = logging.getLogger("toolspan.state")
 _KEYLESS = "-"  # the owner part of an entry's name without gateway keys
 T = TypeVar("T")
+REDIS_CONNECTIONS = 100  # connections to Redis a process opens at most (redis-py's default)
 
 
 def turn_json(turn: HeldTurn) -> str:
@@ -104,9 +105,13 @@ class RedisState:
                  failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, lost: Callable[[], None] = lambda: None,
                  per_key: int | None = None, owned: Bounds = OWNED_RESPONSES,
                  unreadable: Callable[[StateKind], None] = lambda kind: None) -> None:
-        # A connection found broken (Redis restarted) is replaced at once, for one more try.
-        self._redis: Redis = Redis.from_url(url, socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
-                                            retry=Retry(NoBackoff(), 1))
+        # A connection found broken (Redis restarted) is replaced at once, for one more try. Past
+        # REDIS_CONNECTIONS commands at once a command waits for a free connection, within its time
+        # bound: redis-py's default pool refuses it at once, which made a burst a store unavailable.
+        pool = BlockingConnectionPool.from_url(url, max_connections=REDIS_CONNECTIONS, timeout=timeout_seconds,
+                                               socket_timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
+                                               retry=Retry(NoBackoff(), 1))
+        self._redis: Redis = Redis.from_pool(pool)
         turns = Bounds(capacity, ttl_seconds, per_key)
         self._kinds = {name: _kind(name, bounds) for name, bounds in
                        (("turn", turns), ("item", turns), ("resp", turns), ("own", owned),

@@ -25,6 +25,7 @@ from gateway.routes.ui_approvals import FORM_COOKIE
 from gateway.settings import Settings
 from gateway.state import FailureBounds, HeldTurn, RedisState
 from gateway.state.approvals import RedisApprovals
+from gateway.state.redis_store import REDIS_CONNECTIONS
 from gateway.tools import Param, Tool
 from telemetry import names
 from tests.conftest import GatewayFactory, Stack, StackFactory, free_port
@@ -467,4 +468,18 @@ async def test_redis_store_bounds_each_keys_share(redis_up: RedisServer) -> None
         assert not (await store.lookup("bob", (), (), "resp_1")).owned
     finally:
         await client.aclose()
+        await store.aclose()
+
+
+async def test_a_burst_past_the_connections_waits_for_one_rather_than_failing(redis_up: RedisServer) -> None:
+    """More commands at once than the pool has connections (REDIS_CONNECTIONS): each waits for a
+    free one within its time bound; the store stays up (redis-py's default pool refused them)."""
+    observed: list[bool] = []
+    store = RedisState(redis_up.url, 3, 60.0, 5.0, observe=observed.append, prefix=f"test{free_port()}:")
+    try:
+        token = await store.hold(turn(1), "alice")
+        found = await asyncio.gather(*(store.lookup("alice", [token]) for _ in range(3 * REDIS_CONNECTIONS)))
+        assert all(list(f.turns) == [token] for f in found)
+        assert False not in observed
+    finally:
         await store.aclose()
