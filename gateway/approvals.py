@@ -108,7 +108,7 @@ class Approvals:
                 decision = ApprovalDecision("cancelled", time.monotonic() - started, approval_id)
             trace.decided(decision)
             # Shielded: a client that left while it goes still has it go (its cancellation then goes on).
-            await asyncio.shield(asyncio.ensure_future(self._forget(approval_id)))
+            await asyncio.shield(asyncio.ensure_future(self._forget(approval_id, turn.principal)))
             self._changed()
         return decision
 
@@ -120,7 +120,7 @@ class Approvals:
                   "principal": turn.principal, "trajectory_id": turn.trajectory_id, "created_at": now,
                   "expires_at": now + limit}
         try:
-            return await self.store.add(approval_id, json.dumps(record), limit + 60.0)
+            return await self.store.add(approval_id, json.dumps(record), limit + 60.0, turn.principal)
         except Unavailable:
             return False
 
@@ -154,15 +154,16 @@ class Approvals:
     @staticmethod
     def _read(found: Mapping[str, Any], approval_id: str, waited: float) -> ApprovalDecision:
         said = found.get("decision")
-        decision: Decided = said if said in ("approve", "deny", "timeout", "shutdown") else "deny"
+        # "unavailable": the store pushed the approval out for another key's (gateway.state.approvals).
+        decision: Decided = said if said in ("approve", "deny", "timeout", "shutdown", "unavailable") else "deny"
         by, reason = found.get("by"), found.get("reason")
         return ApprovalDecision(decision, waited, approval_id, by if isinstance(by, str) else None,
                                 reason if isinstance(reason, str) else None, found.get("output"),
                                 bool(found.get("has_output")))
 
-    async def _forget(self, approval_id: str) -> None:
+    async def _forget(self, approval_id: str, principal: str | None) -> None:
         try:
-            await self.store.remove(approval_id)
+            await self.store.remove(approval_id, principal)
         except Unavailable:  # it expires with its time limit
             log.info("approval %s not removed (state store unavailable): it expires by itself", approval_id)
 

@@ -28,7 +28,7 @@ from gateway.logs import ACCESS_LOGGER, access_logger
 from gateway.metrics_page import MetricsPage, OwnMetrics, WorkersMetrics, serving_own_metrics
 from gateway.server import GatewayRunner
 from gateway.settings import REDACT_KEYS, Settings
-from gateway.state import Bounds, StateStore, make_store
+from gateway.state import ApprovalBounds, Bounds, StateStore, make_store
 from gateway.tools import ToolRegistry
 from gateway.upstream import PROVIDER_NAMES
 from gateway.workers import WorkerSlot
@@ -79,10 +79,11 @@ def build_state(settings: Settings, metrics: Metrics | None) -> StateStore:
                    settings.pending_turn_capacity_per_key)
     owned = Bounds(settings.owned_response_capacity, settings.owned_response_ttl_seconds,
                    settings.owned_response_capacity_per_key)
+    approvals = ApprovalBounds(settings.approvals_max_pending, settings.approvals_max_pending_per_key)
     return make_store(settings.state_url, turns, owned, settings.state_timeout_seconds,
                       metrics.state_store_answered if metrics else lambda up: None,
                       metrics.state_store_lost if metrics else lambda: None,
-                      metrics.state_store_unreadable_value if metrics else lambda kind: None)
+                      metrics.state_store_unreadable_value if metrics else lambda kind: None, approvals)
 
 
 def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (), provider_name: str = "openai",

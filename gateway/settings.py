@@ -148,6 +148,15 @@ class Settings(BaseSettings):
     approval_timeout_seconds: float = Field(
         300.0, gt=0, description="Longest wait for a reviewer's decision (a tool's approval_timeout overrides it); "
                                  "then the model is told nobody decided")
+    approvals_max_pending: int = Field(
+        1000, ge=1, description="Tool calls waiting for a reviewer at once, all keys together (each holds its "
+                                "request); past it the waiting call nearest its time limit of the key holding the "
+                                "most (the new call counted) is pushed out, or, when that key is the caller's own "
+                                "or there are no keys, the new call is refused: such a call does not run, and the "
+                                "model is told no approval could be asked")
+    approvals_max_pending_per_key: int = Field(
+        250, ge=1, description="Tool calls waiting for a reviewer at once for any one gateway key; past it the "
+                               "key's next such call is refused in the same way")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Largest request body accepted (decoded)")
     max_upload_bytes: int = Field(512 * 1024 * 1024, ge=1024, description="Largest body accepted on upload routes "
                                                                          "(/v1/files, /v1/uploads), decoded")

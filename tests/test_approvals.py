@@ -11,7 +11,7 @@ import pytest
 
 from gateway.approvals import Approvals, Viewer
 from gateway.headers import secret_names
-from gateway.state.approvals import MemoryApprovals
+from gateway.state.approvals import ApprovalBounds, MemoryApprovals
 from gateway.tools import ToolCall, ToolOutcome, Turn
 from gateway.tools.approvals import ApprovalAsk, ApprovalDecision, decided_outcome
 from gateway.tools.hooks import NoHooks
@@ -28,16 +28,16 @@ class SlowStore(MemoryApprovals):
         self.adding, self.removing = asyncio.Event(), asyncio.Event()
         self.go = asyncio.Event()
 
-    async def add(self, approval_id: str, record: str, ttl_seconds: float) -> bool:
-        added = await super().add(approval_id, record, ttl_seconds)
+    async def add(self, approval_id: str, record: str, ttl_seconds: float, principal: str | None) -> bool:
+        added = await super().add(approval_id, record, ttl_seconds, principal)
         self.adding.set()
         await self.go.wait()
         return added
 
-    async def remove(self, approval_id: str) -> None:
+    async def remove(self, approval_id: str, principal: str | None) -> None:
         self.removing.set()
         await self.go.wait()
-        await super().remove(approval_id)
+        await super().remove(approval_id, principal)
 
 
 async def decided(approvals: Approvals) -> ApprovalDecision:
@@ -77,7 +77,7 @@ async def test_a_client_leaving_while_a_decided_approval_is_forgotten_stays_gone
 
 
 async def test_an_approval_that_cannot_be_asked_is_said_so_and_the_call_does_not_run() -> None:
-    approvals = Approvals(MemoryApprovals(capacity=0), 30.0, secret_names(()))
+    approvals = Approvals(MemoryApprovals(ApprovalBounds(capacity=0)), 30.0, secret_names(()))
     decision = await decided(approvals)
     assert decision.decision == "unavailable"
     outcome = decided_outcome(ToolOutcome("call_1", "pay", "interrupted", ""), decision, 30.0)

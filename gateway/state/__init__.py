@@ -6,8 +6,9 @@ it, see telemetry.trajectory).
 When one model turn calls both gateway tools and client tools, the client only sees its own
 calls. The gateway keeps its part (its calls and their results) under a token, and gives the
 client's calls ids that name the token, so that the turn can be put together again when the
-conversation comes back. Entries are bounded in number (in all and per gateway key), expire
-when unused, and belong to the gateway key that made them: another key never finds them.
+conversation comes back. Entries are bounded in number (in all and per gateway key, with the
+rule of gateway.state.fair for what goes when a table is full), expire when unused, and belong to
+the gateway key that made them: another key never finds them.
 
 Two stores, one interface (`StateStore`): `HeldTurns`, in this process's memory (the default),
 and `RedisState`, shared by replicas (`state_url`). A request first looks up, in one go, what it
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds
 from gateway.state.base import (
     NOTHING,
     OWNED_RESPONSES,
@@ -42,19 +44,20 @@ from gateway.state.base import (
 from gateway.state.memory import FailureRecords, HeldTurns
 from gateway.state.redis_store import RedisState
 
-__all__ = ["NOTHING", "OWNED_RESPONSES", "PREFIX", "RESPONSE_PREFIX", "Bounds", "FailureBook", "FailureBounds",
-           "FailureRecords", "Found", "HeldTurn", "HeldTurns", "RedisState", "StateKind", "StateStore",
+__all__ = ["NOTHING", "OWNED_RESPONSES", "PREFIX", "RESPONSE_PREFIX", "ApprovalBounds", "Bounds", "FailureBook",
+           "FailureBounds", "FailureRecords", "Found", "HeldTurn", "HeldTurns", "RedisState", "StateKind", "StateStore",
            "StateUnavailable",
            "client_call_id", "make_store", "no_such_response", "split_call_id"]
 
 
 def make_store(url: str | None, turns: Bounds, owned: Bounds, timeout_seconds: float,
                observe: Callable[[bool], None], lost: Callable[[], None] = lambda: None,
-               unreadable: Callable[[StateKind], None] = lambda kind: None) -> StateStore:
+               unreadable: Callable[[StateKind], None] = lambda kind: None,
+               approvals: ApprovalBounds = PENDING_APPROVALS) -> StateStore:
     """The store `state_url` names: None, memory; redis:// (rediss://, unix://), Redis. Failure
     records keep `FailureRecords`' default bounds either way. `unreadable` hears of each value read
     from Redis that is not what the gateway wrote (memory holds only what the gateway put there)."""
     if url is None:
-        return HeldTurns(turns.capacity, turns.ttl_seconds, per_key=turns.per_key, owned=owned)
+        return HeldTurns(turns.capacity, turns.ttl_seconds, per_key=turns.per_key, owned=owned, approvals=approvals)
     return RedisState(url, turns.capacity, turns.ttl_seconds, timeout_seconds, observe, lost=lost,
-                      per_key=turns.per_key, owned=owned, unreadable=unreadable)
+                      per_key=turns.per_key, owned=owned, unreadable=unreadable, approvals=approvals)

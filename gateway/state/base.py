@@ -46,9 +46,11 @@ def split_call_id(call_id: object) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class Bounds:
-    """How many entries of one kind a store keeps: in all, and for any one gateway key (so that one
-    key's traffic cannot push every other key's entries out), each expiring `ttl_seconds` after its
-    last use. Without gateway keys there is one caller, and only `capacity` applies."""
+    """How many entries of one kind a store keeps: in all, and for any one gateway key (past it the
+    key's own least recently used go), each expiring `ttl_seconds` after its last use. Past the
+    capacity what goes is chosen by gateway.state.fair, so that one key's traffic never pushes out
+    an entry of a key within its fair share. Without gateway keys there is one caller, and only
+    `capacity` applies."""
 
     capacity: int
     ttl_seconds: float

@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from gateway.state.approvals import ApprovalStore, MemoryApprovals
+from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds, ApprovalStore, MemoryApprovals
 from gateway.state.base import (
     DEFAULT_FAILURE_BOUNDS,
     OWNED_RESPONSES,
@@ -21,6 +21,7 @@ from gateway.state.base import (
     Found,
     HeldTurn,
 )
+from gateway.state.fair import fair_victim
 
 V = TypeVar("V")
 _Key = tuple[str | None, str]  # (principal, id): another key's id is another entry, never a hit
@@ -33,14 +34,16 @@ class _Entry(Generic[V]):
 
 
 class _Bounded(Generic[V]):
-    """Values by (principal, id), within `Bounds`: least recently used dropped past the capacity,
-    and past a gateway key's own share that key's least recently used; expired after `ttl` unused.
-    Every write and read moves its entry to the end with the same `ttl`, so the entries stay in
-    order of expiry: the expired ones are dropped from the front."""
+    """Values by (principal, id), within `Bounds`: past a gateway key's own share that key's least
+    recently used go; past the capacity, the least recently used of the key holding the most
+    (gateway.state.fair), so a key within its fair share never loses one to another key's writes;
+    expired after `ttl` unused. Every write and read moves its entry to the end with the same
+    `ttl`, so the entries stay in order of expiry: the expired ones are dropped from the front."""
 
     def __init__(self, bounds: Bounds, clock: Callable[[], float]) -> None:
         self._items: OrderedDict[_Key, _Entry[V]] = OrderedDict()
-        self._by_key: dict[str, OrderedDict[_Key, None]] = {}  # each gateway key's entries, in the same order
+        # Each owner's entries, in the same order: a gateway key's, or (None) those made without keys.
+        self._by_key: dict[str | None, OrderedDict[_Key, None]] = {}
         self._bounds = bounds
         self._clock = clock
 
@@ -53,14 +56,20 @@ class _Bounded(Generic[V]):
         self._drop(item)  # written again: it goes to the end
         while self._items and next(iter(self._items.values())).expires <= now:
             self._drop(next(iter(self._items)))
-        while len(self._items) >= self._bounds.capacity:
-            self._drop(next(iter(self._items)))
-        if principal is not None:
-            own = self._by_key.setdefault(principal, OrderedDict())
-            while own and len(own) >= (self._bounds.per_key or self._bounds.capacity):
-                self._drop(next(iter(own)))
-            own[item] = None
+        share = self._bounds.per_key or self._bounds.capacity
+        while principal is not None and (own := self._by_key.get(principal)) and len(own) >= share:
+            self._drop(next(iter(own)))
         self._items[item] = _Entry(value, now + self._bounds.ttl_seconds)
+        self._by_key.setdefault(principal, OrderedDict())[item] = None
+        while len(self._items) > self._bounds.capacity:
+            self._drop(next(iter(self._by_key[self._fair_victim()])))
+
+    def _fair_victim(self) -> str | None:
+        """The owner whose least recently used entry goes (gateway.state.fair)."""
+        if len(self._by_key) == 1:  # one owner (no keys, or one key in use): its oldest, the oldest of all
+            return next(iter(self._by_key))
+        return fair_victim({owner: len(own) for owner, own in self._by_key.items()},
+                           lambda owner: self._items[next(iter(self._by_key[owner]))].expires)
 
     def get(self, principal: str | None, key: str) -> V | None:
         """The principal's value, its expiry refreshed; None when absent or expired."""
@@ -73,15 +82,14 @@ class _Bounded(Generic[V]):
             return None
         entry.expires = now + self._bounds.ttl_seconds
         self._items.move_to_end(item)
-        if principal is not None:
-            self._by_key[principal].move_to_end(item)
+        self._by_key[principal].move_to_end(item)
         return entry.value
 
     def delete(self, principal: str | None, key: str) -> None:
         self._drop((principal, key))
 
     def _drop(self, item: _Key) -> None:
-        if self._items.pop(item, None) is not None and item[0] is not None:
+        if self._items.pop(item, None) is not None:
             own = self._by_key[item[0]]
             del own[item]
             if not own:
@@ -162,7 +170,7 @@ class HeldTurns:
 
     def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic,
                  failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, per_key: int | None = None,
-                 owned: Bounds = OWNED_RESPONSES) -> None:
+                 owned: Bounds = OWNED_RESPONSES, approvals: ApprovalBounds = PENDING_APPROVALS) -> None:
         turns = Bounds(capacity, ttl_seconds, per_key)
         self._turns: _Bounded[HeldTurn] = _Bounded(turns, clock)
         self._items: _Bounded[str] = _Bounded(turns, clock)  # shown item id -> token
@@ -173,7 +181,7 @@ class HeldTurns:
         self._rounds: _Bounded[str] = _Bounded(REPLAYS, clock)  # a failed request's digest -> its rounds
         self._sent: _Bounded[str] = _Bounded(SENT_CALLS, clock)  # a client call handed back -> its record
         self.failures = FailureRecords(failure_bounds, clock)
-        self.approvals: ApprovalStore = MemoryApprovals(clock=clock)
+        self.approvals: ApprovalStore = MemoryApprovals(approvals, clock)
 
     def __len__(self) -> int:
         return len(self._turns)

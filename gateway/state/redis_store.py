@@ -21,7 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.state.approvals import ApprovalStore, RedisApprovals
+from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds, ApprovalStore, RedisApprovals
 from gateway.state.base import (
     DEFAULT_FAILURE_BOUNDS,
     OWNED_RESPONSES,
@@ -35,6 +35,7 @@ from gateway.state.base import (
     StateKind,
     StateUnavailable,
 )
+from gateway.state.redis_fair import PUT, TAKE, owner_name
 from gateway.state.redis_values import (
     REPLACED,
     WRONG_TYPE,
@@ -54,8 +55,11 @@ from gateway.state.redis_values import (
 )
 
 log = logging.getLogger("toolspan.state")
-_KEYLESS = "-"  # the owner part of an entry's name without gateway keys
 T = TypeVar("T")
+# What a script of gateway.state.redis_fair reports, by its word: (what was found, what became of it).
+_REPORTS = {b"type": (WRONG_TYPE, REPLACED),
+            b"member": ("a member that names no entry of its kind", "dropped from the set"),
+            b"owner": ("an owner that names no gateway key", "dropped from the counts")}
 REDIS_CONNECTIONS = 100  # connections to Redis a process opens at most (redis-py's default)
 
 
@@ -94,8 +98,10 @@ class RedisState:
     """The state in a Redis that replicas share. Each entry is a key of its own with a TTL (the
     expiry, refreshed on use by GETEX), named by its kind, a digest of its gateway key and a digest
     of (gateway key, id): another key's lookup never finds it. Each kind keeps a sorted set of its
-    entries by last use, trimmed to the capacity, and a set for each gateway key, trimmed to that
-    key's share (least recently used dropped first). Every command is bounded by `timeout_seconds`;
+    entries by last use, a set for each owner (gateway key) and the owners' counts: a write keeps
+    the writer within its share (its least recently used go) and the kind within its capacity (the
+    least recently used of the key holding the most go, gateway.state.redis_fair), in one step
+    inside Redis. Every command is bounded by `timeout_seconds`;
     one that fails or times out is a `StateUnavailable`, and the client reconnects on the next.
     A value that is not what the gateway wrote (redis_values) is counted on `unreadable` and
     logged, and treated as missing."""
@@ -104,7 +110,8 @@ class RedisState:
                  observe: Callable[[bool], None] = lambda up: None, prefix: str = "toolspan:",
                  failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, lost: Callable[[], None] = lambda: None,
                  per_key: int | None = None, owned: Bounds = OWNED_RESPONSES,
-                 unreadable: Callable[[StateKind], None] = lambda kind: None) -> None:
+                 unreadable: Callable[[StateKind], None] = lambda kind: None,
+                 approvals: ApprovalBounds = PENDING_APPROVALS) -> None:
         # A connection found broken (Redis restarted) is replaced at once, for one more try. Past
         # REDIS_CONNECTIONS commands at once a command waits for a free connection, within its time
         # bound: redis-py's default pool refuses it at once, which made a burst a store unavailable.
@@ -127,23 +134,36 @@ class RedisState:
         self._epoch_key = f"{prefix}epoch"
         self._epoch: bytes | None = None  # the marker this gateway last found in Redis
         self._unreadable = UnreadableValues(unreadable)
-        # The entries a recency set may name: anything else in it is never deleted by a trim.
-        self._entry = re.compile(re.escape(prefix.encode()) + rb"([a-z]+):(-|[0-9a-f]{16}):[0-9a-f]{40}")
-        self.approvals: ApprovalStore = RedisApprovals(self._redis, self._run, prefix)
-
-    @staticmethod
-    def _owner(principal: str | None) -> str:
-        if principal is None:
-            return _KEYLESS
-        return hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        # The entries the failure records' recency set may name: anything else in it is never deleted by a trim.
+        self._entry = re.compile(re.escape(prefix.encode()) + rb"fail:(-|[0-9a-f]{16}):[0-9a-f]{40}")
+        self._put_script = self._redis.register_script(PUT)
+        self._take_script = self._redis.register_script(TAKE)
+        self.approvals: ApprovalStore = RedisApprovals(self._redis, self._run, prefix, approvals, self._report)
 
     def _key(self, kind: str, principal: str | None, key: str) -> str:
         digest = hashlib.sha256(json.dumps([principal, key]).encode("utf-8", "surrogatepass")).hexdigest()[:40]
-        return f"{self._prefix}{kind}:{self._owner(principal)}:{digest}"
+        return f"{self._prefix}{kind}:{owner_name(principal)}:{digest}"
 
     def _recency(self, kind: str, owner: str | None = None) -> str:
-        """The sorted set of a kind's entries by last use: all of them, or one gateway key's."""
+        """The sorted set of a kind's entries by last use: all of them, or one owner's."""
         return f"{self._prefix}lru:{kind}" if owner is None else f"{self._prefix}lru:{kind}:{owner}"
+
+    def _bookkeeping(self, kind: str) -> tuple[list[str], list[str]]:
+        """The keys and arguments every script of gateway.state.redis_fair takes first for a kind:
+        its set of all entries and its owners' counts; its owners' sets' prefix and its entries'."""
+        return ([self._recency(kind), f"{self._prefix}owners:{kind}"],
+                [f"{self._prefix}lru:{kind}:", f"{self._prefix}{kind}:"])
+
+    def _report(self, reports: object) -> None:
+        """What a script found that the gateway did not write, counted and logged as the sets'
+        garbage; an answer that is no list of reports is a script stopped by garbage it did not
+        foresee (a WRONGTYPE error), counted alike."""
+        if not isinstance(reports, list):
+            self._unreadable("lru", f"{self._prefix}lru", WRONG_TYPE, "the step left undone")
+            return
+        for key, word in zip(reports[::2], reports[1::2], strict=True):
+            reason, outcome = _REPORTS.get(word, (word.decode("utf-8", "replace"), "dropped"))
+            self._unreadable("lru", key.decode("utf-8", "replace"), reason, outcome)
 
     async def _run(self, command: Awaitable[Any]) -> Any:
         """The command's answer (a pipeline's: `_answers`); a WRONGTYPE error is an answer too, a
@@ -167,83 +187,67 @@ class RedisState:
         return answer
 
     async def _put(self, principal: str | None, entries: list[tuple[str, str, str]]) -> None:
-        """The principal's (kind, key, value) entries, each with its kind's TTL, in its kind's
-        recency sets; then each set trimmed to its bound."""
-        now, owner = time.time(), self._owner(principal)
-        keyed = principal is not None
+        """The principal's (kind, key, value) entries, each with its kind's TTL, and each kind kept
+        within its bounds (gateway.state.redis_fair's PUT), with the check of the epoch, as one
+        transaction."""
+        now, owner = time.time(), owner_name(principal)
+        by_kind: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for name, key, value in entries:
+            by_kind[name].append((key, value))
         pipe = self._redis.pipeline(transaction=True)
         pipe.get(self._epoch_key)
-        for name, key, value in entries:
-            pipe.set(key, value, px=self._kinds[name].ttl_ms)
-            pipe.zadd(self._recency(name), {key: now})
-            if keyed:
-                pipe.zadd(self._recency(name, owner), {key: now})
-        counted: list[tuple[_Kind, int, int | None]] = []  # each kind's ZCARD answers: of all, of the key's
-        for kind in sorted({self._kinds[name] for name, _, _ in entries}, key=lambda k: k.name):
-            pipe.zremrangebyscore(self._recency(kind.name), "-inf", now - kind.ttl_ms / 1000)
-            everyone = len(pipe)
-            pipe.zcard(self._recency(kind.name))
-            mine = None
-            if keyed:
-                pipe.zremrangebyscore(self._recency(kind.name, owner), "-inf", now - kind.ttl_ms / 1000)
-                mine = len(pipe)
-                pipe.zcard(self._recency(kind.name, owner))
-                pipe.pexpire(self._recency(kind.name, owner), kind.ttl_ms)  # a key's set goes with its last entry
-            counted.append((kind, everyone, mine))
-        answers = await self._run(_answers(pipe))
-        await self._check_epoch(answers[0])
-        for counted_kind, everyone, mine in counted:
-            dropped = 0
-            if mine is not None:
-                dropped = await self._trim_past(counted_kind.name, answers[mine],
-                                                counted_kind.per_key or counted_kind.capacity, owner)
-            await self._trim_past(counted_kind.name, answers[everyone], counted_kind.capacity + dropped, None)
+        for name, written in sorted(by_kind.items()):
+            kind = self._kinds[name]
+            keys, args = self._bookkeeping(name)
+            share = (kind.per_key or kind.capacity) if principal is not None else 0
+            await self._put_script(keys=[*keys, *(key for key, _ in written)],
+                             args=[*args, now, kind.ttl_ms, kind.capacity, share, owner,
+                                   *(value for _, value in written)], client=pipe)
+        epoch, *reports = await self._run(_answers(pipe))
+        await self._check_epoch(epoch)
+        for found in reports:
+            self._report(found)
 
-    async def _trim_past(self, kind: str, counted: object, bound: int, owner: str | None) -> int:
-        """Trim a recency set, of `counted` entries by its ZCARD, to `bound`; how many went. A set
-        that is another Redis type is garbage, deleted: the next write makes it anew (the entries
-        written meanwhile are in no set, and still expire)."""
+    async def _take(self, principal: str | None, kind: str, keys: list[str], pipe: Pipeline) -> None:
+        """Queue on `pipe` the reading and forgetting of the principal's entries of a kind
+        (gateway.state.redis_fair's TAKE): its answer is [values, reports]."""
+        bookkeeping, args = self._bookkeeping(kind)
+        await self._take_script(keys=[*bookkeeping, *keys], args=[*args, owner_name(principal)], client=pipe)
+
+    def _taken(self, answer: Any) -> list[object]:
+        """The values of a TAKE's answer (0, no text, for a key of another Redis type: garbage,
+        which `_read` counts), its reports counted."""
+        if not isinstance(answer, list):  # stopped by garbage: nothing read
+            self._report(answer)
+            return []
+        values, reports = answer
+        self._report(reports)
+        return list(values)
+
+    async def _trim(self, kind: str, counted: object, bound: int) -> None:
+        """Trim the failure records' recency set, of `counted` entries by its ZCARD, to `bound`,
+        least recently used first. A set that is another Redis type is garbage, deleted: the next
+        write makes it anew (the entries written meanwhile are in no set, and still expire)."""
+        recency = self._recency(kind)
         if not isinstance(counted, int):
-            recency = self._recency(kind, owner)
             self._unreadable("lru", recency, WRONG_TYPE, REPLACED)
             await self._run(self._redis.delete(recency))
-            return 0
-        return await self._trim(kind, counted - bound, owner)
-
-    async def _trim(self, kind: str, excess: int, owner: str | None) -> int:
-        """Drop the `excess` least recently used entries of a kind: of all, or of one key's; how
-        many went."""
-        if excess <= 0:
-            return 0
-        recency = self._recency(kind, owner)
-        popped = await self._run(self._redis.zpopmin(recency, excess))
+            return
+        if counted <= bound:
+            return
+        popped = await self._run(self._redis.zpopmin(recency, counted - bound))
         if wrong_type(popped):  # became garbage since it was counted: the next write replaces it
-            return 0
-        dropped = self._entries(kind, recency, [member for member, _ in popped])
-        if not dropped:
-            return 0
-        by_owner: dict[str, list[str]] = defaultdict(list)
-        for key in dropped:
-            by_owner[key.rsplit(":", 2)[1]].append(key)
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.delete(*dropped)
-        # Out of the other set too: the kind's (from a key's), or each key's (from the kind's).
-        if owner is not None:
-            pipe.zrem(self._recency(kind), *dropped)
-        elif kind in self._kinds:  # the retry state keeps no set per key
-            for other, keys in by_owner.items():
-                if other != _KEYLESS:
-                    pipe.zrem(self._recency(kind, other), *keys)
-        await self._run(_answers(pipe))
-        return len(dropped)
+            return
+        dropped = self._entries(recency, [member for member, _ in popped])
+        if dropped:
+            await self._run(self._redis.delete(*dropped))
 
-    def _entries(self, kind: str, recency: str, members: list[bytes]) -> list[str]:
-        """The members of a kind's recency set that name entries of that kind. Any other is garbage,
-        and never a key to delete: it could name anything in Redis."""
+    def _entries(self, recency: str, members: list[bytes]) -> list[str]:
+        """The members of the failure records' recency set that name failure records. Any other is
+        garbage, and never a key to delete: it could name anything in Redis."""
         entries = []
         for member in members:
-            found = self._entry.fullmatch(member)
-            if found is not None and found.group(1) == kind.encode():
+            if self._entry.fullmatch(member) is not None:
                 entries.append(member.decode("ascii"))
             else:
                 self._unreadable("lru", recency, "a member that names no entry of its kind", "dropped from the set")
@@ -256,17 +260,16 @@ class RedisState:
         fails its refresh here unseen: the next write counts it and replaces it."""
         if not keys:
             return []
-        now, owner = time.time(), self._owner(principal)
+        now, owner = time.time(), owner_name(principal)
         pipe: Pipeline = self._redis.pipeline(transaction=False)
         pipe.get(self._epoch_key)
         for key, kind in zip(keys, kinds, strict=True):
             pipe.getex(key, px=self._kinds[kind].ttl_ms)
             pipe.zadd(self._recency(kind), {key: now}, xx=True)
-            if principal is not None:
-                pipe.zadd(self._recency(kind, owner), {key: now}, xx=True)
+            pipe.zadd(self._recency(kind, owner), {key: now}, xx=True)
         epoch, *answers = await self._run(_answers(pipe))
         await self._check_epoch(epoch)
-        return list(answers[::3 if principal is not None else 2])
+        return list(answers[::3])
 
     def _read(self, kind: StateKind, key: str, raw: object, read: Callable[[bytes], T]) -> T | None:
         """What `read` makes of the value at `key`: None when there is none, and for garbage
@@ -360,15 +363,11 @@ class RedisState:
 
     async def forget_answer(self, principal: str | None, response_id: str) -> None:
         """The record and the alias, and their places in the recency sets."""
-        owner = self._owner(principal)
         pipe = self._redis.pipeline(transaction=True)
         for kind in ("answer", "resp"):
-            key = self._key(kind, principal, response_id)
-            pipe.delete(key)
-            pipe.zrem(self._recency(kind), key)
-            if principal is not None:
-                pipe.zrem(self._recency(kind, owner), key)
-        await self._run(_answers(pipe))
+            await self._take(principal, kind, [self._key(kind, principal, response_id)], pipe)
+        for answer in await self._run(_answers(pipe)):
+            self._taken(answer)
 
     async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
         if records:
@@ -376,20 +375,16 @@ class RedisState:
                                         for call_id, record in records.items()])
 
     async def taken_sent(self, principal: str | None, call_ids: Collection[str]) -> dict[str, str]:
-        """Read and forgotten in one transaction: of two replicas given the same result, one records it."""
+        """Read and forgotten in one step: of two replicas given the same result, one records it."""
         wanted = list(dict.fromkeys(call_ids))
         if not wanted:
             return {}
         keys = [self._key("sent", principal, call_id) for call_id in wanted]
-        pipe = self._redis.pipeline(transaction=True)
-        for key in keys:
-            pipe.getdel(key)
-        pipe.zrem(self._recency("sent"), *keys)
-        if principal is not None:
-            pipe.zrem(self._recency("sent", self._owner(principal)), *keys)
-        answers = await self._run(_answers(pipe))
+        pipe = self._redis.pipeline(transaction=False)
+        await self._take(principal, "sent", keys, pipe)
+        [answer] = await self._run(_answers(pipe))
         taken = {}
-        for call_id, key, raw in zip(wanted, keys, answers[:len(keys)], strict=True):
+        for call_id, key, raw in zip(wanted, keys, self._taken(answer), strict=False):
             if (record := self._read("sent", key, raw, sent_of)) is not None:
                 taken[call_id] = record
         return taken
@@ -401,15 +396,13 @@ class RedisState:
         return True  # another replica may have kept one
 
     async def kept_rounds(self, principal: str | None, request_key: str) -> str | None:
-        """Read and forgotten in one transaction: of two replicas handed the same replay, one
-        resumes (the other runs the request afresh)."""
+        """Read and forgotten in one step: of two replicas handed the same replay, one resumes
+        (the other runs the request afresh)."""
         key = self._key("rounds", principal, request_key)
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.getdel(key)
-        pipe.zrem(self._recency("rounds"), key)
-        if principal is not None:
-            pipe.zrem(self._recency("rounds", self._owner(principal)), key)
-        raw, *_ = await self._run(_answers(pipe))
+        pipe = self._redis.pipeline(transaction=False)
+        await self._take(principal, "rounds", [key], pipe)
+        [answer] = await self._run(_answers(pipe))
+        [raw] = self._taken(answer) or [None]
         return self._read("rounds", key, raw, rounds_of)
 
     async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
@@ -438,7 +431,7 @@ class RedisState:
         per_trajectory = self._failure_bounds.tools_per_trajectory
         if tools > per_trajectory:
             await self._drop_oldest(key, tools - per_trajectory)
-        await self._trim_past("fail", trajectories, self._failure_bounds.trajectories, None)
+        await self._trim("fail", trajectories, self._failure_bounds.trajectories)
 
     async def _replace_failures(self, key: str, tool: str, value: str | None) -> int:
         """The trajectory's hash, of another Redis type, replaced by one holding only `value` (if

@@ -317,13 +317,30 @@ async def test_a_recency_set_of_another_type_is_replaced(
     await raw.set("toolspan:lru:turn", "garbage")
     with caplog.at_level(logging.WARNING, logger="toolspan.state"):
         messages = await chat_mixed_turn(stack, False)  # held all the same
-    assert await raw.type("toolspan:lru:turn") == b"none"  # gone: the next write makes it anew
+    assert await raw.zcard("toolspan:lru:turn") == 1  # replaced by the write, which it now names
     stack.script.then(saw_the_sum)
     assert (await stack.ask(False, messages=messages, tools=CHAT_TOOLS)).content == "5, in Paris."
     await chat_mixed_turn(stack, False)
-    assert await raw.type("toolspan:lru:turn") == b"zset"
+    assert await raw.zcard("toolspan:lru:turn") == 2
     assert unreadable(stack, "lru") == 1
     assert logged(caplog, "toolspan:lru:turn") == 1
+    store_still_up(stack)
+
+
+@pytest.mark.parametrize("garbage", ["toolspan:lru:turn:-", "toolspan:owners:turn"])
+async def test_an_owners_set_or_the_counts_of_another_type_are_replaced(
+        make_stack: StackFactory, state_url: str, raw: Redis, caplog: pytest.LogCaptureFixture, garbage: str) -> None:
+    """The bookkeeping of fair eviction (gateway.state.redis_fair): an owner's set of its entries,
+    or the counts of what each owner holds, found to be another Redis type."""
+    stack = await make_stack(state_url=state_url)
+    await raw.set(garbage, "garbage")
+    with caplog.at_level(logging.WARNING, logger="toolspan.state"):
+        messages = await chat_mixed_turn(stack, False)  # held all the same
+    assert await raw.type(garbage) == b"zset"  # replaced by the write
+    stack.script.then(saw_the_sum)
+    assert (await stack.ask(False, messages=messages, tools=CHAT_TOOLS)).content == "5, in Paris."
+    assert unreadable(stack, "lru") == 1
+    assert logged(caplog, garbage) == 1
     store_still_up(stack)
 
 

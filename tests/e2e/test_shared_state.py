@@ -10,7 +10,7 @@ import asyncio
 import os
 import re
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,8 @@ from gateway.approvals import Viewer
 from gateway.demo.model import Reply
 from gateway.routes.ui_approvals import FORM_COOKIE
 from gateway.settings import Settings
-from gateway.state import FailureBounds, HeldTurn, RedisState
-from gateway.state.approvals import RedisApprovals
+from gateway.state import Bounds, FailureBounds, HeldTurn, HeldTurns, RedisState, StateStore, memory, redis_store
+from gateway.state.approvals import PUSHED_OUT, ApprovalBounds, RedisApprovals
 from gateway.state.redis_store import REDIS_CONNECTIONS
 from gateway.tools import Param, Tool
 from telemetry import names
@@ -328,9 +328,9 @@ def turn(n: int) -> HeldTurn:
 async def test_redis_approvals_are_bounded_at_once_and_decided_once(redis_up: RedisServer) -> None:
     """Asks at the same moment cannot pass the bound together; the first decision wins."""
     store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=f"test{free_port()}:")
-    approvals = RedisApprovals(store._redis, store._run, f"test{free_port()}:", capacity=2)
+    approvals = RedisApprovals(store._redis, store._run, f"test{free_port()}:", ApprovalBounds(capacity=2))
     try:
-        added = await asyncio.gather(*(approvals.add(f"appr_{n}", "{}", 60.0) for n in range(5)))
+        added = await asyncio.gather(*(approvals.add(f"appr_{n}", "{}", 60.0, None) for n in range(5)))
         assert sorted(added) == [False, False, False, True, True]
         [first, *_] = [i for i, ok in zip(range(5), added, strict=True) if ok]
         assert await approvals.decide(f"appr_{first}", '{"decision": "approve"}') is True
@@ -483,3 +483,133 @@ async def test_a_burst_past_the_connections_waits_for_one_rather_than_failing(re
         assert False not in observed
     finally:
         await store.aclose()
+
+
+# --- fair eviction (issue 53), in memory and in Redis alike ------------------------------------------
+
+SMALL = Bounds(4, 60.0, 250)  # every table: a capacity of 4, each key's share (250) above it
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def small_store(request: pytest.FixtureRequest, redis_up: RedisServer,
+                      monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[StateStore]:
+    """A store whose every per-key table holds 4 entries in all, and 2 approvals."""
+    for module in (memory, redis_store):
+        for table in ("TRAJECTORY_LINKS", "REPLAYS", "SENT_CALLS"):
+            monkeypatch.setattr(module, table, SMALL)
+    approvals = ApprovalBounds(capacity=2, per_key=2)
+    store: StateStore = (
+        HeldTurns(SMALL.capacity, SMALL.ttl_seconds, per_key=SMALL.per_key, owned=SMALL, approvals=approvals)
+        if request.param == "memory" else
+        RedisState(redis_up.url, SMALL.capacity, SMALL.ttl_seconds, 1.0, prefix=f"test{free_port()}:",
+                   per_key=SMALL.per_key, owned=SMALL, approvals=approvals))
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+Write = Callable[[StateStore, str, int], Awaitable[str]]  # writes entry n for a key; what names it
+Read = Callable[[StateStore, str, str], Awaitable[bool]]  # whether the key still has it
+
+
+async def write_turn(store: StateStore, principal: str, n: int) -> str:
+    return await store.hold(turn(n), principal)
+
+
+async def read_turn(store: StateStore, principal: str, token: str) -> bool:
+    return token in (await store.lookup(principal, [token])).turns
+
+
+async def write_alias(store: StateStore, principal: str, n: int) -> str:
+    await store.alias(f"resp_tspan_{n}", f"resp_{n}", principal)
+    return f"resp_tspan_{n}"
+
+
+async def read_alias(store: StateStore, principal: str, client_id: str) -> bool:
+    return (await store.lookup(principal, (), (), client_id)).response is not None
+
+
+async def write_owner(store: StateStore, principal: str, n: int) -> str:
+    await store.claim([f"resp_{n}"], principal)
+    return f"resp_{n}"
+
+
+async def read_owner(store: StateStore, principal: str, response_id: str) -> bool:
+    return (await store.lookup(principal, (), (), response_id)).owned
+
+
+async def write_link(store: StateStore, principal: str, n: int) -> str:
+    await store.link(principal, [f"call_{n}"], f"{n:032x}")
+    return f"call_{n}"
+
+
+async def read_link(store: StateStore, principal: str, call_id: str) -> bool:
+    return await store.linked(principal, [call_id]) is not None
+
+
+async def write_answer(store: StateStore, principal: str, n: int) -> str:
+    await store.keep_answer(principal, f"resp_tspan_{n}", "{}")
+    return f"resp_tspan_{n}"
+
+
+async def read_answer(store: StateStore, principal: str, response_id: str) -> bool:
+    return await store.kept_answer(principal, response_id) is not None
+
+
+async def write_sent(store: StateStore, principal: str, n: int) -> str:
+    await store.keep_sent(principal, {f"call_{n}": "[]"})
+    return f"call_{n}"
+
+
+async def read_sent(store: StateStore, principal: str, call_id: str) -> bool:
+    return bool(await store.taken_sent(principal, [call_id]))
+
+
+async def write_rounds(store: StateStore, principal: str, n: int) -> str:
+    await store.keep_rounds(principal, f"digest_{n}", "{}")
+    return f"digest_{n}"
+
+
+async def read_rounds(store: StateStore, principal: str, request_key: str) -> bool:
+    return await store.kept_rounds(principal, request_key) is not None
+
+
+TABLES = {"held turns": (write_turn, read_turn), "response aliases": (write_alias, read_alias),
+          "response owners": (write_owner, read_owner), "trajectory links": (write_link, read_link),
+          "answer records": (write_answer, read_answer), "sent calls": (write_sent, read_sent),
+          "replays": (write_rounds, read_rounds)}
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+async def test_another_keys_writes_never_push_out_a_key_within_its_fair_share(small_store: StateStore,
+                                                                               table: str) -> None:
+    """The table full (4), the oldest of the key holding the most goes: bob's six writes leave
+    alice's one entry and carol's two, and cost bob his own oldest."""
+    write, read = TABLES[table]
+    alices = await write(small_store, "alice", 0)
+    carols = [await write(small_store, "carol", n) for n in (1, 2)]
+    bobs = [await write(small_store, "bob", n) for n in range(3, 9)]
+    assert await read(small_store, "alice", alices)
+    # At bob's second write carol and he held two each: the older of their oldest went (carol's
+    # first); at each of his later writes he held the most, and lost his own oldest.
+    assert [await read(small_store, "bob", b) for b in bobs] == [False] * 4 + [True] * 2
+    assert [await read(small_store, "carol", c) for c in carols] == [False, True]
+
+
+async def test_a_full_store_pushes_out_the_approval_of_the_key_holding_the_most(small_store: StateStore) -> None:
+    """Two approvals at most, two a key: bob holds both; alice's ask pushes out his that ends first
+    (which is told so), her second is refused (she would hold the most), as is a third of bob's."""
+    approvals = small_store.approvals
+    assert [await approvals.add(f"appr_b{n}", "{}", 60.0 + n, "bob") for n in range(3)] == [True, True, False]
+    assert await approvals.add("appr_a0", "{}", 60.0, "alice")
+    assert await approvals.decision("appr_b0") == PUSHED_OUT
+    assert await approvals.get("appr_b0") is None  # no longer pending: no reviewer can decide it
+    assert not await approvals.decide("appr_b0", '{"decision": "approve"}')
+    assert sorted(i for i, _, _ in await approvals.held()) == ["appr_a0", "appr_b1"]
+    assert not await approvals.add("appr_a1", "{}", 60.0, "alice")
+    assert not await approvals.add("appr_b3", "{}", 60.0, "bob")
+    for approval_id, principal in (("appr_b0", "bob"), ("appr_b1", "bob"), ("appr_a0", "alice")):
+        await approvals.remove(approval_id, principal)
+    assert await approvals.decision("appr_b0") is None
+    assert await approvals.held() == []

@@ -5,26 +5,41 @@ official `openai` client; the response owners across two replicas in a real Redi
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from redis.asyncio import Redis
 
+from gateway.app_keys import APPROVALS
 from gateway.demo.model import Reply
 from gateway.settings import Settings
+from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
 from telemetry.records import stored_id
-from tests.conftest import TEST_KEY, USER, GatewayFactory, Stack, StackFactory, server_span, toolspan_cli
+from tests.conftest import (
+    TEST_KEY,
+    USER,
+    GatewayFactory,
+    Stack,
+    StackFactory,
+    decide,
+    pending,
+    server_span,
+    toolspan_cli,
+)
 from tests.e2e.redis_server import RedisServer
 
 BOB_KEY = "sk-bob-key-0000"
 NARROW_KEY = "sk-narrow-key-0000"
 KEYS = {"alice": {"key": TEST_KEY}, "bob": {"key": BOB_KEY},
         "narrow": {"key": NARROW_KEY, "tools": ["read_file"]}}  # alice's client is the stack's own
+REDIS_DB = 6  # a database of these tests' own on the session's redis-server
 ASK = {"type": "function", "function": {"name": "ask_human", "description": "Ask the user",
                                         "parameters": {"type": "object", "properties": {}}}}
 
@@ -204,6 +219,90 @@ async def test_one_key_cannot_push_another_keys_held_turns_out(make_stack: Stack
     stack.script.then(Reply(content="alice carries on"))
     latest = await stack.client.chat.completions.create(model="m", messages=alices[-1], tools=[ASK])  # type: ignore[arg-type]
     assert latest.choices[0].message.content == "alice carries on"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def state_url(request: pytest.FixtureRequest, redis_up: RedisServer) -> AsyncIterator[str | None]:
+    """None (the store in memory), or a database of these tests' own on the session's redis-server,
+    emptied around each test."""
+    if request.param == "memory":
+        yield None
+        return
+    url = f"{redis_up.url.rsplit('/', 1)[0]}/{REDIS_DB}"
+    client = Redis.from_url(url)
+    await client.flushdb()
+    try:
+        yield url
+    finally:
+        await client.flushdb()
+        await client.aclose()
+
+
+async def test_a_key_within_its_fair_share_keeps_its_held_turn_when_the_store_fills(
+        make_stack: StackFactory, state_url: str | None) -> None:
+    """Issue 53, item 13: the capacity (20) below the per-key bound (its default, 250), so only the
+    capacity bounds bob. His 25 mixed turns fill the store past it: what goes is his own oldest,
+    never alice's one held turn, in memory and in Redis alike."""
+    stack = await make_stack(keys=KEYS, pending_turn_capacity=20, state_url=state_url)
+    alices = await mixed_turn(stack, stack.client)
+    async with client_of(stack, BOB_KEY) as bob:
+        bobs = [await mixed_turn(stack, bob) for _ in range(25)]
+        stack.script.then(Reply(content="bob's oldest goes on without it"))
+        await bob.chat.completions.create(model="m", messages=bobs[0], tools=[ASK])  # type: ignore[arg-type]
+    assert stack.metric(names.METRIC_HELD_TURNS_LOST, route="/v1/chat/completions") == 1  # his own went
+
+    def saw_her_result(body: dict[str, Any]) -> Reply:
+        results = [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+        return Reply(content="alice carries on" if results == ["contents of /a", "yes"] else f"lost: {results}")
+
+    stack.script.then(saw_her_result)
+    answer = await stack.client.chat.completions.create(model="m", messages=alices, tools=[ASK])  # type: ignore[arg-type]
+    assert answer.choices[0].message.content == "alice carries on"
+    assert stack.metric(names.METRIC_HELD_TURNS_LOST, route="/v1/chat/completions") == 1  # not risen by hers
+
+
+# --- pending approvals --------------------------------------------------------------------------------
+
+PAY = Tool(name="pay", description="Pay someone", function=lambda args: f"paid {args['amount']}", approval=True,
+           concurrent=True, parameters=[Param("amount", "number", required=True)])
+
+
+async def test_a_key_asking_for_every_approval_leaves_room_for_another(make_stack: StackFactory,
+                                                                        state_url: str | None) -> None:
+    """Issue 53, item 3: bob asks for as many approvals at once as the gateway holds in all (1,000,
+    its default): he holds his share (approvals_max_pending_per_key, 250), the rest of his calls
+    hear at once that no approval could be asked, and alice's call waits for its reviewer rather
+    than being refused; in memory and in Redis alike."""
+    keys = {"alice": {"key": TEST_KEY, "approver": True}, "bob": {"key": BOB_KEY}}
+    stack = await make_stack(registry=ToolRegistry([PAY]), keys=keys, state_url=state_url)
+    approvals = stack.http.server.app[APPROVALS]
+
+    def decided(decision: str) -> float:
+        return stack.metric(names.METRIC_APPROVAL_DECISIONS, tool="pay", decision=decision)
+
+    async def settled(done: Callable[[], bool]) -> None:
+        async with asyncio.timeout(20):
+            while not done():
+                await approvals.next_change().wait()
+
+    stack.script.then(Reply(tool_calls=[("pay", {"amount": n}) for n in range(1000)]))
+    async with client_of(stack, BOB_KEY) as bob:
+        bobs = asyncio.ensure_future(bob.chat.completions.create(model="m", messages=USER))  # type: ignore[arg-type]
+        try:
+            await settled(lambda: stack.metric(names.METRIC_APPROVALS_PENDING) + decided("unavailable") == 1000)
+            assert stack.metric(names.METRIC_APPROVALS_PENDING) == 250
+            stack.script.then(Reply(tool_calls=[("pay", {"amount": 7})]), Reply(content="alice paid"))
+            alices = asyncio.ensure_future(stack.client.chat.completions.create(model="m", messages=USER))  # type: ignore[arg-type]
+            await settled(lambda: stack.metric(names.METRIC_APPROVALS_PENDING) == 251 or alices.done())
+            [mine] = await pending(stack)  # alice sees her own only
+            assert (mine["arguments"], mine["status"]) == ({"amount": 7}, "pending")
+            assert await decide(stack, mine["id"], decision="approve") == (200, {**mine, "status": "approved"})
+            assert (await alices).choices[0].message.content == "alice paid"
+            assert decided("unavailable") == 750  # bob's, none of alice's
+        finally:
+            bobs.cancel()
+            await asyncio.gather(bobs, return_exceptions=True)
+    await settled(lambda: stack.metric(names.METRIC_APPROVALS_PENDING) == 0)
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/v1//responses/{id}"), ("DELETE", "/v1//responses/{id}"),
