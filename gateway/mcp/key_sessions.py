@@ -7,6 +7,10 @@ named none, opens a session; a DELETE answered below 400, or a 404 for the sessi
 session with no request in flight for the idle timeout counts as gone, as the SDK ends it then.
 Our idle clock restarts once the answer is complete, a moment after the SDK's, so a session is
 never counted gone while the SDK still holds it.
+
+When every session the SDK may hold is taken, the rule of gateway.state.fair says whose makes room
+for a key's new one (`to_end`): the least recently used idle session of the key holding the most,
+unless that key is the one asking (the SDK then refuses it, as before).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.errors import GatewayError
+from gateway.state.fair import fair_victim
 
 
 class TooManySessions(GatewayError):
@@ -99,6 +104,24 @@ class KeySessions:
             held.sessions[visit.session_id] = _Session(now)
         if not held.sessions and not held.opening:
             del self._held[visit.principal]
+
+    def to_end(self, principal: str, capacity: int) -> tuple[str, str] | None:
+        """(key, session id) of the session to end so that `principal`'s opening request (entered
+        already) finds room among `capacity` sessions; None when there is room, when `principal`
+        holds the most, or when every session of the key holding the most has a request in flight."""
+        now = self._clock()
+        for held in self._held.values():
+            self._forget_idle(held, now)
+        counts = {key: len(held.sessions) + held.opening for key, held in self._held.items()}
+        if sum(counts.values()) <= capacity:
+            return None
+
+        def idle(key: str) -> list[tuple[float, str]]:
+            return sorted((s.last_used, sid) for sid, s in self._held[key].sessions.items() if not s.in_flight)
+
+        victim = fair_victim(counts, lambda key: min(idle(key), default=(math.inf, ""))[0])
+        ending = idle(victim) if victim != principal else []
+        return (victim, ending[0][1]) if ending else None
 
     def _forget_idle(self, held: _Held, now: float) -> None:
         expired = [sid for sid, s in held.sessions.items() if not s.in_flight and now - s.last_used >= self._idle]

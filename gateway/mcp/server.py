@@ -71,6 +71,12 @@ def _of_a_sessionless_revision(scope: Scope) -> bool:
     return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
 
 
+def _user(principal: str) -> AuthenticatedUser:
+    """The SDK's user for a gateway key, by which a session answers only the key that opened it:
+    the key's name stands for it, and the secret stays out."""
+    return AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
+
+
 @dataclass
 class _AnswerHead:
     """The status and session id the SDK's answer begins with, kept as soon as it is sent (so known
@@ -150,14 +156,15 @@ class McpEndpoint:
                                                      session_idle_timeout=settings.mcp_session_idle_seconds)
         # The SDK bounds the sessions of all keys together; this bounds each key's share.
         self.key_sessions = KeySessions(settings.mcp_max_sessions_per_key, settings.mcp_session_idle_seconds)
+        self.max_sessions = settings.mcp_max_sessions
         self.closing = asyncio.Event()
 
     def scope_of(self, caller: Caller) -> dict[str, Any]:
         """What the ASGI scope of a request by `caller` carries: the caller, and its key as the
         SDK's user, so that a session answers only the key that opened it."""
         scope: dict[str, Any] = {CALLER_SCOPE_KEY: caller}
-        if caller.principal is not None:  # the key's name stands for it: the secret stays out
-            scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=caller.principal, scopes=[]))
+        if caller.principal is not None:
+            scope["user"] = _user(caller.principal)
         return scope
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -169,11 +176,38 @@ class McpEndpoint:
             await self.sessions.handle_request(scope, receive, send)  # without keys: only the SDK's bound
             return
         visit = self.key_sessions.enter(principal, _header(scope, MCP_SESSION_ID_HEADER))
+        if visit.session_id is None:
+            await self._make_room(principal)
         head = _AnswerHead()
         try:
             await self.sessions.handle_request(scope, receive, head.watching(send))
         finally:
             self.key_sessions.leave(visit, head.status, head.session_id, deleting=scope.get("method") == "DELETE")
+
+    async def _make_room(self, principal: str) -> None:
+        """With every session taken, end the one KeySessions.to_end names (another key's, which
+        holds more), as its own key's DELETE would: the SDK forgets it, and its id answers 404."""
+        found = self.key_sessions.to_end(principal, self.max_sessions)
+        if found is None:
+            return
+        owner, session_id = found
+        visit = self.key_sessions.enter(owner, session_id)
+        head = _AnswerHead()
+
+        async def nothing_more() -> Message:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def unheard(message: Message) -> None:
+            return None
+
+        ending: Scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "DELETE",
+                         "scheme": "http", "path": "/mcp", "raw_path": b"/mcp", "root_path": "", "query_string": b"",
+                         "headers": [(MCP_SESSION_ID_HEADER.encode(), session_id.encode())], "client": None,
+                         "server": None, "user": _user(owner)}
+        try:
+            await self.sessions.handle_request(ending, nothing_more, head.watching(unheard))
+        finally:
+            self.key_sessions.leave(visit, head.status, head.session_id, deleting=True)
 
     async def lifetime(self, app: web.Application) -> AsyncIterator[None]:
         """Runs the session manager on a task of its own: its task group must end on the task

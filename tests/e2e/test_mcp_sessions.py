@@ -163,6 +163,23 @@ async def test_the_bound_on_all_sessions_holds_for_every_key(make_gateway: Gatew
     await assert_refused(await open_session(gateway, READER_KEY), IDLE_DEFAULT)
 
 
+async def test_a_key_within_its_fair_share_is_never_refused_for_another_keys_sessions(
+        make_gateway: GatewayFactory) -> None:
+    """Issue 53: every session taken (4), each key's bound at its default (100, above it), the
+    admin holding all four: the reader's session ends the admin's least recently used, then again
+    while the admin holds the most; past its fair share the reader is refused (the SDK's 503)."""
+    gateway = await make_gateway(Settings(port=0, upstream=NOWHERE, keys=KEYS, mcp_max_sessions=4), registry())
+    admins = [await opened(gateway, ADMIN_KEY) for _ in range(4)]
+    readers = [await opened(gateway, READER_KEY)]
+    assert [await listing_status(gateway, ADMIN_KEY, s) for s in admins] == [404, 200, 200, 200]
+    readers.append(await opened(gateway, READER_KEY))  # admin 3, reader 2 with it: the admin's oldest goes
+    assert [await listing_status(gateway, ADMIN_KEY, s) for s in admins] == [404, 404, 200, 200]
+    assert (await open_session(gateway, READER_KEY)).status == 503  # reader 3, admin 2: the reader's own
+    assert (await open_session(gateway, ADMIN_KEY)).status == 503  # admin 3 with it, reader 2: the admin's own
+    assert [await listing_status(gateway, READER_KEY, s) for s in readers] == [200, 200]
+    assert [await listing_status(gateway, ADMIN_KEY, s) for s in admins[2:]] == [200, 200]
+
+
 async def test_without_keys_only_the_bound_on_all_sessions_applies(make_gateway: GatewayFactory) -> None:
     gateway = await make_gateway(Settings(port=0, upstream=NOWHERE, mcp_max_sessions=3, mcp_max_sessions_per_key=1),
                                  registry())
