@@ -87,8 +87,8 @@ class Settings(BaseSettings):
                                                                           "the provider")
     upstream_retry_attempts: int = Field(
         2, ge=0, description="After a round in which gateway tools ran, how many more times the gateway itself "
-                             "tries a provider call that failed with a 429, 500, 502, 503, 504 or a broken "
-                             "connection (the client is told not to resend: that would run the tools again)")
+                             "tries a provider call that failed with a 429, 500, 502, 503, 504, 529 or a "
+                             "broken connection (the client is told not to resend: that would run the tools again)")
     upstream_retry_max_seconds: float = Field(
         20.0, ge=0, allow_inf_nan=False,
         description="Longest wait, in all, between those attempts of one provider call; a retry-after asking "

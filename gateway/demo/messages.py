@@ -20,6 +20,18 @@ from gateway.demo.responses import RequestRefused, arguments_text, pieces
 _STOP = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn", "content_filter": "refusal"}
 
 
+# Anthropic's error types by status, as its API names them.
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
+               529: "overloaded_error"}
+
+
+def error_event(status: int, message: str) -> dict[str, Any]:
+    """An error as Anthropic sends it: the body of an error answer, or the event that ends a stream."""
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
 class MessagesRefused(RequestRefused):
     """A request Anthropic refuses with 400; `body()` is its error JSON."""
 

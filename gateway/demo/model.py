@@ -19,7 +19,14 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.demo.messages import MessagesRefused, build_message, chat_view, check_messages, message_events
+from gateway.demo.messages import (
+    MessagesRefused,
+    build_message,
+    chat_view,
+    check_messages,
+    error_event,
+    message_events,
+)
 from gateway.demo.reply import Reply
 from gateway.demo.responses import (
     Conversations,
@@ -136,7 +143,7 @@ class ScriptedModel:
             error: dict[str, Any] = {"error": {"message": reply.error, "type": "scripted_error", "param": None,
                                                "code": None}}
             if anthropic:
-                error = {"type": "error", "error": {"type": "api_error", "message": reply.error}}
+                error = error_event(reply.status, reply.error)
             return reply, web.json_response(error, status=reply.status, headers=reply.headers)
         return reply, None
 
