@@ -179,7 +179,8 @@ class Settings(BaseSettings):
     answer_record_max_bytes: int = Field(
         256 * 1024, ge=0, description="Largest record kept of what a client was given under a gateway-made response "
                                       "id (its input and its response, for GET and input_items); past it the input, "
-                                      "then the response, are left out and read from the provider instead")
+                                      "then the response, are left out and read from the provider instead. Also the "
+                                      "largest Messages thread kept (a larger one's next turn is sent whole)")
     pending_turn_capacity_per_key: int = Field(
         250, ge=1, description="Mixed turns held for any one gateway key, at most (its least recently used go "
                                "first), so that one key cannot push the others' out")

@@ -1,7 +1,8 @@
 """Anthropic's Messages API through the gateway (POST /v1/messages), with Anthropic's own client
 against the scripted Messages upstream: plain answers, the gateway's tools in a loop (a renamed
 argument refused and corrected), the client's own tools handed back, a turn that calls both,
-thinking blocks kept to the byte, usage summed over the rounds, and errors in Anthropic's shape."""
+thinking blocks kept to the byte, usage summed over the rounds, errors in Anthropic's shape, and
+its overloaded error (529, or an overloaded_error event) retried after a tool round and kept as such."""
 
 from __future__ import annotations
 

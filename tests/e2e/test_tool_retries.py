@@ -20,7 +20,6 @@ from gateway.demo.model import Reply
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
 from tests.conftest import STREAM, TEST_KEY, USER, Stack, StackFactory
-from tests.e2e.redis_server import RedisServer
 
 API = pytest.mark.parametrize("api", ["chat", "responses"])
 FAILURES = {"429": Reply(status=429, error="rate limited", headers={"retry-after": "0"}),
@@ -60,17 +59,6 @@ class Provider:
             self.failures_left -= 1
             return self.failure
         return Reply(content="Charged 5.")
-
-
-@pytest.fixture(params=["memory", "redis"])
-def state(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """Settings for the state in this process's memory, and in a real Redis."""
-    if request.param == "memory":
-        return {}
-    redis: RedisServer = request.getfixturevalue("redis_server")
-    if redis.process is None:  # an outage test that failed half-way
-        redis.start()
-    return {"state_url": redis.url}
 
 
 @pytest.fixture
