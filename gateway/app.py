@@ -14,7 +14,6 @@ from gateway import linking, provider_paths
 from gateway.admission import Admission
 from gateway.apis import MESSAGES_PATH, error_body_for
 from gateway.apis.chat import CHAT
-from gateway.apis.messages import MESSAGES
 from gateway.app_keys import (
     APPROVALS,
     BROWSERS,
@@ -48,6 +47,7 @@ from gateway.routes import (
     health,
     loop,
     mcp,
+    messages,
     openapi,
     passthrough,
     response_ids,
@@ -209,7 +209,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_post("/openai/v1/chat/completions", chat_completions, **EXPECT)
     app.router.add_post("/openai/responses", responses.create_response, **EXPECT)
     app.router.add_post("/openai/v1/responses", responses.create_response, **EXPECT)
-    app.router.add_post(MESSAGES_PATH, loop.handler(MESSAGES), **EXPECT)  # Anthropic's (its SDK, Claude Code)
+    app.router.add_post(MESSAGES_PATH, messages.create_message, **EXPECT)  # Anthropic's (its SDK, Claude Code)
     for path in websocket.PATHS:  # a WebSocket upgrade there: a 426 at once (gateway.routes.websocket)
         app.router.add_get(path, websocket.responses_get, **EXPECT)
     app.router.add_get("/v1/tools", tools.list_tools, **EXPECT)

@@ -13,6 +13,10 @@ from gateway.headers import from_provider
 
 log = logging.getLogger("toolspan.upstream")
 
+# Anthropic's "overloaded" (overloaded_error), a status of its own outside HTTP's: Anthropic's SDKs
+# retry it; in OpenAI's shape it is a 503, which every HTTP client reads as "try again later".
+OVERLOADED = 529
+
 
 class GatewayError(Exception):
     """An error that becomes an OpenAI error response. The message is meant for the caller."""
@@ -32,6 +36,11 @@ class GatewayError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    @property
+    def openai_status(self) -> int:
+        """The status of this error in OpenAI's shape: Anthropic's own 529 is a 503 there."""
+        return 503 if self.status == OVERLOADED else self.status
 
 
 class BadRequest(GatewayError):
@@ -93,6 +102,22 @@ class UpstreamUnavailable(GatewayError):
                  retryable: bool = False) -> None:
         super().__init__(message, param=param, code=code, status=status, headers=headers)
         self.retryable = retryable
+
+
+def provider_status(status: int) -> int | None:
+    """The status a provider's 5xx is told with: Anthropic's 529 (overloaded) as it came, for its
+    clients to retry it as such; any other is a 502 (None: the class's own)."""
+    return OVERLOADED if status == OVERLOADED else None
+
+
+def stream_error(error: Mapping[str, Any]) -> UpstreamUnavailable:
+    """An error event in a provider's stream (`error`: its error object). Anthropic's
+    overloaded_error is its 529 said after the 200: the same request may work later, and it keeps
+    its type (a 529) on its way to the client."""
+    overloaded = error.get("type") == "overloaded_error"
+    return UpstreamUnavailable(f"the provider reported an error mid-stream: {error.get('message') or 'unknown'}",
+                               code="upstream_overloaded" if overloaded else None,
+                               status=OVERLOADED if overloaded else None, retryable=overloaded)
 
 
 class FailedAfterTools(UpstreamUnavailable):
@@ -161,12 +186,13 @@ def openai_body(error: GatewayError) -> Mapping[str, Any]:
 
 def error_response(error: GatewayError,
                    body_of: Callable[[GatewayError], Mapping[str, Any]] = openai_body) -> web.Response:
-    """The single place errors become HTTP: in OpenAI's shape, unless `body_of` gives the error in
-    the shape of the API the caller speaks (gateway.apis.error_body_for). A provider's own error
-    goes on as it came."""
+    """The single place errors become HTTP: in OpenAI's shape (with its status: openai_status),
+    unless `body_of` gives the error in the shape of the API the caller speaks
+    (gateway.apis.error_body_for). A provider's own error goes on as it came."""
     if isinstance(error, UpstreamRefused) and error.provider_error():
         return web.Response(status=error.status, body=error.raw_body, headers=error.as_sent)
-    response = web.json_response(body_of(error), status=error.status)
+    status = error.openai_status if body_of is openai_body else error.status
+    response = web.json_response(body_of(error), status=status)
     response.headers.extend(error.headers)
     return response
 

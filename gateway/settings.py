@@ -87,8 +87,8 @@ class Settings(BaseSettings):
                                                                           "the provider")
     upstream_retry_attempts: int = Field(
         2, ge=0, description="After a round in which gateway tools ran, how many more times the gateway itself "
-                             "tries a provider call that failed with a 429, 500, 502, 503, 504 or a broken "
-                             "connection (the client is told not to resend: that would run the tools again)")
+                             "tries a provider call that failed with a 429, 500, 502, 503, 504, 529 or a "
+                             "broken connection (the client is told not to resend: that would run the tools again)")
     upstream_retry_max_seconds: float = Field(
         20.0, ge=0, allow_inf_nan=False,
         description="Longest wait, in all, between those attempts of one provider call; a retry-after asking "
@@ -188,7 +188,8 @@ class Settings(BaseSettings):
     answer_record_max_bytes: int = Field(
         256 * 1024, ge=0, description="Largest record kept of what a client was given under a gateway-made response "
                                       "id (its input and its response, for GET and input_items); past it the input, "
-                                      "then the response, are left out and read from the provider instead")
+                                      "then the response, are left out and read from the provider instead. Also the "
+                                      "largest Messages thread kept (a larger one's next turn is sent whole)")
     pending_turn_capacity_per_key: int = Field(
         250, ge=1, description="Mixed turns held for any one gateway key, at most (its least recently used go "
                                "first), so that one key cannot push the others' out")

@@ -17,12 +17,15 @@ from pydantic import SecretStr
 
 from gateway.connections import IDLE_SECONDS, Answer, ProviderConnectionError, ProviderConnections
 from gateway.errors import (
+    OVERLOADED,
     BadRequest,
     GatewayError,
     UpstreamRefused,
     UpstreamTimeout,
     UpstreamUnavailable,
+    provider_status,
     shutting_down,
+    stream_error,
 )
 from gateway.headers import from_provider
 from gateway.json_depth import decoded_nests_deeper, nests_deeper
@@ -33,7 +36,8 @@ PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (Gen
     "ollama": "ollama", "compatible": "openai_compatible"}
 API_PATHS = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}  # under the base URL
 ANTHROPIC_VERSION = "2023-06-01"  # the version Anthropic's API is called with when the caller names none
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})  # answers that mean "the same request may work later"
+# Answers that mean "the same request may work later" (529: Anthropic's overloaded_error).
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, OVERLOADED})
 REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe: its connection (through any proxy, TLS too) and the answer's head
 REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
 MAX_JSON_DEPTH = 64  # the default of the max_json_depth setting
@@ -325,6 +329,7 @@ async def _raise_for_status(response: aiohttp.ClientResponse | Answer) -> None:
         raise UpstreamRefused(response.status, body, response.headers)
     raise UpstreamUnavailable(f"the provider answered {response.status}: {provider_message(body)}",
                               code=f"upstream_{response.status}", headers=from_provider(response.headers),
+                              status=provider_status(response.status),
                               retryable=response.status in RETRYABLE_STATUSES)
 
 
@@ -420,8 +425,7 @@ def _decode_event(payload: memoryview | bytes, max_depth: int) -> dict[str, Any]
     if nests_deeper(event, max_depth):
         raise UpstreamUnavailable(_too_deep("an event of its stream", max_depth))
     if isinstance(event.get("error"), dict):
-        message = str(event["error"].get("message", "unknown error"))
-        raise UpstreamUnavailable(f"the provider reported an error mid-stream: {message}")
+        raise stream_error(event["error"])
     answer: dict[str, Any] = event
     return answer
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anthropic
 import pytest
@@ -41,6 +41,9 @@ from gateway.state import StateStore, StateUnavailable
 from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
 from telemetry.store import TrajectoryStore
+
+if TYPE_CHECKING:
+    from tests.e2e.redis_server import RedisServer  # which imports this module
 
 pytest_plugins = ["tests.e2e.redis_server"]  # a real redis-server, for the tests that share state
 
@@ -448,6 +451,17 @@ async def make_gateway(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpCli
 @pytest.fixture
 async def stack(make_stack: StackFactory) -> Stack:
     return await make_stack()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def state(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Settings for the state in this process's memory, and in a real Redis."""
+    if request.param == "memory":
+        return {}
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    if redis.process is None:  # an outage test that failed half-way
+        redis.start()
+    return {"state_url": redis.url}
 
 
 # --- a real browser ---------------------------------------------------------------------------------

@@ -20,11 +20,80 @@ from gateway.demo.responses import RequestRefused, arguments_text, pieces
 _STOP = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn", "content_filter": "refusal"}
 
 
+# Anthropic's error types by status, as its API names them.
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
+               529: "overloaded_error"}
+
+
+def error_event(status: int, message: str) -> dict[str, Any]:
+    """An error as Anthropic sends it: the body of an error answer, or the event that ends a stream."""
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
 class MessagesRefused(RequestRefused):
     """A request Anthropic refuses with 400; `body()` is its error JSON."""
 
+    status = 400
+
     def body(self) -> dict[str, Any]:
         return {"type": "error", "error": {"type": "invalid_request_error", "message": str(self)}}
+
+
+class ThreadNotFound(MessagesRefused):
+    """A continued thread the API does not hold: a 404 whose `error_code` Anthropic's SDK reads (it
+    then sends the whole conversation again, under a new thread)."""
+
+    status = 404
+
+    def body(self) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": "not_found_error", "message": str(self),
+                                           "details": {"error_code": "thread_not_found"}}}
+
+
+THREAD_FIELDS = ("system", "tools")  # what a thread keeps from the request that created it
+
+
+class Threads:
+    """The conversations the scripted API holds for the beta `thread` field, as Anthropic's does:
+    `{"type": "create"}` holds the conversation (its messages, then the answer) under the answer's
+    id, with the request's system and tools; `{"type": "continue", "previous_message_id": id}`
+    sends only the new messages, which follow the conversation held under that id, and no system
+    or tools. The last `keep` are held."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._held: dict[str, tuple[list[Any], dict[str, Any]]] = {}
+
+    def whole(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request with the conversation its thread continues put back."""
+        thread = body.get("thread")
+        if thread is None:
+            return body
+        if not isinstance(thread, dict) or thread.get("type") not in ("create", "continue"):
+            raise MessagesRefused("thread: Input should be a thread object of type create or continue", "thread")
+        if thread["type"] == "create":
+            return body
+        for name in THREAD_FIELDS:
+            if name in body:
+                raise MessagesRefused(f"{name}: cannot be changed on a thread", name)
+        previous = thread.get("previous_message_id")
+        held = self._held.get(previous) if isinstance(previous, str) else None
+        if held is None:
+            raise ThreadNotFound(f"thread: no thread continues from message '{previous}'", "thread")
+        messages, fields = held
+        return {**body, **fields, "messages": [*messages, *body.get("messages", [])]}
+
+    def answered(self, body: dict[str, Any], whole: dict[str, Any], message: dict[str, Any]) -> None:
+        """Hold the conversation of a threaded request (`whole`: as whole() made it) and its answer."""
+        if body.get("thread") is None:
+            return
+        answer = {"role": "assistant", "content": message["content"]}
+        self._held[message["id"]] = ([*whole["messages"], answer],
+                                     {name: whole[name] for name in THREAD_FIELDS if name in whole})
+        while len(self._held) > self.keep:
+            del self._held[next(iter(self._held))]
 
 
 def signature(thinking: str) -> str:

@@ -1,6 +1,7 @@
 """The built-in scripted model: an OpenAI-compatible upstream that answers by rules.
 
-`ScriptedModel(policy)` serves /v1/chat/completions, /v1/responses and /v1/messages (JSON or SSE)
+`ScriptedModel(policy)` serves /v1/chat/completions, /v1/responses and /v1/messages (JSON or SSE;
+Messages with its beta `thread`)
 and a few plain routes. The policy sees each chat request body (and a Chat-shaped view of each
 Responses and Messages request)
 and returns a `Reply`; `DemoPolicy` plays an agent that renames an argument, reads the gateway's
@@ -19,7 +20,15 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.demo.messages import MessagesRefused, build_message, chat_view, check_messages, message_events
+from gateway.demo.messages import (
+    MessagesRefused,
+    Threads,
+    build_message,
+    chat_view,
+    check_messages,
+    error_event,
+    message_events,
+)
 from gateway.demo.reply import Reply
 from gateway.demo.responses import (
     Conversations,
@@ -57,6 +66,7 @@ class ScriptedModel:
         self.base_url: str | None = None  # set by whoever serves it
         self._ids = itertools.count(1)
         self.conversations = Conversations(keep)
+        self.threads = Threads(keep)  # Messages' beta `thread`: the conversations it holds
         self.paused = asyncio.Event()  # a stream reached its `pause_after` point
         self.dropped = asyncio.Event()  # a paused stream's connection was then closed by its client
 
@@ -136,7 +146,7 @@ class ScriptedModel:
             error: dict[str, Any] = {"error": {"message": reply.error, "type": "scripted_error", "param": None,
                                                "code": None}}
             if anthropic:
-                error = {"type": "error", "error": {"type": "api_error", "message": reply.error}}
+                error = error_event(reply.status, reply.error)
             return reply, web.json_response(error, status=reply.status, headers=reply.headers)
         return reply, None
 
@@ -188,13 +198,15 @@ class ScriptedModel:
         """Anthropic's Messages API: the policy answers a Chat-shaped view of the request."""
         body = await self._received(request)
         try:
-            check_messages(body)
+            whole = self.threads.whole(body)
+            check_messages(whole)
         except MessagesRefused as refused:
-            return web.json_response(refused.body(), status=400)
-        reply, answered = await self._ask(chat_view(body, self.model_name), anthropic=True)
+            return web.json_response(refused.body(), status=refused.status)
+        reply, answered = await self._ask(chat_view(whole, self.model_name), anthropic=True)
         if answered is not None:
             return answered
-        message = build_message(body, reply, next(self._ids), self.model_name)
+        message = build_message(whole, reply, next(self._ids), self.model_name)
+        self.threads.answered(body, whole, message)
         if body.get("stream"):
             return await self._stream(request, reply, message_events(message))
         return web.json_response(message, headers=reply.headers)

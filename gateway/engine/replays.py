@@ -98,8 +98,11 @@ class Replays:
 
 def _round_record(done: Round) -> dict[str, Any]:
     turn = done.turn
+    # The provider's header names come as aiohttp's case-insensitive strings, which JSON encoders
+    # refuse as keys: written as plain strings.
+    headers = {str(name): str(value) for name, value in turn.headers.items()}
     return {"turn": {"api": turn.api, "body": turn.body, "output": turn.output, "finish_reason": turn.finish_reason,
-                     "usage": turn.usage, "headers": dict(turn.headers), "input_tokens": turn.input_tokens,
+                     "usage": turn.usage, "headers": headers, "input_tokens": turn.input_tokens,
                      "output_tokens": turn.output_tokens,
                      "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments, "item": c.item, "kind": c.kind}
                                for c in turn.calls]},

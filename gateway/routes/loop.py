@@ -5,6 +5,7 @@ results of the client's calls reported, the plan run and the answer rendered in 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -18,12 +19,17 @@ from gateway.routes import render
 from gateway.routes.common import caller_of, read_object
 
 # What an API's route adds around the run (the Responses API keeps the answers it names by its own ids).
-Keeping = Callable[[web.Request, Caller, Plan, dict[str, object]], render.Around | None]
+Keeping = Callable[[web.Request, Caller, Plan, dict[str, Any]], render.Around | None]
+# What an API's route makes of the body first (a Messages thread: the conversation it continues, put back).
+Opening = Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None = None) -> web.StreamResponse:
+async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None = None,
+                   opening: Opening | None = None) -> web.StreamResponse:
     """Answer one tool-loop request of `api`."""
     body = await read_object(request)
+    if opening is not None:
+        body = await opening(request, body)
     asked = api.checked(body, request.match_info)
     held = request.app[HELD]
     caller = await linking.joined(caller_of(request, asked.metadata), held, asked.call_ids,

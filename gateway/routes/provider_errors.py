@@ -1,9 +1,10 @@
 """A provider's error answer on the pass-through, in OpenAI's shape as every gateway error is: an
 OpenAI-shaped 4xx goes on byte for byte; any other 4xx (text, HTML, an empty body, JSON of
-another shape) is wrapped with the provider's text in its message; a 5xx is a 502 that keeps the
-provider's message; a 404 at a base URL with no /v1 names the path called and the likely fix
-(gateway.provider_paths). The same mapping as the tool loop's own provider calls
-(gateway.upstream's status check, gateway.errors.UpstreamRefused)."""
+another shape) is wrapped with the provider's text in its message; a 5xx is a 502 (Anthropic's 529
+stays a 529, gateway.errors.provider_status) that keeps the provider's message; a 404 at a base
+URL with no /v1 names the path called and the likely fix (gateway.provider_paths). The same
+mapping as the tool loop's own provider calls (gateway.upstream's status check,
+gateway.errors.UpstreamRefused)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import zlib
 import aiohttp
 from aiohttp import web
 
-from gateway.errors import UpstreamRefused, UpstreamUnavailable
+from gateway.errors import UpstreamRefused, UpstreamUnavailable, provider_status
 from gateway.headers import from_provider
 from gateway.provider_paths import PathNotFound, not_found_at
 from gateway.upstream import provider_message
@@ -65,7 +66,8 @@ async def provider_error(answer: aiohttp.ClientResponse) -> web.Response:
     text = _decoded(raw, answer.headers.get("Content-Encoding", ""))
     if answer.status >= 500:
         raise UpstreamUnavailable(f"the provider answered {answer.status}: {provider_message(text)}",
-                                  code=f"upstream_{answer.status}", headers=from_provider(answer.headers))
+                                  code=f"upstream_{answer.status}", headers=from_provider(answer.headers),
+                                  status=provider_status(answer.status))
     refused = UpstreamRefused(answer.status, text, answer.headers)  # wraps what is not OpenAI-shaped
     missing = not_found_at(refused, answer.method, str(answer.url))
     if isinstance(missing, PathNotFound) and missing.unversioned():

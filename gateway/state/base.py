@@ -13,8 +13,9 @@ from gateway.state.approvals import ApprovalStore
 # What a shared store keeps, each kind under keys of its own: held turns, the items their clients
 # saw, response aliases, response owners, failure records, the marker that tells a Redis that lost
 # its data, the sets of entries by last use (the metric of unreadable values counts by these), and
-# the client calls handed back whose results have not come yet.
-StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru", "link", "answer", "rounds", "sent"]
+# the client calls handed back whose results have not come yet, and Messages threads.
+StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru", "link", "answer", "rounds", "sent",
+                    "thread"]
 
 PREFIX = "tspan_"
 RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses
@@ -178,6 +179,14 @@ class StateStore(FailureBook, Protocol):
 
     async def forget_answer(self, principal: str | None, response_id: str) -> None:
         """Forget the principal's record of that response id and its alias (it was deleted)."""
+
+    async def keep_thread(self, principal: str | None, message_id: str, record: str) -> None:
+        """Keep a Messages thread's conversation under the id of the answer that ends it (an opaque
+        JSON record, gateway.apis.messages.threads), as long as a held turn is kept."""
+
+    async def kept_thread(self, principal: str | None, message_id: str) -> str | None:
+        """The principal's record of the thread ending at that answer, its expiry refreshed; None
+        when not held."""
 
     async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
         """Keep a record for each client call handed back, by its id as the client got it."""

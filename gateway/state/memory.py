@@ -178,6 +178,7 @@ class HeldTurns:
         self._owned: _Bounded[bool] = _Bounded(owned, clock)  # provider response ids, by the key that made them
         self._links: _Bounded[str] = _Bounded(TRAJECTORY_LINKS, clock)  # call or response id -> trajectory
         self._answers: _Bounded[str] = _Bounded(turns, clock)  # the client's response id -> what it was given
+        self._threads: _Bounded[str] = _Bounded(turns, clock)  # a Messages answer's id -> its thread's conversation
         self._rounds: _Bounded[str] = _Bounded(REPLAYS, clock)  # a failed request's digest -> its rounds
         self._sent: _Bounded[str] = _Bounded(SENT_CALLS, clock)  # a client call handed back -> its record
         self.failures = FailureRecords(failure_bounds, clock)
@@ -236,6 +237,12 @@ class HeldTurns:
     async def forget_answer(self, principal: str | None, response_id: str) -> None:
         self._answers.delete(principal, response_id)
         self._responses.delete(principal, response_id)
+
+    async def keep_thread(self, principal: str | None, message_id: str, record: str) -> None:
+        self._threads.put(principal, message_id, record)
+
+    async def kept_thread(self, principal: str | None, message_id: str) -> str | None:
+        return self._threads.get(principal, message_id)
 
     async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
         for call_id, record in records.items():

@@ -47,6 +47,7 @@ from gateway.state.redis_values import (
     response_of,
     rounds_of,
     sent_of,
+    thread_of,
     token_of,
     trajectory_of,
     turn_of,
@@ -123,7 +124,8 @@ class RedisState:
         self._kinds = {name: _kind(name, bounds) for name, bounds in
                        (("turn", turns), ("item", turns), ("resp", turns), ("own", owned),
                                                               ("link", TRAJECTORY_LINKS), ("answer", turns),
-                                                              ("rounds", REPLAYS), ("sent", SENT_CALLS))}
+                                                              ("rounds", REPLAYS), ("sent", SENT_CALLS),
+                                                              ("thread", turns))}
         self._timeout = timeout_seconds
         self._observe = observe
         self._prefix = prefix
@@ -368,6 +370,14 @@ class RedisState:
             await self._take(principal, kind, [self._key(kind, principal, response_id)], pipe)
         for answer in await self._run(_answers(pipe)):
             self._taken(answer)
+
+    async def keep_thread(self, principal: str | None, message_id: str, record: str) -> None:
+        await self._put(principal, [("thread", self._key("thread", principal, message_id), record)])
+
+    async def kept_thread(self, principal: str | None, message_id: str) -> str | None:
+        key = self._key("thread", principal, message_id)
+        [raw] = await self._get(principal, [key], ["thread"])
+        return self._read("thread", key, raw, thread_of)
 
     async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
         if records:

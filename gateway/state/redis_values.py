@@ -127,6 +127,15 @@ def answer_of(raw: bytes) -> str:
     return text
 
 
+def thread_of(raw: bytes) -> str:
+    """A Messages thread's record (`keep_thread` writes a JSON object; gateway.apis.messages.threads
+    reads its fields, and treats one it cannot read as absent)."""
+    text = _text(raw)
+    if not text.startswith("{"):
+        raise Unreadable("not a record of a thread")
+    return text
+
+
 def owned_of(raw: bytes) -> bool:
     """A response owner's entry: `claim` writes "1"."""
     if raw != b"1":

@@ -1,7 +1,8 @@
 """Anthropic's Messages API through the gateway (POST /v1/messages), with Anthropic's own client
 against the scripted Messages upstream: plain answers, the gateway's tools in a loop (a renamed
 argument refused and corrected), the client's own tools handed back, a turn that calls both,
-thinking blocks kept to the byte, usage summed over the rounds, and errors in Anthropic's shape."""
+thinking blocks kept to the byte, usage summed over the rounds, errors in Anthropic's shape, and
+its overloaded error (529, or an overloaded_error event) retried after a tool round and kept as such."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import SecretStr
 
-from gateway.demo.messages import signature
+from gateway.demo.messages import build_message, message_events, signature
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.runtime import gateway
 from gateway.settings import Settings
@@ -24,7 +26,7 @@ from gateway.settings_parts import GatewayKey
 from gateway.state import PREFIX
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import AUTH, STREAM, Script, Stack, StackFactory, tool_call_spans, tree
+from tests.conftest import AUTH, STREAM, Script, Stack, StackFactory, tool_call_spans, tool_outcomes, tree
 
 USER = [{"role": "user", "content": "What is in a.txt, and the weather in Paris?"}]
 GET_WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -372,9 +374,12 @@ async def test_a_stream_the_provider_ends_with_an_error_event_ends_so_for_the_cl
         b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')))
     with pytest.raises(anthropic.APIStatusError) as failed:
         await ask(stack, stream)
+    # Anthropic's overloaded error, as it said it: a 529 (which its client retries), or the stream's
+    # last event, of the same type either way.
     assert failed.value.body["type"] == "error"  # type: ignore[index]
-    if not stream:  # a provider's 5xx is the gateway's 502, its words kept (the client retries either)
-        assert failed.value.status_code == 502
+    assert failed.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    if not stream:
+        assert isinstance(failed.value, anthropic.OverloadedError)
         assert "the provider answered 529: Overloaded" in failed.value.body["error"]["message"]  # type: ignore[index]
     else:  # the stream had begun: an error event, in Anthropic's shape
         assert "Overloaded" in failed.value.body["error"]["message"]  # type: ignore[index]
@@ -427,3 +432,91 @@ async def test_a_streams_citations_and_container_reach_the_client(stack: Stack) 
     assert answer.message["container"]["id"] == "container_011CRZ"
     [delta] = [e for e in answer.events if e["type"] == "message_delta"]
     assert delta["delta"]["container"]["id"] == "container_011CRZ"
+
+
+# --- Anthropic's overloaded error (529, or an overloaded_error event) -----------------------------
+
+OVERLOADED = Reply(status=529, error="Overloaded")
+
+
+def overloaded_after(events: int) -> Reply:
+    """A streamed answer that breaks off after its first `events` events (message_start, ping, then
+    a text block's) with Anthropic's overloaded_error event."""
+    opened = message_events(build_message({"model": "m"}, Reply(content="Partly said"), 90, "m"))[:events]
+    error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    return Reply(raw_stream=b"".join(opened) + f"event: error\ndata: {json.dumps(error)}\n\n".encode())
+
+
+async def quick_retries(make_stack: StackFactory) -> Stack:
+    """A stack whose own retries after a tool round wait a moment, not the default half second."""
+    return await make_stack(upstream_kind="anthropic", upstream_retry_backoff_seconds=0.01)
+
+
+@pytest.mark.parametrize(("stream", "failure"), [(False, "529"), (True, "529"), (True, "event")])
+async def test_an_overloaded_provider_after_a_tool_round_is_retried_by_the_gateway(
+        make_stack: StackFactory, stream: bool, failure: str) -> None:
+    """As a 503 is: the tool ran once, the client (no retries of its own) gets the answer."""
+    stack = await quick_retries(make_stack)
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]),
+                      OVERLOADED if failure == "529" else overloaded_after(2), Reply(content="3"))
+    answer = await ask(stack, stream)
+    assert answer.text == "3"
+    assert len(stack.upstream_requests) == 3  # the tool's round, the overloaded one, its retry
+    assert [o for _, o in tool_outcomes(stack, answer.headers["x-trace-id"])] == ["ok"]
+    assert stack.metric(names.METRIC_UPSTREAM_RETRIES, **{names.LABEL_MODEL: "claude-test"}) == 1
+
+
+async def test_an_overloaded_provider_reaches_a_messages_client_as_the_529_its_sdk_retries(
+        make_stack: StackFactory) -> None:
+    stack = await make_stack(upstream_kind="anthropic")
+    stack.script.then(Reply(status=529, error="Overloaded", headers={"retry-after": "0"}))
+    with pytest.raises(anthropic.OverloadedError) as failed:
+        await ask(stack, False)
+    assert failed.value.body == {"type": "error", "error": {  # type: ignore[comparison-overlap]
+        "type": "overloaded_error", "message": "the provider answered 529: Overloaded"}}
+    assert failed.value.response.headers["retry-after"] == "0"
+    # With its default retries, Anthropic's client sends it again, and gets the answer.
+    stack.script.then(Reply(status=529, error="Overloaded", headers={"retry-after": "0"}), Reply(content="hi"))
+    async with anthropic.AsyncAnthropic(base_url=stack.url, api_key="sk-test", timeout=20) as retrying:
+        assert retrying.max_retries == 2
+        assert (await ask(stack, False, client=retrying)).text == "hi"
+    assert len(stack.upstream_requests) == 3
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_an_overloaded_provider_reaches_an_openai_client_as_a_503(stack: Stack, api: str) -> None:
+    """Anthropic's 529 is no status OpenAI's clients know by name: they get a 503, which they retry
+    as any 5xx (openai-python retries 408, 409, 429 and 5xx)."""
+    stack.script.then(Reply(status=529, error="Overloaded"))
+    asking = (stack.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+              if api == "chat" else stack.client.responses.create(model="m", input="hi"))
+    with pytest.raises(openai.InternalServerError) as failed:
+        await asking
+    assert failed.value.status_code == 503
+    assert failed.value.body["code"] == "upstream_529"  # type: ignore[index]
+    assert "the provider answered 529: Overloaded" in failed.value.body["message"]  # type: ignore[index]
+
+
+@STREAM
+async def test_an_overload_that_outlasts_the_retries_is_final_and_keeps_its_type(
+        make_stack: StackFactory, stream: bool) -> None:
+    stack = await quick_retries(make_stack)
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), *[OVERLOADED] * 3)
+    async with anthropic.AsyncAnthropic(base_url=stack.url, api_key="sk-test", timeout=20) as retrying:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            await ask(stack, stream, client=retrying)
+    error = failed.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "overloaded_error"
+    assert "already run its tools for this request (add)" in error["message"]
+    if not stream:
+        assert isinstance(failed.value, anthropic.OverloadedError)
+        assert failed.value.response.headers["x-should-retry"] == "false"
+    assert len(stack.upstream_requests) == 4  # the client did not send it again: the tool ran once
+
+
+async def test_an_overloaded_error_event_after_text_ends_the_stream_with_its_type(stack: Stack) -> None:
+    stack.script.then(overloaded_after(5))  # message_start, ping, a text block's start and two deltas
+    with pytest.raises(anthropic.APIStatusError) as failed:
+        await ask(stack, True)
+    assert failed.value.body == {"type": "error", "error": {  # type: ignore[comparison-overlap]
+        "type": "overloaded_error", "message": "the provider reported an error mid-stream: Overloaded"}}

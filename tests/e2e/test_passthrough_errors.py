@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from aiohttp import web
@@ -135,3 +136,20 @@ async def test_a_long_text_error_is_cut(aiohttp_server: AiohttpServer, make_gate
         await gateway.client.models.list()
     error = checked(gateway, caught.value, 400, "upstream_error")
     assert 1000 <= len(error["message"]) < 1100
+
+
+async def test_an_overloaded_provider_is_a_529_to_anthropics_client_and_a_503_to_openais(
+        aiohttp_server: AiohttpServer, make_gateway: GatewayFactory) -> None:
+    """Anthropic's 529 on a pass-through route (count_tokens, models): each client gets the status its
+    SDK retries, in its own shape."""
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    gateway = await provider(aiohttp_server, make_gateway, lambda r: web.json_response(overloaded, status=529))
+    async with anthropic.AsyncAnthropic(base_url=gateway.url, api_key="sk-test", max_retries=0) as client:
+        with pytest.raises(anthropic.OverloadedError) as refused:
+            await client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.body == {"type": "error", "error": {  # type: ignore[comparison-overlap]
+        "type": "overloaded_error", "message": "the provider answered 529: Overloaded"}}
+    with pytest.raises(openai.InternalServerError) as caught:
+        await gateway.client.models.list()
+    error = checked(gateway, caught.value, 503, "upstream_error")
+    assert (error["code"], error["message"]) == ("upstream_529", "the provider answered 529: Overloaded")

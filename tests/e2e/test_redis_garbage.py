@@ -196,6 +196,33 @@ async def test_a_response_alias_that_is_garbage_is_an_answer_id_no_longer_known(
     store_still_up(stack)
 
 
+# A thread's record that is garbage: what the store cannot read is counted; a JSON object of
+# another shape is missing to the thread's reader alone.
+THREAD_GARBAGE = {"not-utf8": (b"\xff{", 1), "a-list": (b"[1, 2]", 1), "wrong-type": (WRONG_TYPE, 1),
+                  "not-json": (b"{not json", 0), "another-shape": (b'{"messages": "x", "fields": {}}', 0)}
+
+
+@pytest.mark.parametrize(("garbage", "counted"), THREAD_GARBAGE.values(), ids=THREAD_GARBAGE.keys())
+async def test_a_thread_that_is_garbage_is_a_thread_not_held(
+        make_stack: StackFactory, state_url: str, raw: Redis, caplog: pytest.LogCaptureFixture,
+        garbage: bytes | None, counted: int) -> None:
+    """Its next turn hears thread_not_found, and Anthropic's SDK sends the conversation whole."""
+    stack = await make_stack(state_url=state_url, upstream_kind="anthropic")
+    stack.script.then(Reply(content="Hello."), Reply(content="Fine, thanks."))
+    async with stack.anthropic() as client:
+        thread = client.beta.messages.thread(model="m", max_tokens=64)
+        await thread.send({"role": "user", "content": "Hi."})
+        key = await key_of(raw, "thread")
+        await spoil(raw, key, garbage)
+        with caplog.at_level(logging.WARNING, logger="toolspan.state"):
+            answer = await thread.send({"role": "user", "content": "How are you?"})
+    assert answer.content[0].text == "Fine, thanks."  # type: ignore[union-attr]
+    assert [m["content"] for m in stack.upstream_requests[-1]["messages"]][::2] == ["Hi.", "How are you?"]
+    assert unreadable(stack, "thread") == counted
+    assert logged(caplog, key) == counted
+    store_still_up(stack)
+
+
 OWNER_GARBAGE = {"not-the-mark": b"yes", "not-utf8": b"\xff", "wrong-type": WRONG_TYPE}
 
 

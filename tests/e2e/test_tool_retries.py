@@ -5,25 +5,27 @@ itself within the request; when the provider keeps failing, the client gets one 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from agents import Agent, OpenAIProvider, RunConfig, Runner
-from openai import AsyncOpenAI
+from openai import NOT_GIVEN, AsyncOpenAI
 
 from gateway.demo.model import Reply
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
 from tests.conftest import STREAM, TEST_KEY, USER, Stack, StackFactory
-from tests.e2e.redis_server import RedisServer
 
 API = pytest.mark.parametrize("api", ["chat", "responses"])
 FAILURES = {"429": Reply(status=429, error="rate limited", headers={"retry-after": "0"}),
             "500": Reply(status=500, error="the model is overloaded")}
 FAILURE = pytest.mark.parametrize("failure", sorted(FAILURES))
+CHARGE = Reply(tool_calls=[("charge", {"amount": 5})])
 
 
 class Ledger:
@@ -45,28 +47,18 @@ class Provider:
     """The scripted model: it asks for the charge, then (once the charge's result is in the
     conversation) fails `failures` times before it answers."""
 
-    def __init__(self, failure: Reply, failures: int) -> None:
+    def __init__(self, failure: Reply, failures: int, first: Reply = CHARGE) -> None:
         self.failure = failure
         self.failures_left = failures
+        self.first = first  # the answer that asks for the charge
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         if not any(m.get("role") == "tool" for m in body["messages"]):
-            return Reply(tool_calls=[("charge", {"amount": 5})])
+            return self.first
         if self.failures_left > 0:
             self.failures_left -= 1
             return self.failure
         return Reply(content="Charged 5.")
-
-
-@pytest.fixture(params=["memory", "redis"])
-def state(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """Settings for the state in this process's memory, and in a real Redis."""
-    if request.param == "memory":
-        return {}
-    redis: RedisServer = request.getfixturevalue("redis_server")
-    if redis.process is None:  # an outage test that failed half-way
-        redis.start()
-    return {"state_url": redis.url}
 
 
 @pytest.fixture
@@ -238,3 +230,98 @@ async def test_a_retry_after_past_the_time_bound_ends_the_retries_at_once(make_s
     assert ledger.charges == [5]
     assert len(stack.upstream_requests) == 2  # the tool's round and one attempt of the next
     assert stack.metric(names.METRIC_UPSTREAM_RETRIES, **{names.LABEL_MODEL: "m"}) == 0
+
+
+# What a provider's answer carries beside its body: its request id (Anthropic's and OpenAI's names).
+PROVIDER_HEADERS = {"request-id": "req_first_round", "x-request-id": "req_first_round"}
+
+
+class StreamFailed(Exception):
+    """A stream that ended in an error event, which the openai client leaves to the app to raise."""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What the app's client made of an answer: its text, its headers, the prompt tokens it counts."""
+
+    text: str
+    headers: Mapping[str, str]
+    input_tokens: int
+
+
+async def answered(stack: Stack, client: AsyncOpenAI, api: str, stream: bool) -> Replayed:
+    """One app call with the API's official client (its default retries): what it made of the answer."""
+    if api == "messages":
+        return await _anthropic_answer(stack, stream)
+    if api == "chat":
+        raw = await client.chat.completions.with_raw_response.create(
+            model="m", messages=USER, stream=stream, stream_options={"include_usage": True} if stream else NOT_GIVEN)
+        if not stream:
+            completion = raw.parse()
+            assert completion.usage is not None
+            return Replayed(completion.choices[0].message.content or "", raw.headers, completion.usage.prompt_tokens)
+        chunks = [chunk async for chunk in raw.parse()]
+        usage = chunks[-1].usage
+        assert usage is not None
+        return Replayed("".join(c.choices[0].delta.content or "" for c in chunks if c.choices), raw.headers,
+                        usage.prompt_tokens)
+    raw_response = await client.responses.with_raw_response.create(model="m", input="charge me", stream=stream)
+    if not stream:
+        response = raw_response.parse()
+    else:
+        events = [event async for event in raw_response.parse()]
+        if events[-1].type == "error":  # the stream's 200 was out: the failure is its last event
+            raise StreamFailed(events[-1].message)
+        [response] = [e.response for e in events if e.type == "response.completed"]
+    assert response.usage is not None
+    text = "".join(part.text for item in response.output if item.type == "message" for part in item.content
+                   if part.type == "output_text")
+    return Replayed(text, raw_response.headers, response.usage.input_tokens)
+
+
+async def _anthropic_answer(stack: Stack, stream: bool) -> Replayed:
+    async with anthropic.AsyncAnthropic(base_url=stack.url, api_key=TEST_KEY, timeout=20) as client:
+        assert client.max_retries == 2  # the default every app gets
+        request: dict[str, Any] = {"model": "m", "max_tokens": 64, "messages": USER}
+        if not stream:
+            raw = await client.messages.with_raw_response.create(**request)
+            message = await raw.parse()
+            headers: Mapping[str, str] = raw.headers
+        else:
+            async with client.messages.stream(**request) as streamed:
+                message = await streamed.get_final_message()
+                headers = streamed.response.headers
+    text = "".join(block.text for block in message.content if block.type == "text")
+    return Replayed(text, headers, message.usage.input_tokens)
+
+
+async def failed(stack: Stack, client: AsyncOpenAI, api: str, stream: bool) -> str:
+    """One app call that ends in the gateway's final error: its message."""
+    with pytest.raises((openai.APIError, anthropic.APIError, StreamFailed)) as caught:
+        await answered(stack, client, api, stream)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+@STREAM
+async def test_every_kept_round_comes_back_as_the_provider_sent_it(
+        replaying_client: tuple[Stack, Ledger, AsyncOpenAI], api: str, stream: bool) -> None:
+    """The round a failed request did is kept (in memory, or in Redis) and read back whole: its
+    answer, headers (aiohttp names them with its case-insensitive string type, which the record's
+    encoder refused: a streamed Messages request then lost its rounds, and its replay ran the tool
+    again), usage and what the stream showed."""
+    stack, ledger, client = replaying_client
+    first = Reply(content="Charging.", tool_calls=[("charge", {"amount": 5})], headers=PROVIDER_HEADERS)
+    script(stack, Provider(FAILURES["429"], 3, first))
+    assert "resumes after them" in await failed(stack, client, api, stream)
+    assert ledger.charges == [5]
+    failing, before = stack.upstream_requests[-1], len(stack.upstream_requests)
+    replayed = await answered(stack, client, api, stream)
+    assert ledger.charges == [5]
+    # One provider call, the one that had failed, to the byte: the kept round is the conversation it continues.
+    assert stack.upstream_requests[before:] == [failing]
+    assert replayed.text.endswith("Charged 5.")
+    assert replayed.input_tokens == 20  # the kept round's and the new one's
+    if stream:  # the stream showed the kept round again, under its own answer's head
+        assert replayed.text == "Charging.Charged 5."
+        assert replayed.headers["request-id"] == "req_first_round"

@@ -1,6 +1,7 @@
 """Anthropic's Messages API (POST /v1/messages) as one adapter: its request (request.py), its
-answers (answer.py), its conversation (history.py) and what the client gets (render.py). The
-provider speaks Messages too (`upstream_kind = "anthropic"`, or any server with that API)."""
+answers (answer.py), its conversation (history.py), what the client gets (render.py) and the
+threads the gateway holds for it (threads.py). The provider speaks Messages too
+(`upstream_kind = "anthropic"`, or any server with that API)."""
 
 from __future__ import annotations
 

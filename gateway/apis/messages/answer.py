@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from gateway.engine.turn import ModelCall, ModelTurn, arguments_text, count, usage_of
-from gateway.errors import UpstreamUnavailable
+from gateway.errors import UpstreamUnavailable, stream_error
 
 # A message's stop reason in Chat's terms, so that telemetry and the engine read alike for every API.
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
@@ -72,8 +72,7 @@ class MessagesStreamReader:
             return event
         if kind == "error":
             error = event.get("error")
-            said = error.get("message") if isinstance(error, dict) else None
-            raise UpstreamUnavailable(f"the provider reported an error mid-stream: {said or 'unknown'}")
+            raise stream_error(error if isinstance(error, dict) else {})
         if kind == "message_delta":
             delta = event.get("delta")
             self._delta.update(delta if isinstance(delta, dict) else {})

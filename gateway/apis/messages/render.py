@@ -26,12 +26,20 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "
 DELTA_FIELDS = ("stop_reason", "stop_sequence", "stop_details", "container")
 
 
+# Error codes Anthropic's API names in `error.details.error_code`, which its SDK acts on.
+DETAILED_CODES = frozenset({"thread_not_found"})
+
+
 def error_body(error: GatewayError) -> dict[str, Any]:
-    """An error as Anthropic's API words it: `{"type": "error", "error": {"type", "message"}}`."""
+    """An error as Anthropic's API words it: `{"type": "error", "error": {"type", "message"}}`,
+    and its `details` where the code is one Anthropic's SDK reads there."""
     detail = error.body().get("error")
     message = detail.get("message") if isinstance(detail, Mapping) else None
     kind = ERROR_TYPES.get(error.status, "invalid_request_error" if error.status < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": str(message or error.message)}}
+    said: dict[str, Any] = {"type": kind, "message": str(message or error.message)}
+    if error.code in DETAILED_CODES:
+        said["details"] = {"error_code": error.code}
+    return {"type": "error", "error": said}
 
 
 def visible_blocks(turn: ModelTurn) -> list[Mapping[str, Any]]:

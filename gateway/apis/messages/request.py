@@ -87,7 +87,9 @@ async def plan_messages(api: Wire, body: Mapping[str, Any], caller: Caller, regi
     offers = offers_tools(body, offer.on_empty)
     gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
     offered = registry.specs("messages", tool_spec, caller.allowed) if offers else []
-    base, client_names = upstream_base(body, ("messages", "stream"), tool_name, offered, gateway_names, offer.shared)
+    # `thread` is the gateway's to hold (gateway.apis.messages.threads): the provider never sees it.
+    base, client_names = upstream_base(body, ("messages", "stream", "thread"), tool_name, offered, gateway_names,
+                                       offer.shared)
     messages = body["messages"]
     tokens = held_tokens(messages)
     found = await held.lookup(caller.principal, tokens) if tokens else NOTHING
