@@ -31,6 +31,7 @@ from gateway.cli_trajectories import add_parser as add_trajectories_parser
 from gateway.cli_trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
 from gateway.demo.tools import demo_registry
+from gateway.escaping import without_credentials
 from gateway.logs import configure_logging
 from gateway.runtime import CannotListen, gateway, run, settle_garbage_collector
 from gateway.settings import Settings, load_settings
@@ -242,7 +243,7 @@ def serve_worker(settings: Settings, mcp_examples: bool, worker: Worker) -> None
     try:
         run(_serve(settings, mcp_examples, worker))
     except OPERATOR_ERRORS as exc:
-        worker.failed(str(exc))
+        worker.failed(without_credentials(str(exc)))
         sys.exit(2)
 
 
@@ -318,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             return run(supervise(work, settings.workers, settings.shutdown_grace_seconds))
         run(_serve(settings, mcp_examples=options.mcp_examples))
     except (*OPERATOR_ERRORS, WorkerFailed) as exc:
-        for line in str(exc).splitlines():  # a settings error may be several, one a line
+        # A settings error may be several, one a line; a URL in one is said without its credentials.
+        for line in without_credentials(str(exc)).splitlines():
             print(line if line.startswith(" ") else f"toolspan: {line}", file=sys.stderr)
         return 2
     return 0

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from gateway.escaping import without_credentials
+
 PROXY_VARIABLES = frozenset({"https_proxy", "http_proxy", "all_proxy", "no_proxy"})  # lowercased
 DIRECT = "direct"  # the upstream_proxy value for "no proxy, whatever the environment says"
 _SEPARATORS = re.compile(r"[,\s]+")
@@ -42,7 +44,9 @@ class Proxy:
 
 
 def parse_proxy(value: str, source: str) -> Proxy:
-    """The proxy `value` names; a ValueError naming `source` (a setting or variable) when it names none."""
+    """The proxy `value` names; a ValueError naming `source` (a setting or variable) when it names
+    none, which repeats `value` without its credentials."""
+    shown = without_credentials(value)
     text = value.strip()
     if "://" not in text:
         text = f"http://{text}"
@@ -50,12 +54,12 @@ def parse_proxy(value: str, source: str) -> Proxy:
         url = URL(text)
         port = url.port
     except ValueError as exc:
-        raise ValueError(f"{source}: {value!r} is not a proxy URL ({exc})") from exc
+        raise ValueError(f"{source}: {shown!r} is not a proxy URL ({without_credentials(str(exc))})") from exc
     if url.scheme != "http":
-        raise ValueError(f"{source}: {value!r}: only http:// proxies are supported (the gateway tunnels https "
+        raise ValueError(f"{source}: {shown!r}: only http:// proxies are supported (the gateway tunnels https "
                          "through them with CONNECT)")
     if not url.host:
-        raise ValueError(f"{source}: {value!r} names no proxy host; give http://host:port")
+        raise ValueError(f"{source}: {shown!r} names no proxy host; give http://host:port")
     credentials = None
     if url.user is not None:
         credentials = "Basic " + base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
