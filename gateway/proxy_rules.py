@@ -1,8 +1,11 @@
-"""Which proxy the environment names for a URL, as curl (7.86 and later) reads it.
+"""Which proxy the environment names for a URL, as curl (7.86 and later) reads it, but for the
+uppercase `HTTP_PROXY`.
 
-- `https_proxy` / `HTTPS_PROXY` for an https:// URL; for an http:// URL only `http_proxy`,
-  lowercase (curl ignores `HTTP_PROXY`: a CGI server sets it from a request's `Proxy:` header);
-  then `all_proxy` / `ALL_PROXY`. The lowercase name wins; an empty value is unset.
+- `https_proxy` / `HTTPS_PROXY` for an https:// URL, `http_proxy` / `HTTP_PROXY` for an http://
+  one, then `all_proxy` / `ALL_PROXY`. The lowercase name wins; an empty value is unset. curl reads
+  no `HTTP_PROXY` (a CGI program gets it from a request's `Proxy:` header), but Python's urllib,
+  requests, httpx and aiohttp and Go's net/http read it outside CGI, and container platforms set the
+  uppercase names; the gateway is no CGI program.
 - `no_proxy` / `NO_PROXY`: entries separated by commas (and spaces); `*` alone matches every
   host; a name matches itself and its subdomains, with or without a leading dot, in any case; an
   IP address matches itself and a CIDR range (`10.0.0.0/8`, `::1/128`) the addresses in it. Ports
@@ -76,7 +79,7 @@ def _first(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None:
 
 def proxy_for(scheme: str, host: str, environ: Mapping[str, str]) -> Proxy | None:
     """The proxy the environment names for `scheme`://`host`, or None (none named, or NO_PROXY)."""
-    named = _first(environ, "https_proxy", "HTTPS_PROXY") if scheme == "https" else _first(environ, "http_proxy")
+    named = _first(environ, f"{scheme}_proxy", f"{scheme.upper()}_PROXY")
     named = named or _first(environ, "all_proxy", "ALL_PROXY")
     if named is None:
         return None

@@ -164,7 +164,8 @@ class Settings(BaseSettings):
     upstream_proxy: str | None = Field(
         None, description="HTTP proxy to reach the provider through, http://[user:password@]host:port (CONNECT "
                           "for an https provider); 'direct': none; unset: https_proxy / http_proxy / all_proxy / "
-                          "no_proxy as curl reads them")
+                          "no_proxy, each in either case (the lowercase name first; HTTP_PROXY too, which "
+                          "curl leaves out)")
     upstream_ca_bundle: Path | None = Field(
         None, description="PEM file of the CAs the provider's certificate is checked against, in place of the "
                           "system's (as curl's --cacert); unset: the system's")
@@ -383,7 +384,7 @@ def client_key(variable: str) -> str | None:
 
 
 def proxy_environment() -> dict[str, str]:
-    """The proxy variables of the environment (gateway.proxy_rules reads them as curl does)."""
+    """The proxy variables of the environment, in either case (gateway.proxy_rules reads them)."""
     return {name: value for name, value in os.environ.items() if name.lower() in PROXY_VARIABLES}
 
 
