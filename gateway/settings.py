@@ -77,7 +77,10 @@ class Settings(BaseSettings):
     upstream_kind: UpstreamKind = Field(
         "openai", description="What the provider is: openai, or any OpenAI-compatible server (vllm, ollama, "
                               "deepseek, compatible), azure (deployment paths, api-version, api-key header), or "
-                              "anthropic (the Messages API; its key as x-api-key, an anthropic-version default)")
+                              "anthropic (the Messages API; its key as x-api-key, an anthropic-version default). "
+                              "openai and azure serve Chat Completions and Responses, anthropic Messages: a request "
+                              "for another API is refused at once (400), saying so; the compatible kinds are asked "
+                              "for all three")
     upstream_provider_name: str | None = Field(
         None, description="gen_ai.provider.name on spans; unset: the one the upstream kind implies")
     azure_api_version: str = Field("2024-10-21", description="api-version for an azure upstream, unless the "

@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway import client_results, linking
+from gateway.apis import unserved
 from gateway.apis.base import WireApi
-from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS
+from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS, UPSTREAM
 from gateway.caller import Caller
 from gateway.engine import Plan
 from gateway.engine.plan import Offering
@@ -22,7 +23,9 @@ Keeping = Callable[[web.Request, Caller, Plan, dict[str, object]], render.Around
 
 
 async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None = None) -> web.StreamResponse:
-    """Answer one tool-loop request of `api`."""
+    """Answer one tool-loop request of `api`; at once, an API the upstream does not serve."""
+    if (refusal := unserved(request.app[UPSTREAM].kind, api.name)) is not None:
+        raise refusal
     body = await read_object(request)
     asked = api.checked(body, request.match_info)
     held = request.app[HELD]

@@ -11,6 +11,7 @@ from urllib.parse import unquote
 import aiohttp
 from aiohttp import web
 
+from gateway.apis import api_of_path, unserved
 from gateway.app_keys import CALLER, HELD, RECORD, TRACE, UPSTREAM
 from gateway.errors import Forbidden, GatewayError, NotFound
 from gateway.headers import body_headers, from_provider
@@ -85,11 +86,16 @@ def _dot_segments(path: str) -> bool:
 
 
 def check_route(request: web.Request) -> None:
-    """A 404 for a path the provider would read as another, a 403 for a route the key may not use."""
+    """A 404 for a path the provider would read as another, a 400 for a route of an API the
+    upstream does not serve (Messages' count_tokens on an OpenAI upstream, say), a 403 for a route
+    the key may not use."""
     if _dot_segments(request.path) or "//" in request.path:
         # The provider URL would be normalised past /v1 (or /openai), or to another route than the one
         # checked here (/v1//responses/ID is /responses/ID to the provider): never send the key there.
         raise NotFound("no such route", code="invalid_path")
+    api = api_of_path(request.path)
+    if api is not None and (refusal := unserved(request.app[UPSTREAM].kind, api)) is not None:
+        raise refusal
     routes = request[CALLER].routes
     if routes is not None and not any(under(request.path, prefix) for prefix in routes):
         raise Forbidden(f"{request.path} is not among the routes this key may use", code="not_allowed")
