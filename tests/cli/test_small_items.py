@@ -1,7 +1,11 @@
 """Smaller first-hour items (issue 35): `--outcome` takes only outcomes that exist, and a call whose
-values break a tool's declared parameters is labelled schema_violation, not parser."""
+values break a tool's declared parameters is labelled schema_violation, not parser. Issue 53's: the
+docs list every outcome `--outcome` takes, and say that a client schema's `pattern` is not checked."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +13,7 @@ from gateway.cli import main
 from gateway.demo.model import Reply
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import USER, StackFactory
+from tests.conftest import USER, StackFactory, tool_outcomes
 
 
 def test_an_unknown_outcome_is_a_usage_error_listing_the_outcomes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -20,6 +24,35 @@ def test_an_unknown_outcome_is_a_usage_error_listing_the_outcomes(capsys: pytest
     assert "argument --outcome: invalid choice: 'bogus' (choose from " in err
     for outcome in names.OUTCOMES:
         assert f"'{outcome}'" in err
+
+
+TELEMETRY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "telemetry-and-trajectories.md"
+
+
+def page_text() -> str:
+    """The telemetry page's text, its line breaks read as spaces."""
+    return " ".join(TELEMETRY_PAGE.read_text(encoding="utf-8").split())
+
+
+def test_the_docs_list_every_outcome_the_option_takes() -> None:
+    said = re.search(r"`toolspan trajectories list --outcome` takes one of `([^`]+)`", page_text())
+    assert said is not None
+    assert [outcome.strip() for outcome in said.group(1).split(",")] == list(names.OUTCOMES)
+
+
+async def test_a_client_schemas_pattern_is_not_checked_and_the_docs_say_so(make_stack: StackFactory) -> None:
+    """Even in reject mode a value that breaks `pattern` reaches the client (a hostile pattern would
+    hold the event loop), and the client's tools section of the docs says so."""
+    stack = await make_stack(client_tool_check="reject")
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[0-9]+$"}},
+              "required": ["code"], "additionalProperties": False}
+    stack.script.then(Reply(tool_calls=[("lookup", {"code": "not digits"})]))
+    answer = await stack.ask(False, messages=USER, tools=[{"type": "function", "function": {
+        "name": "lookup", "description": "d", "parameters": schema}}])
+    assert [call["function"]["arguments"] for call in answer.tool_calls] == ['{"code": "not digits"}']
+    assert tool_outcomes(stack, answer.headers["x-trace-id"], side=names.SIDE_CLIENT) == [("lookup", "ok")]
+    section = page_text().split("### The client's own tools", 1)[1].split("## ", 1)[0]
+    assert "Regular expressions are not checked: a value that breaks a `pattern` passes" in section
 
 
 async def test_a_schema_violation_is_labelled_as_such(make_stack: StackFactory) -> None:
