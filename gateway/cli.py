@@ -247,8 +247,8 @@ def serve_worker(settings: Settings, mcp_examples: bool, worker: Worker) -> None
         sys.exit(2)
 
 
-def option_help(name: str, text: str | None = None) -> str:
-    return setting_help(Settings, name, text)
+def option_help(name: str, text: str | None = None, default: str | None = None) -> str:
+    return setting_help(Settings, name, text, default)
 
 
 def _serve_options(serve: argparse.ArgumentParser) -> None:
@@ -259,7 +259,9 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--upstream", metavar="URL", help=option_help("upstream"))
     serve.add_argument("--tools", nargs="+", metavar="MODULE:ATTR",
                        help=option_help("tools", "Tools to offer: a ToolRegistry, a Tool or a list of tools, "
-                                                 "imported from the current directory (or --app-dir) first"))
+                                                 "imported from the current directory (or --app-dir) first",
+                                        default="the example tools get_weather, to_fahrenheit and echo without "
+                                                "--upstream, none with it"))
     serve.add_argument("--app-dir", type=Path, metavar="DIR", help=option_help("app_dir"))
     serve.add_argument("--config", type=Path, metavar="FILE",
                        help="TOML or JSON settings file (its keys: the settings' names, e.g. port = 8080)")

@@ -104,7 +104,9 @@ class Settings(BaseSettings):
         15.0, gt=0, allow_inf_nan=False,
         description="A pooled connection to the provider (the tool loop's and the pass-through's) that has carried "
                     "no request for this long is closed, so a burst's descriptors are given back")
-    tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
+    tools: list[str] = Field(default_factory=list, description="module:attr of tools to load; unset: the example "
+                                                               "tools (get_weather, to_fahrenheit, echo) with the "
+                                                               "built-in model, none with an upstream")
     app_dir: Path | None = Field(
         None, description="Folder the modules of `tools` are imported from first (before the installed "
                           "packages); unset: the current directory")

@@ -70,11 +70,13 @@ def _default(field: FieldInfo) -> str:
     return str(value)
 
 
-def option_help(model: type[BaseModel], name: str, text: str | None = None) -> str:
-    """The --help text of the option for setting `name`: what it is, its default, its variable."""
+def option_help(model: type[BaseModel], name: str, text: str | None = None, default: str | None = None) -> str:
+    """The --help text of the option for setting `name`: what it is, its default (`default` when
+    the field's own does not say what happens), its variable."""
     field = model.model_fields[name]
     said = (text or field.description or name).rstrip(".")
-    return f"{said} (default: {_default(field)}; env {env_names(model, name)[0]})".replace("%", "%%")
+    shown = default if default is not None else _default(field)
+    return f"{said} (default: {shown}; env {env_names(model, name)[0]})".replace("%", "%%")
 
 
 # --- what a setting accepts -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.demo.model import Reply
+from gateway.demo.tools import demo_registry
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
 from tests.conftest import USER, StackFactory, tool_outcomes
@@ -53,6 +54,20 @@ async def test_a_client_schemas_pattern_is_not_checked_and_the_docs_say_so(make_
     assert tool_outcomes(stack, answer.headers["x-trace-id"], side=names.SIDE_CLIENT) == [("lookup", "ok")]
     section = page_text().split("### The client's own tools", 1)[1].split("## ", 1)[0]
     assert "Regular expressions are not checked: a value that breaks a `pattern` passes" in section
+
+
+def test_serve_help_says_which_tools_are_served_without_tools(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at the terminal's width, hyphens too
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--help"])
+    assert exited.value.code == 0
+    said = re.search(r"--tools MODULE:ATTR \[MODULE:ATTR \.\.\.\] (.+?) --app-dir DIR ",
+                     " ".join(capsys.readouterr().out.split()))
+    assert said is not None
+    served = demo_registry().names()
+    assert said.group(1).endswith(f"(default: the example tools {', '.join(served[:-1])} and {served[-1]} without "
+                                  "--upstream, none with it; env TOOLSPAN_TOOLS)")
 
 
 async def test_a_schema_violation_is_labelled_as_such(make_stack: StackFactory) -> None:
