@@ -16,6 +16,7 @@ import asyncio
 import functools
 import importlib
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -222,6 +223,8 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
                      settings.shutdown_grace_seconds)
 
 
+READER_GONE = 128 + signal.SIGPIPE  # the exit status when stdout's reader left before the output ended
+
 # What an operator can get wrong: said in one line on stderr, exit code 2.
 OPERATOR_ERRORS = (StartupError, CannotListen, FileNotFoundError, ValueError, sqlite3.Error)
 
@@ -291,6 +294,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _command(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """What stdout was written to stopped reading (`toolspan trajectories export | head`): nothing
+    more to say, and no traceback. Its descriptor then points at /dev/null, so that the
+    interpreter's own flush at exit finds nothing to fail on; the status is a shell's for a
+    program SIGPIPE ended."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return READER_GONE
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+    return READER_GONE
+
+
+def _command(argv: list[str] | None) -> int:
     options = _parser().parse_args(argv)
     try:
         if options.command == "demo":

@@ -4,8 +4,13 @@ docs list every outcome `--outcome` takes, and say that a client schema's `patte
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +73,39 @@ def test_serve_help_says_which_tools_are_served_without_tools(monkeypatch: pytes
     served = demo_registry().names()
     assert said.group(1).endswith(f"(default: the example tools {', '.join(served[:-1])} and {served[-1]} without "
                                   "--upstream, none with it; env TOOLSPAN_TOOLS)")
+
+
+def otlp_line(trajectory: str) -> str:
+    """One request span with one tool call under it, as `toolspan trajectories import` reads them."""
+    def attributes(*pairs: tuple[str, str]) -> list[dict[str, Any]]:
+        return [{"key": key, "value": {"stringValue": value}} for key, value in pairs]
+
+    call = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "a", "parentSpanId": "0" * 15 + "b",
+            "name": "tool.call", "kind": 1, "startTimeUnixNano": "1700000000000000000",
+            "endTimeUnixNano": "1700000001000000000",
+            "attributes": attributes(("gen_ai.conversation.id", trajectory), ("gen_ai.tool.name", "x"))}
+    request = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "b", "name": "POST /v1/chat/completions",
+               "kind": 2, "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000002000000000",
+               "attributes": attributes(("gen_ai.conversation.id", trajectory))}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [call, request]}]}]})
+
+
+@pytest.mark.parametrize("command", [["export"], ["report"], ["list"], ["list", "--json"], ["show", "t1"]])
+def test_output_to_a_reader_that_left_ends_quietly(tmp_path: Path, command: list[str]) -> None:
+    """`toolspan trajectories export | head`: the reader is gone before the output ends (here before
+    it begins: the pipe's reading end is closed first). No traceback; a shell's status for a
+    program SIGPIPE ended."""
+    (tmp_path / "one.jsonl").write_text(otlp_line("t1") + "\n")
+    store = str(tmp_path / "store.sqlite3")
+    assert main(["trajectories", "import", "--db", store, str(tmp_path / "one.jsonl")]) == 0
+    reading, writing = os.pipe()
+    os.close(reading)
+    try:
+        done = subprocess.run([sys.executable, "-m", "gateway", "trajectories", *command, "--db", store],
+                              stdout=writing, stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(writing)
+    assert (done.returncode, done.stderr.decode()) == (141, "")
 
 
 async def test_a_schema_violation_is_labelled_as_such(make_stack: StackFactory) -> None:
