@@ -46,3 +46,11 @@ def test_a_refused_proxy_in_the_config_file_is_said_without_its_credentials(
     err = capsys.readouterr().err
     assert SECRET not in err
     assert f"toolspan: config file {config}, key upstream_proxy: 'http://***@:3128' is not accepted" in err
+
+
+def test_a_refused_provider_url_is_said_without_its_credentials(
+        clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--port", "0", "--upstream", f"ftp://bob:{SECRET}@provider.internal/v1"]) == 2
+    err = capsys.readouterr().err
+    assert SECRET not in err
+    assert err == "toolspan: the provider's URL must be http(s)://host...: ftp://***@provider.internal/v1\n"
