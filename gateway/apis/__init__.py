@@ -15,6 +15,7 @@ MESSAGES_PATH = "/v1/messages"
 API_TITLES = {"chat": "Chat Completions (/v1/chat/completions)", "responses": "Responses (/v1/responses)",
               "messages": "Anthropic's Messages (/v1/messages)"}
 _API_PATHS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", MESSAGES_PATH: "messages"}
+_API_PREFIXES = tuple(_API_PATHS)
 # The wire APIs an upstream of each kind serves. The OpenAI-compatible kinds (vllm, ollama, deepseek,
 # compatible) are not here: a server of theirs may serve Messages as well, or not, and says so itself.
 SERVED_BY_KIND = {"openai": ("chat", "responses"), "azure": ("chat", "responses"), "anthropic": ("messages",)}
@@ -30,6 +31,8 @@ def error_body_for(path: str, headers: Mapping[str, str]) -> ErrorBody:
 
 def api_of_path(path: str) -> str | None:
     """The wire API a /v1 path belongs to (its create route or one below it), if any."""
+    if not path.startswith(_API_PREFIXES):
+        return None  # most pass-through paths: /v1/models, /v1/files ...
     for prefix, api in _API_PATHS.items():
         if path == prefix or path.startswith(prefix + "/"):
             return api

@@ -75,6 +75,8 @@ def _dot_segments(path: str) -> bool:
     segment. Decoded once, `%252e%252e` is `%2e%2e`: that is `..` once the outgoing URL is
     normalised, or once a provider decodes it again, and the provider's host is reached outside
     the surface the gateway was given (its admin or metrics routes)."""
+    if "." not in path and "%" not in path:
+        return False  # most paths: no dot, nothing left to decode
     for _ in range(_MAX_DECODINGS):
         if any(segment.split(";", 1)[0] in (".", "..") for segment in _SEGMENTS.split(path)):
             return True
