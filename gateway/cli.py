@@ -16,6 +16,7 @@ import asyncio
 import functools
 import importlib
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -31,6 +32,7 @@ from gateway.cli_trajectories import add_parser as add_trajectories_parser
 from gateway.cli_trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
 from gateway.demo.tools import demo_registry
+from gateway.escaping import without_credentials
 from gateway.logs import configure_logging
 from gateway.runtime import CannotListen, gateway, run, settle_garbage_collector
 from gateway.settings import Settings, load_settings
@@ -221,6 +223,8 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
                      settings.shutdown_grace_seconds)
 
 
+READER_GONE = 128 + signal.SIGPIPE  # the exit status when stdout's reader left before the output ended
+
 # What an operator can get wrong: said in one line on stderr, exit code 2.
 OPERATOR_ERRORS = (StartupError, CannotListen, FileNotFoundError, ValueError, sqlite3.Error)
 
@@ -242,12 +246,12 @@ def serve_worker(settings: Settings, mcp_examples: bool, worker: Worker) -> None
     try:
         run(_serve(settings, mcp_examples, worker))
     except OPERATOR_ERRORS as exc:
-        worker.failed(str(exc))
+        worker.failed(without_credentials(str(exc)))
         sys.exit(2)
 
 
-def option_help(name: str, text: str | None = None) -> str:
-    return setting_help(Settings, name, text)
+def option_help(name: str, text: str | None = None, default: str | None = None) -> str:
+    return setting_help(Settings, name, text, default)
 
 
 def _serve_options(serve: argparse.ArgumentParser) -> None:
@@ -258,7 +262,9 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--upstream", metavar="URL", help=option_help("upstream"))
     serve.add_argument("--tools", nargs="+", metavar="MODULE:ATTR",
                        help=option_help("tools", "Tools to offer: a ToolRegistry, a Tool or a list of tools, "
-                                                 "imported from the current directory (or --app-dir) first"))
+                                                 "imported from the current directory (or --app-dir) first",
+                                        default="the example tools get_weather, to_fahrenheit and echo without "
+                                                "--upstream, none with it"))
     serve.add_argument("--app-dir", type=Path, metavar="DIR", help=option_help("app_dir"))
     serve.add_argument("--config", type=Path, metavar="FILE",
                        help="TOML or JSON settings file (its keys: the settings' names, e.g. port = 8080)")
@@ -288,6 +294,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _command(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """What stdout was written to stopped reading (`toolspan trajectories export | head`): nothing
+    more to say, and no traceback. Its descriptor then points at /dev/null, so that the
+    interpreter's own flush at exit finds nothing to fail on; the status is a shell's for a
+    program SIGPIPE ended."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return READER_GONE
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+    return READER_GONE
+
+
+def _command(argv: list[str] | None) -> int:
     options = _parser().parse_args(argv)
     try:
         if options.command == "demo":
@@ -318,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             return run(supervise(work, settings.workers, settings.shutdown_grace_seconds))
         run(_serve(settings, mcp_examples=options.mcp_examples))
     except (*OPERATOR_ERRORS, WorkerFailed) as exc:
-        for line in str(exc).splitlines():  # a settings error may be several, one a line
+        # A settings error may be several, one a line; a URL in one is said without its credentials.
+        for line in without_credentials(str(exc)).splitlines():
             print(line if line.startswith(" ") else f"toolspan: {line}", file=sys.stderr)
         return 2
     return 0

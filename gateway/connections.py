@@ -27,7 +27,7 @@ import base64
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import cast
 
 import httptools
@@ -338,10 +338,12 @@ class ProviderConnections:
                 self._targets[path_qs] = found
         return found
 
-    async def post(self, path_qs: str, headers: Mapping[str, str], body: bytes, connect_timeout: float) -> Answer:
+    async def post(self, path_qs: str, headers: Mapping[str, str], body: bytes, connect_timeout: float,
+                   resent: Callable[[], None] | None = None) -> Answer:
         """Sends the request on a free connection (a new one when none is idle: connecting takes at
         most `connect_timeout`) and waits for the answer's head. The caller bounds the whole call,
-        the wait for a free connection included, and releases the answer."""
+        the wait for a free connection included, and releases the answer. `resent` is called when
+        the request goes out a second time (below)."""
         head = [f"POST {self.target(path_qs)} HTTP/1.1\r\n", self._host_line, self._proxy_head]
         for name, value in headers.items():
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
@@ -356,6 +358,8 @@ class ProviderConnections:
             # The idle connection it went out on had been closed by the provider, or by a proxy
             # that keeps no connection past one answer (tinyproxy), as the request left: nothing
             # of an answer came, so once more on a new connection.
+            if resent is not None:
+                resent()
             answer = await self._send(data, connect_timeout, reuse=False)
         assert answer is not None
         return answer

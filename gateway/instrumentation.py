@@ -112,6 +112,10 @@ class ChatTrace(Protocol):
     def retried(self, attempt: int) -> None:
         """This call is attempt `attempt` (2 and up) of one the gateway retried itself."""
 
+    def resent(self) -> None:
+        """The request went out once more, on a new connection: the kept-alive one it was first
+        sent on closed before any byte of an answer came."""
+
 
 class Instrumentation(ToolHooks, Protocol):
     """The observer create_app is handed: requests, provider calls and (as ToolHooks) tool calls."""
@@ -151,6 +155,9 @@ class _NoChatTrace:
         return None
 
     def retried(self, attempt: int) -> None:
+        return None
+
+    def resent(self) -> None:
         return None
 
 

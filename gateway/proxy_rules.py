@@ -1,8 +1,11 @@
-"""Which proxy the environment names for a URL, as curl (7.86 and later) reads it.
+"""Which proxy the environment names for a URL, as curl (7.86 and later) reads it, but for the
+uppercase `HTTP_PROXY`.
 
-- `https_proxy` / `HTTPS_PROXY` for an https:// URL; for an http:// URL only `http_proxy`,
-  lowercase (curl ignores `HTTP_PROXY`: a CGI server sets it from a request's `Proxy:` header);
-  then `all_proxy` / `ALL_PROXY`. The lowercase name wins; an empty value is unset.
+- `https_proxy` / `HTTPS_PROXY` for an https:// URL, `http_proxy` / `HTTP_PROXY` for an http://
+  one, then `all_proxy` / `ALL_PROXY`. The lowercase name wins; an empty value is unset. curl reads
+  no `HTTP_PROXY` (a CGI program gets it from a request's `Proxy:` header), but Python's urllib,
+  requests, httpx and aiohttp and Go's net/http read it outside CGI, and container platforms set the
+  uppercase names; the gateway is no CGI program.
 - `no_proxy` / `NO_PROXY`: entries separated by commas (and spaces); `*` alone matches every
   host; a name matches itself and its subdomains, with or without a leading dot, in any case; an
   IP address matches itself and a CIDR range (`10.0.0.0/8`, `::1/128`) the addresses in it. Ports
@@ -21,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from yarl import URL
+
+from gateway.escaping import without_credentials
 
 PROXY_VARIABLES = frozenset({"https_proxy", "http_proxy", "all_proxy", "no_proxy"})  # lowercased
 DIRECT = "direct"  # the upstream_proxy value for "no proxy, whatever the environment says"
@@ -42,7 +47,9 @@ class Proxy:
 
 
 def parse_proxy(value: str, source: str) -> Proxy:
-    """The proxy `value` names; a ValueError naming `source` (a setting or variable) when it names none."""
+    """The proxy `value` names; a ValueError naming `source` (a setting or variable) when it names
+    none, which repeats `value` without its credentials."""
+    shown = without_credentials(value)
     text = value.strip()
     if "://" not in text:
         text = f"http://{text}"
@@ -50,12 +57,12 @@ def parse_proxy(value: str, source: str) -> Proxy:
         url = URL(text)
         port = url.port
     except ValueError as exc:
-        raise ValueError(f"{source}: {value!r} is not a proxy URL ({exc})") from exc
+        raise ValueError(f"{source}: {shown!r} is not a proxy URL ({without_credentials(str(exc))})") from exc
     if url.scheme != "http":
-        raise ValueError(f"{source}: {value!r}: only http:// proxies are supported (the gateway tunnels https "
+        raise ValueError(f"{source}: {shown!r}: only http:// proxies are supported (the gateway tunnels https "
                          "through them with CONNECT)")
     if not url.host:
-        raise ValueError(f"{source}: {value!r} names no proxy host; give http://host:port")
+        raise ValueError(f"{source}: {shown!r} names no proxy host; give http://host:port")
     credentials = None
     if url.user is not None:
         credentials = "Basic " + base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
@@ -72,7 +79,7 @@ def _first(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None:
 
 def proxy_for(scheme: str, host: str, environ: Mapping[str, str]) -> Proxy | None:
     """The proxy the environment names for `scheme`://`host`, or None (none named, or NO_PROXY)."""
-    named = _first(environ, "https_proxy", "HTTPS_PROXY") if scheme == "https" else _first(environ, "http_proxy")
+    named = _first(environ, f"{scheme}_proxy", f"{scheme.upper()}_PROXY")
     named = named or _first(environ, "all_proxy", "ALL_PROXY")
     if named is None:
         return None

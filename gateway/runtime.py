@@ -172,7 +172,8 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
             # The built-in model tells the client's own tools from the gateway's by the registry.
             model = ScriptedModel(policy or DemoPolicy(gateway_tools=registry))
             model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
-            settings = settings.model_copy(update={"upstream": f"{model_url}/v1"})
+            # It serves every wire API, as an OpenAI-compatible server may: none is refused before it.
+            settings = settings.model_copy(update={"upstream": f"{model_url}/v1", "upstream_kind": "compatible"})
         provider_name = "toolspan.scripted" if model is not None else (
             settings.upstream_provider_name or PROVIDER_NAMES[settings.upstream_kind])
         telemetry = build_telemetry(settings, processors, provider_name,

@@ -77,7 +77,10 @@ class Settings(BaseSettings):
     upstream_kind: UpstreamKind = Field(
         "openai", description="What the provider is: openai, or any OpenAI-compatible server (vllm, ollama, "
                               "deepseek, compatible), azure (deployment paths, api-version, api-key header), or "
-                              "anthropic (the Messages API; its key as x-api-key, an anthropic-version default)")
+                              "anthropic (the Messages API; its key as x-api-key, an anthropic-version default). "
+                              "openai and azure serve Chat Completions and Responses, anthropic Messages: a request "
+                              "for another API is refused at once (400), saying so; the compatible kinds are asked "
+                              "for all three")
     upstream_provider_name: str | None = Field(
         None, description="gen_ai.provider.name on spans; unset: the one the upstream kind implies")
     azure_api_version: str = Field("2024-10-21", description="api-version for an azure upstream, unless the "
@@ -101,7 +104,9 @@ class Settings(BaseSettings):
         15.0, gt=0, allow_inf_nan=False,
         description="A pooled connection to the provider (the tool loop's and the pass-through's) that has carried "
                     "no request for this long is closed, so a burst's descriptors are given back")
-    tools: list[str] = Field(default_factory=list, description="module:attr of tools to load")
+    tools: list[str] = Field(default_factory=list, description="module:attr of tools to load; unset: the example "
+                                                               "tools (get_weather, to_fahrenheit, echo) with the "
+                                                               "built-in model, none with an upstream")
     app_dir: Path | None = Field(
         None, description="Folder the modules of `tools` are imported from first (before the installed "
                           "packages); unset: the current directory")
@@ -173,7 +178,8 @@ class Settings(BaseSettings):
     upstream_proxy: str | None = Field(
         None, description="HTTP proxy to reach the provider through, http://[user:password@]host:port (CONNECT "
                           "for an https provider); 'direct': none; unset: https_proxy / http_proxy / all_proxy / "
-                          "no_proxy as curl reads them")
+                          "no_proxy, each in either case (the lowercase name first; HTTP_PROXY too, which "
+                          "curl leaves out)")
     upstream_ca_bundle: Path | None = Field(
         None, description="PEM file of the CAs the provider's certificate is checked against, in place of the "
                           "system's (as curl's --cacert); unset: the system's")
@@ -393,7 +399,7 @@ def client_key(variable: str) -> str | None:
 
 
 def proxy_environment() -> dict[str, str]:
-    """The proxy variables of the environment (gateway.proxy_rules reads them as curl does)."""
+    """The proxy variables of the environment, in either case (gateway.proxy_rules reads them)."""
     return {name: value for name, value in os.environ.items() if name.lower() in PROXY_VARIABLES}
 
 

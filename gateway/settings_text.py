@@ -22,6 +22,8 @@ from pydantic import AliasChoices, BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from gateway.escaping import without_credentials
+
 ENV_PREFIX = "TOOLSPAN_"
 # Values never repeated in an error: keys, secrets, and the headers and environment of MCP servers.
 _HIDDEN_PARTS = ("key", "secret", "token", "password", "headers", "env")
@@ -30,11 +32,13 @@ _UNPARSED = re.compile(r'error parsing value for field "(\w+)"')
 
 
 class SettingsInvalid(ValueError):
-    """Settings refused at start-up: one line per problem (str() joins them with newlines)."""
+    """Settings refused at start-up: one line per problem (str() joins them with newlines), with
+    the credentials of any URL repeated in them masked (a proxy's or a Redis URL's password)."""
 
     def __init__(self, lines: Sequence[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = list(lines)
+        masked = [without_credentials(line) for line in lines]
+        super().__init__("\n".join(masked))
+        self.lines = masked
 
 
 def version() -> str:
@@ -66,11 +70,13 @@ def _default(field: FieldInfo) -> str:
     return str(value)
 
 
-def option_help(model: type[BaseModel], name: str, text: str | None = None) -> str:
-    """The --help text of the option for setting `name`: what it is, its default, its variable."""
+def option_help(model: type[BaseModel], name: str, text: str | None = None, default: str | None = None) -> str:
+    """The --help text of the option for setting `name`: what it is, its default (`default` when
+    the field's own does not say what happens), its variable."""
     field = model.model_fields[name]
     said = (text or field.description or name).rstrip(".")
-    return f"{said} (default: {_default(field)}; env {env_names(model, name)[0]})".replace("%", "%%")
+    shown = default if default is not None else _default(field)
+    return f"{said} (default: {shown}; env {env_names(model, name)[0]})".replace("%", "%%")
 
 
 # --- what a setting accepts -------------------------------------------------------------------------
@@ -117,10 +123,20 @@ def _hidden(loc: Sequence[Any]) -> bool:
     return any(part in str(name).lower() for name in loc for part in _HIDDEN_PARTS)
 
 
+def _without_secrets(value: Any) -> Any:
+    """`value` with what it holds under a hidden name (an MCP server's headers, a key's secret)
+    replaced, at any depth: a refused table is repeated whole."""
+    if isinstance(value, Mapping):
+        return {name: "(hidden)" if _hidden((name,)) else _without_secrets(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_secrets(item) for item in value]
+    return value
+
+
 def _shown(value: Any, loc: Sequence[Any]) -> str:
     if _hidden(loc):
         return "(hidden)"
-    text = repr(value)
+    text = repr(_without_secrets(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 

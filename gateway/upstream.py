@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -142,13 +142,15 @@ class Upstream:
             "Authorization": f"Bearer {key}"}
         return {**headers, **own}
 
-    async def post(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
+    async def post(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str],
+                   resent: Callable[[], None] | None = None) -> tuple[Any, dict[str, str]]:
         """One JSON request: the decoded JSON answer (the engine checks its shape) and the headers
-        that may reach the caller."""
+        that may reach the caller. `resent` is told of a resend on a new connection
+        (ProviderConnections.post)."""
         with self._ended_by_shutdown(), _ProviderErrors(self._whole_timed_out):
             async with asyncio.timeout(self._timeout):
                 response = await self._connections.post(path, _json_headers(headers), orjson.dumps(body),
-                                                        self._connect_timeout)
+                                                        self._connect_timeout, resent)
                 try:
                     await _raise_for_status(response)
                     raw = await response.read()
@@ -165,14 +167,15 @@ class Upstream:
         return answer, answer_headers
 
     @asynccontextmanager
-    async def post_stream(self, path: str, body: Mapping[str, Any],
-                          headers: Mapping[str, str]) -> AsyncIterator[ProviderStream]:
+    async def post_stream(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str],
+                          resent: Callable[[], None] | None = None) -> AsyncIterator[ProviderStream]:
         """A streamed answer: its headers and an iterator of its decoded SSE events; leaving the
-        block closes the connection, which is how a client disconnect cancels the provider's work."""
+        block closes the connection, which is how a client disconnect cancels the provider's work.
+        `resent` as for `post`."""
         with self._ended_by_shutdown(), _ProviderErrors("the provider did not start its stream in time"):
             async with asyncio.timeout(self._timeout):  # a free connection, and the answer's head
                 response = await self._connections.post(path, _json_headers(headers), orjson.dumps(body),
-                                                        self._connect_timeout)
+                                                        self._connect_timeout, resent)
         try:
             with _ProviderErrors("the provider did not finish its error answer in time"):
                 async with asyncio.timeout(self._timeout):

@@ -49,6 +49,9 @@ ATTR_RETRY_KIND: Final = "toolspan.retry.kind"
 ATTR_RETRY_STATE: Final = "toolspan.retry.state"
 # On a `chat` span: which attempt of its provider call it is (2 and up: the gateway retried it).
 ATTR_UPSTREAM_ATTEMPT: Final = "toolspan.upstream.attempt"
+# On a `chat` span: how many times its request was sent again on a new connection, the kept-alive one
+# having closed unanswered (the HTTP conventions' attribute, stable; absent: sent once).
+ATTR_HTTP_RESEND_COUNT: Final = "http.request.resend_count"
 
 ATTR_PROVIDER_NAME: Final = "gen_ai.provider.name"
 ATTR_REQUEST_MODEL: Final = "gen_ai.request.model"

@@ -190,7 +190,7 @@ class ChatSpan:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
     __slots__ = ("_answer", "_attempt", "_capture", "_exemplar_trace", "_failure", "_metrics", "_model", "_parent",
-                 "_propagation", "_provider", "_sent", "_span", "_start", "_status", "_stream", "_tracer")
+                 "_propagation", "_provider", "_resends", "_sent", "_span", "_start", "_status", "_stream", "_tracer")
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model: ChatModel, stream: bool, provider: str,
                  propagation: Propagation, capture: MessageCapture | None = None) -> None:
@@ -206,6 +206,7 @@ class ChatSpan:
         self._answer: ModelAnswer | None = None
         self._failure: tuple[dict[str, Any], str] | None = None  # error attributes, status message
         self._attempt = 1  # of a provider call the gateway retried itself
+        self._resends = 0  # of its request, on a new connection (the transport's, not the gateway's retry)
 
     def __enter__(self) -> ChatSpan:
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
@@ -236,6 +237,9 @@ class ChatSpan:
     def retried(self, attempt: int) -> None:
         self._attempt = attempt
         self._metrics.upstream_retries.labels(self._model.label).inc()
+
+    def resent(self) -> None:
+        self._resends += 1
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -279,6 +283,8 @@ class ChatSpan:
             names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream}
         if self._attempt > 1:
             attributes[names.ATTR_UPSTREAM_ATTEMPT] = self._attempt
+        if self._resends:
+            attributes[names.ATTR_HTTP_RESEND_COUNT] = self._resends
         answer = self._answer
         if answer is None:
             return attributes

@@ -425,7 +425,9 @@ async def make_stack(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClien
             model = ScriptedModel(script)
             upstream = await aiohttp_server(model.app())
             model.base_url = str(upstream.make_url("")).rstrip("/")
-            # An Azure-style provider is named by its endpoint; the others by their /v1 base.
+            # An Azure-style provider is named by its endpoint; the others by their /v1 base. The scripted
+            # model serves every wire API: of the kinds, "compatible" says so (openai would refuse Messages).
+            overrides.setdefault("upstream_kind", "compatible")
             base = "" if overrides.get("upstream_kind") == "azure" else "/v1"
             settings = Settings(port=0, upstream=str(upstream.make_url(base)).rstrip("/"), **overrides)
             gateway = await _serve_gateway(exits, aiohttp_server, aiohttp_client, settings, registry,

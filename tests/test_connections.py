@@ -14,13 +14,17 @@ from dataclasses import dataclass, field
 import pytest
 import trustme
 from aiohttp import web
+from opentelemetry.semconv.attributes import http_attributes
 from pydantic import SecretStr
 from pytest_aiohttp import AiohttpServer
 
 from gateway import connections
 from gateway.connections import ProviderConnectionError, ProviderConnections
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.settings import Settings
 from gateway.upstream import Upstream
+from telemetry import names
+from tests.conftest import GatewayFactory
 
 DEADLINE = 5.0
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}"
@@ -109,6 +113,30 @@ def first_then_ok(first: Answering) -> Answering:
         return await first(request, writer)
 
     return answer
+
+
+def one_answer_a_connection(answer: bytes) -> Answering:
+    """As tinyproxy does: one answer a connection, no `Connection: close`, then the connection's
+    close; a request sent on it before the close arrived gets no answer."""
+    answered: set[int] = set()
+
+    async def answer_once(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        if id(writer) in answered:
+            return False  # the next request on the connection: closed unanswered
+        answered.add(id(writer))
+        writer.write(answer)
+        await writer.drain()
+        return True
+
+    return answer_once
+
+
+COMPLETION = (b'{"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m", "choices": [{"index": 0, '
+              b'"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}], "usage": '
+              b'{"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}')
+CHUNKS = [b'data: {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": '
+          b'[{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}\n\n',
+          b"data: [DONE]\n\n"]
 
 
 def chunk(data: bytes) -> bytes:
@@ -419,24 +447,40 @@ async def test_a_connection_the_provider_closed_while_idle_is_not_used(
 
 async def test_a_kept_connection_closed_as_the_request_went_out_is_tried_once_more_on_a_new_one(
         raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
-    """As tinyproxy does: one answer a connection, no `Connection: close`, then the connection's
-    close; a request sent on it before the close arrived gets no answer."""
-    answered: set[int] = set()
-
-    async def one_answer_a_connection(request: bytes, writer: asyncio.StreamWriter) -> bool:
-        if id(writer) in answered:
-            return False  # the next request on the connection: closed unanswered
-        answered.add(id(writer))
-        writer.write(OK)
-        await writer.drain()
-        return True
-
-    provider = await raw_provider(one_answer_a_connection)
+    provider = await raw_provider(one_answer_a_connection(OK))
     pool = ProviderConnections(provider.url, 10)
     assert [await exchange(pool) for _ in range(3)] == [(200, b'{"a": true}')] * 3
     assert provider.connections == 3
     assert len(provider.requests) == 5  # the second and third went out twice: once unanswered
     await pool.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_a_request_sent_again_on_a_new_connection_says_so_on_its_chat_span(
+        raw_provider: Callable[..., Awaitable[RawProvider]], make_gateway: GatewayFactory, stream: bool) -> None:
+    """The transport's resend is the HTTP conventions' http.request.resend_count on the chat span;
+    a request sent once has none."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(COMPLETION)
+    answer = CHUNKED_HEAD + b"".join(chunk(part) for part in CHUNKS) + b"0\r\n\r\n" if stream else head + COMPLETION
+    provider = await raw_provider(one_answer_a_connection(answer))
+    gateway = await make_gateway(Settings(port=0, upstream=provider.url, trajectory_store=False))
+    for _ in range(2):
+        if stream:
+            chunks = [c async for c in await gateway.client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hello"}], stream=True)]
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "hi"
+        else:
+            completion = await gateway.client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hello"}])
+            assert completion.choices[0].message.content == "hi"
+    assert (provider.connections, len(provider.requests)) == (2, 3)  # the second went out twice
+    chats = sorted((s for s in gateway.spans() if s.name.startswith(names.SPAN_CHAT_PREFIX)),
+                   key=lambda span: span.start_time or 0)
+    assert [(s.attributes or {}).get(names.ATTR_HTTP_RESEND_COUNT) for s in chats] == [None, 1]
+
+
+def test_the_resend_count_is_the_conventions_attribute() -> None:
+    assert names.ATTR_HTTP_RESEND_COUNT == http_attributes.HTTP_REQUEST_RESEND_COUNT
 
 
 async def test_a_new_connection_closed_unanswered_is_an_error_not_a_retry(

@@ -11,6 +11,8 @@ from gateway.demo.model import Reply
 
 _HINT = re.compile(r"(\w+) \(did you mean '(\w+)'\?\)")
 _CITY = re.compile(r"\bin ([A-Z][a-zA-Z-]+)")
+# A question the weather story answers: any other goes to the user's own tools, or is echoed.
+_ABOUT_WEATHER = re.compile(r"\b(?:weather|forecast|temperature)\b", re.IGNORECASE)
 
 
 def _offered(body: dict[str, Any]) -> set[str]:
@@ -37,6 +39,11 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return str(content or "")
+
+
+def _question(messages: list[dict[str, Any]]) -> str:
+    """The text of the user's last message."""
+    return next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
 
 
 def _calls_and_results(turns: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
@@ -70,6 +77,7 @@ def _weather(value: Any) -> dict[str, Any] | None:
 
 
 STORY_TOOLS = ("get_weather", "to_fahrenheit")  # the weather story's, whoever runs them
+DEMO_TOOLS = (*STORY_TOOLS, "echo")  # the example tools (gateway.demo.tools), which are no user's own
 QUOTED_CHARS = 500  # of a client tool's result, in the answer that quotes it
 
 
@@ -92,37 +100,45 @@ def _example(schema: Any, question: str) -> Any:
 
 
 class DemoPolicy:
-    """An agent that asks for the weather with a wrong argument name, reads the gateway's
-    diagnostic, corrects the name, converts the temperature, and answers.
+    """An agent that, asked about the weather, asks for it with a wrong argument name, reads the
+    gateway's diagnostic, corrects the name, converts the temperature, and answers.
 
     With a tool of the client's own on offer (a function tool that is not in `gateway_tools`, the
     gateway's registry, nor one of the weather story's), it hands back instead: to the user's
     message it answers with a call of the first such tool, its required arguments made up from its
     schema (`_example`); to that tool's result, with a text quoting it. Without `gateway_tools`,
-    every offered tool counts as the gateway's. When the weather story's tools are not on offer
-    (a registry of the user's own, `toolspan serve --tools mytools:registry`), the first of the
-    gateway's tools is called the same way, so that a newcomer's first request runs their tool."""
+    every offered tool counts as the gateway's. To any other question than the weather (or when
+    the weather story's tools are not on offer), the first of the gateway's tools that is not an
+    example tool (a registry of the user's own, `toolspan serve --tools mytools:registry`, alone or
+    beside the examples) is called the same way, so that a newcomer's first request runs their tool."""
 
     def __init__(self, gateway_tools: Container[str] | None = None) -> None:
         self.gateway_tools = gateway_tools
 
-    def _client_tools(self, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    def _client_tools(self, body: dict[str, Any], question: str) -> list[tuple[str, Any]]:
         """(name, parameters) of the tools to call in the request's order: the client's own on
-        offer, else the gateway's when the weather story's are not on offer."""
+        offer; else none for a weather question while get_weather is on offer (the weather story);
+        else the gateway's that are not example tools; else, when the weather story's are not on
+        offer, the gateway's."""
         if self.gateway_tools is None or body.get("tool_choice") == "none":
             return []
         functions = [(f["name"], f.get("parameters")) for t in body.get("tools") or []
                      if isinstance(t, dict) and isinstance(f := t.get("function"), dict)
                      and isinstance(f.get("name"), str)]
-        if any(_base(name) in STORY_TOOLS for name, _ in functions):
-            return [(name, p) for name, p in functions if name not in self.gateway_tools
-                    and _base(name) not in STORY_TOOLS]
-        own = [(name, p) for name, p in functions if name not in self.gateway_tools]
-        return own or functions
+        clients = [(name, p) for name, p in functions if name not in self.gateway_tools
+                   and _base(name) not in STORY_TOOLS]
+        if clients:
+            return clients
+        if _ABOUT_WEATHER.search(question) and any(_base(name) == "get_weather" for name, _ in functions):
+            return []
+        users = [(name, p) for name, p in functions if _base(name) not in DEMO_TOOLS]
+        if users or any(_base(name) in STORY_TOOLS for name, _ in functions):
+            return users
+        return functions
 
     def _hand_back(self, body: dict[str, Any], messages: list[dict[str, Any]],
                    turns: list[dict[str, Any]]) -> Reply | None:
-        client = self._client_tools(body)
+        client = self._client_tools(body, _question(messages))
         if not client:
             return None
         names = {name for name, _ in client}
@@ -133,7 +149,7 @@ class DemoPolicy:
             return Reply(content=f"(scripted model) Your tool {name} answered: {quoted}")
         if messages and messages[-1].get("role") == "user":
             name, parameters = client[0]
-            question = _text(messages[-1].get("content"))[:200]
+            question = _question(messages)[:200]
             arguments = _example(parameters or {"type": "object"}, question)
             return Reply(tool_calls=[(name, arguments if isinstance(arguments, dict) else {})])
         return None
@@ -145,7 +161,7 @@ class DemoPolicy:
         if (handed := self._hand_back(body, messages, turns)) is not None:
             return handed
         weather_tool, fahrenheit_tool = _named(offered, "get_weather"), _named(offered, "to_fahrenheit")
-        if body.get("tool_choice") == "none" or weather_tool is None:
+        if body.get("tool_choice") == "none" or weather_tool is None or not _ABOUT_WEATHER.search(_question(messages)):
             return Reply(content=self._answer(messages, turns))
         history = _calls_and_results(turns)
         if history:
@@ -156,8 +172,7 @@ class DemoPolicy:
                 return Reply(tool_calls=[(name, fixed)])
         done = {_base(name): value for name, _, result in history if (value := _succeeded(result)) is not None}
         if "get_weather" not in done:
-            question = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
-            city = match.group(1) if (match := _CITY.search(question)) else "Paris"
+            city = match.group(1) if (match := _CITY.search(_question(messages))) else "Paris"
             return Reply(tool_calls=[(weather_tool, {"city_name": city})])  # the wrong name, on purpose
         weather = _weather(done["get_weather"])
         if (weather is not None and fahrenheit_tool is not None and "to_fahrenheit" not in done
@@ -175,8 +190,7 @@ class DemoPolicy:
             extra = f" ({fahrenheit} °F)" if fahrenheit is not None else ""
             return (f"In {weather['city']} it is {weather['temperature']} °{weather['unit'][:1].upper()}{extra} "
                     f"with {weather['conditions']}.")
-        question = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
-        return f"(scripted model) You said: {question[:200]}"
+        return f"(scripted model) You said: {_question(messages)[:200]}"
 
 
 class FastPolicy:

@@ -15,7 +15,7 @@ import inspect
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from aiohttp import web
@@ -53,8 +53,10 @@ class ScriptedModel:
     days); so do the conversations kept for `previous_response_id`."""
 
     def __init__(self, policy: Policy, model_name: str = "toolspan-scripted", keep: int = 1000,
-                 stores_responses: bool = False) -> None:
+                 stores_responses: bool = False, apis: Collection[str] = ("chat", "responses", "messages")) -> None:
         self.policy = policy
+        # The wire APIs it serves: ("chat", "responses") plays OpenAI, which has no /v1/messages (a 404).
+        self.apis = frozenset(apis)
         # Stored responses answered as a provider answers them (GET, input_items, DELETE; 404 for an id it
         # never made or has deleted), rather than echoed.
         self.stores_responses = stores_responses
@@ -72,10 +74,13 @@ class ScriptedModel:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/responses", self._responses)
-        app.router.add_post("/v1/messages", self._messages)
-        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        if "chat" in self.apis:
+            app.router.add_post("/v1/chat/completions", self._chat)
+        if "responses" in self.apis:
+            app.router.add_post("/v1/responses", self._responses)
+        if "messages" in self.apis:
+            app.router.add_post("/v1/messages", self._messages)
+            app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         # As an Azure OpenAI resource names them (the deployment is the model).
         app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._chat)
         app.router.add_post("/openai/v1/responses", self._responses)

@@ -240,7 +240,7 @@ class Engine:
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
                 path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
-                answer, headers = await self.upstream.post(path, body, self._headers(caller, trace))
+                answer, headers = await self.upstream.post(path, body, self._headers(caller, trace), trace.resent)
                 turn = plan.api.read(answer, headers)
             except GatewayError as exc:
                 error = self._failed(trace, exc, path)
@@ -262,7 +262,8 @@ class Engine:
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
                 path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
-                async with self.upstream.post_stream(path, body, self._headers(caller, trace)) as answer:
+                async with self.upstream.post_stream(path, body, self._headers(caller, trace),
+                                                     trace.resent) as answer:
                     if round_ == 0:
                         yield Opened(answer.headers)
                     claimed = False

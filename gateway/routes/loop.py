@@ -10,8 +10,9 @@ from typing import Any
 from aiohttp import web
 
 from gateway import client_results, linking
+from gateway.apis import unserved
 from gateway.apis.base import WireApi
-from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS
+from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS, UPSTREAM
 from gateway.caller import Caller
 from gateway.engine import Plan
 from gateway.engine.plan import Offering
@@ -26,7 +27,9 @@ Opening = Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None = None,
                    opening: Opening | None = None) -> web.StreamResponse:
-    """Answer one tool-loop request of `api`."""
+    """Answer one tool-loop request of `api`; at once, an API the upstream does not serve."""
+    if (refusal := unserved(request.app[UPSTREAM].kind, api.name)) is not None:
+        raise refusal
     body = await read_object(request)
     if opening is not None:
         body = await opening(request, body)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator
+from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
 
+from gateway.apis import api_of_path, unserved
 from gateway.app_keys import CALLER, HELD, RECORD, TRACE, UPSTREAM
 from gateway.errors import Forbidden, GatewayError, NotFound
 from gateway.headers import body_headers, from_provider
@@ -62,13 +64,40 @@ async def _check_owner(request: web.Request) -> None:
         raise no_such_response(match.group(1))
 
 
+# What separates path segments to some server: "\\" to a Windows one; a segment's ";params" are
+# dropped by others (Tomcat's "..;/").
+_SEGMENTS = re.compile(r"[/\\]")
+_MAX_DECODINGS = 8  # each decoding that changes a path shortens it: a bound on a hostile one
+
+
+def _dot_segments(path: str) -> bool:
+    """Whether `path` (as aiohttp decoded it), or any form of it decoded again, holds a `.` or `..`
+    segment. Decoded once, `%252e%252e` is `%2e%2e`: that is `..` once the outgoing URL is
+    normalised, or once a provider decodes it again, and the provider's host is reached outside
+    the surface the gateway was given (its admin or metrics routes)."""
+    if "." not in path and "%" not in path:
+        return False  # most paths: no dot, nothing left to decode
+    for _ in range(_MAX_DECODINGS):
+        if any(segment.split(";", 1)[0] in (".", "..") for segment in _SEGMENTS.split(path)):
+            return True
+        decoded = unquote(path)
+        if decoded == path:
+            return False
+        path = decoded
+    return True  # still encoded after so many decodings: no caller's path is
+
+
 def check_route(request: web.Request) -> None:
-    """A 404 for a path the provider would read as another, a 403 for a route the key may not use."""
-    parts = (part for value in request.match_info.values() for part in value.split("/"))
-    if any(part in (".", "..") for part in parts) or "//" in request.path:
-        # The provider URL would be normalised past /v1, or to another route than the one checked here
-        # (/v1//responses/ID is /responses/ID to the provider): never send the key there.
+    """A 404 for a path the provider would read as another, a 400 for a route of an API the
+    upstream does not serve (Messages' count_tokens on an OpenAI upstream, say), a 403 for a route
+    the key may not use."""
+    if _dot_segments(request.path) or "//" in request.path:
+        # The provider URL would be normalised past /v1 (or /openai), or to another route than the one
+        # checked here (/v1//responses/ID is /responses/ID to the provider): never send the key there.
         raise NotFound("no such route", code="invalid_path")
+    api = api_of_path(request.path)
+    if api is not None and (refusal := unserved(request.app[UPSTREAM].kind, api)) is not None:
+        raise refusal
     routes = request[CALLER].routes
     if routes is not None and not any(under(request.path, prefix) for prefix in routes):
         raise Forbidden(f"{request.path} is not among the routes this key may use", code="not_allowed")

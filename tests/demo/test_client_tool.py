@@ -93,9 +93,11 @@ def test_without_gateway_tools_known_every_tool_counts_as_the_gateways() -> None
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": LOOKUP}]}
     assert DemoPolicy()(body).content == "(scripted model) You said: hi"
     assert DemoPolicy(gateway_tools={"lookup_orders"})(body).tool_calls[0][0] == "lookup_orders"  # the user's own
-    assert DemoPolicy(gateway_tools={"lookup_orders", "get_weather"})(  # the weather story goes first
-        {**body, "tools": [*body["tools"], {"type": "function", "function": {"name": "get_weather"}}]},
-    ).tool_calls[0] == ("get_weather", {"city_name": "Paris"})
+    beside_weather = {**body, "tools": [*body["tools"], {"type": "function", "function": {"name": "get_weather"}}]}
+    policy = DemoPolicy(gateway_tools={"lookup_orders", "get_weather"})
+    assert policy(beside_weather).tool_calls[0][0] == "lookup_orders"  # not a weather question: the user's own
+    assert policy({**beside_weather, "messages": [{"role": "user", "content": "The weather in Oslo?"}]}
+                  ).tool_calls[0] == ("get_weather", {"city_name": "Oslo"})  # a weather question: the story
     assert DemoPolicy(gateway_tools=set())(body).tool_calls[0][0] == "lookup_orders"
     assert DemoPolicy(gateway_tools=set())({**body, "tool_choice": "none"}).tool_calls == ()
 
@@ -111,6 +113,41 @@ async def test_the_demo_shows_the_hand_back(client: AsyncOpenAI, api: str) -> No
     assert [line.split(":")[0] for line in lines] == [
         "\n--- a tool of the client's own (search_notes)", "user", "gateway -> client", "client runs it, sends back",
         "assistant"]
+
+
+@STREAM
+async def test_the_users_own_tool_served_beside_the_examples_is_called_for_any_other_question(stream: bool) -> None:
+    """`toolspan serve --tools mytools:registry gateway.demo.tools:demo_registry` with no provider:
+    a weather question gets the weather story, any other question runs the user's tool."""
+    from gateway.demo.tools import demo_registry
+    from gateway.tools import ToolRegistry, tool
+
+    @tool
+    def shout(text: str) -> str:
+        """Say it louder.
+
+        Args:
+            text: what to say
+        """
+        return text.upper() + "!"
+
+    async def ask(openai: AsyncOpenAI, question: str) -> str | None:
+        history: Any = [{"role": "user", "content": question}]
+        if stream:
+            chunks = [c async for c in await openai.chat.completions.create(model="m", messages=history, stream=True)]
+            return "".join(choice.delta.content or "" for c in chunks for choice in c.choices)
+        return (await openai.chat.completions.create(model="m", messages=history)).choices[0].message.content
+
+    registry = ToolRegistry([*demo_registry(), shout])
+    async with (gateway(Settings(port=0), registry=registry) as (url, _, _model),
+                AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as openai):
+        assert await ask(openai, "hello") == "(scripted model) Your tool shout answered: HELLO!"
+        assert (await ask(openai, "What is the weather in Lisbon?") or "").startswith("In Lisbon it is ")
+
+
+async def test_the_example_tools_alone_answer_any_other_question_in_words(client: AsyncOpenAI) -> None:
+    answer = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+    assert answer.choices[0].message.content == "(scripted model) You said: hello"
 
 
 @STREAM

@@ -33,21 +33,29 @@ def claude_model(body: dict[str, Any]) -> Reply:
     return Reply(content=f"The sum is {done['add']}. The command said: {done['Bash'].strip()}")
 
 
-async def run_claude(stack: Stack, tmp_path: Path) -> dict[str, Any]:
+async def claude(url: str, tmp_path: Path, *args: str) -> tuple[int | None, str, str]:
+    """`claude *args` against the gateway at `url`, offline, in folders of its own under `tmp_path`:
+    its exit status, its stdout and its stderr."""
     assert CLAUDE.exists(), f"Claude Code is not installed: run npm ci --prefix {CLAUDE.parents[2]}"
     home, temp, work = tmp_path / "home", tmp_path / "tmp", tmp_path / "work"
     for folder in (home, temp, work):
         folder.mkdir()
     env = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "CLAUDE_"))}
     # No call of Anthropic's own services (feature flags, telemetry, updates), and no retry of a failure.
-    env.update(HOME=str(home), TMPDIR=str(temp), ANTHROPIC_BASE_URL=stack.url, ANTHROPIC_API_KEY=TEST_KEY,
+    env.update(HOME=str(home), TMPDIR=str(temp), ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY=TEST_KEY,
                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", CLAUDE_CODE_MAX_RETRIES="0", NO_COLOR="1")
     process = await asyncio.create_subprocess_exec(
-        str(CLAUDE), "-p", "Add 2 and 3, then run a command.", "--model", MODEL, "--allowedTools", "Bash",
-        "--max-turns", "4", "--output-format", "json", cwd=work, env=env, stdin=asyncio.subprocess.DEVNULL,
+        str(CLAUDE), *args, cwd=work, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     output, errors = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode == 0, (output + errors).decode(errors="replace")
+    return process.returncode, output.decode(errors="replace"), errors.decode(errors="replace")
+
+
+async def run_claude(stack: Stack, tmp_path: Path) -> dict[str, Any]:
+    status, output, errors = await claude(stack.url, tmp_path, "-p", "Add 2 and 3, then run a command.",
+                                          "--model", MODEL, "--allowedTools", "Bash", "--max-turns", "4",
+                                          "--output-format", "json")
+    assert status == 0, output + errors
     result: dict[str, Any] = json.loads(output)
     return result
 

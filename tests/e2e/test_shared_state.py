@@ -45,7 +45,7 @@ def replicas(make_stack: StackFactory, make_gateway: GatewayFactory, tmp_path: P
     async def build(**overrides: Any) -> tuple[Stack, Stack]:
         first = await make_stack(state_url=redis_up.url, **overrides)
         settings = Settings(port=0, upstream=f"{first.model.base_url}/v1", state_url=redis_up.url,
-                            trajectory_store_path=tmp_path / "second.sqlite3", **overrides)
+                            trajectory_store_path=tmp_path / "second.sqlite3", upstream_kind="compatible", **overrides)
         second = await make_gateway(settings, provider_name="toolspan.scripted")
         return first, Stack(second.url, second.http, second.client, first.model, first.script, second.exporter,
                             second.metrics, second.observability, first.upstream_server)

@@ -11,7 +11,7 @@ from yarl import URL
 
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.settings import Settings
-from tests.conftest import STREAM, GatewayFactory, Script, Stack, StackFactory
+from tests.conftest import STREAM, GatewayFactory, Script, Stack, StackFactory, free_port
 from tests.transport.conftest import ProxyFactory, Tinyproxy
 
 
@@ -77,22 +77,45 @@ async def _one_of_each(stack: Stack) -> dict[str, Any]:
     return {"answer": answer.content, "models": bool(models.data), "ready": ready.status}
 
 
-@pytest.mark.parametrize("variable", ["http_proxy", "all_proxy", "ALL_PROXY"])
-async def test_the_environment_names_the_proxy_as_curl_reads_it(
+@pytest.mark.parametrize("variable", ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"])
+async def test_the_environment_names_the_proxy_in_either_case(
         make_gateway: GatewayFactory, aiohttp_server: AiohttpServer, tinyproxy: Tinyproxy,
         monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
     """The gateway reads the variables when it starts; the test's own openai client (which reads
     them too) goes to 127.0.0.1, which NO_PROXY keeps off the proxy, while the provider is named
-    `localhost`."""
+    `localhost`. HTTP_PROXY counts too, as container platforms set it (curl alone leaves it out)."""
     monkeypatch.setenv(variable, tinyproxy.url)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # read by no one (curl's rule): nothing listens there
     stack = await _stack_on_localhost(make_gateway, aiohttp_server)
 
     assert await _one_of_each(stack) == {"answer": "It says hi.", "models": True, "ready": 200}
     localhost = URL(_origin(stack)).with_host("localhost")
     assert tinyproxy.requests() == [f"POST {localhost}/v1/chat/completions HTTP/1.1"] * 2 + [
         f"GET {localhost}/v1/models HTTP/1.1", f"HEAD {localhost}/v1/ HTTP/1.1"]
+
+
+@pytest.mark.parametrize(("lower", "upper"), [("http_proxy", "HTTP_PROXY"), ("all_proxy", "ALL_PROXY")])
+async def test_the_lowercase_name_wins_over_the_uppercase_one(
+        make_gateway: GatewayFactory, aiohttp_server: AiohttpServer, tinyproxy: Tinyproxy,
+        monkeypatch: pytest.MonkeyPatch, lower: str, upper: str) -> None:
+    monkeypatch.setenv(lower, tinyproxy.url)
+    monkeypatch.setenv(upper, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    stack = await _stack_on_localhost(make_gateway, aiohttp_server)
+
+    assert await _one_of_each(stack) == {"answer": "It says hi.", "models": True, "ready": 200}
+    assert len(tinyproxy.requests()) == 4
+
+
+async def test_the_uppercase_no_proxy_keeps_the_provider_off_the_uppercase_proxy(
+        make_gateway: GatewayFactory, aiohttp_server: AiohttpServer, tinyproxy: Tinyproxy,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", tinyproxy.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    stack = await _stack_on_localhost(make_gateway, aiohttp_server)
+
+    assert await _one_of_each(stack) == {"answer": "It says hi.", "models": True, "ready": 200}
+    assert tinyproxy.requests() == []
 
 
 @pytest.mark.parametrize("no_proxy", ["127.0.0.1,localhost", "127.0.0.1,.localhost", "127.0.0.1, LOCALHOST.", "*",
