@@ -135,8 +135,11 @@ class Approvals:
                 if await self._settle(approval_id, ending):
                     return ApprovalDecision(ending, time.monotonic() - started, approval_id)
                 continue
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+            # lands as its timeout fires, and the call would then wait on for its whole time limit.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), min(self.poll_seconds, max(0.0, deadline - time.monotonic())))
+                async with asyncio.timeout(min(self.poll_seconds, max(0.0, deadline - time.monotonic()))):
+                    await woken.wait()
             woken.clear()
 
     async def _decision(self, approval_id: str) -> dict[str, Any] | None:

@@ -169,7 +169,12 @@ class RedisState:
 
     async def _run(self, command: Awaitable[Any]) -> Any:
         """The command's answer (a pipeline's: `_answers`); a WRONGTYPE error is an answer too, a
-        value for the caller to read as garbage: Redis answered."""
+        value for the caller to read as garbage: Redis answered. A cancellation of the caller
+        that redis-py answered the command through anyway (8.x does, at some points of a command) is
+        raised here: the caller was told to stop, and a request's tool call that went on waiting
+        would hold its approval for its whole time limit."""
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         try:
             async with asyncio.timeout(self._timeout):
                 answer = await command
@@ -181,6 +186,8 @@ class RedisState:
                 self._observe(False)
                 raise StateUnavailable() from exc
             answer = exc
+        if task is not None and task.cancelling() > cancels:
+            raise asyncio.CancelledError
         if self._up is not True:
             if self._up is False:
                 log.info("the state store (Redis) answers again")

@@ -37,7 +37,8 @@ async def provider(aiohttp_server: AiohttpServer, make_gateway: GatewayFactory, 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
     server = await aiohttp_server(app)
-    return await make_gateway(Settings(port=0, upstream=str(server.make_url("/v1")).rstrip("/")))
+    return await make_gateway(Settings(port=0, upstream=str(server.make_url("/v1")).rstrip("/"),
+                                       upstream_kind="compatible"))
 
 
 def counted(gateway: Gateway, status: int) -> float:

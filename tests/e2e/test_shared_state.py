@@ -7,6 +7,7 @@ while Redis is down or stalled, what needs the state gets a 503 with retry-after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -484,6 +485,31 @@ async def test_a_burst_past_the_connections_waits_for_one_rather_than_failing(re
     finally:
         await store.aclose()
 
+
+
+async def test_a_cancelled_command_is_cancelled_wherever_it_was(redis_up: RedisServer) -> None:
+    """A request cancelled while the store talks to Redis stops there, at whichever step of the
+    command the cancellation lands (redis-py 8 answered some of them anyway, and an approval's
+    wait then went on to its time limit after its client had left)."""
+    store = RedisState(redis_up.url, 3, 60.0, 5.0, prefix=f"test{free_port()}:")
+    try:
+        token = await store.hold(turn(1), "alice")
+        went_on = []
+        for steps in range(40):
+            async def lookup() -> int:
+                await store.lookup("alice", [token])
+                task = asyncio.current_task()
+                return task.cancelling() if task is not None else 0
+            task = asyncio.ensure_future(lookup())
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                if await task:  # it answered though its cancellation had come
+                    went_on.append(steps)
+        assert went_on == []
+    finally:
+        await store.aclose()
 
 # --- fair eviction (issue 53), in memory and in Redis alike ------------------------------------------
 
