@@ -145,6 +145,7 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
                          settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check)
     yield
+    app[ENGINE].schema_threads.close()
     await upstream.aclose()
     await session.close()
 

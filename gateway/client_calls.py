@@ -1,15 +1,25 @@
 """The parse step for the calls a model makes to the client's own tools (issue 36): the arguments
 checked against the schema the request declared, with the contract and the words of the gateway's
 own schema-checked tools (an MCP tool's parse step, gateway.tools.schema). Nothing here changes a
-call: the result is an observation, for the span, the metrics and, when enforcing, the model."""
+call: the result is an observation, for the span, the metrics and, when enforcing, the model.
+
+A declared schema is data (issue 53): its references are resolved inside it only, and compiling it
+and checking a call against it spend from a budget (gateway.tools.schema_bounds). A check starts on
+the event loop with the small INLINE budget, which a usual schema and call fit within;
+one that goes past it is done again on a thread of the check's own with the OFF_LOOP budget, and
+past that the call is `unchecked` (`too_complex`)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 from jsonschema import FormatChecker
@@ -21,15 +31,25 @@ from gateway.tools.function import read_arguments
 from gateway.tools.params import NameCheck, check_names, schema_names
 from gateway.tools.results import Rejection, RejectionReason, ToolOutcome, rejected
 from gateway.tools.schema import closed_to_other_names, describe_problems, schema_validator, value_problems
+from gateway.tools.schema_bounds import INLINE, OFF_LOOP, Budget, OverBudget, metered
+from gateway.tools.threads import ToolsBusy, ToolThreads
 
 Outcome = Literal["ok", "rejected", "unchecked"]
 # Why a call was not checked: its tool's schema is over the size limit, its tool is past the
-# count limit, the schema is not a JSON Schema of an object, or the tool is not a function tool.
-Unchecked = Literal["schema_too_large", "too_many_tools", "invalid_schema", "not_a_function"]
+# count limit, the schema is not a JSON Schema of an object, the tool is not a function tool, the
+# schema refers to something outside itself, or checking would cost more than the budget allows.
+Unchecked = Literal["schema_too_large", "too_many_tools", "invalid_schema", "not_a_function", "remote_ref",
+                    "too_complex"]
 
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_TOOLS = 128
 MAX_SCHEMA_DEPTH = 64  # deeper schemas are not followed: the validator recurses per level
+THREAD_GRACE_SECONDS = 0.5  # a check off the loop is waited for this long past its budget, then given up
+MAX_INLINE_ARGUMENTS = 16 * 1024  # longer arguments are read and checked off the loop from the start
+MAX_INLINE_SCHEMA_BYTES = 2 * 1024  # a longer schema is compiled off the loop from the start
+# Arguments holding more JSON values than this are not read at all (`too_complex`): reading them is one
+# call into the JSON parser that holds the interpreter's lock throughout, whichever thread makes it.
+MAX_CHECKED_VALUES = 20_000
 CACHE_SIZE = 1024
 # Formats whose check is cheap, exact and needs no optional package; the gateway's own tools check
 # none. "regex" is left out (Python's syntax is not ECMA 262's), "time" too (jsonschema checks
@@ -81,6 +101,14 @@ class ClientCheck:
 
 
 OK = ClientCheck("ok")
+TOO_COMPLEX = ClientCheck("unchecked", unchecked="too_complex")
+
+
+class _PastInline:
+    """A check that went past the INLINE budget, to be done again off the event loop."""
+
+
+PAST_INLINE = _PastInline()
 
 
 @dataclass(frozen=True)
@@ -104,8 +132,8 @@ class CompiledSchema:
 
 class SchemaCache:
     """Compiled schemas by the hash of their JSON, the `size` most recently used kept. One per app
-    (it lives on the app, never in a module), used from the event loop only. A schema that cannot
-    be compiled is kept too (as None), so it is not tried again on every request. `compiles` and
+    (it lives on the app, never in a module), used from the event loop only. A schema that is not
+    checked is kept too (as the reason), so it is not tried again on every request. `compiles` and
     `hits` count what happened, for tests and the bench.
 
     The key is the JSON as declared, keys unsorted: the diagnostic lists the names in the order
@@ -116,41 +144,62 @@ class SchemaCache:
         self.size = max(1, size)
         self.compiles = 0
         self.hits = 0
-        self._entries: OrderedDict[bytes, CompiledSchema | None] = OrderedDict()
-        self._formats = FormatChecker([name for name in FORMATS if name in FormatChecker.checkers])
+        self._entries: OrderedDict[bytes, CompiledSchema | Unchecked] = OrderedDict()
+        self.formats = FormatChecker([name for name in FORMATS if name in FormatChecker.checkers])
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def compiled(self, encoded: bytes, schema: Any) -> CompiledSchema | None:
-        """The compiled form of `schema`, whose JSON is `encoded`; None for a schema not checked."""
-        key = hashlib.blake2b(encoded, digest_size=16).digest()
+    def compiled(self, encoded: bytes, schema: Any) -> CompiledSchema | Unchecked | _PastInline:
+        """The compiled form of `schema`, whose JSON is `encoded`, or why it is not checked; if
+        compiling it goes past the INLINE budget, PAST_INLINE (and `add` takes what compile_schema
+        makes of it off the event loop)."""
+        key = _key(encoded)
         if key in self._entries:
             self.hits += 1
             self._entries.move_to_end(key)
             return self._entries[key]
         self.compiles += 1
-        entry = _compile(schema, self._formats)
-        self._entries[key] = entry
-        if len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        if len(encoded) > MAX_INLINE_SCHEMA_BYTES:
+            return PAST_INLINE  # its metaschema check alone would take the inline budget
+        with metered(INLINE):
+            try:
+                entry = compile_schema(schema, self.formats)
+            except OverBudget:
+                return PAST_INLINE
+        self.add(encoded, entry)
         return entry
 
+    def add(self, encoded: bytes, entry: CompiledSchema | Unchecked) -> None:
+        self._entries[_key(encoded)] = entry
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
 
-def _compile(declared: Any, formats: FormatChecker) -> CompiledSchema | None:
+
+def _key(encoded: bytes) -> bytes:
+    return hashlib.blake2b(encoded, digest_size=16).digest()
+
+
+def compile_schema(declared: Any, formats: FormatChecker) -> CompiledSchema | Unchecked:
+    """What the check needs of `declared`, or why its calls are not checked. Spends from the
+    budget of the check under way (schema_bounds.metered): past it, OverBudget."""
     if not isinstance(declared, dict) or declared.get("type", "object") != "object":
-        return None  # arguments are an object: no other schema can be meant
+        return "invalid_schema"  # arguments are an object: no other schema can be meant
     if not isinstance(declared.get("properties", {}), dict) or nests_deeper(declared, MAX_SCHEMA_DEPTH):
-        return None
+        return "invalid_schema"
     try:
         schema = json.loads(json.dumps(declared))  # a private copy, as a gateway tool keeps: not the request's dicts
-        validator = schema_validator("client", schema).evolve(format_checker=formats)
+        built = schema_validator("client", schema)
+    except OverBudget:
+        raise
     except Exception:  # not JSON Schema (ToolDeclarationError), or one jsonschema cannot read: not checked
-        return None
+        return "invalid_schema"
+    if isinstance(built, str):
+        return cast(Unchecked, built)
     required, accepted = schema_names(schema)
     fitting = NameCheck(tuple(required), tuple(accepted), (), (), ())
-    return CompiledSchema(validator, fitting.required, fitting.accepted, closed_to_other_names(schema), fitting,
-                          frozenset(required), frozenset(accepted))
+    return CompiledSchema(built.evolve(format_checker=formats), fitting.required, fitting.accepted,
+                          closed_to_other_names(schema), fitting, frozenset(required), frozenset(accepted))
 
 
 @dataclass(frozen=True)
@@ -195,28 +244,100 @@ class ClientTools:
         return tuple(self._declared)
 
     def check(self, name: str, arguments: str | None) -> ClientCheck:
-        """The parse step of one call of tool `name` with `arguments` (the model's JSON text)."""
+        """The parse step of one call of tool `name` with `arguments` (the model's JSON text), all
+        on the calling thread: what check_bounded does, for a caller that may block (the bench)."""
+        checked = self._inline(name, arguments)
+        if not isinstance(checked, _PastInline):
+            return checked
+        return self._kept(name, self._off_loop_job(name, arguments)())
+
+    async def check_bounded(self, name: str, arguments: str | None, threads: ToolThreads) -> ClientCheck:
+        """The same on the event loop: within the INLINE budget there, and a check past it done
+        again on one of `threads` within the OFF_LOOP budget (`too_complex` past that, or when no
+        thread is free in time)."""
+        checked = self._inline(name, arguments)
+        if not isinstance(checked, _PastInline):
+            return checked
+        try:
+            async with asyncio.timeout(OFF_LOOP.seconds + THREAD_GRACE_SECONDS):
+                done = await threads.run(self._off_loop_job(name, arguments))
+        except (TimeoutError, ToolsBusy):
+            return TOO_COMPLEX
+        return self._kept(name, done)
+
+    def _off_loop_job(self, name: str, arguments: str | None) -> Callable[[], _Done]:
+        ready = self._ready.get(name)
+        schema = self._declared[name].schema if ready is None else ready
+        return functools.partial(_check_fully, name, arguments, schema, self._cache.formats, OFF_LOOP,
+                                 time.monotonic())
+
+    def _kept(self, name: str, done: _Done) -> ClientCheck:
+        """The check made off the loop, the schema it compiled kept as one compiled on the loop is."""
+        compiled, checked = done
+        if name not in self._ready:
+            self._ready[name] = compiled
+            self._cache.add(orjson.dumps(self._declared[name].schema), compiled)
+        return checked
+
+    def _inline(self, name: str, arguments: str | None) -> ClientCheck | _PastInline:
         declared = self._declared.get(name) if isinstance(name, str) else None
         if declared is None:
             return ClientCheck("rejected", refusal(str(name), list(self._declared)))
         if declared.unchecked is not None:
             return ClientCheck("unchecked", unchecked=declared.unchecked)
+        long = isinstance(arguments, str) and len(arguments) > MAX_INLINE_ARGUMENTS
+        if long and _values_at_most(str(arguments)) > MAX_CHECKED_VALUES:
+            return TOO_COMPLEX
         ready = self._ready.get(name)
         if ready is None:
-            ready = self._ready[name] = self._compile(declared.schema)
+            compiled = self._compile(declared.schema)
+            if isinstance(compiled, _PastInline):
+                return compiled
+            ready = self._ready[name] = compiled
         if isinstance(ready, str):
             return ClientCheck("unchecked", unchecked=ready)
-        return _check(name, arguments if isinstance(arguments, str) else None, ready)
+        if long:
+            return PAST_INLINE  # reading them alone would take much of the inline budget
+        with metered(INLINE):
+            try:
+                return _check(name, arguments if isinstance(arguments, str) else None, ready)
+            except OverBudget:
+                return PAST_INLINE
 
-    def _compile(self, schema: Any) -> CompiledSchema | Unchecked:
+    def _compile(self, schema: Any) -> CompiledSchema | Unchecked | _PastInline:
         try:
             encoded = orjson.dumps(schema)
         except orjson.JSONEncodeError:  # too deep, or an integer past 64 bits (not from a request orjson read)
             return "invalid_schema"
         if len(encoded) > self._max_bytes:
             return "schema_too_large"
-        compiled = self._cache.compiled(encoded, schema)
-        return "invalid_schema" if compiled is None else compiled
+        return self._cache.compiled(encoded, schema)
+
+
+def _values_at_most(text: str) -> int:
+    """At least as many as the JSON values `text` holds (each value but the first follows a comma
+    or opens an array or object; commas inside strings count too)."""
+    return text.count(",") + text.count("[") + text.count("{") + 1
+
+
+_Done = tuple[CompiledSchema | Unchecked, ClientCheck]  # a check off the loop: what it compiled, and the check
+
+
+def _check_fully(name: str, arguments: str | None, schema: Any, formats: FormatChecker, budget: Budget,
+                 started: float) -> _Done:
+    """Off the event loop: `schema` compiled (unless it is already) and the call checked, within
+    `budget` from `started`; what was compiled, for the cache, and the check."""
+    with metered(budget, started):
+        try:
+            compiled = schema if isinstance(schema, CompiledSchema) else compile_schema(schema, formats)
+        except OverBudget:
+            return "too_complex", TOO_COMPLEX
+        if isinstance(compiled, str):
+            return compiled, ClientCheck("unchecked", unchecked=compiled)
+        try:
+            return compiled, _check(name, arguments if isinstance(arguments, str) else None, compiled)
+        except OverBudget:
+            return compiled, TOO_COMPLEX
 
 
 def _declaration(item: object) -> tuple[str, Any, bool] | None:

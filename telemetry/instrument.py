@@ -254,6 +254,8 @@ class ToolCallSpan:
         outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             metrics.tool_rejections.labels(self._label, outcome.rejection.reason, self._side).inc()
+        if outcome is not None and outcome.unchecked is not None:
+            metrics.tool_unchecked.labels(self._label, outcome.unchecked, self._side).inc()
         if outcome is not None:
             self._count_retry(outcome, self._retry)
             # Last: the span and the counts are in whatever happens to this write (a shared store

@@ -240,6 +240,10 @@ class Metrics:
             names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran (or, of a client tool, "
             "found not to fit its declaration), by reason and side.",
             (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry)
+        self.tool_unchecked = _counter(
+            names.METRIC_TOOL_UNCHECKED, "Tool calls whose arguments were not checked against the tool's schema "
+            "(a client tool's calls of outcome unchecked; a gateway tool's whose values were not), by tool, reason "
+            "and side.", (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry)
         self.tool_retries = _counter(
             names.METRIC_TOOL_RETRIES, "Calls that retry a failed call of the same tool in the trajectory, by kind "
             "(verbatim: same arguments; corrected: changed arguments) and side.",

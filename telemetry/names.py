@@ -32,7 +32,10 @@ ATTR_OUTCOME: Final = "toolspan.outcome"
 # tool, checked by the gateway and handed to the client: the span is its parse step).
 ATTR_TOOL_SIDE: Final = "toolspan.tool.side"
 # Why the gateway did not check a client call (outcome "unchecked"): schema_too_large, too_many_tools,
-# invalid_schema or not_a_function.
+# invalid_schema, not_a_function, remote_ref (its schema refers to something outside itself) or
+# too_complex (checking it would cost more than its budget). On a gateway tool's call (an MCP tool's,
+# validate_schema) whatever its outcome: why its values were not checked before the body ran
+# (remote_ref, too_complex, invalid_schema), the names having been.
 ATTR_UNCHECKED_REASON: Final = "toolspan.tool.unchecked_reason"
 # On a client call's execute step (a `tool.execute` span, side client): the bytes of the result the
 # client sent back. The span itself runs from the answer that handed the call over to the request
@@ -115,6 +118,9 @@ METRIC_TOOL_CALL_DURATION: Final = "toolspan_tool_call_duration_seconds"
 METRIC_TOOL_REJECTIONS: Final = "toolspan_tool_rejections_total"
 METRIC_TOOL_RETRIES: Final = "toolspan_tool_retries_total"
 METRIC_TOOL_RECOVERIES: Final = "toolspan_tool_recoveries_total"
+# Calls whose arguments were not checked against their tool's schema, by tool, reason (the span's
+# toolspan.tool.unchecked_reason) and side.
+METRIC_TOOL_UNCHECKED: Final = "toolspan_tool_unchecked_total"
 # From the answer that handed a client call over to the request that brought its result: the client's
 # tool time plus its own overhead, by tool and outcome (returned or error).
 METRIC_CLIENT_TOOL_ROUNDTRIP: Final = "toolspan_client_tool_roundtrip_seconds"

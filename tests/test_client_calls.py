@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.client_calls import ClientCheck, ClientTools, SchemaCache
+from gateway import client_calls
+from gateway.client_calls import MAX_CHECKED_VALUES, THREAD_GRACE_SECONDS, ClientCheck, ClientTools, SchemaCache
 from gateway.tools import Rejection, Tool, ToolContext, ToolExecutor, ToolRegistry
 from gateway.tools.hooks import ToolCall, Turn
+from gateway.tools.schema_bounds import INLINE, OFF_LOOP
+from gateway.tools.threads import ToolThreads
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -251,3 +260,149 @@ def test_a_checked_call_comes_out_as_a_gateway_tools_parse_step(schema: dict[str
         assert_same(check, parsed)
     else:
         assert check.outcome == "ok"
+
+
+# --- issue 53: a declared schema is data, checked at a bounded cost ---------------------------------------
+
+OUTSIDE = "http://127.0.0.1:9"  # the discard port: nothing should ever try it
+
+
+@contextlib.contextmanager
+def no_connection() -> Iterator[list[Any]]:
+    """Every connection attempted inside (each refused), for the test to find empty."""
+    attempts: list[Any] = []
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        attempts.append(args)
+        raise OSError("the test forbids connections")
+
+    with mock.patch.object(socket.socket, "connect", refuse), mock.patch("socket.create_connection", refuse):
+        yield attempts
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"path": {"$ref": f"{OUTSIDE}/path.json"}}},
+    {"$id": f"{OUTSIDE}/tool.json", "type": "object", "properties": {"path": {"$ref": "path.json"}}},
+    {"type": "object", "properties": {"path": {"$dynamicRef": f"{OUTSIDE}/path.json#meta"}}},
+], ids=["ref_to_url", "id_and_relative_ref", "dynamic_ref"])
+def test_a_schema_referring_outside_itself_is_unchecked_and_nothing_is_fetched(schema: dict[str, Any]) -> None:
+    with no_connection() as attempts:
+        check = tools(chat_tool("open", schema)).check("open", '{"path": 7}')
+    assert check == ClientCheck("unchecked", unchecked="remote_ref")
+    assert attempts == []
+
+
+def fan_out(levels: int) -> dict[str, Any]:
+    defs: dict[str, Any] = {f"l{i}": {"allOf": [{"$ref": f"#/$defs/l{i + 1}"}, {"$ref": f"#/$defs/l{i + 1}"}]}
+                            for i in range(levels)}
+    defs[f"l{levels}"] = {"type": "string"}
+    return {"type": "object", "$defs": defs, "properties": {"q": {"$ref": "#/$defs/l0"}}}
+
+
+async def test_past_the_inline_budget_a_check_is_made_off_the_loop_and_its_schema_kept() -> None:
+    schema = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "integer"}}}}
+    arguments = json.dumps({"xs": [*range(3_000), "three thousand"]})
+    cache = SchemaCache()
+    threads = ToolThreads(1)
+    try:
+        loop_thread = threading.get_ident()
+        with mock.patch("gateway.client_calls._check_fully", wraps=client_calls._check_fully) as off_loop:
+            check = await tools(chat_tool("t", schema), cache=cache).check_bounded("t", arguments, threads)
+        assert off_loop.call_count == 1
+        assert check.reason == "schema_violation"
+        assert check.message is not None
+        assert "- xs.3000: 'three thousand' is not of type 'integer'" in check.message
+        assert tools(chat_tool("t", schema), cache=cache).check("t", arguments) == check  # the same, all here
+        assert (cache.compiles, cache.hits) == (1, 1)  # compiled on the loop, within its budget, and kept
+        fanned = await tools(chat_tool("f", fan_out(30)), cache=cache).check_bounded("f", '{"q": "x"}', threads)
+        assert fanned == ClientCheck("unchecked", unchecked="too_complex")
+        assert len(cache) == 2  # compiled off the loop (past the inline budget), and kept too
+        assert tools(chat_tool("f", fan_out(30)), cache=cache).check("f", '{"q": "x"}') == fanned
+        assert cache.hits == 2
+        assert threading.get_ident() == loop_thread
+    finally:
+        threads.close()
+
+
+def test_arguments_holding_more_values_than_are_checked_are_not_read() -> None:
+    schema = {"type": "object", "properties": {"rows": {"type": "array", "uniqueItems": True}}}
+    arguments = json.dumps({"rows": list(range(MAX_CHECKED_VALUES + 1))})
+    with mock.patch("gateway.client_calls.read_arguments") as read:
+        check = tools(chat_tool("t", schema)).check("t", arguments)
+    assert check == ClientCheck("unchecked", unchecked="too_complex")
+    read.assert_not_called()
+    assert tools(chat_tool("t", schema)).check("t", json.dumps({"rows": [0, 1, 1]})).reason == "schema_violation"
+
+
+OUTSIDE_REFERENCES = [f"{OUTSIDE}/s.json", "s.json", "other.json#/x", "https://json-schema.org/draft/2020-12/schema"]
+references = st.sampled_from(["#", "#/$defs/a", "#/$defs/b", "#/properties/x", "#a", "#meta", "#/$defs/none",
+                              *OUTSIDE_REFERENCES])
+ids = st.sampled_from([f"{OUTSIDE}/root.json", "sub.json", "https://tools.example/t.json", "urn:example:t"])
+leaf_schemas = st.fixed_dictionaries({}, optional={
+    "type": st.sampled_from(["string", "integer", "array", "object", "number"]),
+    "pattern": st.sampled_from(["^(a+)+$", "^(a|a)*$", "[0-9]{3}"]),
+    "uniqueItems": st.booleans(), "enum": st.lists(json_values, min_size=1, max_size=3),
+    "minimum": st.integers(-5, 5), "$anchor": st.just("a"), "$dynamicAnchor": st.just("meta"),
+    "format": st.sampled_from(["email", "date-time", "uuid"])})
+
+
+def _nested(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.fixed_dictionaries({"$ref": references}), st.fixed_dictionaries({"$dynamicRef": references}),
+        st.fixed_dictionaries({"type": st.just("array"), "items": inner}, optional={"uniqueItems": st.booleans()}),
+        st.fixed_dictionaries({"properties": st.dictionaries(fields, inner, max_size=3)},
+                              optional={"patternProperties": st.just({"^(a+)+$": {"type": "string"}}),
+                                        "additionalProperties": st.booleans()}),
+        st.fixed_dictionaries({"allOf": st.lists(inner, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"anyOf": st.lists(inner, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"$id": ids, "items": inner}))
+
+
+subschemas = st.recursive(leaf_schemas | st.booleans(), _nested, max_leaves=10)
+hostile_schemas = st.fixed_dictionaries(
+    {"type": st.just("object"), "properties": st.dictionaries(fields, subschemas, max_size=3)},
+    optional={"$id": ids, "$defs": st.fixed_dictionaries({"a": subschemas, "b": subschemas}),
+              "required": st.lists(fields, max_size=2, unique=True),
+              "$schema": st.sampled_from(["https://json-schema.org/draft/2020-12/schema",
+                                          "http://json-schema.org/draft-07/schema#",
+                                          "http://json-schema.org/draft-04/schema#"])})
+hostile_values = st.one_of(json_values, st.just("a" * 40 + "!"),
+                           st.lists(st.sampled_from([{"a": 1}, {"a": 1.0}, [1], "a", 1, True]), max_size=30))
+hostile_arguments = st.one_of(st.dictionaries(fields, hostile_values, max_size=4).map(json.dumps), argument_texts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=hostile_schemas, arguments=hostile_arguments)
+def test_any_schema_is_checked_within_its_budget_without_raising_or_connecting(schema: dict[str, Any],
+                                                                               arguments: str) -> None:
+    """References in and out of the schema ($ref, $id, $dynamicRef), patterns made to backtrack,
+    uniqueItems, nesting: on the loop and off it, the check ends within its budget, and nothing
+    is ever fetched."""
+    threads = ToolThreads(2)
+    with no_connection() as attempts:
+        try:
+            started = time.monotonic()
+            bounded = asyncio.run(ClientTools([chat_tool("t", schema)], SchemaCache()).check_bounded(
+                "t", arguments, threads))
+            elapsed = time.monotonic() - started
+            here = ClientTools([chat_tool("t", schema)], SchemaCache()).check("t", arguments)
+        finally:
+            threads.close()
+    assert attempts == []
+    assert elapsed < INLINE.seconds + OFF_LOOP.seconds + THREAD_GRACE_SECONDS
+    assert bounded.outcome in ("ok", "rejected", "unchecked")
+    assert (bounded.outcome == "rejected") == (bounded.rejection is not None)
+    assert (here.outcome, here.reason, here.unchecked) == (bounded.outcome, bounded.reason, bounded.unchecked)
+    if refers_outside(schema):
+        assert bounded.unchecked in ("remote_ref", "invalid_schema", "too_complex")
+
+
+def refers_outside(schema: Any) -> bool:
+    """Whether a check applies a reference outside the schema (`$defs` left out: a draft before
+    2019-09 knows no such keyword, and never looks inside it unless referred to)."""
+    if isinstance(schema, list):
+        return any(refers_outside(item) for item in schema)
+    if not isinstance(schema, dict):
+        return False
+    return (schema.get("$ref") in OUTSIDE_REFERENCES or schema.get("$dynamicRef") in OUTSIDE_REFERENCES
+            or any(refers_outside(value) for key, value in schema.items() if key != "$defs"))

@@ -27,6 +27,7 @@ from gateway.provider_paths import not_found_at
 from gateway.settings_parts import ClientCheckMode
 from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
+from gateway.tools.threads import ToolThreads
 from gateway.upstream import Upstream
 
 
@@ -68,6 +69,9 @@ class Finished:
 
 
 Event = Opened | Visible | Keepalive | Finished
+# Each check on it ends within its budget (gateway.tools.schema_bounds.OFF_LOOP); one, so that the
+# event loop competes with a single thread for the interpreter's lock.
+SCHEMA_THREADS = 1
 
 
 class Engine:
@@ -79,6 +83,8 @@ class Engine:
         self.upstream = upstream
         self.client_check = client_check  # what becomes of a call of the client's tool that does not fit it
         self.client_schemas = SchemaCache()  # the client tools' schemas, compiled once each
+        # Checks of client calls past the budget the event loop gives them; threads start when needed
+        self.schema_threads = ToolThreads(SCHEMA_THREADS)
         self.retries = retries or RetryPolicy()
         self.executor = executor
         self.held = held
@@ -320,7 +326,7 @@ class Engine:
             async with self.executor.hooks.tool_call(ToolCall(call.id, call.name, call.arguments), None, turn,
                                                      side="client") as trace:
                 with trace.step("parse"):
-                    checked = tools.check(call.name, call.arguments)
+                    checked = await tools.check_bounded(call.name, call.arguments, self.schema_threads)
                 outcome = checked.outcome_of(call.id, call.name)
                 trace.finish(outcome)
             if outcome.status == "rejected" and mode == "reject" and not final:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from gateway.tools.approvals import ApprovalAsk, ApprovalGate, decided_outcome
 from gateway.tools.function import Tool
 from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import suggest
 from gateway.tools.registry import ToolRegistry
-from gateway.tools.results import Parsed, Rejection, ToolOutcome, rejected
+from gateway.tools.results import Parsed, Rejection, ToolContext, ToolOutcome, rejected
 from gateway.tools.threads import ToolThreads
 
 _NAME_SHOWN = 80  # a model can send any string as a tool name; quote only this much of it
@@ -90,6 +91,12 @@ class ToolExecutor:
             parsed = await tool.parse_arguments(call.arguments, context)
         if isinstance(parsed, Rejection):
             return rejected(call.id, call.name, parsed)
+        outcome = await self._run_parsed(call, tool, turn, parsed, context, trace)
+        # values the parse step could not check: the span says why, whatever the call's outcome
+        return outcome if parsed.unchecked is None else replace(outcome, unchecked=parsed.unchecked)
+
+    async def _run_parsed(self, call: ToolCall, tool: Tool, turn: Turn, parsed: Parsed, context: ToolContext,
+                          trace: ToolCallTrace) -> ToolOutcome:
         if tool.approval:
             pending = self._asking(call, tool, parsed)
             if self.gate is None:

@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -42,7 +42,8 @@ from gateway.tools.results import (
     rescued_message,
     valid_json,
 )
-from gateway.tools.schema import closed_to_other_names, describe_problems, schema_validator, value_problems
+from gateway.tools.schema import bounded_validator, closed_to_other_names, describe_problems, value_problems
+from gateway.tools.schema_bounds import INLINE, OverBudget, Skipped, metered
 from gateway.tools.strict import drop_optional_nulls, required_nulls, strict_schema
 from gateway.tools.threads import ToolsBusy, ToolThreads
 
@@ -136,7 +137,9 @@ class Tool:
     `parameters_schema` or `args_model`. With `strict=True` the model is offered strict mode's
     form of the declaration (gateway.tools.strict), and its nulls for optional parameters are
     read as "not sent". With `validate_schema=True` the parse step also checks the values against
-    the declared schema, and refuses names it does not list (gateway.tools.schema). With
+    the declared schema, and refuses names it does not list (gateway.tools.schema); a schema that
+    refers outside itself, or a check past its budget, leaves the values to the tool (and says so:
+    Parsed.unchecked). With
     `approval=True` a reviewer approves each call before its body runs (gateway.tools.approvals),
     waiting at most `approval_timeout` seconds (unset: the gateway's approval_timeout_seconds)."""
 
@@ -192,7 +195,7 @@ class Tool:
         if self.validate_schema and (self.parse_args is not None or self.args_model is not None):
             raise ToolDeclarationError(f"tool {self.name!r}: validate_schema is for a declared schema; "
                                        "parse_args and args_model check arguments themselves")
-        setattr_("_validator", schema_validator(self.name, declared) if self.validate_schema else None)
+        setattr_("_validator", bounded_validator(self.name, declared) if self.validate_schema else None)
 
     def _build_schema(self) -> dict[str, Any]:
         styles = [n for n in ("parameters", "parameters_schema", "args_model") if getattr(self, n) is not None]
@@ -277,10 +280,20 @@ class Tool:
         return Rejection("parser", rescued_message(error), exception=error, traceback=format_traceback(error))
 
     def _validate_values(self, args: dict[str, Any], check: NameCheck) -> Parsed | Rejection:
-        problems = value_problems(self._validator, args, check)
+        """The values checked on the event loop within the INLINE budget; past it, or for a schema
+        that cannot be checked at a bounded cost (schema_bounds), the names alone, and the server
+        (an MCP tool's) checks the rest."""
+        skipped = cast(Skipped, self._validator) if isinstance(self._validator, str) else None
+        problems: list[str] = []
+        if skipped is None:
+            with metered(INLINE):
+                try:
+                    problems = value_problems(self._validator, args, check)
+                except OverBudget:
+                    skipped = "too_complex"
         refuse_unrecognized = bool(check.unrecognized) and closed_to_other_names(self.declared_schema)
         if not (problems or check.missing or refuse_unrecognized):
-            return Parsed(args)
+            return Parsed(args, unchecked=skipped)
         reason: RejectionReason = "missing_arguments" if check.missing else "schema_violation"
         return Rejection(reason, describe_problems(self.name, check, problems, refuse_unrecognized), check)
 

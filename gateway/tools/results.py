@@ -79,9 +79,12 @@ class ToolContext:
 
 @dataclass(frozen=True)
 class Parsed:
-    """Arguments that passed the parse step: exactly what the body will receive."""
+    """Arguments that passed the parse step: exactly what the body will receive. `unchecked`: why
+    their values were not checked against the tool's schema (gateway.tools.schema_bounds.Skipped),
+    when it asks for that check and it could not be made; the names were."""
 
     arguments: dict[str, Any]
+    unchecked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,9 @@ class ToolOutcome:
     arguments: dict[str, Any] | None = None
     interrupt_data: Any = None
     error_type: str | None = None
-    unchecked: str | None = None  # why a client tool's call was not checked (gateway.client_calls.Unchecked)
+    # why a client tool's call was not checked (gateway.client_calls.Unchecked), or a gateway tool's
+    # values (Parsed.unchecked)
+    unchecked: str | None = None
 
     def __post_init__(self) -> None:
         # The content goes upstream as JSON, which must be UTF-8: a lone surrogate (a model's

@@ -69,6 +69,8 @@ def _theirs() -> CollectorRegistry:
                               buckets=TOOL_DURATION_BUCKETS, registry=registry)
     rejections = Counter(names.METRIC_TOOL_REJECTIONS, doc(names.METRIC_TOOL_REJECTIONS),
                          (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry=registry)
+    Counter(names.METRIC_TOOL_UNCHECKED, doc(names.METRIC_TOOL_UNCHECKED),
+            (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry=registry)
     retried = (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE)
     retries = Counter(names.METRIC_TOOL_RETRIES, doc(names.METRIC_TOOL_RETRIES), retried, registry=registry)
     recoveries = Counter(names.METRIC_TOOL_RECOVERIES, doc(names.METRIC_TOOL_RECOVERIES), retried,
