@@ -98,6 +98,7 @@ def schema_names(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:
 
 _WORD_SPLIT = re.compile(r"[_\-\s.]+|(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[_\-\s.]+")
+SIMILARITY_THRESHOLD = 0.7  # the Jaro similarity over which a name is close enough to suggest
 
 
 def _words(name: str) -> list[str]:
@@ -147,7 +148,7 @@ def _one_edit_apart(a: str, b: str) -> bool:
     return len(apart) == 1
 
 
-def _run_of_words(short: list[str], long: list[str], *, abbreviated: bool) -> bool:
+def _run_of_words(short: Sequence[str], long: Sequence[str], *, abbreviated: bool) -> bool:
     """Whether `short` is a run of whole words of `long` (its last word may be the start of one of
     `long`'s when `abbreviated`: `lim` for `limit`, `max_res` for `max_results`)."""
     if not short:
@@ -160,60 +161,72 @@ def _run_of_words(short: list[str], long: list[str], *, abbreviated: bool) -> bo
     return False
 
 
+@dataclass(frozen=True)
+class _Spelling:
+    """A name as the did-you-mean compares it, made once per name."""
+
+    name: str
+    folded: str
+    words: tuple[str, ...]
+
+    @classmethod
+    def of(cls, name: str) -> _Spelling:
+        return cls(name, _folded(name), tuple(_words(name)))
+
+
 Ranked = list[tuple[Any, str]]  # (score, accepted name): the higher the score, the likelier the name
 
 
-def _respelled(sent: str, accepted: Sequence[str]) -> Ranked:
+def _respelled(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
     """The names `sent` is in another case or spelling (`pageSize`, `page-size` for `page_size`)."""
-    return [(1, name) for name in accepted if _folded(name) == _folded(sent)]
+    return [(1, other.name) for other in accepted if other.folded == sent.folded]
 
 
-def _mistyped(sent: str, accepted: Sequence[str]) -> Ranked:
-    folded = _folded(sent)
-    if len(folded) < 4:  # one letter off a name of three letters or fewer can be any other name
+def _mistyped(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
+    if len(sent.folded) < 4:  # one letter off a name of three letters or fewer can be any other name
         return []
-    return [(1, name) for name in accepted if len(other := _folded(name)) >= 4 and _one_edit_apart(folded, other)]
+    return [(1, other.name) for other in accepted
+            if len(other.folded) >= 4 and _one_edit_apart(sent.folded, other.folded)]
 
 
-def _contained(sent: str, accepted: Sequence[str]) -> Ranked:
+def _contained(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
     """The names that are a run of whole words of `sent` (`path` in `file_path`), or of which `sent`
     is (`limit` for `lim`, abbreviated), scored by how much of the longer the shorter covers: in
     words, then, where `sent` is the longer, in letters (`video` before `id` in `video_id`). A name
     inside a word ("time" in `fromTimezone`, "id" in `video_width`) is not contained."""
-    sent_words = _words(sent)
     ranked: Ranked = []
-    for name in accepted:
-        name_words = _words(name)
-        if len(sent_words) <= len(name_words):
-            hit = _run_of_words(sent_words, name_words, abbreviated=len(_folded(sent)) >= 3)
+    for other in accepted:
+        if sent.folded not in other.folded and other.folded not in sent.folded:
+            continue  # a run of words holds the letters of the other in a row: most names stop here
+        if len(sent.words) <= len(other.words):
+            hit = _run_of_words(sent.words, other.words, abbreviated=len(sent.folded) >= 3)
             letters = 0.0  # several longer names holding `sent` alike: none is likelier
         else:
-            hit = _run_of_words(name_words, sent_words, abbreviated=False)
-            letters = len(_folded(name)) / len(_folded(sent))
+            hit = _run_of_words(other.words, sent.words, abbreviated=False)
+            letters = len(other.folded) / len(sent.folded)
         if hit:
-            ranked.append(((min(len(sent_words), len(name_words)) / max(len(sent_words), len(name_words)),
-                            letters), name))
+            words = sorted((len(sent.words), len(other.words)))
+            ranked.append(((words[0] / words[1], letters), other.name))
     return ranked
 
 
-def _sharing_words(sent: str, accepted: Sequence[str]) -> Ranked:
+def _sharing_words(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
     """The names that share a whole word of two letters or more with `sent` (`person_id` and
     `user_id`), scored by the share of their words together."""
-    sent_words = set(_words(sent))
     ranked: Ranked = []
-    for name in accepted:
-        name_words = set(_words(name))
-        if any(len(word) > 1 for word in sent_words & name_words):
-            ranked.append((len(sent_words & name_words) / len(sent_words | name_words), name))
+    for other in accepted:
+        shared = set(sent.words).intersection(other.words)
+        if any(len(word) > 1 for word in shared):
+            ranked.append((len(shared) / len(set(sent.words).union(other.words)), other.name))
     return ranked
 
 
-def _similar(sent: str, accepted: Sequence[str], threshold: float) -> Ranked:
+def _similar(sent: _Spelling, accepted: Sequence[_Spelling], threshold: float) -> Ranked:
     # Only names of about the same length are scored: Jaro weighs all of the shorter name's
     # letters, so "id" scores over the threshold against any long name starting "i", "d".
-    folded = _folded(sent)
-    scored = [(jaro(folded, other), name) for name in accepted
-              if 2 * min(len(folded), len(other := _folded(name))) >= max(len(folded), len(other))]
+    near = [other for other in accepted
+            if 2 * min(len(sent.folded), len(other.folded)) >= max(len(sent.folded), len(other.folded))]
+    scored = [(jaro(sent.folded, other.folded), other.name) for other in near]
     return [(score, name) for score, name in scored if score > threshold]
 
 
@@ -227,18 +240,23 @@ def _likeliest(ranked: Ranked, preferred: Collection[str]) -> str | None:
     return tied[0] if len(tied) == 1 else None
 
 
-def suggest(sent: str, accepted: Sequence[str], threshold: float = 0.7,
+def _suggest(sent: _Spelling, accepted: Sequence[_Spelling], threshold: float,
+             preferred: Collection[str]) -> str | None:
+    for kind in (_respelled, _mistyped, _contained, _sharing_words):
+        if ranked := kind(sent, accepted):
+            return _likeliest(ranked, preferred)
+    similar = _similar(sent, accepted, threshold)
+    return _likeliest(similar, preferred) if similar else None
+
+
+def suggest(sent: str, accepted: Sequence[str], threshold: float = SIMILARITY_THRESHOLD,
             preferred: Collection[str] = ()) -> str | None:
     """The accepted name the model most likely meant by `sent`, or None. Tried in turn, the first
     kind that finds any deciding: the same name in another case or spelling (`pageSize` for
     `page_size`), one typo away, containing or contained in whole words (`file_path` for `path`,
     `lim` for `limit`), sharing a word (`person_id` for `user_id`), then a Jaro similarity above
     `threshold`. Of names alike, the one in `preferred` (check_names: the missing ones)."""
-    for kind in (_respelled, _mistyped, _contained, _sharing_words):
-        if ranked := kind(sent, accepted):
-            return _likeliest(ranked, preferred)
-    similar = _similar(sent, accepted, threshold)
-    return _likeliest(similar, preferred) if similar else None
+    return _suggest(_Spelling.of(sent), [_Spelling.of(name) for name in accepted], threshold, preferred)
 
 
 @dataclass(frozen=True)
@@ -263,13 +281,20 @@ def check_names(sent: Iterable[str], required: Sequence[str], accepted: Sequence
     missing = tuple(name for name in required if name not in sent_set)
     strangers = [name for name in sent if accepted and name not in accepted]
     unrecognized = tuple(name[:MAX_NAME_CHARS] for name in strangers[:MAX_NAMES_SHOWN])
-    # A hint names a parameter not sent, a missing one before others alike.
-    unsent = [name for name in accepted if name not in sent_set]
-    suggestions = tuple(
-        (name, hint) for name in unrecognized if (hint := suggest(name, unsent, preferred=missing)) is not None
-    )
+    suggestions = _suggestions(unrecognized, [name for name in accepted if name not in sent_set], missing)
     return NameCheck(tuple(required), tuple(accepted), missing, unrecognized, suggestions,
                      len(strangers) - len(unrecognized))
+
+
+def _suggestions(unrecognized: Sequence[str], unsent: Sequence[str],
+                 missing: Collection[str]) -> tuple[tuple[str, str], ...]:
+    """(sent, meant) for each unrecognized name with a likely meaning: a parameter not sent, a
+    missing one before others alike."""
+    if not unrecognized:
+        return ()
+    spelled = [_Spelling.of(name) for name in unsent]
+    found = ((name, _suggest(_Spelling.of(name), spelled, SIMILARITY_THRESHOLD, missing)) for name in unrecognized)
+    return tuple((name, hint) for name, hint in found if hint is not None)
 
 
 def _listing(names: Sequence[str]) -> str:

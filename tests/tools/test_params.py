@@ -161,6 +161,18 @@ def test_suggest_only_ever_returns_an_accepted_name(sent: str, accepted: list[st
     assert hint is None or hint in accepted
 
 
+_NAMES = st.text(alphabet="abcB_", min_size=1, max_size=8)  # few letters: names that overlap
+
+
+@given(sent=st.lists(_NAMES, max_size=6), accepted=st.lists(_NAMES, max_size=6))
+def test_a_hint_names_an_accepted_parameter_not_sent(sent: list[str], accepted: list[str]) -> None:
+    check = check_names(sent, required=accepted[:2], accepted=accepted)
+    for name, hint in check.suggestions:
+        assert name in check.unrecognized
+        assert hint in accepted
+        assert hint not in sent
+
+
 # --- jaro ---------------------------------------------------------------------------------------
 
 
@@ -243,6 +255,18 @@ def test_a_name_already_sent_is_never_suggested() -> None:
 def test_a_missing_required_name_is_suggested_before_an_optional_one() -> None:
     check = check_names(["id"], required=["template_id"], accepted=["credential_id", "template_id"])
     assert check.suggestions == (("id", "template_id"),)
+
+
+def test_of_names_equally_likely_none_is_named_unless_one_is_missing() -> None:
+    assert suggest("age", ["min_age", "max_age"]) is None
+    assert suggest("strt", ["sort", "start"]) is None
+    check = check_names(["age"], required=["max_age"], accepted=["min_age", "max_age"])
+    assert check.suggestions == (("age", "max_age"),)
+
+
+def test_a_name_sharing_a_word_is_suggested_before_one_merely_spelled_alike() -> None:
+    assert suggest("person_id", ["reason", "user_id"]) == "user_id"
+    assert suggest("begin_date", ["start_date", "end_date"]) is None  # both share "date"
 
 
 def test_a_typo_of_a_longer_name_beats_a_word_it_still_contains() -> None:
