@@ -43,6 +43,7 @@ from telemetry.tracing import build_provider, build_resource, exporters_for, tra
 from telemetry.trajectory import Trajectories
 
 T = TypeVar("T")
+LISTEN_BACKLOG = 128  # aiohttp's own, for the servers that expect no bursts (tests, benches)
 
 
 @dataclass
@@ -132,12 +133,18 @@ class CannotListen(Exception):
 @contextlib.asynccontextmanager
 async def serving(app: web.Application, host: str, port: int, access_log: bool = False,
                   shutdown_timeout: float = 60.0, reuse_port: bool = False,
-                  redact_keys: Sequence[str] = REDACT_KEYS) -> AsyncIterator[str]:
+                  redact_keys: Sequence[str] = REDACT_KEYS, backlog: int = LISTEN_BACKLOG) -> AsyncIterator[str]:
     """Run `app` on host:port until the block ends; yields its base URL. With `access_log`, each
     request is logged on the toolspan.access logger (query parameters holding credentials, or
     named by `redact_keys`, masked); with `reuse_port`, other processes may listen
     on the same port (SO_REUSEPORT: the kernel spreads connections over them). Raises CannotListen
     when the bind fails.
+
+    `backlog` is how many new connections the kernel holds until the event loop takes them (the
+    kernel caps it, at net.core.somaxconn on Linux). Past it, Linux drops the connection's
+    handshake and the client's kernel tries again 1, 3, 7, 15 s later: a burst of connections
+    larger than the backlog, arriving while the loop is busy, is served seconds late. A server
+    should hold as many as it expects at once.
 
     The end is aiohttp's graceful shutdown: stop listening, close idle connections, run the app's
     on_shutdown handlers (the gateway's waits for the requests under way, see gateway.app), then
@@ -148,7 +155,7 @@ async def serving(app: web.Application, host: str, port: int, access_log: bool =
     await runner.setup()
     try:
         try:
-            await web.TCPSite(runner, host, port, reuse_port=reuse_port).start()
+            await web.TCPSite(runner, host, port, reuse_port=reuse_port, backlog=backlog).start()
         except OSError as exc:
             raise CannotListen(host, port, exc) from exc
         bound = runner.addresses[0][1] if runner.addresses else port
@@ -171,7 +178,9 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
             registry = registry if registry is not None else demo_registry()
             # The built-in model tells the client's own tools from the gateway's by the registry.
             model = ScriptedModel(policy or DemoPolicy(gateway_tools=registry))
-            model_url = model.base_url = await stack.enter_async_context(serving(model.app(), "127.0.0.1", 0))
+            # It takes as many connections at once as the gateway opens to a provider.
+            model_site = serving(model.app(), "127.0.0.1", 0, backlog=settings.upstream_max_connections)
+            model_url = model.base_url = await stack.enter_async_context(model_site)
             # It serves every wire API, as an OpenAI-compatible server may: none is refused before it.
             settings = settings.model_copy(update={"upstream": f"{model_url}/v1", "upstream_kind": "compatible"})
         provider_name = "toolspan.scripted" if model is not None else (
@@ -189,8 +198,10 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
                          telemetry.state, telemetry.trajectory_reader(), metrics_page=metrics_page)
         # The app's own shutdown handler gives requests their grace period; the runner then only
         # cancels what outlived it, after a second.
+        # A burst of as many new connections as the requests it takes at once waits to be accepted.
         site = serving(app, settings.host, settings.port, access_log=settings.access_log, shutdown_timeout=1.0,
-                       reuse_port=worker is not None, redact_keys=settings.redact_keys)
+                       reuse_port=worker is not None, redact_keys=settings.redact_keys,
+                       backlog=settings.max_concurrent_requests)
         url = await stack.enter_async_context(site)
         yield url, telemetry, model
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,10 +97,17 @@ def schema_names(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:
 # --- did-you-mean ---------------------------------------------------------------------------
 
 _WORD_SPLIT = re.compile(r"[_\-\s.]+|(?<=[a-z0-9])(?=[A-Z])")
+_SEPARATORS = re.compile(r"[_\-\s.]+")
+SIMILARITY_THRESHOLD = 0.7  # the Jaro similarity over which a name is close enough to suggest
 
 
-def _words(name: str) -> set[str]:
-    return {w.lower() for w in _WORD_SPLIT.split(name) if w}
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORD_SPLIT.split(name) if w]
+
+
+def _folded(name: str) -> str:
+    """`name` without case or separators: `pageSize`, `page_size`, `Page-Size` fold alike."""
+    return _SEPARATORS.sub("", name).lower()
 
 
 def jaro(a: str, b: str) -> float:
@@ -127,33 +134,129 @@ def jaro(a: str, b: str) -> float:
     return (matches / len(a) + matches / len(b) + (matches - transpositions) / matches) / 3
 
 
-def _contains(sent: str, candidate: str) -> bool:
-    """Containment that ignores accidental two-letter overlaps ("id" inside "width")."""
-    short, long = sorted((sent, candidate), key=len)
-    if short.lower() not in long.lower():
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether one letter dropped, added or changed, or two neighbours swapped, turn `a` into `b`."""
+    if len(a) > len(b):
+        a, b = b, a
+    if len(b) - len(a) == 1:
+        return any(a == b[:i] + b[i + 1:] for i in range(len(b)))
+    if len(a) != len(b):
         return False
-    return len(short) >= 3 or short.lower() in _words(long)  # original case: camelCase splits words
+    apart = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    if len(apart) == 2 and apart[1] == apart[0] + 1:
+        return a[apart[0]] == b[apart[1]] and a[apart[1]] == b[apart[0]]
+    return len(apart) == 1
 
 
-def _overlaps(a: str, b: str) -> bool:
-    short, long = sorted((a, b), key=len)
-    return short in long
+def _run_of_words(short: Sequence[str], long: Sequence[str], *, abbreviated: bool) -> bool:
+    """Whether `short` is a run of whole words of `long` (its last word may be the start of one of
+    `long`'s when `abbreviated`: `lim` for `limit`, `max_res` for `max_results`)."""
+    if not short:
+        return False
+    for start in range(len(long) - len(short) + 1):
+        window = long[start:start + len(short)]
+        last, wanted = window[-1], short[-1]
+        if window[:-1] == short[:-1] and (last == wanted or (abbreviated and last.startswith(wanted))):
+            return True
+    return False
 
 
-def suggest(sent: str, accepted: Sequence[str], threshold: float = 0.7) -> str | None:
-    """The accepted name the model most likely meant by `sent`, or None."""
-    low = sent.lower()
-    for name in accepted:
-        if name.lower() == low:
-            return name
-    contained = [name for name in accepted if _contains(sent, name)]
-    if contained:
-        return max(contained, key=len)
-    # A name that overlaps `sent` only by accident ("id" in "video_width") stays out: Jaro would
-    # score that same overlap above the threshold, since it weighs the short name's matches fully.
-    scored = [(jaro(low, name.lower()), name) for name in accepted if not _overlaps(low, name.lower())]
-    best = max(scored, default=(0.0, ""))
-    return best[1] if best[0] > threshold else None
+@dataclass(frozen=True)
+class _Spelling:
+    """A name as the did-you-mean compares it, made once per name."""
+
+    name: str
+    folded: str
+    words: tuple[str, ...]
+
+    @classmethod
+    def of(cls, name: str) -> _Spelling:
+        return cls(name, _folded(name), tuple(_words(name)))
+
+
+Ranked = list[tuple[Any, str]]  # (score, accepted name): the higher the score, the likelier the name
+
+
+def _respelled(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
+    """The names `sent` is in another case or spelling (`pageSize`, `page-size` for `page_size`)."""
+    return [(1, other.name) for other in accepted if other.folded == sent.folded]
+
+
+def _mistyped(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
+    if len(sent.folded) < 4:  # one letter off a name of three letters or fewer can be any other name
+        return []
+    return [(1, other.name) for other in accepted
+            if len(other.folded) >= 4 and _one_edit_apart(sent.folded, other.folded)]
+
+
+def _contained(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
+    """The names that are a run of whole words of `sent` (`path` in `file_path`), or of which `sent`
+    is (`limit` for `lim`, abbreviated), scored by how much of the longer the shorter covers: in
+    words, then, where `sent` is the longer, in letters (`video` before `id` in `video_id`). A name
+    inside a word ("time" in `fromTimezone`, "id" in `video_width`) is not contained."""
+    ranked: Ranked = []
+    for other in accepted:
+        if sent.folded not in other.folded and other.folded not in sent.folded:
+            continue  # a run of words holds the letters of the other in a row: most names stop here
+        if len(sent.words) <= len(other.words):
+            hit = _run_of_words(sent.words, other.words, abbreviated=len(sent.folded) >= 3)
+            letters = 0.0  # several longer names holding `sent` alike: none is likelier
+        else:
+            hit = _run_of_words(other.words, sent.words, abbreviated=False)
+            letters = len(other.folded) / len(sent.folded)
+        if hit:
+            words = sorted((len(sent.words), len(other.words)))
+            ranked.append(((words[0] / words[1], letters), other.name))
+    return ranked
+
+
+def _sharing_words(sent: _Spelling, accepted: Sequence[_Spelling]) -> Ranked:
+    """The names that share a whole word of two letters or more with `sent` (`person_id` and
+    `user_id`), scored by the share of their words together."""
+    ranked: Ranked = []
+    for other in accepted:
+        shared = set(sent.words).intersection(other.words)
+        if any(len(word) > 1 for word in shared):
+            ranked.append((len(shared) / len(set(sent.words).union(other.words)), other.name))
+    return ranked
+
+
+def _similar(sent: _Spelling, accepted: Sequence[_Spelling], threshold: float) -> Ranked:
+    # Only names of about the same length are scored: Jaro weighs all of the shorter name's
+    # letters, so "id" scores over the threshold against any long name starting "i", "d".
+    near = [other for other in accepted
+            if 2 * min(len(sent.folded), len(other.folded)) >= max(len(sent.folded), len(other.folded))]
+    scored = [(jaro(sent.folded, other.folded), other.name) for other in near]
+    return [(score, name) for score, name in scored if score > threshold]
+
+
+def _likeliest(ranked: Ranked, preferred: Collection[str]) -> str | None:
+    """The best-scored name; of several alike, the one preferred, else none: a guess between
+    `min_age` and `max_age` for `age` is as likely wrong as right, and the model knows which."""
+    top = max(score for score, _ in ranked)
+    tied = [name for score, name in ranked if score == top]
+    if len(tied) > 1:
+        tied = [name for name in tied if name in preferred]
+    return tied[0] if len(tied) == 1 else None
+
+
+def _suggest(sent: _Spelling, accepted: Sequence[_Spelling], threshold: float,
+             preferred: Collection[str]) -> str | None:
+    for kind in (_respelled, _mistyped, _contained, _sharing_words):
+        if ranked := kind(sent, accepted):
+            return _likeliest(ranked, preferred)
+    similar = _similar(sent, accepted, threshold)
+    return _likeliest(similar, preferred) if similar else None
+
+
+def suggest(sent: str, accepted: Sequence[str], threshold: float = SIMILARITY_THRESHOLD,
+            preferred: Collection[str] = ()) -> str | None:
+    """The accepted name the model most likely meant by `sent`, or None. Tried in turn, the first
+    kind that finds any deciding: the same name in another case or spelling (`pageSize` for
+    `page_size`), one typo away, containing or contained in whole words (`file_path` for `path`,
+    `lim` for `limit`), sharing a word (`person_id` for `user_id`), then a Jaro similarity above
+    `threshold`. Of names alike, the one in `preferred` (check_names: the missing ones)."""
+    return _suggest(_Spelling.of(sent), [_Spelling.of(name) for name in accepted], threshold, preferred)
 
 
 @dataclass(frozen=True)
@@ -178,11 +281,20 @@ def check_names(sent: Iterable[str], required: Sequence[str], accepted: Sequence
     missing = tuple(name for name in required if name not in sent_set)
     strangers = [name for name in sent if accepted and name not in accepted]
     unrecognized = tuple(name[:MAX_NAME_CHARS] for name in strangers[:MAX_NAMES_SHOWN])
-    suggestions = tuple(
-        (name, hint) for name in unrecognized if (hint := suggest(name, accepted)) is not None
-    )
+    suggestions = _suggestions(unrecognized, [name for name in accepted if name not in sent_set], missing)
     return NameCheck(tuple(required), tuple(accepted), missing, unrecognized, suggestions,
                      len(strangers) - len(unrecognized))
+
+
+def _suggestions(unrecognized: Sequence[str], unsent: Sequence[str],
+                 missing: Collection[str]) -> tuple[tuple[str, str], ...]:
+    """(sent, meant) for each unrecognized name with a likely meaning: a parameter not sent, a
+    missing one before others alike."""
+    if not unrecognized:
+        return ()
+    spelled = [_Spelling.of(name) for name in unsent]
+    found = ((name, _suggest(_Spelling.of(name), spelled, SIMILARITY_THRESHOLD, missing)) for name in unrecognized)
+    return tuple((name, hint) for name, hint in found if hint is not None)
 
 
 def _listing(names: Sequence[str]) -> str:

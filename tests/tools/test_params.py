@@ -161,6 +161,18 @@ def test_suggest_only_ever_returns_an_accepted_name(sent: str, accepted: list[st
     assert hint is None or hint in accepted
 
 
+_NAMES = st.text(alphabet="abcB_", min_size=1, max_size=8)  # few letters: names that overlap
+
+
+@given(sent=st.lists(_NAMES, max_size=6), accepted=st.lists(_NAMES, max_size=6))
+def test_a_hint_names_an_accepted_parameter_not_sent(sent: list[str], accepted: list[str]) -> None:
+    check = check_names(sent, required=accepted[:2], accepted=accepted)
+    for name, hint in check.suggestions:
+        assert name in check.unrecognized
+        assert hint in accepted
+        assert hint not in sent
+
+
 # --- jaro ---------------------------------------------------------------------------------------
 
 
@@ -202,6 +214,64 @@ def test_check_names_reports_missing_unrecognized_and_hints_in_order() -> None:
         unrecognized=("file_path", "colour"),
         suggestions=(("file_path", "path"),),
     )
+
+
+@pytest.mark.parametrize(
+    ("sent", "accepted", "expected"),
+    [
+        pytest.param("fromTimezone", ["time", "from_timezone", "to_timezone"], "from_timezone", id="camel-of-snake"),
+        pytest.param("diceNumber", ["number", "dice_number", "sides"], "dice_number", id="camel-of-snake-word"),
+        pytest.param("year1Revenue", ["year1", "year1_revenue", "year2_revenue"], "year1_revenue", id="digit-word"),
+        pytest.param("page-size", ["page", "page_size"], "page_size", id="kebab-of-snake"),
+        pytest.param("max_results", ["max", "maxResults"], "maxResults", id="snake-of-camel"),
+        pytest.param("PageSize", ["page", "page_size"], "page_size", id="pascal-of-snake"),
+    ],
+)
+def test_a_respelling_is_matched_before_a_shorter_name_inside_it(sent: str, accepted: list[str],
+                                                                 expected: str) -> None:
+    assert suggest(sent, accepted) == expected
+
+
+@pytest.mark.parametrize(
+    ("sent", "accepted", "expected"),
+    [
+        pytest.param("id", ["include_images", "identifier", "query"], None, id="two-letter"),
+        pytest.param("to", ["token", "topic"], None, id="two-letter-prefix"),
+        pytest.param("versionsOrigin", ["version", "origin"], "origin", id="inside-a-word"),
+        pytest.param("travel", ["number_of_travelers", "travel_date"], "travel_date", id="whole-word-first"),
+    ],
+)
+def test_a_name_inside_another_word_is_not_suggested(sent: str, accepted: list[str], expected: str | None) -> None:
+    assert suggest(sent, accepted) == expected
+
+
+def test_a_name_already_sent_is_never_suggested() -> None:
+    check = check_names(["location", "start_location"], required=["start_location", "end_location"],
+                        accepted=["start_location", "end_location", "mode"])
+    assert check.missing == ("end_location",)
+    assert check.suggestions == (("location", "end_location"),)
+
+
+def test_a_missing_required_name_is_suggested_before_an_optional_one() -> None:
+    check = check_names(["id"], required=["template_id"], accepted=["credential_id", "template_id"])
+    assert check.suggestions == (("id", "template_id"),)
+
+
+def test_of_names_equally_likely_none_is_named_unless_one_is_missing() -> None:
+    assert suggest("age", ["min_age", "max_age"]) is None
+    assert suggest("strt", ["sort", "start"]) is None
+    check = check_names(["age"], required=["max_age"], accepted=["min_age", "max_age"])
+    assert check.suggestions == (("age", "max_age"),)
+
+
+def test_a_name_sharing_a_word_is_suggested_before_one_merely_spelled_alike() -> None:
+    assert suggest("person_id", ["reason", "user_id"]) == "user_id"
+    assert suggest("begin_date", ["start_date", "end_date"]) is None  # both share "date"
+
+
+def test_a_typo_of_a_longer_name_beats_a_word_it_still_contains() -> None:
+    assert suggest("photo_ormat", ["photo", "photo_format"]) == "photo_format"
+    assert suggest("webisteId", ["website", "websiteId"]) == "websiteId"
 
 
 def test_check_names_with_unknown_accepted_names_flags_nothing_as_unrecognized() -> None:
