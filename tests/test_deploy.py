@@ -761,7 +761,7 @@ async def _drive(registry: CollectorRegistry) -> None:
         # A call of the client's own tool that the gateway could not check (a tool of no schema).
         async with instrumentation.tool_call(ToolCall("call_c", "grammar", "SELECT 1"), None, turn,
                                              side="client") as checked:
-            checked.finish(ToolOutcome("call_c", "grammar", "unchecked", ""))
+            checked.finish(ToolOutcome("call_c", "grammar", "unchecked", "", unchecked="not_a_function"))
         instrumentation.client_result(ClientResult("call_c", "grammar", time.time() - 1.5, 2, error=False), turn)
         await _denied(instrumentation, turn)  # a call a reviewer refused
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
