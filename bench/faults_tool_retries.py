@@ -21,19 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import re
-import subprocess
 import sys
 import time
 from typing import Any
 
 import aiohttp
 import openai
-from faults_passthrough_errors import wait_ready
-from healthz_probe import HealthzProbe
-from proxy import _free_port
-from scale import start_gateway
+from healthz_probe import phases_under_probe
 
 PHASES = ("baseline", "429-once", "500-once", "keeps-failing")
 PROVIDER = """
@@ -121,24 +116,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=10)
     options = parser.parse_args()
-    provider_port = _free_port()
-    provider_url = f"http://127.0.0.1:{provider_port}"
-    provider = subprocess.Popen([sys.executable, "-c", PROVIDER, str(provider_port)])
-    target = start_gateway("tool-retries", 1, None, f"{provider_url}/v1")
-    results = []
-    try:
-        asyncio.run(wait_ready(f"{provider_url}/count"))
-        asyncio.run(wait_ready(f"{target.url}/healthz"))
-        for name in PHASES:
-            with HealthzProbe(target.url) as probe:
-                result = asyncio.run(loop(target.url, provider_url, name, options.seconds, options.concurrency))
-            results.append({**result, "healthz": probe.summary()})
-            print(json.dumps(results[-1]), flush=True)
-    finally:
-        for process in (provider, target.process):
-            process.terminate()
-        for process in (provider, target.process):
-            process.wait(timeout=30)
+    results = phases_under_probe("tool-retries", PROVIDER, "/count", PHASES, lambda url, provider, phase: loop(
+        url, provider, phase, options.seconds, options.concurrency))
     print(f"\n/healthz every 10 ms while {options.concurrency} openai clients call for {options.seconds:g} s each:")
     print(f"{'phase':<14} {'ok':>6} {'failed':>6} {'runs/call':>9} {'provider/call':>13} {'p50 ms':>7} {'p99 ms':>7} "
           f"{'max ms':>7}")

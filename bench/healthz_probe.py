@@ -14,9 +14,13 @@ the gateway runs in the same process).
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -68,3 +72,36 @@ class HealthzProbe:
 
         return {"count": len(ordered), "p50_ms": round(statistics.median(ordered) * 1000, 1),
                 "p99_ms": at(0.99), "max_ms": round(ordered[-1] * 1000, 1), "failed": self.failed}
+
+
+Phase = Callable[[str, str, str], Awaitable[dict[str, Any]]]  # (gateway URL, provider URL, phase) -> result
+
+
+def phases_under_probe(name: str, provider_source: str, ready_path: str, phases: Sequence[str],
+                       run: Phase) -> list[dict[str, Any]]:
+    """A scripted provider (`provider_source`, run with its port as its argument) and a gateway in
+    front of it; each phase `run` under a probe of `/healthz`, its result printed as it comes. Both
+    processes end with it."""
+    from faults_passthrough_errors import wait_ready
+    from proxy import _free_port
+    from scale import start_gateway
+
+    provider_port = _free_port()
+    provider_url = f"http://127.0.0.1:{provider_port}"
+    provider = subprocess.Popen([sys.executable, "-c", provider_source, str(provider_port)])
+    target = start_gateway(name, 1, None, f"{provider_url}/v1")
+    results = []
+    try:
+        asyncio.run(wait_ready(provider_url + ready_path))
+        asyncio.run(wait_ready(f"{target.url}/healthz"))
+        for phase in phases:
+            with HealthzProbe(target.url) as probe:
+                result = asyncio.run(run(target.url, provider_url, phase))
+            results.append({**result, "healthz": probe.summary()})
+            print(json.dumps(results[-1]), flush=True)
+    finally:
+        for process in (provider, target.process):
+            process.terminate()
+        for process in (provider, target.process):
+            process.wait(timeout=30)
+    return results
