@@ -1,7 +1,7 @@
-"""What one access log line costs in CPU, this checkout's gateway.logs against an earlier one's,
+"""What one access log line costs in CPU, this checkout's gateway.runtime.logs against an earlier one's,
 side by side in one process and one run.
 
-The earlier gateway/logs.py is read from git (`--before`, default c1e04d9, the last commit
+The earlier gateway/logs.py (now gateway/runtime/logs.py) is read from git (`--before`, default c1e04d9, the last commit
 before the access line was made cheaper) and imported beside the current one. For each format
 (text, json) and each version, the root logger is set up by that version's `configure_logging`,
 as `toolspan serve` does, writing to /dev/null; then its AccessLogger logs --lines lines of a
@@ -31,13 +31,13 @@ from types import ModuleType
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-import gateway.logs
+import gateway.runtime.logs as current
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def earlier_logs(revision: str, folder: Path) -> ModuleType:
-    """gateway/logs.py as it was at `revision`, imported as a module of its own."""
+    """gateway/logs.py (gateway/runtime/logs.py since) as it was at `revision`, imported as a module of its own."""
     source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:gateway/logs.py"], check=True,
                             capture_output=True, text=True).stdout
     path = folder / "logs_before.py"
@@ -71,7 +71,7 @@ def format_cost(logs: ModuleType, log_format: str, lines: int) -> float:
     fields = {"remote": "127.0.0.1", "method": "POST", "path": "/v1/chat/completions", "protocol": "HTTP/1.1",
               "status": 200, "bytes": 731, "duration_ms": 12.3, "trajectory_id": "traj_0123456789abcdef",
               "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
-    record = logging.LogRecord(logs.ACCESS_LOGGER, logging.INFO, __file__, 1, gateway.logs.ACCESS_LINE, (fields,),
+    record = logging.LogRecord(logs.ACCESS_LOGGER, logging.INFO, __file__, 1, current.ACCESS_LINE, (fields,),
                                None, "log")
     record.fields = fields
     formatter = logs.JsonFormatter() if log_format == "json" else logs.TextFormatter(logs.TEXT_FORMAT)
@@ -100,9 +100,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         before = earlier_logs(options.before, Path(folder))
         stderr, sys.stderr = sys.stderr, sink
         try:
-            lines = {fmt: [(cpu_per_line(before, fmt, options.lines), cpu_per_line(gateway.logs, fmt, options.lines))
+            lines = {fmt: [(cpu_per_line(before, fmt, options.lines), cpu_per_line(current, fmt, options.lines))
                            for _ in range(options.repeats)] for fmt in ("text", "json")}
-            formats = {fmt: [(format_cost(before, fmt, options.lines), format_cost(gateway.logs, fmt, options.lines))
+            formats = {fmt: [(format_cost(before, fmt, options.lines), format_cost(current, fmt, options.lines))
                              for _ in range(options.repeats)] for fmt in ("text", "json")}
         finally:
             sys.stderr = stderr

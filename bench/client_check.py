@@ -1,4 +1,4 @@
-"""What the parse step for client tool calls (gateway.client_calls) costs: CPU per call for the 19
+"""What the parse step for client tool calls (gateway.client_tools.check) costs: CPU per call for the 19
 client calls of bench/proxy.py's 30 KB conversation, checked against the request's own `tools`.
 
 Each iteration is one request's work: a ClientTools made from the request's tools, then every one
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ modules, as w
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout's gateway
 from proxy import CALLS, LONG_CHAT, LONG_RESPONSES
 
-from gateway.client_calls import ClientTools, SchemaCache
+from gateway.client_tools.check import ClientTools, SchemaCache
 
 Call = tuple[str, str]  # (tool name, arguments as the model sent them)
 

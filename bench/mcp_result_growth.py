@@ -53,8 +53,8 @@ from tool_pipeline import DropExporter
 
 from gateway.demo.model import Policy, Reply, ScriptedModel
 from gateway.mcp import McpSources
-from gateway.runtime import serving
-from gateway.settings_parts import McpServer
+from gateway.runtime.process import serving
+from gateway.settings.parts import McpServer
 from gateway.tools import ToolCall, ToolExecutor, ToolRegistry, Turn
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics

@@ -24,7 +24,7 @@ from tool_pipeline import DropExporter, run_bench  # bench/, beside this file
 from gateway.demo.mcp_server import SOURCE_NAME, with_mcp_examples
 from gateway.demo.tools import demo_registry
 from gateway.mcp import McpSources
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from gateway.tools import ToolCall, ToolExecutor, ToolRegistry, Turn
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics

@@ -251,7 +251,7 @@ SCENARIOS = (
 async def _serve_upstream(port: int) -> None:
     from gateway.demo.agent import FastPolicy
     from gateway.demo.model import ScriptedModel
-    from gateway.runtime import serving
+    from gateway.runtime.process import serving
 
     async with serving(ScriptedModel(FastPolicy()).app(), "127.0.0.1", port):
         await asyncio.Event().wait()
@@ -317,7 +317,7 @@ async def _serve_floor_otel(port: int, upstream: str) -> None:
 async def _serve_app(port: int, forward: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
     """`forward` on both paths, served as the gateway serves (its garbage collector settled the
     same way once listening)."""
-    from gateway.runtime import settle_garbage_collector
+    from gateway.runtime.process import settle_garbage_collector
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1" + CHAT, forward)
@@ -334,8 +334,8 @@ async def _serve_toolspan(port: int, upstream: str, telemetry: bool, store: bool
     from tool_pipeline import DropExporter
 
     from gateway.demo.tools import demo_registry
-    from gateway.runtime import gateway, settle_garbage_collector
-    from gateway.settings import Settings
+    from gateway.runtime.process import gateway, settle_garbage_collector
+    from gateway.settings.model import Settings
 
     settings = Settings(port=port, upstream=upstream, telemetry=telemetry, trajectory_store=store)
     async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(DropExporter())]):
@@ -344,7 +344,7 @@ async def _serve_toolspan(port: int, upstream: str, telemetry: bool, store: bool
 
 
 def _serve(kind: str, port: int, upstream: str | None) -> None:
-    from gateway.runtime import run  # every server on the event loop `toolspan serve` uses
+    from gateway.runtime.process import run  # every server on the event loop `toolspan serve` uses
 
     if kind == "upstream":
         run(_serve_upstream(port))

@@ -41,7 +41,7 @@ from tool_pipeline import registry, run_bench
 from gateway.tools import ToolCall, ToolExecutor, Turn
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
-from telemetry.store import TrajectoryStore
+from telemetry.store.writer import TrajectoryStore
 from telemetry.tracing import build_resource, tracer_of
 
 GOOD = [ToolCall("call_1", "echo", '{"text": "hi"}')]

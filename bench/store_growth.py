@@ -1,7 +1,7 @@
 """What writing a plain request's rows into the trajectory store costs as the store grows.
 
 A plain request leaves two spans the store keeps: its `chat` turn and its SERVER span. This writes
-them through `telemetry.records.write` as the store's writer does (batches of --batch requests, one
+them through `telemetry.store.records.write` as the store's writer does (batches of --batch requests, one
 transaction each, with the age pruning every batch runs), into a new file, up to --requests
 requests, and prints the CPU per request of the batches in each tenth of the run (checkpoints of
 the write-ahead log included, as they fall).
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.caller import request_ids
 from telemetry import names
-from telemetry.records import SpanRecord, connect, prune, write
+from telemetry.store.records import SpanRecord, connect, prune, write
 
 
 def plain_request(trajectory_id: str, start_ns: int) -> list[SpanRecord]:

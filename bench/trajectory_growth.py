@@ -58,10 +58,11 @@ from proxy import _free_port
 from store_growth import plain_request
 
 from gateway.caller import request_ids
-from gateway.demo_session import QUESTION
-from gateway.routes.ui_timeline import PAGE_REQUESTS, Paging, timeline_page
-from telemetry import names, report
-from telemetry.records import SpanRecord, connect, prune, write
+from gateway.cli.demo import QUESTION
+from gateway.ui.timeline import PAGE_REQUESTS, Paging, timeline_page
+from telemetry import names
+from telemetry.store import report
+from telemetry.store.records import SpanRecord, connect, prune, write
 
 Measure = Callable[[], Awaitable[Any]]
 TICK = os.sysconf("SC_CLK_TCK")

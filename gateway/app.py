@@ -10,17 +10,20 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway import linking, provider_paths
-from gateway.admission import Admission
 from gateway.apis import MESSAGES_PATH, error_body_for
 from gateway.apis.chat import CHAT
-from gateway.app_keys import (
+from gateway.caller import request_ids, resolve_caller
+from gateway.engine import Engine
+from gateway.engine.retries import retry_policy
+from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
+from gateway.http.admission import Admission
+from gateway.http.browsers import browser_rule, check_browser
+from gateway.http.keys import (
     APPROVALS,
     BROWSERS,
     CALLER,
     ENGINE,
     EXECUTOR,
-    HELD,
     INSTRUMENTATION,
     MCP_SOURCES,
     METRICS_PAGE,
@@ -28,23 +31,21 @@ from gateway.app_keys import (
     REGISTRY,
     SECRET_HEADERS,
     SETTINGS,
+    STATE,
     TRACE,
     UPSTREAM,
 )
-from gateway.approvals import Approvals
-from gateway.browsers import browser_rule, check_browser
-from gateway.caller import request_ids, resolve_caller
-from gateway.engine import Engine
-from gateway.engine.retries import retry_policy
-from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
-from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
+from gateway.http.metrics_page import MetricsPage, OwnMetrics
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
-from gateway.metrics_page import MetricsPage, OwnMetrics
+from gateway.provider import paths as provider_paths
+from gateway.provider.client import Upstream
+from gateway.provider.route import ProviderRoute, provider_route
 from gateway.routes import (
     approvals,
     front,
     health,
+    linking,
     loop,
     mcp,
     messages,
@@ -53,19 +54,20 @@ from gateway.routes import (
     response_ids,
     responses,
     tools,
-    ui,
     websocket,
 )
 from gateway.routes.common import CLIENT_GONE, EXPECT
-from gateway.settings import Settings, proxy_environment
+from gateway.settings.model import Settings, proxy_environment
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
-from gateway.transport import Transport, build_transport
-from gateway.upstream import Upstream
+from gateway.tools.approval_gate import Approvals
+from gateway.ui import pages as ui
+from gateway.wire.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
 
 log = logging.getLogger("toolspan")
 ADMISSION = web.AppKey("admission", Admission)
-TRANSPORT = web.AppKey("transport", Transport)  # how the provider is reached, by every route (gateway.transport)
+# How the provider is reached, by every route (gateway.provider.route).
+PROVIDER_ROUTE = web.AppKey("provider_route", ProviderRoute)
 SHUTDOWN_WRAP_UP_SECONDS = 5.0  # after the grace period, for requests whose provider calls were ended to answer
 
 
@@ -134,7 +136,7 @@ async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     assert settings.upstream is not None  # checked in create_app
-    transport = app[TRANSPORT]
+    transport = app[PROVIDER_ROUTE]
     connector = transport.connector(settings.upstream_max_connections, settings.upstream_idle_seconds)
     session = aiohttp.ClientSession(auto_decompress=False, connector=connector)
     upstream = Upstream(session, settings.upstream, settings.upstream_api_key, settings.upstream_timeout_seconds,
@@ -142,7 +144,7 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
                         settings.upstream_max_connections, settings.upstream_idle_seconds, settings.max_json_depth,
                         transport)
     app[UPSTREAM] = upstream
-    app[ENGINE] = Engine(upstream, app[EXECUTOR], app[HELD], app[INSTRUMENTATION], settings.max_rounds,
+    app[ENGINE] = Engine(upstream, app[EXECUTOR], app[STATE], app[INSTRUMENTATION], settings.max_rounds,
                          settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check)
     yield
     app[ENGINE].schema_threads.close()
@@ -180,7 +182,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
                           handler_args={"keepalive_timeout": settings.header_read_timeout_seconds})
     app[SETTINGS] = settings
     # Decided now, so that a bad proxy variable fails at start-up, naming it.
-    app[TRANSPORT] = build_transport(settings.upstream, settings.upstream_proxy, settings.upstream_ca_bundle,
+    app[PROVIDER_ROUTE] = provider_route(settings.upstream, settings.upstream_proxy, settings.upstream_ca_bundle,
                                      settings.upstream_client_cert, settings.upstream_client_key,
                                      proxy_environment())
     app[ADMISSION] = Admission(settings.max_concurrent_requests)
@@ -195,8 +197,8 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads,
                                  gate, settings.approval_timeout_seconds)
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
-    app[HELD] = state
-    app.on_cleanup.append(lambda app: app[HELD].aclose())
+    app[STATE] = state
+    app.on_cleanup.append(lambda app: app[STATE].aclose())
     app.cleanup_ctx.append(_upstream)
     # MCP servers' tools join the registry at start-up, and follow their servers while it runs.
     app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation, settings.mcp_max_message_bytes)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.errors import Unauthorized
-from gateway.headers import TRAJECTORY_HEADER, SecretNames, to_provider
-from gateway.settings_parts import ClientCheckMode, GatewayKey
+from gateway.settings.parts import ClientCheckMode, GatewayKey
 from gateway.tools import Turn
+from gateway.wire.headers import TRAJECTORY_HEADER, SecretNames, to_provider
 
 _TRAJECTORY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -37,7 +37,7 @@ class Caller:
     routes: tuple[str, ...] | None = None  # pass-through path prefixes that key may use; None: every one
     # Set when the provider is called with the gateway's key: the caller's query-string credentials stay here too.
     query_secret: SecretNames | None = None
-    # How the request's trajectory was found when the header named none (gateway.linking): "metadata",
+    # How the request's trajectory was found when the header named none (gateway.routes.linking): "metadata",
     # "previous_response", "call_ids", "session_header"; None: the header's, or a new one.
     linked_by: str | None = None
     client_tool_check: ClientCheckMode | None = None  # the key's own client_tool_check; None: the gateway's
@@ -79,7 +79,7 @@ def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:
 
     A fresh trajectory id is 32 hex digits: the milliseconds since the epoch in the first 12 (as a
     UUIDv7 begins), 80 random bits after them. Ids that grow with time are appended to the ends of
-    the trajectory store's indexes (`telemetry.records.SCHEMA`) rather than written on random pages."""
+    the trajectory store's indexes (`telemetry.store.records.SCHEMA`) rather than written on random pages."""
     sent = headers.get(TRAJECTORY_HEADER)
     named = is_trajectory_id(sent)
     drawn = secrets.token_hex(18)  # the random part of a trajectory id, should the caller name none, and a request id

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.headers import from_provider
+from gateway.wire.headers import from_provider
 
 log = logging.getLogger("toolspan.upstream")
 

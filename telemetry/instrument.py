@@ -16,7 +16,7 @@ from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, untraced
-from gateway.settings import REDACT_KEYS
+from gateway.settings.model import REDACT_KEYS
 from gateway.state import StateUnavailable
 from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
 from gateway.tools.approvals import ApprovalDecision

@@ -31,16 +31,16 @@ from pydantic import SecretStr
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.app import create_app
-from gateway.app_keys import APPROVALS
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.logs import configure_logging
-from gateway.runtime import Observability, build_telemetry
-from gateway.settings import Settings
-from gateway.settings_parts import GatewayKey
+from gateway.http.keys import APPROVALS
+from gateway.runtime.logs import configure_logging
+from gateway.runtime.process import Observability, build_telemetry
+from gateway.settings.model import Settings
+from gateway.settings.parts import GatewayKey
 from gateway.state import StateStore, StateUnavailable
 from gateway.tools import Interrupt, Param, Tool, ToolError, ToolRegistry
 from telemetry import names
-from telemetry.store import TrajectoryStore
+from telemetry.store.writer import TrajectoryStore
 
 if TYPE_CHECKING:
     from tests.e2e.redis_server import RedisServer  # which imports this module
@@ -62,7 +62,7 @@ def _data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 @pytest.fixture(autouse=True)
 def _no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No proxy variable of the machine's reaches a test: a gateway reads them (gateway.transport)
+    """No proxy variable of the machine's reaches a test: a gateway reads them (gateway.provider.route)
     and so does the openai client, and a test's loopback provider is not behind a proxy."""
     for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY",
                  "no_proxy", "NO_PROXY"):
@@ -400,7 +400,7 @@ async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, a
 
 
 async def _nothing_pending(state: StateStore) -> None:
-    """After any test, no tool call is left waiting for approval (gateway.approvals)."""
+    """After any test, no tool call is left waiting for approval (gateway.tools.approval_gate)."""
     try:
         held = await state.approvals.held()
     except StateUnavailable:  # a test that stopped its Redis: nothing to look at

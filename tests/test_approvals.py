@@ -1,4 +1,4 @@
-"""gateway.approvals.Approvals on its own, with stores that take their time (as Redis does): a client
+"""gateway.tools.approval_gate.Approvals on its own, with stores that take their time (as Redis does): a client
 that leaves while its approval is being asked or forgotten leaves nothing pending and stays gone,
 and an approval that cannot be asked is said so to the model."""
 
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from gateway.approvals import Approvals, Viewer
-from gateway.headers import secret_names
 from gateway.state.approvals import ApprovalBounds, MemoryApprovals
 from gateway.tools import ToolCall, ToolOutcome, Turn
+from gateway.tools.approval_gate import Approvals, Viewer
 from gateway.tools.approvals import ApprovalAsk, ApprovalDecision, decided_outcome
 from gateway.tools.hooks import NoHooks
+from gateway.wire.headers import secret_names
 
 EVERYONE = Viewer(None, sees_all=True, may_decide=True)
 ASK = ApprovalAsk(ToolCall("call_1", "pay", "{}"), "before_run", {"amount": 1})

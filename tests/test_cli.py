@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from gateway.cli import StartupError, describe_traces, load_tools, main, run, startup_lines
+from gateway.cli.main import StartupError, describe_traces, load_tools, main, run, startup_lines
 from gateway.demo.tools import demo_registry
-from gateway.settings import Settings, load_settings
+from gateway.settings.model import Settings, load_settings
 from gateway.tools import Tool, ToolRegistry
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import client_calls
-from gateway.client_calls import MAX_CHECKED_VALUES, THREAD_GRACE_SECONDS, ClientCheck, ClientTools, SchemaCache
+from gateway.client_tools import check as client_calls
+from gateway.client_tools.check import MAX_CHECKED_VALUES, THREAD_GRACE_SECONDS, ClientCheck, ClientTools, SchemaCache
 from gateway.tools import Rejection, Tool, ToolContext, ToolExecutor, ToolRegistry
 from gateway.tools.hooks import ToolCall, Turn
 from gateway.tools.schema_bounds import INLINE, OFF_LOOP
@@ -306,7 +306,7 @@ async def test_past_the_inline_budget_a_check_is_made_off_the_loop_and_its_schem
     threads = ToolThreads(1)
     try:
         loop_thread = threading.get_ident()
-        with mock.patch("gateway.client_calls._check_fully", wraps=client_calls._check_fully) as off_loop:
+        with mock.patch("gateway.client_tools.check._check_fully", wraps=client_calls._check_fully) as off_loop:
             check = await tools(chat_tool("t", schema), cache=cache).check_bounded("t", arguments, threads)
         assert off_loop.call_count == 1
         assert check.reason == "schema_violation"
@@ -327,7 +327,7 @@ async def test_past_the_inline_budget_a_check_is_made_off_the_loop_and_its_schem
 def test_arguments_holding_more_values_than_are_checked_are_not_read() -> None:
     schema = {"type": "object", "properties": {"rows": {"type": "array", "uniqueItems": True}}}
     arguments = json.dumps({"rows": list(range(MAX_CHECKED_VALUES + 1))})
-    with mock.patch("gateway.client_calls.read_arguments") as read:
+    with mock.patch("gateway.client_tools.check.read_arguments") as read:
         check = tools(chat_tool("t", schema)).check("t", arguments)
     assert check == ClientCheck("unchecked", unchecked="too_complex")
     read.assert_not_called()

@@ -1,4 +1,4 @@
-"""The client's execute step (gateway.client_results) on bad input: conversations of any shape
+"""The client's execute step (gateway.client_tools.results) on bad input: conversations of any shape
 give only well-formed results, the latest ones first and bounded; a record this version cannot
 read reports nothing and raises nothing; each result is reported once."""
 
@@ -11,8 +11,8 @@ from gateway.apis.chat import CHAT
 from gateway.apis.chat.request import results as chat_results
 from gateway.apis.responses.request import results as responses_results
 from gateway.caller import Caller
-from gateway.client_results import LATEST_RESULTS, keep_handed, report_results
-from gateway.state import HeldTurns
+from gateway.client_tools.results import LATEST_RESULTS, keep_handed, report_results
+from gateway.state import MemoryState
 from gateway.tools.hooks import ClientResult, NoHooks, Turn
 
 
@@ -43,7 +43,7 @@ def test_only_well_formed_results_are_read_latest_first_and_bounded() -> None:
 
 
 async def test_a_result_is_reported_once_and_an_unreadable_record_not_at_all() -> None:
-    state, seen = HeldTurns(100, 60.0), Seen()
+    state, seen = MemoryState(100, 60.0), Seen()
     calls = [{"id": "call_a", "type": "function", "function": {"name": "shell"}},
              {"id": 5, "function": {"name": "bad"}}, {"type": "function"}]
     await keep_handed(state, CALLER, [found for call in calls if (found := CHAT.handed(call)) is not None])
@@ -56,7 +56,7 @@ async def test_a_result_is_reported_once_and_an_unreadable_record_not_at_all() -
 
 
 async def test_the_error_rule_reads_text_results_only() -> None:
-    state, seen = HeldTurns(100, 60.0), Seen()
+    state, seen = MemoryState(100, 60.0), Seen()
     await keep_handed(state, CALLER, [("c1", "shell"), ("c2", "shell")])
     latest_first = [("c2", {"error": "as JSON"}, None), ("c1", "error: gone", None)]  # as chat_results gives them
     await report_results(state, seen, CALLER, latest_first, error_prefix="error:")

@@ -1,4 +1,4 @@
-"""docs/toolspan.example.toml is what gateway.config_example makes from Settings, and every line of
+"""docs/toolspan.example.toml is what gateway.cli.config_example makes from Settings, and every line of
 it means what it says: uncommented, each setting's line gives that setting's default."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway import config_example
-from gateway.settings import Settings, load_settings
-from gateway.settings_parts import GatewayKey, McpServer
+from gateway.cli import config_example
+from gateway.settings.model import Settings, load_settings
+from gateway.settings.parts import GatewayKey, McpServer
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "toolspan.example.toml"
-REGENERATE = "python -m gateway.config_example docs/toolspan.example.toml"
+REGENERATE = "python -m gateway.cli.config_example docs/toolspan.example.toml"
 ASSIGNMENT = re.compile(r"^#(?=[a-z])(.*)$")  # "#name = value"; prose is "# ..."
 
 
@@ -32,7 +32,7 @@ def table(text: str, name: str) -> str:
 
 def test_the_checked_in_example_is_what_the_generator_makes() -> None:
     assert EXAMPLE.read_text(encoding="utf-8") == config_example.render(), (
-        f"docs/toolspan.example.toml is out of date with gateway/settings.py: run `{REGENERATE}`")
+        f"docs/toolspan.example.toml is out of date with gateway/settings/model.py: run `{REGENERATE}`")
 
 
 def test_every_setting_is_there_with_its_variable_and_a_description() -> None:
@@ -73,4 +73,4 @@ def test_the_command_writes_the_file_or_prints_it(tmp_path: Path, capsys: pytest
     assert config_example.main([]) == 0
     assert capsys.readouterr().out == config_example.render()
     assert config_example.main(["--bogus"]) == 2
-    assert "usage: python -m gateway.config_example" in capsys.readouterr().err
+    assert "usage: python -m gateway.cli.config_example" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The engine's connections to the provider (gateway.connections), against providers that speak
+"""The engine's connections to the provider (gateway.provider.connections), against providers that speak
 HTTP at the socket level: kept-alive connections, answers of every framing, informational
 answers, and providers that break the rules; TLS with a certificate authority of the test's own."""
 
@@ -18,11 +18,11 @@ from opentelemetry.semconv.attributes import http_attributes
 from pydantic import SecretStr
 from pytest_aiohttp import AiohttpServer
 
-from gateway import connections
-from gateway.connections import ProviderConnectionError, ProviderConnections
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
-from gateway.settings import Settings
-from gateway.upstream import Upstream
+from gateway.provider import connections
+from gateway.provider.client import Upstream
+from gateway.provider.connections import ProviderConnectionError, ProviderConnections
+from gateway.settings.model import Settings
 from telemetry import names
 from tests.conftest import GatewayFactory
 

@@ -30,13 +30,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ruamel.yaml import YAML
 
 from gateway.apis.chat.answer import read_chat
-from gateway.approvals import Approvals, Viewer
-from gateway.headers import secret_names
 from gateway.instrumentation import RequestInfo, RequestRecord
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from gateway.state.approvals import MemoryApprovals
 from gateway.tools import Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry, Turn
+from gateway.tools.approval_gate import Approvals, Viewer
 from gateway.tools.hooks import ClientResult
+from gateway.wire.headers import secret_names
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics

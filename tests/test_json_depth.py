@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.json_depth import decoded_nests_deeper, nests_deeper
+from gateway.wire.json_depth import decoded_nests_deeper, nests_deeper
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text("[{}]a\"\\", max_size=6),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text("[{x", max_size=3), inner,

@@ -20,10 +20,8 @@ from aiohttp.test_utils import make_mocked_request
 from hypothesis import given
 from hypothesis import strategies as st
 
-import gateway.logs
-from gateway.escaping import visible
-from gateway.headers import secret_names
-from gateway.logs import (
+import gateway.runtime.logs
+from gateway.runtime.logs import (
     ACCESS_LINE,
     ACCESS_LOGGER,
     TEXT_FORMAT,
@@ -36,8 +34,10 @@ from gateway.logs import (
     redacted_target,
     shown,
 )
-from gateway.runtime import CannotListen, serving
-from gateway.settings import REDACT_KEYS
+from gateway.runtime.process import CannotListen, serving
+from gateway.settings.model import REDACT_KEYS
+from gateway.wire.escaping import visible
+from gateway.wire.headers import secret_names
 from tests.conftest import installed_formatter
 
 TRAJECTORY = "traj_0123456789abcdef"
@@ -217,7 +217,7 @@ async def test_the_access_log_has_one_line_per_request(access: pytest.LogCapture
                                  f'{fields["duration_ms"]:.1f}ms trajectory={TRAJECTORY} trace={TRACE}')
     assert json.loads(JsonFormatter().format(line))["status"] == 200
     # where a format with %(pathname)s, %(lineno)d or %(funcName)s says it was logged from
-    assert (line.pathname, line.module, line.funcName) == (gateway.logs.__file__, "logs", "log")
+    assert (line.pathname, line.module, line.funcName) == (gateway.runtime.logs.__file__, "logs", "log")
     source, start = inspect.getsourcelines(AccessLogger.log)
     assert start < line.lineno < start + len(source)
 
@@ -252,7 +252,7 @@ def test_a_line_written_directly_is_the_records_line(monkeypatch: pytest.MonkeyP
     now = 1764770000_500_000_000  # exact in a float: 3.11's records truncate a fraction (gh-89047)
     monkeypatch.setattr(time, "time", lambda: now / 1e9)  # the record's clock (3.11)
     monkeypatch.setattr(time, "time_ns", lambda: now)  # the record's clock (3.12 on)
-    monkeypatch.setattr(gateway.logs, "time_ns", lambda: now)
+    monkeypatch.setattr(gateway.runtime.logs, "time_ns", lambda: now)
     direct, through_record = io.StringIO(), io.StringIO()
     writer, other = access_writer(direct), access_writer(through_record)
     other.logger.addFilter(lambda record: True)  # any filter: the record must be made

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families as parse_cla
 from pytest_aiohttp import AiohttpClient
 
 from gateway.app import create_app
-from gateway.metrics_page import OwnMetrics, WorkersMetrics, serving_own_metrics
-from gateway.settings import Settings
-from gateway.state import HeldTurns
+from gateway.http.metrics_page import OwnMetrics, WorkersMetrics, serving_own_metrics
+from gateway.settings.model import Settings
+from gateway.state import MemoryState
 from gateway.tools import ToolRegistry
 from telemetry import names
 from telemetry.instrument import Telemetry
@@ -51,7 +51,7 @@ async def exits() -> AsyncIterator[AsyncExitStack]:
 
 async def scrape(aiohttp_client: AiohttpClient, telemetry: Telemetry, page: WorkersMetrics) -> tuple[int, str, dict[
         str, str]]:
-    app = create_app(SETTINGS, ToolRegistry(), telemetry, HeldTurns(10, 60.0), metrics_page=page)
+    app = create_app(SETTINGS, ToolRegistry(), telemetry, MemoryState(10, 60.0), metrics_page=page)
     client = await aiohttp_client(app)
     async with client.get("/metrics") as response:
         return response.status, await response.text(), dict(response.headers)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 HOST = """
 import asyncio, gc
-from gateway.runtime import gateway
-from gateway.settings import Settings
+from gateway.runtime.process import gateway
+from gateway.settings.model import Settings
 
 async def main() -> None:
     before = gc.get_threshold()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.server import GatewayRunner
+from gateway.http.server import GatewayRunner
 
 Served = Callable[[], Awaitable[int]]
 

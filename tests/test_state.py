@@ -1,4 +1,4 @@
-"""HeldTurns: mixed turns held for the client's follow-up (bounded, expiring, bound to their gateway
+"""MemoryState: mixed turns held for the client's follow-up (bounded, expiring, bound to their gateway
 key) and put back into Chat messages and Responses input, on a fake clock."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.apis.chat.history import held_tokens, restore_messages
 from gateway.apis.responses.history import held_names, restore_items
-from gateway.state import HeldTurn, HeldTurns, client_call_id, split_call_id
+from gateway.state import HeldTurn, MemoryState, client_call_id, split_call_id
 from gateway.state.redis_store import turn_json
 from gateway.state.redis_values import turn_of
 
@@ -39,10 +39,10 @@ class Clock:
 
 
 class PendingTurns:
-    """HeldTurns with the Chat restore, as the engine uses them for one caller."""
+    """MemoryState with the Chat restore, as the engine uses them for one caller."""
 
     def __init__(self, capacity: int, ttl: float, clock: Clock, principal: str | None = None) -> None:
-        self.held = HeldTurns(capacity, ttl, clock)
+        self.held = MemoryState(capacity, ttl, clock)
         self.principal = principal
 
     def __len__(self) -> int:
@@ -194,7 +194,7 @@ def test_a_turn_is_restored_only_for_the_key_that_made_it(clock: Clock) -> None:
 
 
 def test_response_ids_resolve_for_their_key_until_they_expire(clock: Clock) -> None:
-    held = HeldTurns(10, TTL, clock)
+    held = MemoryState(10, TTL, clock)
     done(held.alias("resp_first", "resp_last", "alice"))
 
     def resolve(response_id: str, principal: str) -> str:
@@ -220,19 +220,19 @@ def fco(call_id: str, output: str) -> dict[str, Any]:
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": []}
 
 
-def held_responses_turn(held: HeldTurns) -> str:
+def held_responses_turn(held: MemoryState) -> str:
     """A Responses turn [reasoning, gateway call, client call] held in full, with the gateway's result."""
     turn = (REASONING, fc("call_gw", "read_file"), fc("call_c", "ask_human"))
     return done(held.hold(HeldTurn("responses", turn, (fco("call_gw", "contents"),), ("rs_1", "fc_call_c")), None))
 
 
-def restore(held: HeldTurns, items: list[Any]) -> list[Any]:
+def restore(held: MemoryState, items: list[Any]) -> list[Any]:
     found = done(held.lookup(None, *held_names(items)))
     return restore_items(items, lambda t: found.take(t, "responses"), found.owner)
 
 
 def test_replayed_responses_input_gets_the_whole_turn_back_in_order(clock: Clock) -> None:
-    held = HeldTurns(10, TTL, clock)
+    held = MemoryState(10, TTL, clock)
     token = held_responses_turn(held)
     shown = client_call_id(token, "call_c")
     sent = [USER, REASONING, {**fc("call_c", "ask_human"), "call_id": shown}, fco(shown, "yes")]
@@ -244,7 +244,7 @@ def test_replayed_responses_input_gets_the_whole_turn_back_in_order(clock: Clock
 def test_replayed_input_gets_earlier_gateway_rounds_back(clock: Clock) -> None:
     """Round 1 ran a gateway tool after saying something; round 2 called the client's tool. The
     client saw the message and its call; the gateway's round goes back between them."""
-    held = HeldTurns(10, TTL, clock)
+    held = MemoryState(10, TTL, clock)
     message = {"type": "message", "id": "msg_1", "role": "assistant",
                "content": [{"type": "output_text", "text": "hm"}]}
     rounds = (message, fc("call_gw", "read_file"), fco("call_gw", "contents"), fc("call_c", "ask_human"))
@@ -255,7 +255,7 @@ def test_replayed_input_gets_earlier_gateway_rounds_back(clock: Clock) -> None:
 
 
 def test_responses_input_continuing_a_stored_response_gets_only_the_results(clock: Clock) -> None:
-    held = HeldTurns(10, TTL, clock)
+    held = MemoryState(10, TTL, clock)
     token = held_responses_turn(held)
     sent = [fco(client_call_id(token, "call_c"), "yes")]
     assert restore(held, sent) == [fco("call_gw", "contents"),
@@ -263,14 +263,14 @@ def test_responses_input_continuing_a_stored_response_gets_only_the_results(cloc
 
 
 def test_responses_input_naming_a_turn_no_longer_held_goes_on_as_sent(clock: Clock) -> None:
-    held = HeldTurns(10, TTL, clock)
+    held = MemoryState(10, TTL, clock)
     token = held_responses_turn(held)
     clock.now += TTL
     assert restore(held, [fco(client_call_id(token, "call_c"), "yes")]) == [fco("call_c", "yes")]
 
 
 def test_one_key_past_its_share_loses_its_own_turns_never_anothers(clock: Clock) -> None:
-    held = HeldTurns(4, TTL, clock, per_key=2)
+    held = MemoryState(4, TTL, clock, per_key=2)
     bobs = done(held.hold(HeldTurn("chat", ()), "bob"))
     alices = [done(held.hold(HeldTurn("chat", ()), "alice")) for _ in range(3)]
     assert sorted(done(held.lookup("alice", alices)).turns) == sorted(alices[1:])
@@ -284,7 +284,7 @@ def test_one_key_past_its_share_loses_its_own_turns_never_anothers(clock: Clock)
 
 
 def test_a_provider_response_is_owned_by_the_key_that_made_it(clock: Clock) -> None:
-    held = HeldTurns(4, TTL, clock)
+    held = MemoryState(4, TTL, clock)
     done(held.claim(["resp_1"], "alice"))
     assert done(held.lookup("alice", (), (), "resp_1")).owned
     assert not done(held.lookup("bob", (), (), "resp_1")).owned

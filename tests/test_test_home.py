@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 
 
 def test_home_and_the_default_store_are_a_temporary_directory() -> None:

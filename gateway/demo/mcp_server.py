@@ -19,8 +19,8 @@ from mcp.shared.exceptions import MCPError
 
 from gateway.demo.tools import demo_registry
 from gateway.mcp.server import call_result, listed_tool, tool_call
-from gateway.settings import Settings
-from gateway.settings_parts import McpServer
+from gateway.settings.model import Settings
+from gateway.settings.parts import McpServer
 from gateway.tools import ToolExecutor, ToolRegistry, Turn
 
 SERVER_NAME = "toolspan-examples"

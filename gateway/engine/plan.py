@@ -60,7 +60,7 @@ class Plan:
     query: str = ""  # the caller's query string, which goes with every provider call
     path: str = ""  # the path the caller addressed (an Azure surface names the provider's)
     held_turn_lost: bool = False  # it continues a turn (or gateway response) the gateway no longer holds
-    client_tools: Sequence[Any] = ()  # the client's own tools as it declared them (gateway.client_calls)
+    client_tools: Sequence[Any] = ()  # the client's own tools as it declared them (gateway.client_tools.check)
 
 
 @dataclass(frozen=True)

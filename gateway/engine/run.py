@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.caller import Caller
-from gateway.client_calls import ClientTools, SchemaCache
+from gateway.client_tools.check import ClientTools, SchemaCache
 from gateway.engine.decide import Finish, HandBack, RunTools, after_tools, decide, enforced, is_final
 from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
@@ -23,12 +23,12 @@ from gateway.engine.retries import RetryPolicy
 from gateway.engine.turn import ModelCall, ModelTurn
 from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
-from gateway.provider_paths import not_found_at
-from gateway.settings_parts import ClientCheckMode
+from gateway.provider.client import Upstream
+from gateway.provider.paths import not_found_at
+from gateway.settings.parts import ClientCheckMode
 from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 from gateway.tools.threads import ToolThreads
-from gateway.upstream import Upstream
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from gateway.mcp.http_limits import capped_json_bodies
 from gateway.mcp.listing import BuiltTools, ListingWarnings, screened_message
 from gateway.mcp.stdio import StdioServer, stdio_transport
 from gateway.mcp.tools import METHOD_CALL_TOOL, build_tool, tool_result
-from gateway.settings_parts import MCP_MAX_MESSAGE_BYTES, McpServer
+from gateway.settings.parts import MCP_MAX_MESSAGE_BYTES, McpServer
 from gateway.tools import Tool, ToolHooks, ToolRegistry, ToolResult
 from gateway.tools.results import ToolOrigin
 

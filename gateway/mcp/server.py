@@ -41,7 +41,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.caller import Caller
 from gateway.mcp.key_sessions import KeySessions
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from gateway.tools import Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry
 
 # The route puts the request's Caller in the ASGI scope under this key; a handler reads it off the
@@ -147,7 +147,7 @@ class McpEndpoint:
         server.middleware.clear()
         # One JSON answer per POST: no event stream to keep open per call.
         # The Host and Origin checks against DNS rebinding the MCP specification asks for are the
-        # gateway's, for every route (gateway.browsers, in the app's middleware), so the SDK's are off:
+        # gateway's, for every route (gateway.http.browsers, in the app's middleware), so the SDK's are off:
         # one rule, and the gateway's OpenAI-shaped refusals.
         no_second_check = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.sessions = StreamableHTTPSessionManager(server, json_response=True, security_settings=no_second_check,

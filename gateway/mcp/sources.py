@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gateway.mcp.connection import McpConnection
 from gateway.mcp.stdio import GRACE_SECONDS
-from gateway.settings_parts import MCP_MAX_MESSAGE_BYTES, McpServer
+from gateway.settings.parts import MCP_MAX_MESSAGE_BYTES, McpServer
 from gateway.tools import ToolHooks, ToolRegistry
 
 log = logging.getLogger("toolspan.mcp")

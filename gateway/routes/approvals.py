@@ -1,4 +1,4 @@
-"""/v1/approvals: the pending approvals of tool calls, and their decisions (gateway.approvals).
+"""/v1/approvals: the pending approvals of tool calls, and their decisions (gateway.tools.approval_gate).
 
 GET /v1/approvals lists the caller's pending approvals (every key's, for the operator's key, or
 without keys); GET /v1/approvals/{id} shows one; POST /v1/approvals/{id} decides it:
@@ -13,10 +13,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.apis.fields import validate
-from gateway.app_keys import APPROVALS, CALLER, SETTINGS
-from gateway.approvals import Viewer
+from gateway.http.keys import APPROVALS, CALLER, SETTINGS
 from gateway.routes.common import EXPECT, json_answer, read_object
-from gateway.settings_parts import GatewayKey
+from gateway.settings.parts import GatewayKey
+from gateway.tools.approval_gate import Viewer
 
 REASON_MAX = 2000  # characters of a decision's reason, here and on the page (routes.ui_approvals)
 

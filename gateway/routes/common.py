@@ -11,13 +11,13 @@ import orjson
 from aiohttp import HttpVersion11, web
 
 from gateway.apis import error_body_for
-from gateway.app_keys import CALLER, RECORD, SETTINGS
 from gateway.caller import Caller
 from gateway.engine import Event, Finished
 from gateway.errors import BadRequest, RequestTimeout, TooLarge, error_response
-from gateway.headers import TRAJECTORY_HEADER
+from gateway.http.keys import CALLER, RECORD, SETTINGS
 from gateway.instrumentation import RequestRecord
-from gateway.json_depth import decoded_nests_deeper
+from gateway.wire.headers import TRAJECTORY_HEADER
+from gateway.wire.json_depth import decoded_nests_deeper
 
 ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
 ROUNDS_HEADER = "X-Toolspan-Rounds"

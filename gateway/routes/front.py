@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.app_keys import SETTINGS
+from gateway.http.keys import SETTINGS
 
 TITLE = "toolspan: an OpenAI-compatible gateway that runs tools"
 

@@ -6,8 +6,8 @@ import hmac
 
 from aiohttp import web
 
-from gateway.app_keys import ENGINE, HELD, MCP_SOURCES, METRICS_PAGE, SETTINGS, UPSTREAM
 from gateway.errors import Unauthorized
+from gateway.http.keys import ENGINE, MCP_SOURCES, METRICS_PAGE, SETTINGS, STATE, UPSTREAM
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -25,7 +25,7 @@ async def readyz(request: web.Request) -> web.Response:
     requests that do not continue a held turn work (those that do get a 503 with retry-after)."""
     sources = request.app[MCP_SOURCES]
     servers: dict[str, object] = {"mcp_servers": sources.status()} if sources.connections else {}
-    state = await request.app[HELD].status()
+    state = await request.app[STATE].status()
     if state is not None:
         servers["state_store"] = state
     if ENGINE not in request.app:

@@ -9,14 +9,14 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway import client_results, linking
 from gateway.apis import unserved
 from gateway.apis.base import WireApi
-from gateway.app_keys import HELD, INSTRUMENTATION, REGISTRY, SETTINGS, UPSTREAM
 from gateway.caller import Caller
+from gateway.client_tools import results as client_results
 from gateway.engine import Plan
 from gateway.engine.plan import Offering
-from gateway.routes import render
+from gateway.http.keys import INSTRUMENTATION, REGISTRY, SETTINGS, STATE, UPSTREAM
+from gateway.routes import linking, render
 from gateway.routes.common import caller_of, read_object
 
 # What an API's route adds around the run (the Responses API keeps the answers it names by its own ids).
@@ -34,7 +34,7 @@ async def run_loop(request: web.Request, api: WireApi, keeping: Keeping | None =
     if opening is not None:
         body = await opening(request, body)
     asked = api.checked(body, request.match_info)
-    held = request.app[HELD]
+    held = request.app[STATE]
     caller = await linking.joined(caller_of(request, asked.metadata), held, asked.call_ids,
                                   asked.previous_response_id)
     settings = request.app[SETTINGS]

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from gateway.app_keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
-from gateway.asgi import serve_asgi
 from gateway.caller import Caller, is_trajectory_id
+from gateway.http.asgi import serve_asgi
+from gateway.http.keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.mcp.server import McpEndpoint
 from gateway.routes.common import EXPECT, read_body, reported, require_json
 

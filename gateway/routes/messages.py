@@ -9,9 +9,9 @@ from typing import Any
 from aiohttp import web
 
 from gateway.apis.messages import MESSAGES, threads
-from gateway.app_keys import CALLER, HELD, SETTINGS
 from gateway.caller import Caller
 from gateway.engine import Plan
+from gateway.http.keys import CALLER, SETTINGS, STATE
 from gateway.routes import render
 from gateway.routes.loop import run_loop
 
@@ -20,14 +20,14 @@ async def _whole(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
     """A continued thread's request with its conversation put back."""
     if "thread" not in body:
         return body
-    return await threads.whole(body, request.app[HELD], request[CALLER].principal)
+    return await threads.whole(body, request.app[STATE], request[CALLER].principal)
 
 
 def _kept(request: web.Request, caller: Caller, plan: Plan, body: dict[str, Any]) -> render.Around | None:
     """A threaded request's answer is kept with its conversation, for the thread's next turn."""
     if body.get("thread") is None:
         return None
-    return partial(threads.kept, state=request.app[HELD], principal=caller.principal, body=body,
+    return partial(threads.kept, state=request.app[STATE], principal=caller.principal, body=body,
                    max_bytes=request.app[SETTINGS].answer_record_max_bytes)
 
 

@@ -12,9 +12,9 @@ from typing import Any, get_args
 
 from aiohttp import web
 
-from gateway.app_keys import REGISTRY, SETTINGS
-from gateway.headers import TRACE_HEADER, TRAJECTORY_HEADER
+from gateway.http.keys import REGISTRY, SETTINGS
 from gateway.tools.results import Status
+from gateway.wire.headers import TRACE_HEADER, TRAJECTORY_HEADER
 
 
 def _ref(name: str) -> dict[str, str]:

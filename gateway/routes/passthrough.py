@@ -12,13 +12,13 @@ import aiohttp
 from aiohttp import web
 
 from gateway.apis import api_of_path, unserved
-from gateway.app_keys import CALLER, HELD, RECORD, TRACE, UPSTREAM
 from gateway.errors import Forbidden, GatewayError, NotFound
-from gateway.headers import body_headers, from_provider
+from gateway.http.keys import CALLER, RECORD, STATE, TRACE, UPSTREAM
 from gateway.instrumentation import RequestRecord
 from gateway.routes.common import CLIENT_GONE, body_parts, check_declared_size, under
 from gateway.routes.provider_errors import provider_error
 from gateway.state import no_such_response
+from gateway.wire.headers import body_headers, from_provider
 
 log = logging.getLogger("toolspan.upstream")
 
@@ -59,7 +59,7 @@ async def _check_owner(request: web.Request) -> None:
     match = _STORED_RESPONSE.match(request.path) if caller.principal is not None else None
     if match is None or match.group(1) in _RESPONSES_ACTIONS:
         return
-    found = await request.app[HELD].lookup(caller.principal, (), (), match.group(1))
+    found = await request.app[STATE].lookup(caller.principal, (), (), match.group(1))
     if not found.owned:
         raise no_such_response(match.group(1))
 

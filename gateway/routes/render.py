@@ -12,12 +12,13 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway import client_results, linking
 from gateway.apis.base import Frame, WireApi
-from gateway.app_keys import ENGINE, HELD, SETTINGS, TRACE
 from gateway.caller import Caller
+from gateway.client_tools import results as client_results
 from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.errors import GatewayError, internal_error, log_provider_failure
+from gateway.http.keys import ENGINE, SETTINGS, STATE, TRACE
+from gateway.routes import linking
 from gateway.routes.common import answer_headers, finished_of, reported
 
 log = logging.getLogger("toolspan")
@@ -82,13 +83,13 @@ async def answer(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
 
 
 async def _link(request: web.Request, caller: Caller, api: WireApi, finished: Finished) -> None:
-    """The answer's call and response ids, linked to the caller's trajectory (gateway.linking)."""
+    """The answer's call and response ids, linked to the caller's trajectory (gateway.routes.linking)."""
     # Only an id a later request can continue from (Responses') links.
     response_id = finished.response_id if api.continues_by_id else None
     handed = [found for call in finished.client_calls if (found := api.handed(call)) is not None]
-    await linking.remember(request.app[HELD], caller, [call_id for call_id, _ in handed], response_id)
+    await linking.remember(request.app[STATE], caller, [call_id for call_id, _ in handed], response_id)
     if handed and caller.client_check(request.app[SETTINGS].client_tool_check) != "off":
-        await client_results.keep_handed(request.app[HELD], caller, handed)
+        await client_results.keep_handed(request.app[STATE], caller, handed)
 
 
 async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,

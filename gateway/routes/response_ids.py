@@ -15,8 +15,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.app_keys import CALLER, HELD, TRACE, UPSTREAM
 from gateway.errors import BadRequest, GatewayError, NotFound, UpstreamUnavailable
+from gateway.http.keys import CALLER, STATE, TRACE, UPSTREAM
 from gateway.routes.answer_records import AnswerRecord, page
 from gateway.routes.common import EXPECT, json_answer
 from gateway.routes.passthrough import check_route, passthrough
@@ -38,7 +38,7 @@ async def _held(request: web.Request) -> _Held | None:
     the provider's, to pass through. A gateway-made id it does not hold is a 404."""
     check_route(request)
     response_id, principal = request.match_info[ID], request[CALLER].principal
-    state = request.app[HELD]
+    state = request.app[STATE]
     try:
         text = await state.kept_answer(principal, response_id)
     except StateUnavailable:
@@ -164,7 +164,7 @@ async def delete(request: web.Request) -> web.StreamResponse:
         said = ", ".join(f"{status}" for _, status in failed)
         raise UpstreamUnavailable(f"the provider did not delete {len(failed)} of the {len(statuses)} responses "
                                   f"behind this one (it answered {said}); delete it again", code="delete_incomplete")
-    await request.app[HELD].forget_answer(request[CALLER].principal, held.response_id)
+    await request.app[STATE].forget_answer(request[CALLER].principal, held.response_id)
     return json_answer({"id": held.response_id, "object": "response", "deleted": True}, {})
 
 

@@ -10,9 +10,9 @@ from aiohttp import web
 
 from gateway.apis.responses import RESPONSES
 from gateway.apis.responses.render import final_response
-from gateway.app_keys import HELD, SETTINGS
 from gateway.caller import Caller
 from gateway.engine import Plan
+from gateway.http.keys import SETTINGS, STATE
 from gateway.routes import render
 from gateway.routes.answer_records import remembered
 from gateway.routes.loop import run_loop
@@ -20,7 +20,7 @@ from gateway.routes.loop import run_loop
 
 def _kept(request: web.Request, caller: Caller, plan: Plan, body: dict[str, object]) -> render.Around:
     """An answer under an id of the gateway's is kept, for GET, input_items and DELETE of that id."""
-    return partial(remembered, state=request.app[HELD], principal=caller.principal,
+    return partial(remembered, state=request.app[STATE], principal=caller.principal,
                    response_of=partial(final_response, plan), sent=body.get("input"),
                    stored=body.get("store") is not False, max_bytes=request.app[SETTINGS].answer_record_max_bytes)
 

@@ -9,9 +9,9 @@ from typing import Any
 import pydantic_core
 from aiohttp import web
 
-from gateway.app_keys import EXECUTOR, REGISTRY
 from gateway.caller import Caller
 from gateway.errors import BadRequest, Forbidden, NotFound
+from gateway.http.keys import EXECUTOR, REGISTRY
 from gateway.routes.common import answer_headers, caller_of, json_answer, read_object, reported
 from gateway.tools import Rejection, Tool, ToolCall, ToolOutcome
 

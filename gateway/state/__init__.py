@@ -10,7 +10,7 @@ conversation comes back. Entries are bounded in number (in all and per gateway k
 rule of gateway.state.fair for what goes when a table is full), expire when unused, and belong to
 the gateway key that made them: another key never finds them.
 
-Two stores, one interface (`StateStore`): `HeldTurns`, in this process's memory (the default),
+Two stores, one interface (`StateStore`): `MemoryState`, in this process's memory (the default),
 and `RedisState`, shared by replicas (`state_url`). A request first looks up, in one go, what it
 names (`StateStore.lookup`: tokens, ids of shown items, a response id); the conversation is then
 put back from that `Found`, synchronously. A store that cannot answer raises `StateUnavailable`
@@ -41,12 +41,12 @@ from gateway.state.base import (
     no_such_response,
     split_call_id,
 )
-from gateway.state.memory import FailureRecords, HeldTurns
+from gateway.state.memory import FailureRecords, MemoryState
 from gateway.state.redis_store import RedisState
 
 __all__ = ["NOTHING", "OWNED_RESPONSES", "PREFIX", "RESPONSE_PREFIX", "ApprovalBounds", "Bounds", "FailureBook",
-           "FailureBounds", "FailureRecords", "Found", "HeldTurn", "HeldTurns", "RedisState", "StateKind", "StateStore",
-           "StateUnavailable",
+           "FailureBounds", "FailureRecords", "Found", "HeldTurn", "MemoryState", "RedisState", "StateKind",
+           "StateStore", "StateUnavailable",
            "client_call_id", "make_store", "no_such_response", "split_call_id"]
 
 
@@ -58,6 +58,6 @@ def make_store(url: str | None, turns: Bounds, owned: Bounds, timeout_seconds: f
     records keep `FailureRecords`' default bounds either way. `unreadable` hears of each value read
     from Redis that is not what the gateway wrote (memory holds only what the gateway put there)."""
     if url is None:
-        return HeldTurns(turns.capacity, turns.ttl_seconds, per_key=turns.per_key, owned=owned, approvals=approvals)
+        return MemoryState(turns.capacity, turns.ttl_seconds, per_key=turns.per_key, owned=owned, approvals=approvals)
     return RedisState(url, turns.capacity, turns.ttl_seconds, timeout_seconds, observe, lost=lost,
                       per_key=turns.per_key, owned=owned, unreadable=unreadable, approvals=approvals)

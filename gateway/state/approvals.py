@@ -1,6 +1,6 @@
-"""Pending approvals (gateway.approvals), where every replica finds them: in this process's memory,
+"""Pending approvals (gateway.tools.approval_gate), where every replica finds them: in this process's memory,
 or in the Redis replicas share. Records and decisions are opaque text here (their shape is
-gateway.approvals'); the store keeps each approval until its time is up, takes the first decision
+gateway.tools.approval_gate'); the store keeps each approval until its time is up, takes the first decision
 on it and refuses any later one, and holds at most as many as its `ApprovalBounds` allow: in all,
 and for any one gateway key. Past the capacity the rule of gateway.state.fair holds: a key within
 its fair share is never refused for another key's approvals, which give way instead (the one
@@ -29,7 +29,7 @@ class ApprovalBounds:
 
 
 PENDING_APPROVALS = ApprovalBounds()
-# The decision an approval gets when it is pushed out for another key's (gateway.approvals reads
+# The decision an approval gets when it is pushed out for another key's (gateway.tools.approval_gate reads
 # it: its call is told that no approval could be had, and does not run).
 PUSHED_OUT = '{"decision": "unavailable"}'
 

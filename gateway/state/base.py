@@ -65,7 +65,7 @@ TRAJECTORY_LINKS = Bounds(200_000, 86400.0, 50_000)
 # The rounds done for a request whose provider then failed for good (gateway.engine.replays): kept
 # for the client's replay of the same request, a few minutes at most.
 REPLAYS = Bounds(10_000, 600.0, 2_500)
-# The client calls an answer handed back, each with when and of which tool (gateway.client_results):
+# The client calls an answer handed back, each with when and of which tool (gateway.client_tools.results):
 # kept until its result comes, or as long as the links that name its trajectory.
 SENT_CALLS = Bounds(200_000, 86400.0, 50_000)
 
@@ -145,7 +145,7 @@ class FailureBook(Protocol):
 
 
 class StateStore(FailureBook, Protocol):
-    approvals: ApprovalStore  # pending approvals of tool calls (gateway.approvals)
+    approvals: ApprovalStore  # pending approvals of tool calls (gateway.tools.approval_gate)
 
     async def hold(self, turn: HeldTurn, principal: str | None) -> str:
         """Keep `turn`; returns the token its client calls' ids carry (see `client_call_id`)."""

@@ -164,7 +164,7 @@ class FailureRecords:
             self.count -= len(oldest.by_tool)
 
 
-class HeldTurns:
+class MemoryState:
     """The state in this process's memory: held turns, the items their clients saw, response
     aliases and owners, and the retry state."""
 

@@ -101,7 +101,7 @@ def trajectory_of(raw: bytes) -> str:
 
 
 def sent_of(raw: bytes) -> str:
-    """The record of a client call handed back (`keep_sent` writes a JSON array; gateway.client_results
+    """The record of a client call handed back (`keep_sent` writes a JSON array; gateway.client_tools.results
     reads it, and treats one it cannot read as absent)."""
     text = _text(raw)
     if not text.startswith("["):

@@ -1,5 +1,5 @@
 """Approval of a tool call by a reviewer, as the executor sees it: what it asks, what it is told,
-and what the model then gets. Where the approvals wait and who decides is gateway.approvals'.
+and what the model then gets. Where the approvals wait and who decides is gateway.tools.approval_gate'.
 
 A call is asked about before its body runs when its tool is declared `approval=True`, and after,
 when its body raised `Interrupt(message, data)`. The reviewer approves (the body runs; for an
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from gateway.approval_text import denial
+from gateway.tools.approval_text import denial
 from gateway.tools.hooks import ToolCall, ToolCallTrace, Turn
 from gateway.tools.results import ToolOutcome
 
@@ -52,7 +52,7 @@ class ApprovalDecision:
 
 
 class ApprovalGate(Protocol):
-    """Where the executor waits for decisions (gateway.approvals.Approvals)."""
+    """Where the executor waits for decisions (gateway.tools.approval_gate.Approvals)."""
 
     async def decided(self, ask: ApprovalAsk, turn: Turn, trace: ToolCallTrace) -> ApprovalDecision:
         """Wait for the decision on `ask`; whatever ends the wait (a decision, the time limit, the

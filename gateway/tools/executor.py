@@ -132,7 +132,7 @@ class ToolExecutor:
 def refusal(name: str, available: Sequence[str], *, known: bool = False) -> Rejection:
     """The rejection of a call of a tool that is not among `available`: `unknown_tool`, or
     `not_allowed` when the tool exists (`known`) but this caller may not use it. (The check of
-    client tool calls, gateway.client_calls, words an undeclared tool the same way.)"""
+    client tool calls, gateway.client_tools.check, words an undeclared tool the same way.)"""
     shown = name if len(name) <= _NAME_SHOWN else name[:_NAME_SHOWN] + "..."
     listing = ", ".join(available) if available else "(none)"
     hint = suggest(name, available) if len(name) <= _NAME_SHOWN else None

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.json_depth import nests_deeper
 from gateway.tools.params import (
     NameCheck,
     Param,
@@ -46,6 +45,7 @@ from gateway.tools.schema import bounded_validator, closed_to_other_names, descr
 from gateway.tools.schema_bounds import INLINE, OverBudget, Skipped, metered
 from gateway.tools.strict import drop_optional_nulls, required_nulls, strict_schema
 from gateway.tools.threads import ToolsBusy, ToolThreads
+from gateway.wire.json_depth import nests_deeper
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")

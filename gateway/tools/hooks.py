@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 Step = Literal["parse", "execute"]
 # Whose tool a call is: the gateway runs its own; a client tool's calls go to the client, and the
-# gateway only checks them (gateway.client_calls).
+# gateway only checks them (gateway.client_tools.check).
 Side = Literal["gateway", "client"]
 
 
@@ -47,7 +47,7 @@ class Turn:
 @dataclass(frozen=True)
 class ClientResult:
     """The result of a call of the client's own tool, as a later request brought it: the client's
-    execute step, seen from the gateway (gateway.client_results)."""
+    execute step, seen from the gateway (gateway.client_tools.results)."""
 
     call_id: str  # the model's, as the check of the call named it
     tool: str

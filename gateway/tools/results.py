@@ -12,7 +12,7 @@ import pydantic_core
 
 from gateway.tools.params import NameCheck
 
-# "unchecked": a client tool's call the gateway did not check (gateway.client_calls); no gateway call is.
+# "unchecked": a client tool's call the gateway did not check (gateway.client_tools.check); no gateway call is.
 # "denied": a reviewer refused the call its approval (gateway.tools.approvals).
 Status = Literal["ok", "error", "rejected", "timeout", "interrupted", "unchecked", "denied"]
 # schema_violation: values that do not fit the declared parameters (JSON Schema); parser: a
@@ -116,7 +116,7 @@ class ToolOutcome:
     arguments: dict[str, Any] | None = None
     interrupt_data: Any = None
     error_type: str | None = None
-    # why a client tool's call was not checked (gateway.client_calls.Unchecked), or a gateway tool's
+    # why a client tool's call was not checked (gateway.client_tools.check.Unchecked), or a gateway tool's
     # values (Parsed.unchecked)
     unchecked: str | None = None
 

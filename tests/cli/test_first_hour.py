@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 
 TOOLSPAN = str(Path(sys.executable).parent / "toolspan")  # the console script: no cwd on its path
 START_TIMEOUT = 30.0
@@ -115,7 +115,7 @@ def test_a_tools_module_failing_at_import_shows_its_last_frames(tmp_path: Path, 
     at = lines.index(f'  File "{tmp_path.resolve() / "broken.py"}", line 3, in <module>')
     assert lines[at + 1] == '    KEY = os.environ["api_key"]  # not set'
     assert "importlib" not in done.stderr
-    assert "gateway/cli.py" not in done.stderr
+    assert "gateway/cli/main.py" not in done.stderr
     assert "listening" not in done.stdout + done.stderr
 
 

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.conftest import STREAM, USER, GatewayFactory
 
 HINT = "the upstream URL usually ends in /v1: set TOOLSPAN_UPSTREAM=https://host/v1"

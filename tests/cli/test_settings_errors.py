@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 
 SECRET = "hunter2"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gateway.cli import main
+from gateway.cli.main import main
 from gateway.demo.model import Reply
 from gateway.demo.tools import demo_registry
 from gateway.tools import Param, Tool, ToolRegistry

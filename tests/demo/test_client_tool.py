@@ -12,8 +12,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from gateway.demo.agent import DemoPolicy
-from gateway.runtime import gateway
-from gateway.settings import Settings
+from gateway.runtime.process import gateway
+from gateway.settings.model import Settings
 from tests.conftest import STREAM
 
 API = pytest.mark.parametrize("api", ["chat", "responses"])
@@ -104,7 +104,7 @@ def test_without_gateway_tools_known_every_tool_counts_as_the_gateways() -> None
 
 @API
 async def test_the_demo_shows_the_hand_back(client: AsyncOpenAI, api: str) -> None:
-    from gateway.demo_session import hand_back  # the demo's second part
+    from gateway.cli.demo import hand_back  # the demo's second part
 
     lines: list[str] = []
     answer = await hand_back(client, api, lines.append)

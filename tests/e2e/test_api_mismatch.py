@@ -17,7 +17,7 @@ from aiohttp.typedefs import Handler
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.conftest import USER, GatewayFactory, Script, StackFactory
 from tests.e2e.test_claude_code import MODEL, claude
 

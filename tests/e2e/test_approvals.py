@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from gateway.demo.model import Reply
-from gateway.settings_parts import GatewayKey
+from gateway.settings.parts import GatewayKey
 from telemetry import names
 from tests.conftest import (
     PAID,

@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.demo.tools import get_weather
-from gateway.runtime import gateway
-from gateway.settings import Settings
+from gateway.runtime.process import gateway
+from gateway.settings.model import Settings
 from gateway.tools import ToolRegistry
 from telemetry import names
 from tests.conftest import STREAM, spans_of

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import pytest
 from openai import AsyncOpenAI
 
-from gateway.runtime import gateway
-from gateway.settings import Settings
+from gateway.runtime.process import gateway
+from gateway.settings.model import Settings
 from tests.conftest import STREAM
 
 BURST = 300  # over aiohttp's default backlog (128) and under Linux's cap (net.core.somaxconn, 4096)

@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.apis import chat as chat_api
 from gateway.demo.model import Reply
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from telemetry import names
 from tests.conftest import (
     STREAM,

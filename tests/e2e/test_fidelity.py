@@ -365,8 +365,8 @@ async def test_the_provider_name_follows_the_kind_without_being_named(aiohttp_se
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from gateway.demo.model import ScriptedModel
-    from gateway.runtime import gateway
-    from gateway.settings import Settings
+    from gateway.runtime.process import gateway
+    from gateway.settings.model import Settings
     from tests.conftest import Script
 
     upstream = await aiohttp_server(ScriptedModel(Script().then(Reply(content="Hi"))).app())

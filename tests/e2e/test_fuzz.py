@@ -26,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemathesis import GenerationMode, checks
 
 from gateway.instrumentation import PROBE_ROUTES
-from gateway.runtime import gateway
-from gateway.settings import Settings
+from gateway.runtime.process import gateway
+from gateway.settings.model import Settings
 from telemetry import names
 
 EXAMPLES_PER_OPERATION = 60  # per operation, of each generation mode: about 600 requests in all

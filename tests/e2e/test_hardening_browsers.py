@@ -15,11 +15,11 @@ from playwright.async_api import Browser
 from pydantic import ValidationError
 from pytest_aiohttp import AiohttpServer
 
-from gateway.app_keys import SETTINGS
 from gateway.demo.model import Reply
-from gateway.routes.ui import CONTENT_SECURITY_POLICY
-from gateway.settings import Settings
+from gateway.http.keys import SETTINGS
+from gateway.settings.model import Settings
 from gateway.tools import Param, Tool, ToolRegistry
+from gateway.ui.pages import CONTENT_SECURITY_POLICY
 from telemetry import names
 from tests.conftest import AUTH, TEST_KEY, USER, Stack, StackFactory
 from tests.e2e.test_faults import assert_openai_error

@@ -19,9 +19,9 @@ from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
 from gateway.demo.model import Reply
-from gateway.logs import ACCESS_LOGGER
-from gateway.runtime import gateway
-from gateway.settings import REDACT_KEYS, Settings
+from gateway.runtime.logs import ACCESS_LOGGER
+from gateway.runtime.process import gateway
+from gateway.settings.model import REDACT_KEYS, Settings
 from tests.conftest import TEST_KEY, USER, GatewayFactory, Script, StackFactory, installed_formatter, log_lines
 from tests.e2e.test_hardening_server import Provider
 

@@ -27,11 +27,11 @@ from pydantic import SecretStr, ValidationError
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.runtime import gateway
-from gateway.settings import Settings
-from gateway.settings_parts import GatewayKey
+from gateway.provider.client import Upstream
+from gateway.runtime.process import gateway
+from gateway.settings.model import Settings
+from gateway.settings.parts import GatewayKey
 from gateway.tools import Param, Tool, ToolRegistry
-from gateway.upstream import Upstream
 from telemetry import names
 from tests.conftest import USER, Gateway, GatewayFactory, Stack, StackFactory, free_port
 from tests.e2e.test_faults import assert_openai_error

@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import BaseModel, Field
 
 from gateway.demo.model import Reply
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from gateway.tools import Tool, ToolError, ToolRegistry
 from telemetry import names
 from tests.conftest import (

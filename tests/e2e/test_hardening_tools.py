@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.demo.model import Reply
-from gateway.runtime import gateway, settle_garbage_collector
-from gateway.settings import Settings
+from gateway.runtime.process import gateway, settle_garbage_collector
+from gateway.settings.model import Settings
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
 from tests.conftest import (

@@ -30,7 +30,7 @@ from openai import APIStatusError, AsyncOpenAI
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.conftest import TEST_KEY, USER, Gateway, GatewayFactory, Stack, StackFactory, free_port
 from tests.e2e.redis_server import RedisServer
 from tests.e2e.test_mcp_server import LEGACY, mcp_client

@@ -23,9 +23,9 @@ from mcp_types import INVALID_PARAMS, CallToolResult
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-from gateway.runtime import gateway as serve_gateway
-from gateway.settings import Settings
-from gateway.settings_parts import GatewayKey
+from gateway.runtime.process import gateway as serve_gateway
+from gateway.settings.model import Settings
+from gateway.settings.parts import GatewayKey
 from gateway.tools import Param, Rejection, Tool, ToolContext, ToolRegistry
 from telemetry import names
 from tests.conftest import Gateway, GatewayFactory, every_outcome_registry

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.conftest import Gateway, GatewayFactory
 from tests.e2e.test_mcp_server import (
     ADMIN_KEY,

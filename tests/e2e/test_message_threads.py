@@ -17,7 +17,7 @@ from anthropic import beta_async_tool
 from pydantic import SecretStr
 
 from gateway.demo.model import Reply
-from gateway.settings_parts import GatewayKey
+from gateway.settings.parts import GatewayKey
 from tests.conftest import STREAM, Stack, StackFactory
 from tests.e2e.redis_server import RedisServer
 from tests.e2e.test_messages import GET_WEATHER, USER

@@ -20,9 +20,9 @@ from pydantic import SecretStr
 
 from gateway.demo.messages import build_message, message_events, signature
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.runtime import gateway
-from gateway.settings import Settings
-from gateway.settings_parts import GatewayKey
+from gateway.runtime.process import gateway
+from gateway.settings.model import Settings
+from gateway.settings.parts import GatewayKey
 from gateway.state import PREFIX
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names

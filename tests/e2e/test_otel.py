@@ -15,7 +15,7 @@ from opentelemetry import baggage
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
 from tests.conftest import REMOTE_TRACE, STREAM, TRACEPARENT, USER, GatewayFactory, Stack, StackFactory, add

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.pytest_plugin import AiohttpServer
 
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from telemetry import names
 from tests.conftest import Gateway, GatewayFactory
 from tests.e2e.test_faults import assert_error_spans, assert_openai_error, ended

@@ -13,7 +13,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.conftest import Gateway, GatewayFactory
 
 PROVIDER_KEY = "sk-provider-key"

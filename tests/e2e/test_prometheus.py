@@ -20,8 +20,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.app_keys import APPROVALS
 from gateway.demo.model import Reply
+from gateway.http.keys import APPROVALS
 from telemetry import names
 from tests.conftest import AUTH, TEST_KEY, USER, Stack, StackFactory, every_outcome_registry, free_port
 from tests.mcp.conftest import Recorded, lose_once, stdio_server

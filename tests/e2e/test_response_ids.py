@@ -17,7 +17,7 @@ from aiohttp.pytest_plugin import AiohttpServer
 from redis.asyncio import Redis
 
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from telemetry import names
 from tests.conftest import TEST_KEY, Gateway, GatewayFactory, Script
 from tests.e2e.redis_server import RedisServer

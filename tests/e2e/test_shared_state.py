@@ -19,15 +19,15 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
-from gateway.app_keys import APPROVALS, REGISTRY
-from gateway.approvals import Viewer
 from gateway.demo.model import Reply
-from gateway.routes.ui_approvals import FORM_COOKIE
-from gateway.settings import Settings
-from gateway.state import Bounds, FailureBounds, HeldTurn, HeldTurns, RedisState, StateStore, memory, redis_store
+from gateway.http.keys import APPROVALS, REGISTRY
+from gateway.settings.model import Settings
+from gateway.state import Bounds, FailureBounds, HeldTurn, MemoryState, RedisState, StateStore, memory, redis_store
 from gateway.state.approvals import PUSHED_OUT, ApprovalBounds, RedisApprovals
 from gateway.state.redis_store import REDIS_CONNECTIONS
 from gateway.tools import Param, Tool
+from gateway.tools.approval_gate import Viewer
+from gateway.ui.approvals import FORM_COOKIE
 from telemetry import names
 from tests.conftest import GatewayFactory, Stack, StackFactory, free_port
 from tests.e2e.redis_server import RedisServer
@@ -525,7 +525,7 @@ async def small_store(request: pytest.FixtureRequest, redis_up: RedisServer,
             monkeypatch.setattr(module, table, SMALL)
     approvals = ApprovalBounds(capacity=2, per_key=2)
     store: StateStore = (
-        HeldTurns(SMALL.capacity, SMALL.ttl_seconds, per_key=SMALL.per_key, owned=SMALL, approvals=approvals)
+        MemoryState(SMALL.capacity, SMALL.ttl_seconds, per_key=SMALL.per_key, owned=SMALL, approvals=approvals)
         if request.param == "memory" else
         RedisState(redis_up.url, SMALL.capacity, SMALL.ttl_seconds, 1.0, prefix=f"test{free_port()}:",
                    per_key=SMALL.per_key, owned=SMALL, approvals=approvals))

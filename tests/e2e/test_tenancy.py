@@ -16,12 +16,12 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
-from gateway.app_keys import APPROVALS
 from gateway.demo.model import Reply
-from gateway.settings import Settings
+from gateway.http.keys import APPROVALS
+from gateway.settings.model import Settings
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
-from telemetry.records import stored_id
+from telemetry.store.records import stored_id
 from tests.conftest import (
     TEST_KEY,
     USER,

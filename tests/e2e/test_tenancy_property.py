@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from gateway.app import create_app
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.runtime import build_telemetry
-from gateway.settings import Settings
-from telemetry.store_reader import StoreReader
+from gateway.runtime.process import build_telemetry
+from gateway.settings.model import Settings
+from telemetry.store.reader import StoreReader
 from tests.conftest import sample_registry
 
 KEYS = {"alice": {"key": "sk-alice-key-0000"}, "bob": {"key": "sk-bob-key-00000"}}

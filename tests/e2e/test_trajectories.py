@@ -19,8 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from gateway.demo.model import Reply
-from gateway.runtime import gateway, serving
-from gateway.settings import Settings
+from gateway.runtime.process import gateway, serving
+from gateway.settings.model import Settings
 from telemetry import names
 from tests.conftest import TEST_KEY, USER, Script, Stack, StackFactory, sample_registry
 

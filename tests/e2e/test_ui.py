@@ -15,8 +15,8 @@ from playwright.async_api import Browser, Page, expect
 
 from gateway.demo.model import Reply
 from gateway.demo.tools import demo_registry
-from gateway.routes.ui import CONTENT_SECURITY_POLICY
-from gateway.routes.ui_auth import SESSION_COOKIE
+from gateway.ui.auth import SESSION_COOKIE
+from gateway.ui.pages import CONTENT_SECURITY_POLICY
 from tests.conftest import AUTH, TEST_KEY, Stack, StackFactory
 
 TRACE_UI = "https://grafana.example/explore?left=%7B%22queries%22:%5B%7B%22query%22:%22{trace_id}%22%7D%5D%7D"

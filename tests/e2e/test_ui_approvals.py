@@ -14,9 +14,9 @@ from playwright.async_api import Browser, Page, expect
 from pydantic import SecretStr
 
 from gateway.demo.model import Reply
-from gateway.routes.ui_approvals import token_for
-from gateway.routes.ui_auth import SESSION_COOKIE, session_token
-from gateway.settings_parts import GatewayKey
+from gateway.settings.parts import GatewayKey
+from gateway.ui.approvals import token_for
+from gateway.ui.auth import SESSION_COOKIE, session_token
 from tests.conftest import (
     PAID,
     USER,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import Browser, Page, expect
 
-from gateway.routes.ui import CONTENT_SECURITY_POLICY
+from gateway.ui.pages import CONTENT_SECURITY_POLICY
 from telemetry import names
-from telemetry.records import stored_id
+from telemetry.store.records import stored_id
 from tests.conftest import AUTH, TEST_KEY, Stack, StackFactory, grow_trajectory
 
 BOB_KEY = "sk-bob-key-0000"

@@ -17,9 +17,9 @@ from gateway.caller import Caller
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.engine import Engine, Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.instrumentation import NoInstrumentation
-from gateway.state import HeldTurns
+from gateway.provider.client import Upstream
+from gateway.state import MemoryState
 from gateway.tools import Tool, ToolExecutor, ToolRegistry
-from gateway.upstream import Upstream
 from tests.conftest import Script, sample_registry
 
 API = pytest.mark.parametrize("api", ["chat", "responses"])
@@ -28,14 +28,14 @@ CALLER = Caller(trajectory_id="t-1", request_id="r-1")
 Run = Callable[..., Awaitable[tuple[list[Event], ScriptedModel]]]
 
 
-async def plan_for(api: str, stream: bool, registry: ToolRegistry, held: HeldTurns, **extra: Any) -> Plan:
+async def plan_for(api: str, stream: bool, registry: ToolRegistry, held: MemoryState, **extra: Any) -> Plan:
     if api == "chat":
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream, **extra}
         return await CHAT.plan(body, CALLER, registry, held)
     return await RESPONSES.plan({"model": "m", "input": "hi", "stream": stream, **extra}, CALLER, registry, held)
 
 
-Build = Callable[..., Awaitable[tuple[Engine, ScriptedModel, HeldTurns]]]
+Build = Callable[..., Awaitable[tuple[Engine, ScriptedModel, MemoryState]]]
 
 
 @pytest.fixture
@@ -44,10 +44,10 @@ async def build(aiohttp_server: AiohttpServer) -> AsyncIterator[Build]:
     upstreams: list[Upstream] = []
     async with aiohttp.ClientSession() as session:
         async def go(*replies: Reply, registry: ToolRegistry | None = None, keepalive: float = 5.0,
-                     max_rounds: int = 10) -> tuple[Engine, ScriptedModel, HeldTurns]:
+                     max_rounds: int = 10) -> tuple[Engine, ScriptedModel, MemoryState]:
             model = ScriptedModel(Script().then(*replies))
             server = await aiohttp_server(model.app())
-            held = HeldTurns(10, 60)
+            held = MemoryState(10, 60)
             upstreams.append(Upstream(session, str(server.make_url("/v1")), None, 10, 5))
             engine = Engine(upstreams[-1], ToolExecutor(registry or sample_registry()), held, NoInstrumentation(),
                             max_rounds, keepalive)

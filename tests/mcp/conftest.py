@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gateway.app_keys import MCP_SOURCES
+from gateway.http.keys import MCP_SOURCES
 from gateway.mcp import McpConnection
 from tests.conftest import Gateway, Stack
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.app_keys import REGISTRY
+from gateway.http.keys import REGISTRY
 from gateway.mcp import McpConnection
 from tests.conftest import Stack, StackFactory
 from tests.mcp.conftest import Recorded, connection

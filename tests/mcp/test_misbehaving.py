@@ -12,7 +12,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from telemetry import names
 from tests.conftest import GatewayFactory, StackFactory, tool_messages
 from tests.mcp.conftest import connection

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from gateway.routes.ui_auth import page_after_sign_in
-from gateway.routes.ui_diff import arguments_diff, key_changes
-from gateway.routes.ui_layout import trace_link
-from gateway.routes.ui_markup import Html, render
-from gateway.routes.ui_messages import CAPTURE_SETTING, CAPTURE_VARIABLE, added_messages
-from gateway.routes.ui_report import chart_buckets
-from gateway.settings import Settings
+from gateway.settings.model import Settings
+from gateway.ui.auth import page_after_sign_in
+from gateway.ui.diff import arguments_diff, key_changes
+from gateway.ui.layout import trace_link
+from gateway.ui.markup import Html, render
+from gateway.ui.messages import CAPTURE_SETTING, CAPTURE_VARIABLE, added_messages
+from gateway.ui.report import chart_buckets
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 

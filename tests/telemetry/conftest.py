@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from gateway.demo.model import Reply
 from telemetry import names
-from telemetry.records import stored_id
+from telemetry.store.records import stored_id
 from tests.conftest import TEST_KEY, USER, Stack, StackFactory, every_outcome_registry
 
 ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict", "checked"]  # not "admin": not_allowed

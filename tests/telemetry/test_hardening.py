@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanContext, TraceFlags
 from prometheus_client import CollectorRegistry
 
 from gateway.instrumentation import RequestInfo, RequestRecord
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from gateway.state import FailureBounds, FailureRecords
 from gateway.tools import ToolCall, ToolExecutor, ToolRegistry, Turn
 from telemetry import names

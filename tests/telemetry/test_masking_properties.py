@@ -15,7 +15,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from gateway.settings import REDACT_KEYS
+from gateway.settings.model import REDACT_KEYS
 from gateway.tools import Rejection, Tool, ToolContext
 from telemetry.arguments import MASK, mask_message, render_arguments
 

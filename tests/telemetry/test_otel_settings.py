@@ -9,8 +9,8 @@ from importlib.metadata import entry_points
 import pytest
 from opentelemetry.sdk.resources import Resource
 
-from gateway.runtime import build_telemetry
-from gateway.settings import Settings
+from gateway.runtime.process import build_telemetry
+from gateway.settings.model import Settings
 from telemetry.instrument import Telemetry
 from telemetry.propagation import build_propagator
 from telemetry.tracing import build_resource, resource_attributes

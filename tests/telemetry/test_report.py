@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
-from telemetry import names, otlp, report
-from telemetry.records import SCHEMA
-from telemetry.report_text import timeline
+from telemetry import names
+from telemetry.store import otlp, report
+from telemetry.store.records import SCHEMA
+from telemetry.store.report_text import timeline
 from tests.telemetry.conftest import STORED_ACROSS, Session, attr, hex_id, stored_trajectory
 
 

@@ -1,4 +1,4 @@
-"""A long trajectory a page at a time: `telemetry.report.trajectory` reads a page of requests in a
+"""A long trajectory a page at a time: `telemetry.store.report.trajectory` reads a page of requests in a
 few statements however long the trajectory is, the pages add up to the whole trajectory, retry
 links cross pages, another key sees none of it, `toolspan trajectories show` pages with --page and
 --limit, and a store written before the request indexes gets them when it is opened."""
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gateway.cli import main
-from telemetry import report
-from telemetry.records import connect, stored_id
-from telemetry.store_reader import StoreReader
+from gateway.cli.main import main
+from telemetry.store import report
+from telemetry.store.reader import StoreReader
+from telemetry.store.records import connect, stored_id
 from tests.conftest import TEST_KEY, Stack, StackFactory, grow_trajectory
 
 BOB_KEY = "sk-bob-key-0000"

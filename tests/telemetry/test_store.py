@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from gateway.demo.model import Reply
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from telemetry import names
-from telemetry.records import SCHEMA, SpanRecord, connect, prune, wal_kept_bytes, write
-from telemetry.store import TrajectoryStore
+from telemetry.store.records import SCHEMA, SpanRecord, connect, prune, wal_kept_bytes, write
+from telemetry.store.writer import TrajectoryStore
 from tests.conftest import USER, Stack, StackFactory
 from tests.telemetry.conftest import STORED_ACROSS, Session, attr, hex_id, stored_trajectory
 
@@ -272,7 +272,7 @@ async def test_an_unexpected_error_drops_the_batch_and_the_writer_goes_on(
             raise RuntimeError("a bug")
         return write(db, records)
 
-    monkeypatch.setattr("telemetry.store.write", write_once_broken)
+    monkeypatch.setattr("telemetry.store.writer.write", write_once_broken)
     await _serve_one(stack, "lost")
     assert _dropped(stack) > 0
     assert sum("cannot write" in r.getMessage() for r in caplog.records) == 1

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Tracer
 
 from telemetry import names
-from telemetry.store import TrajectoryStore
+from telemetry.store.writer import TrajectoryStore
 
 OLD, NEW = 60, 500
 SPANS_EACH = 4  # a request, two model turns, a tool call

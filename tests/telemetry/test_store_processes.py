@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
 from telemetry import names
-from telemetry.records import connect
-from telemetry.store import TrajectoryStore
+from telemetry.store.records import connect
+from telemetry.store.writer import TrajectoryStore
 
 PROCESSES = 4
 TRAJECTORIES = 150  # each process's

@@ -22,9 +22,9 @@ from opentelemetry.trace import SpanKind
 
 from gateway.caller import request_ids
 from telemetry import names
-from telemetry import store as store_module
-from telemetry.records import SCHEMA, SCHEMA_VERSION, SpanRecord, connect, record_of, write
-from telemetry.store import TrajectoryStore
+from telemetry.store import writer as store_module
+from telemetry.store.records import SCHEMA, SCHEMA_VERSION, SpanRecord, connect, record_of, write
+from telemetry.store.writer import TrajectoryStore
 from tests.telemetry.conftest import Session
 from tests.telemetry.test_report import _everything
 

@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from gateway.apis.chat.answer import read_chat
 from gateway.instrumentation import RequestInfo, RequestRecord
-from gateway.runtime import build_telemetry
-from gateway.settings import Settings
+from gateway.runtime.process import build_telemetry
+from gateway.settings.model import Settings
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics

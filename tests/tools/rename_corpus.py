@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.client_calls import ClientTools, SchemaCache
+from gateway.client_tools.check import ClientTools, SchemaCache
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "function_schemas" / "bfcl.jsonl"
 

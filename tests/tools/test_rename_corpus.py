@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from gateway.client_calls import ClientTools, SchemaCache
+from gateway.client_tools.check import ClientTools, SchemaCache
 from tests.tools.rename_corpus import (
     RENAMES,
     Rename,

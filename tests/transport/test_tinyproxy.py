@@ -10,7 +10,7 @@ from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
 from gateway.demo.model import Reply, ScriptedModel
-from gateway.settings import Settings
+from gateway.settings.model import Settings
 from tests.conftest import STREAM, GatewayFactory, Script, Stack, StackFactory, free_port
 from tests.transport.conftest import ProxyFactory, Tinyproxy
 

@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from gateway.apis.chat.history import ChatConversation, held_tokens, names_gateway_calls, restore_messages
 from gateway.apis.fields import JsonObjects, NonEmptyJsonObjects, checked_first_by
 from gateway.caller import Caller
-from gateway.client_results import LATEST_RESULTS
+from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, check_clash, offers_tools, upstream_base
 from gateway.errors import BadRequest
-from gateway.linking import LATEST_CALLS
+from gateway.routes.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
 from gateway.tools import ToolRegistry
 

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from gateway.apis.fields import NonEmptyJsonObjects, checked_first_by
 from gateway.apis.messages.history import MessagesConversation, held_tokens, names_gateway_calls, restore_messages
 from gateway.caller import Caller
-from gateway.client_results import LATEST_RESULTS
+from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
-from gateway.linking import LATEST_CALLS
+from gateway.routes.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
 from gateway.tools import Tool, ToolRegistry
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from gateway.apis.fields import JsonObjects, checked_first_by
 from gateway.apis.responses.history import ResponsesConversation, held_names, orphans_told, restore_items
 from gateway.caller import Caller
-from gateway.client_results import LATEST_RESULTS
+from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
 from gateway.errors import BadRequest
 from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore

@@ -1,0 +1,159 @@
+"""`toolspan trajectories list|show|report|import|export`: the embedded trajectory store, read in
+the terminal (telemetry.store.report answers, telemetry.store.report_text prints).
+
+    toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N] [--key K]
+    toolspan trajectories show [--key K] [--page N] [--limit N] ID   (a page of N requests; default 200)
+    toolspan trajectories report [--since ...] [--key K]
+    toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
+    toolspan trajectories export [FILE]       (the same format; default: stdout)
+Each takes --db PATH (default: the settings' store path) and --json (list, show, report). With
+gateway keys, a trajectory is the key's and the id's together: --key names the key (list and report:
+only its trajectories; show: the id is the one its caller sent), or show takes the stored id, KEY~ID.
+What is printed has the control characters of stored strings made visible (gateway.wire.escaping).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.settings.model import load_settings
+from gateway.wire.escaping import visible_lines
+from telemetry.names import OUTCOMES
+from telemetry.store import otlp, report, report_text
+from telemetry.store.records import connect
+
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_WHOLE = re.compile(r"[0-9]{1,9}")
+SHOW_REQUESTS = 200  # requests `show` prints unless --limit says otherwise
+
+
+def since_seconds(text: str, now: float | None = None) -> float:
+    """`--since`: an age (`90s`, `30m`, `2h`, `7d`) or an ISO date or time, as epoch seconds."""
+    if (match := _AGO.match(text.strip())) is not None:
+        return (time.time() if now is None else now) - float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--since {text!r}: give an age such as 2h or 7d, or a date such as "
+                                         "2024-05-01") from None
+
+
+def positive(text: str) -> int:
+    """`--page` and `--limit`: a whole number from 1."""
+    if not _WHOLE.fullmatch(text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number from 1")
+    return int(text)
+
+
+def add_parser(commands: Any) -> None:
+    """The `trajectories` command and its subcommands, on the top-level parser's subparsers."""
+    parser = commands.add_parser("trajectories", help="list, show and report the recorded trajectories")
+    sub = parser.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", type=Path, help="the store's file (default: the settings' trajectory_store_path)")
+    shown = argparse.ArgumentParser(add_help=False, parents=[common])
+    shown.add_argument("--json", action="store_true", help="JSON instead of text")
+    listing = sub.add_parser("list", parents=[shown], help="trajectories, newest first")
+    listing.add_argument("--tool")
+    listing.add_argument("--outcome", choices=OUTCOMES, help="trajectories with a tool call of this outcome")
+    listing.add_argument("--model")
+    listing.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    listing.add_argument("--limit", type=int, default=50)
+    show = sub.add_parser("show", parents=[shown], help="one trajectory's timeline")
+    show.add_argument("id")
+    show.add_argument("--page", type=positive, default=1, help="which page of the requests (default: the first)")
+    show.add_argument("--limit", type=positive, default=SHOW_REQUESTS,
+                      help=f"requests a page (default {SHOW_REQUESTS})")
+    summary = sub.add_parser("report", parents=[shown], help="per tool and per model: rejections, renames, "
+                                                               "retries, recoveries")
+    summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    for keyed in (listing, show, summary):
+        keyed.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
+    imports = sub.add_parser("import", parents=[common], help="add OTLP JSON trace files to the store")
+    imports.add_argument("files", nargs="+", type=Path)
+    exports = sub.add_parser("export", parents=[common], help="write the store as OTLP JSON")
+    exports.add_argument("file", nargs="?", type=Path, help="default: stdout")
+
+
+def _open(path: Path, writing: bool) -> sqlite3.Connection:
+    if writing:
+        return connect(str(path))
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectory store at {path} (run the gateway, or pass --db)")
+    return report.open_readonly(str(path))
+
+
+def _print(value: Any, as_json: bool, lines: list[str]) -> None:
+    """`lines` are terminal-safe already (report_text); JSON escapes the C0 controls itself, not C1 nor
+    the bidirectional ones: those as \\u escapes too."""
+    print(visible_lines(json.dumps(value, indent=2, ensure_ascii=False)) if as_json else "\n".join(lines))
+
+
+def run_trajectories(options: argparse.Namespace) -> int:
+    """Runs one `toolspan trajectories` subcommand; the exit status."""
+    path = options.db if options.db is not None else load_settings().store_path()
+    db = _open(path, writing=options.action == "import")
+    try:
+        return _run(db, options)
+    finally:
+        db.close()
+
+
+def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
+    action = options.action
+    if action == "list":
+        found = report.list_trajectories(db, tool=options.tool, outcome=options.outcome, since=options.since,
+                                         model=options.model, limit=options.limit, key=options.key)
+        _print(found, options.json, report_text.trajectory_list(found))
+    elif action == "show":
+        return _show(db, options)
+    elif action == "report":
+        figures = report.report(db, since=options.since, key=options.key)
+        _print(figures, options.json, report_text.report(figures))
+    elif action == "import":
+        for file in options.files:
+            try:
+                with file.open(encoding="utf-8") as lines:
+                    written = otlp.import_file(db, lines)
+            except OSError as exc:  # a directory, a file it may not read
+                raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+            except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
+                raise ValueError(f"{file}: {exc}") from None
+            print(f"{file}: {written} spans recorded")
+    elif options.file is None:
+        otlp.export(db, sys.stdout)
+    else:
+        with options.file.open("w", encoding="utf-8") as out:
+            print(f"{options.file}: {otlp.export(db, out)} spans written", file=sys.stderr)
+    return 0
+
+
+def _show(db: sqlite3.Connection, options: argparse.Namespace) -> int:
+    """One page of a trajectory's requests, and how to see the others."""
+    one = report.trajectory(db, options.id, options.key, offset=(options.page - 1) * options.limit,
+                            limit=options.limit)
+    if one is None:
+        print(f"toolspan: no trajectory {options.id!r} in the store", file=sys.stderr)
+        return 1
+    total = one["totals"]["requests"]
+    last = max(1, -(-total // options.limit))
+    if options.page > last:
+        print(f"toolspan: --page {options.page} is past the last page of trajectory {options.id!r}: {last} "
+              f"({total:,} requests, {options.limit:,} a page)", file=sys.stderr)
+        return 1
+    lines = report_text.timeline(one)
+    if last > 1:
+        more = f"--page {options.page + 1} shows the next" if options.page < last else "--page 1 shows the first"
+        lines += ["", f"{report_text.shown_requests(one)[0]} (page {options.page} of {last}): {more} "
+                  f"{options.limit:,}; --limit N shows N a page"]
+    _print(one, options.json, lines)
+    return 0

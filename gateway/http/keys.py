@@ -1,0 +1,40 @@
+"""Typed keys for what lives on the app, on each request and on each response (no module-level
+state). Data flows down: the app's parts are set up once, the request's by the middleware before
+the handler runs; a response carries what its handler reports back."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.caller import Caller
+from gateway.engine import Engine
+from gateway.http.browsers import BrowserRule
+from gateway.http.metrics_page import MetricsPage
+from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
+from gateway.mcp.server import McpEndpoint
+from gateway.mcp.sources import McpSources
+from gateway.provider.client import Upstream
+from gateway.settings.model import Settings
+from gateway.state import StateStore
+from gateway.tools import ToolExecutor, ToolRegistry
+from gateway.tools.approval_gate import Approvals
+from gateway.wire.headers import SecretNames
+
+SETTINGS = web.AppKey("settings", Settings)
+REGISTRY = web.AppKey("registry", ToolRegistry)
+INSTRUMENTATION = web.AppKey("instrumentation", Instrumentation)
+EXECUTOR = web.AppKey("executor", ToolExecutor)
+STATE = web.AppKey("state", StateStore)
+UPSTREAM = web.AppKey("upstream", Upstream)
+ENGINE = web.AppKey("engine", Engine)
+MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry
+MCP_ENDPOINT = web.AppKey("mcp_endpoint", McpEndpoint)  # the registry as an MCP server, at /mcp
+METRICS_PAGE = web.AppKey("metrics_page", MetricsPage)  # what GET /metrics answers
+BROWSERS = web.AppKey("browsers", BrowserRule)  # the Host and Origin a request may come with
+SECRET_HEADERS = web.AppKey("secret_headers", SecretNames)  # what stays behind with the caller's credentials
+APPROVALS = web.AppKey("approvals", Approvals)  # tool calls waiting for a reviewer, and their decisions
+
+CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes and /mcp)
+TRACE = web.RequestKey("trace", RequestTrace)  # the request's span
+
+RECORD = web.ResponseKey("record", RequestRecord)  # what the handler reports for telemetry

@@ -1,0 +1,81 @@
+"""The settings' parts that are models of their own: a gateway key, an MCP server, and the
+values a few settings take. `gateway.settings.model` reads them as fields of `Settings`."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+# What the gateway does with a model's call of the client's own tool that does not fit the schema the
+# request declared (gateway.client_tools.check): observe (spans and metrics say so; the client gets the call
+# as the model sent it), reject (the gateway answers the model with the diagnostic and goes on; the
+# client never sees the call), or off (no check at all).
+ClientCheckMode = Literal["observe", "reject", "off"]
+
+class GatewayKey(BaseModel):
+    """A key callers present as `Authorization: Bearer <key>`, and the tools it may use."""
+
+    key: SecretStr = Field(min_length=8, description="The secret the caller sends (at least 8 characters)")
+    operator: bool = Field(False, description="The page (/ui) shows this key every key's trajectories (and "
+                                              "approvals); any other key sees only its own")
+    approver: bool = Field(False, description="This key may decide its own requests' pending approvals of tool "
+                                              "calls (/v1/approvals); an operator key decides every key's")
+    tools: list[str] | None = Field(None, description="Tool names this key may use; unset: all")
+    routes: list[str] | None = Field(
+        None, description="Pass-through path prefixes this key may use (e.g. /v1/models, /v1/embeddings); unset: all")
+    client_tool_check: ClientCheckMode | None = Field(
+        None, description="client_tool_check for this key's requests; unset: the gateway's")
+
+    @field_validator("routes")
+    @classmethod
+    def _paths(cls, routes: list[str] | None) -> list[str] | None:
+        # A prefix without its leading slash would match no path and silently refuse every route.
+        for route in routes or ():
+            if not route.startswith("/"):
+                raise ValueError(f"route {route!r} must be a path starting with '/', such as /v1/models")
+        return routes
+
+
+KEY_NAME = re.compile(r"[A-Za-z0-9._:@+-]{1,64}")
+MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__": that separates server and tool
+MCP_MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # the default of mcp_max_message_bytes
+
+
+class McpServer(BaseModel):
+    """An MCP server whose tools join the registry: a command run over stdio, or a URL
+    (streamable HTTP, or the legacy SSE transport)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str | None = Field(None, description="Executable to run as an MCP server over stdio")
+    args: list[str] = Field(default_factory=list, description="Arguments of `command`")
+    env: dict[str, SecretStr] = Field(default_factory=dict, description="Environment of `command`, over the "
+                                                                        "MCP SDK's safe default environment")
+    cwd: str | None = Field(None, description="Working directory of `command`")
+    url: str | None = Field(None, description="Endpoint of an MCP server over HTTP, e.g. http://host:8000/mcp")
+    transport: Literal["streamable_http", "sse"] = Field("streamable_http", description="How `url` speaks MCP")
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="HTTP headers sent to `url` "
+                                                                            "(Authorization, say)")
+    timeout_seconds: float | None = Field(None, gt=0, description="Time limit of one call of its tools; "
+                                                                  "unset: tool_timeout_seconds")
+    concurrent: bool = Field(False, description="Its tools' calls of one model turn may run at the same time")
+    connect_timeout_seconds: float = Field(10.0, gt=0, description="Limit on connecting and listing its tools")
+    reconnect_min_seconds: float = Field(0.5, gt=0, description="First wait before reconnecting; doubles per "
+                                                                "failed attempt")
+    reconnect_max_seconds: float = Field(30.0, gt=0, description="Longest wait between reconnection attempts")
+    ping_interval_seconds: float = Field(15.0, ge=0, description="How often an idle connection is checked with "
+                                                                 "a ping (0: never)")
+    required: bool = Field(False, description="GET /readyz answers 503 while this server is unavailable")
+    max_tools: int = Field(256, ge=1, description="Most tools taken from it; past them, the rest of its list is "
+                                                   "left out with a warning")
+    relist_min_seconds: float = Field(
+        1.0, ge=0, description="Shortest time between two listings of its tools: announcements of changed tools "
+                               "(tools/list_changed) that come faster are answered by one listing")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of `command` (stdio) or `url` (HTTP)")
+        return self
