@@ -68,6 +68,9 @@ SESSION = [
     Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"path": "/a"}), ("review", {})]),
 ]
 LOOKUP: Any = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
+# A client tool whose schema names another document: the gateway never fetches it, and its calls go unchecked.
+ELSEWHERE: Any = [{"type": "function", "function": {"name": "fetch", "parameters": {
+    "type": "object", "properties": {"url": {"$ref": "http://127.0.0.1:9/url.json"}}}}}]
 RESUMED = Reply(content="done", usage=(60, 20))  # the answer once the reviewer decided the paused call
 
 
@@ -183,11 +186,14 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
         handed = [*USER, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
                   {"role": "tool", "tool_call_id": call.id, "content": "it is there"}]
         await stack.client.chat.completions.create(model="m", messages=handed, tools=LOOKUP, extra_headers=trajectory)
+        # A call of a client tool whose schema the gateway does not follow (remote_ref).
+        stack.script.then(Reply(tool_calls=[("fetch", {"url": "x"})]))
+        await stack.client.chat.completions.create(model="m", messages=USER, tools=ELSEWHERE, extra_headers=trajectory)
         # A provider failure after a gateway tool ran, which the gateway retries itself.
         stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(status=500, error="a blip"),
                           Reply(content="3"))
         await stack.client.chat.completions.create(model="m", messages=USER, extra_headers=trajectory)
-        expected = 15 * (rounds + 1)
+        expected = 16 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})
     return traces
@@ -199,7 +205,7 @@ async def test_every_dashboard_query_returns_data(stack_with_tools: Stack, prome
     traces = await run_session(stack, prometheus)
     outcomes = await query(prometheus, f"sum by (outcome) ({names.METRIC_TOOL_CALLS})")
     assert {s["metric"]["outcome"] for s in outcomes["data"]["result"]} == {
-        "ok", "error", "rejected", "timeout", "denied"}
+        "ok", "error", "rejected", "timeout", "denied", "unchecked"}
     reasons = await query(prometheus, f"sum by (reason) ({names.METRIC_TOOL_REJECTIONS})")
     assert {s["metric"]["reason"] for s in reasons["data"]["result"]} == set(names.REJECTION_REASONS)
     kinds = await query(prometheus, f"sum by (kind) ({names.METRIC_TOOL_RETRIES})")
