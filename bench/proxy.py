@@ -214,10 +214,11 @@ class Scenario:
         them in the shape of the scenario's API."""
         if target in GATEWAYS:
             return json.dumps(self.request).encode()
+        from gateway.apis.registry import ADAPTERS
         from gateway.demo.tools import demo_registry
 
-        registry = demo_registry()
-        demo = registry.responses_tools() if self.path == RESPONSES else registry.openai_tools()
+        api = ADAPTERS["responses" if self.path == RESPONSES else "chat"]
+        demo = demo_registry().specs(api.name, api.tool_spec)
         return json.dumps({**self.request, "tools": [*self.request.get("tools", []), *demo]}).encode()
 
     @property

@@ -10,13 +10,14 @@ import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.apis import MESSAGES_PATH, error_body_for
-from gateway.apis.chat import CHAT
+from gateway import linking
+from gateway.apis.registry import ADAPTERS, error_body_for
 from gateway.caller import request_ids, resolve_caller
 from gateway.engine import Engine
 from gateway.engine.retries import retry_policy
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
 from gateway.http.admission import Admission
+from gateway.http.bodies import EXPECT
 from gateway.http.browsers import browser_rule, check_browser
 from gateway.http.keys import (
     APPROVALS,
@@ -25,6 +26,7 @@ from gateway.http.keys import (
     ENGINE,
     EXECUTOR,
     INSTRUMENTATION,
+    LOOP,
     MCP_SOURCES,
     METRICS_PAGE,
     RECORD,
@@ -34,6 +36,7 @@ from gateway.http.keys import (
     STATE,
     TRACE,
     UPSTREAM,
+    LoopParts,
 )
 from gateway.http.metrics_page import MetricsPage, OwnMetrics
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
@@ -45,18 +48,15 @@ from gateway.routes import (
     approvals,
     front,
     health,
-    linking,
     loop,
     mcp,
-    messages,
     openapi,
     passthrough,
     response_ids,
-    responses,
     tools,
     websocket,
 )
-from gateway.routes.common import CLIENT_GONE, EXPECT
+from gateway.routes.render import CLIENT_GONE
 from gateway.settings.model import Settings, proxy_environment
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
@@ -146,8 +146,10 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
     app[UPSTREAM] = upstream
     app[ENGINE] = Engine(upstream, app[EXECUTOR], app[STATE], app[INSTRUMENTATION], settings.max_rounds,
                          settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check)
+    app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], app[INSTRUMENTATION],
+                          settings.upstream_kind)
     yield
-    app[ENGINE].schema_threads.close()
+    app[ENGINE].client_checks.close()
     await upstream.aclose()
     await session.close()
 
@@ -204,15 +206,9 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation, settings.mcp_max_message_bytes)
     app.cleanup_ctx.append(app[MCP_SOURCES].lifetime)
     app.on_response_prepare.append(_stamp)
-    chat_completions = loop.handler(CHAT)
-    app.router.add_post("/v1/chat/completions", chat_completions, **EXPECT)
-    app.router.add_post("/v1/responses", responses.create_response, **EXPECT)
-    # The same, as Azure OpenAI clients (openai.AzureOpenAI) address them.
-    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat_completions, **EXPECT)
-    app.router.add_post("/openai/v1/chat/completions", chat_completions, **EXPECT)
-    app.router.add_post("/openai/responses", responses.create_response, **EXPECT)
-    app.router.add_post("/openai/v1/responses", responses.create_response, **EXPECT)
-    app.router.add_post(MESSAGES_PATH, messages.create_message, **EXPECT)  # Anthropic's (its SDK, Claude Code)
+    for api in ADAPTERS.values():  # each wire API's tool loop, on the paths it names
+        for path in api.paths:
+            app.router.add_post(path, loop.handler(api), **EXPECT)
     for path in websocket.PATHS:  # a WebSocket upgrade there: a 426 at once (gateway.routes.websocket)
         app.router.add_get(path, websocket.responses_get, **EXPECT)
     app.router.add_get("/v1/tools", tools.list_tools, **EXPECT)

@@ -7,7 +7,7 @@ import re
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import Unauthorized
@@ -37,7 +37,7 @@ class Caller:
     routes: tuple[str, ...] | None = None  # pass-through path prefixes that key may use; None: every one
     # Set when the provider is called with the gateway's key: the caller's query-string credentials stay here too.
     query_secret: SecretNames | None = None
-    # How the request's trajectory was found when the header named none (gateway.routes.linking): "metadata",
+    # How the request's trajectory was found when the header named none (gateway.linking): "metadata",
     # "previous_response", "call_ids", "session_header"; None: the header's, or a new one.
     linked_by: str | None = None
     client_tool_check: ClientCheckMode | None = None  # the key's own client_tool_check; None: the gateway's
@@ -56,16 +56,6 @@ class Caller:
     def provider_query(self, query: str) -> str:
         """The caller's query string as it goes to the provider."""
         return query if self.query_secret is None or not query else self.query_secret.without_credentials(query)
-
-    def with_metadata(self, metadata: object) -> Caller:
-        """This caller as a request's `metadata` describes it: the metadata reaches tools, and its
-        `trajectory_id` counts when the header named none."""
-        if not isinstance(metadata, dict):
-            return self
-        named = metadata.get("trajectory_id")
-        if self.trajectory_named or not is_trajectory_id(named):
-            return replace(self, metadata=metadata)
-        return replace(self, metadata=metadata, trajectory_id=str(named), linked_by="metadata")
 
     def turn(self, round_: int) -> Turn:
         """What the tools of one model turn are told about the caller."""

@@ -45,17 +45,28 @@ class RequestRecord:
     held_turn_lost: bool = False  # it continued a turn (or gateway response) the gateway no longer held
 
 
+class MessageView(Protocol):
+    """How one wire API's requests and answers read as messages in the GenAI conventions' words
+    (`{"role", "parts"}`: gateway.apis.genai): each adapter's own, read only when message content
+    is captured."""
+
+    def instructions(self, body: Mapping[str, Any]) -> str | None:
+        """Instructions sent apart from the history (Responses' `instructions`, Messages' `system`)."""
+
+    def history(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The conversation a request sends, as messages."""
+
+    def answer_parts(self, output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The parts of an answer's output."""
+
+
 class ModelAnswer(Protocol):
     """What a provider call's span records of its answer (engine.turn.ModelTurn is one)."""
 
     @property
-    def api(self) -> str:
-        """chat or responses: the shape of `output`."""
-
-    @property
     def output(self) -> Sequence[Mapping[str, Any]]:
-        """Chat: the answer's message; Responses: its output items (read only when message
-        content is captured)."""
+        """The answer's output in its API's shape (read through the call's MessageView, only when
+        message content is captured)."""
 
     @property
     def response_id(self) -> str | None:
@@ -99,9 +110,9 @@ class ChatTrace(Protocol):
     def inject(self, headers: dict[str, str]) -> None:
         """Write this call's trace context into the provider request's headers."""
 
-    def sent(self, api: str, body: Mapping[str, Any]) -> None:
-        """The request as it goes upstream (chat or responses); kept by reference, and read only
-        when message content is captured."""
+    def sent(self, view: MessageView, body: Mapping[str, Any]) -> None:
+        """The request as it goes upstream, and how its API reads (for the answer too); kept by
+        reference, and read only when message content is captured."""
 
     def answered(self, answer: ModelAnswer) -> None:
         """The provider answered (a whole stream, when streamed)."""
@@ -145,7 +156,7 @@ class _NoChatTrace:
     def inject(self, headers: dict[str, str]) -> None:
         return None
 
-    def sent(self, api: str, body: Mapping[str, Any]) -> None:
+    def sent(self, view: MessageView, body: Mapping[str, Any]) -> None:
         return None
 
     def answered(self, answer: ModelAnswer) -> None:

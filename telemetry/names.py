@@ -94,7 +94,7 @@ DECISION_DENY: Final = "deny"
 # A request continuing a turn the gateway no longer held (expired, pushed out, lost in a restart):
 # "lost", and the model saw the client's copy of the conversation, without the gateway's rounds.
 ATTR_HELD_TURN: Final = "toolspan.held_turn"
-# On a request span: how its trajectory was found (gateway.routes.linking): header, metadata, previous_response,
+# On a request span: how its trajectory was found (gateway.linking): header, metadata, previous_response,
 # call_ids, session_header or new.
 ATTR_TRAJECTORY_SOURCE: Final = "toolspan.trajectory.source"
 HELD_TURN_LOST: Final = "lost"

@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags, Tracer
 
-from gateway.instrumentation import ModelAnswer, RequestInfo, RequestRecord
+from gateway.instrumentation import MessageView, ModelAnswer, RequestInfo, RequestRecord
 from telemetry import names
 from telemetry.bounds import bounded
 from telemetry.messages import MessageCapture
@@ -196,7 +196,7 @@ class ChatSpan:
                  propagation: Propagation, capture: MessageCapture | None = None) -> None:
         self._tracer = tracer
         self._capture = capture
-        self._sent: tuple[str, Mapping[str, Any]] | None = None
+        self._sent: tuple[MessageView, Mapping[str, Any]] | None = None
         self._metrics = metrics
         self._propagation = propagation
         self._model = model
@@ -219,9 +219,9 @@ class ChatSpan:
     def inject(self, headers: dict[str, str]) -> None:
         self._propagation.inject_span(headers, self._span, self._parent)
 
-    def sent(self, api: str, body: Mapping[str, Any]) -> None:
+    def sent(self, view: MessageView, body: Mapping[str, Any]) -> None:
         if self._capture is not None:
-            self._sent = api, body
+            self._sent = view, body
 
     def answered(self, answer: ModelAnswer) -> None:
         self._answer = answer
@@ -270,9 +270,10 @@ class ChatSpan:
         answer = self._answer
         try:
             if self._sent is not None:
-                content.update(capture.request_attributes(*self._sent))
-            if answer is not None:
-                content.update(capture.answer_attributes(answer.api, answer.output, answer.finish_reason))
+                view, body = self._sent
+                content.update(capture.request_attributes(view, body))
+                if answer is not None:  # read as the request's API reads
+                    content.update(capture.answer_attributes(view, answer.output, answer.finish_reason))
         except Exception:  # best effort: what describes a call must not fail it
             log.warning("chat span: message content not captured", exc_info=True)
         return content

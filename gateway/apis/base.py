@@ -1,20 +1,21 @@
 """What a wire API's adapter gives the routes, beside what it gives the engine (engine.plan.Wire):
-reading a request, planning it, and showing the run's end as one JSON answer, as a stream, or as
-an error, each in the API's own shape. Chat Completions, Responses and Messages are three peers
-(gateway.apis.chat, .responses, .messages); a fourth API is one more adapter."""
+its routes, reading a request, planning it, keeping what it keeps of its answers, and showing the
+run's end as one JSON answer, as a stream, or as an error, each in the API's own shape; its tools
+as it declares them. Chat Completions, Responses and Messages are three peers (gateway.apis.chat,
+.responses, .messages); a fourth API is one more adapter and one line in gateway.apis.registry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.caller import Caller
-from gateway.engine import Finished, Plan, Visible
+from gateway.engine import Event, Finished, Plan, Visible
 from gateway.engine.plan import NO_OPTIONS, Offering, Wire
 from gateway.errors import GatewayError
 from gateway.state import StateStore
-from gateway.tools import ToolRegistry
+from gateway.tools import Tool, ToolRegistry
 
 Frame = tuple[str | None, Mapping[str, Any]]  # (SSE event name, JSON payload)
 
@@ -58,8 +59,37 @@ class Asked:
     results: list[tuple[str, Any, bool | None]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Keeping:
+    """What an API's bookkeeping around one request's run may use."""
+
+    plan: Plan
+    body: Mapping[str, Any]  # the request as the loop read it
+    state: StateStore
+    principal: str | None
+    max_bytes: int  # the largest record kept of an answer (answer_record_max_bytes)
+
+
 class WireApi(Wire, Protocol):
     """One wire API, as the routes use it."""
+
+    @property
+    def title(self) -> str:
+        """The API as an operator reads it, with its path."""
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The routes its requests come on (its /v1 path first, then the Azure-style ones)."""
+
+    def tool_spec(self, tool: Tool) -> dict[str, Any]:
+        """A gateway tool as the API declares a tool."""
+
+    async def opened(self, body: dict[str, Any], state: StateStore, principal: str | None) -> dict[str, Any]:
+        """The body as the loop reads it (a Messages thread: the conversation it continues, put back)."""
+
+    def kept(self, events: AsyncGenerator[Event, None], keeping: Keeping) -> AsyncGenerator[Event, None]:
+        """The run's events, what the API keeps of the answer kept before its client sees the end
+        (Responses: an answer under the gateway's id; Messages: a thread)."""
 
     def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
         """`body` checked (a 400 saying what is wrong); `params`: the path's (an Azure deployment)."""

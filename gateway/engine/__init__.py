@@ -1,8 +1,9 @@
 """The tool loop, once for every API and stream mode: plan -> turn -> decide -> run. Each wire API's
 own parts are its adapter's (gateway.apis)."""
 
+from gateway.engine.events import Event, Finished, Keepalive, Opened, Visible
 from gateway.engine.plan import Plan, Wire
-from gateway.engine.run import Engine, Event, Finished, Keepalive, Opened, Visible
+from gateway.engine.run import Engine
 from gateway.engine.turn import ModelCall, ModelTurn
 
 __all__ = ["Engine", "Event", "Finished", "Keepalive", "ModelCall", "ModelTurn", "Opened", "Plan", "Visible", "Wire"]

@@ -56,7 +56,7 @@ def _is_clients(call: ModelCall, client_names: Collection[str]) -> bool:
 
 
 def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max_rounds: int,
-           tool_choice: Any, relax: Relax | None = None) -> Decision:
+           tool_choice: Any, relax: Relax) -> Decision:
     """The next step after `turn`, the answer to a request that has had `tool_rounds` rounds of
     gateway tools so far; `relax`: how the API relaxes a tool_choice that forced what ran."""
     theirs = tuple(c for c in turn.calls if _is_clients(c, client_names))
@@ -66,13 +66,13 @@ def decide(turn: ModelTurn, client_names: Collection[str], tool_rounds: int, max
     if theirs:
         return HandBack(mine, theirs, hold=bool(mine) or tool_rounds > 0)
     if mine:
-        return RunTools(mine, (relax or relaxed_tool_choice)(tool_choice, {c.name for c in mine}))
+        return RunTools(mine, relax(tool_choice, {c.name for c in mine}))
     reason = turn.finish_reason
     return Finish("stop" if reason == "tool_calls" else reason)  # its calls were dropped at the round limit
 
 
 def enforced(decision: HandBack, turn: ModelTurn, refused: Collection[int], tool_choice: Any,
-             relax: Relax | None = None) -> RunTools | HandBack:
+             relax: Relax) -> RunTools | HandBack:
     """`decision` once the check of the client's calls refused some (`refused`: the `id()` of each
     such call, in reject mode): the gateway answers those itself, as it answers its own calls (their
     outcomes are the check's rejections), and they never reach the client. With no client call
@@ -81,7 +81,7 @@ def enforced(decision: HandBack, turn: ModelTurn, refused: Collection[int], tool
     kept = tuple(c for c in decision.client_calls if id(c) not in refused)
     if not kept:
         ran = {c.name for c in decision.gateway_calls}
-        return RunTools(answered, (relax or relaxed_tool_choice)(tool_choice, ran))
+        return RunTools(answered, relax(tool_choice, ran))
     return HandBack(answered, kept, hold=True, paused=decision.paused)
 
 
@@ -98,29 +98,3 @@ def after_tools(decision: RunTools | HandBack, turn: ModelTurn,
     handed = {id(call) for call in theirs} | {id(call) for call in mine if call.id in paused}
     ordered = tuple(call for call in turn.calls if id(call) in handed)  # the model's order
     return HandBack(tuple(call for call in mine if call.id not in paused), ordered, True, paused)
-
-
-def _forced_name(choice: Any) -> str | None:
-    """The tool a tool_choice forces: Chat `{"type": "function", "function": {"name"}}`,
-    Responses `{"type": "function", "name"}`."""
-    if not isinstance(choice, Mapping):
-        return None
-    function = choice.get("function")
-    name = function.get("name") if isinstance(function, Mapping) else choice.get("name")
-    return name if isinstance(name, str) else None
-
-
-def relaxed_tool_choice(choice: Any, ran: Collection[str]) -> Any:
-    """The tool_choice for the round after the gateway ran `ran`, in OpenAI's shapes (Chat and
-    Responses): forcing a call again would loop for ever, so "required", or a forced tool that ran,
-    becomes "auto", and an allowed-tools choice in required mode keeps its tools in auto mode
-    (Responses' flat shape, Chat's nested one)."""
-    if choice == "required" or (_forced_name(choice) in ran):
-        return "auto"
-    if isinstance(choice, Mapping) and choice.get("type") == "allowed_tools":
-        inner = choice.get("allowed_tools")
-        if isinstance(inner, Mapping) and inner.get("mode") == "required":
-            return {**choice, "allowed_tools": {**inner, "mode": "auto"}}
-        if choice.get("mode") == "required":
-            return {**choice, "mode": "auto"}
-    return choice

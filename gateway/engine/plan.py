@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from gateway.engine.history import Conversation
 from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import BadRequest
+from gateway.instrumentation import MessageView
 
 
 class Wire(Protocol):
@@ -42,6 +43,14 @@ class Wire(Protocol):
         """The tool_choice for the round after the gateway ran the tools `ran`: forcing a call
         again would loop for ever, so a choice that requires a call, or forces one of `ran`, is
         relaxed to the API's auto."""
+
+    @property
+    def provider_path(self) -> str:
+        """Where the API's requests go under the provider's base URL (chat/completions ...)."""
+
+    @property
+    def genai(self) -> MessageView:
+        """How its requests and answers read as GenAI messages, for the chat spans."""
 
 
 @dataclass(frozen=True)

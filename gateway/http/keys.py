@@ -4,10 +4,13 @@ the handler runs; a response carries what its handler reports back."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aiohttp import web
 
 from gateway.caller import Caller
 from gateway.engine import Engine
+from gateway.engine.plan import Offering
 from gateway.http.browsers import BrowserRule
 from gateway.http.metrics_page import MetricsPage
 from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
@@ -20,6 +23,28 @@ from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.tools.approval_gate import Approvals
 from gateway.wire.headers import SecretNames
 
+
+@dataclass(frozen=True)
+class LoopParts:
+    """What every tool-loop request reads of the app, set once when the app starts (its engine
+    needs the provider client, which opens then)."""
+
+    settings: Settings
+    registry: ToolRegistry
+    state: StateStore
+    engine: Engine
+    instrumentation: Instrumentation
+    upstream_kind: str
+
+    def offering(self, caller: Caller) -> Offering:
+        """How the gateway's tools are offered to this caller. Hand-back mode: a client may declare
+        a gateway tool (one that pauses for a reviewer, declared approval=True or raising
+        Interrupt), to receive its paused calls."""
+        settings = self.settings
+        shared = self.registry.offered_names(caller.allowed) if settings.interrupt_mode == "hand_back" else frozenset()
+        return Offering(settings.offer_tools_on_empty_tools, shared)
+
+
 SETTINGS = web.AppKey("settings", Settings)
 REGISTRY = web.AppKey("registry", ToolRegistry)
 INSTRUMENTATION = web.AppKey("instrumentation", Instrumentation)
@@ -27,6 +52,7 @@ EXECUTOR = web.AppKey("executor", ToolExecutor)
 STATE = web.AppKey("state", StateStore)
 UPSTREAM = web.AppKey("upstream", Upstream)
 ENGINE = web.AppKey("engine", Engine)
+LOOP = web.AppKey("loop", LoopParts)  # the tool loop's parts, together
 MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry
 MCP_ENDPOINT = web.AppKey("mcp_endpoint", McpEndpoint)  # the registry as an MCP server, at /mcp
 METRICS_PAGE = web.AppKey("metrics_page", MetricsPage)  # what GET /metrics answers

@@ -13,8 +13,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.apis.fields import validate
+from gateway.http.bodies import EXPECT, read_object
 from gateway.http.keys import APPROVALS, CALLER, SETTINGS
-from gateway.routes.common import EXPECT, json_answer, read_object
+from gateway.routes.render import json_answer
 from gateway.settings.parts import GatewayKey
 from gateway.tools.approval_gate import Viewer
 

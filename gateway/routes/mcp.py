@@ -14,9 +14,10 @@ from aiohttp import web
 
 from gateway.caller import Caller, is_trajectory_id
 from gateway.http.asgi import serve_asgi
+from gateway.http.bodies import EXPECT, read_body, require_json
 from gateway.http.keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.mcp.server import McpEndpoint
-from gateway.routes.common import EXPECT, read_body, reported, require_json
+from gateway.routes.render import reported
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"

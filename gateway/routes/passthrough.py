@@ -11,12 +11,13 @@ from urllib.parse import unquote
 import aiohttp
 from aiohttp import web
 
-from gateway.apis import api_of_path, unserved
+from gateway.apis.registry import api_of_path, unserved
 from gateway.errors import Forbidden, GatewayError, NotFound
+from gateway.http.bodies import body_parts, check_declared_size, under
 from gateway.http.keys import CALLER, RECORD, STATE, TRACE, UPSTREAM
 from gateway.instrumentation import RequestRecord
-from gateway.routes.common import CLIENT_GONE, body_parts, check_declared_size, under
 from gateway.routes.provider_errors import provider_error
+from gateway.routes.render import CLIENT_GONE
 from gateway.state import no_such_response
 from gateway.wire.headers import body_headers, from_provider
 

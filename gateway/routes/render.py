@@ -1,12 +1,15 @@
-"""Answering with a plan's run: the engine's events as one JSON body, or as server-sent events
-through the API's stream renderer. Every API's tool-loop route ends here."""
+"""Answering: a plan's run as one JSON body, or as server-sent events through the API's stream
+renderer (every API's tool-loop route ends here), and what every route's answer carries: its
+trajectory, its rounds, and what telemetry records of it."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import aclosing
+from typing import Any
 
 import aiohttp
 import orjson
@@ -14,16 +17,17 @@ from aiohttp import web
 
 from gateway.apis.base import Frame, WireApi
 from gateway.caller import Caller
-from gateway.client_tools import results as client_results
 from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.errors import GatewayError, internal_error, log_provider_failure
-from gateway.http.keys import ENGINE, SETTINGS, STATE, TRACE
-from gateway.routes import linking
-from gateway.routes.common import answer_headers, finished_of, reported
+from gateway.http.keys import RECORD, TRACE
+from gateway.instrumentation import RequestRecord
+from gateway.wire.headers import TRAJECTORY_HEADER
 
+ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
+ROUNDS_HEADER = "X-Toolspan-Rounds"
+CLIENT_GONE = "client_disconnected"  # a request's error type when its client left before the answer was out
 log = logging.getLogger("toolspan")
 
-Around = Callable[[AsyncGenerator[Event, None]], AsyncGenerator[Event, None]]
 
 
 class ClientGone(Exception):
@@ -66,30 +70,16 @@ class SseWriter:
 
 
 async def answer(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
-                 around: Around | None = None) -> web.StreamResponse:
-    """Run `plan` (of `api`) and answer: with the API's JSON answer, or, for a streamed request, as
-    its events. `around` sees the events first (an API's own bookkeeping before the client sees the end)."""
-    events = request.app[ENGINE].run(plan, caller)
-    if around is not None:
-        events = around(events)
+                 events: AsyncGenerator[Event, None]) -> web.StreamResponse:
+    """Answer with a run of `plan` (of `api`): the API's JSON answer, or, for a streamed request,
+    its events."""
     if plan.stream:
         return await stream(request, caller, api, plan, events)
     finished = await finished_of(events)
-    await _link(request, caller, api, finished)
     headers = {**finished.turns[-1].headers, **answer_headers(caller, finished)}
     body = orjson.dumps(api.as_json(plan, finished))
     response = web.Response(body=body, content_type="application/json", headers=headers)
     return reported(response, caller, finished)
-
-
-async def _link(request: web.Request, caller: Caller, api: WireApi, finished: Finished) -> None:
-    """The answer's call and response ids, linked to the caller's trajectory (gateway.routes.linking)."""
-    # Only an id a later request can continue from (Responses') links.
-    response_id = finished.response_id if api.continues_by_id else None
-    handed = [found for call in finished.client_calls if (found := api.handed(call)) is not None]
-    await linking.remember(request.app[STATE], caller, [call_id for call_id, _ in handed], response_id)
-    if handed and caller.client_check(request.app[SETTINGS].client_tool_check) != "off":
-        await client_results.keep_handed(request.app[STATE], caller, handed)
 
 
 async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
@@ -111,7 +101,6 @@ async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
                     await writer.comment("toolspan: running tools")
                 else:
                     finished = event
-                    await _link(request, caller, api, event)  # before the client can continue from it
                     await writer.frames(renderer.finished(event))
         if finished is not None and finished.limit_reached:
             await writer.comment(f"toolspan: round limit reached after {finished.rounds} model turns")
@@ -131,3 +120,46 @@ async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
             await writer.frames([renderer.error(error)])
         return reported(writer.response, caller, finished, error.type)
     return reported(writer.response, caller, finished)
+
+
+def reported(response: web.StreamResponse, caller: Caller, finished: Finished | None = None,
+             error_type: str | None = None) -> web.StreamResponse:
+    """`response`, carrying what telemetry records of this request."""
+    rounds = finished.rounds if finished is not None else None
+    limit = finished.limit_reached if finished is not None else False
+    lost = finished.held_turn_lost if finished is not None else False
+    response[RECORD] = RequestRecord(caller.trajectory_id, rounds, limit, error_type, held_turn_lost=lost,
+                                     trajectory_source=caller.trajectory_source)
+    return response
+
+
+def json_answer(value: Any, headers: dict[str, str]) -> web.Response:
+    """`value` as a JSON answer. orjson renders a large tool result several times faster than the
+    stdlib, all of it holding the event loop; what orjson refuses (nesting past 254 levels,
+    integers past 64 bits) the stdlib renders."""
+    try:
+        body = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        body = json.dumps(value).encode()
+    return web.Response(body=body, content_type="application/json", headers=headers)
+
+
+def answer_headers(caller: Caller, finished: Finished | None = None) -> dict[str, str]:
+    """Headers of a tool-loop answer: its trajectory (the metadata may have named it) and rounds."""
+    headers = {TRAJECTORY_HEADER: caller.trajectory_id}
+    if finished is not None:
+        headers[ROUNDS_HEADER] = str(finished.rounds)
+        if finished.limit_reached:
+            headers[ROUND_LIMIT_HEADER] = "reached"
+    return headers
+
+
+async def finished_of(events: AsyncIterator[Event]) -> Finished:
+    """The last event of a non-streamed run (it has no other). The run is read to its end, so
+    that it finishes here rather than in the event loop's clean-up of abandoned generators."""
+    finished = None
+    async for event in events:
+        finished = event
+    if not isinstance(finished, Finished):
+        raise RuntimeError("the engine ended without a Finished event")
+    return finished

@@ -15,12 +15,13 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from gateway.apis.responses.records import AnswerRecord, page
 from gateway.errors import BadRequest, GatewayError, NotFound, UpstreamUnavailable
+from gateway.http.bodies import EXPECT
 from gateway.http.keys import CALLER, STATE, TRACE, UPSTREAM
-from gateway.routes.answer_records import AnswerRecord, page
-from gateway.routes.common import EXPECT, json_answer
 from gateway.routes.passthrough import check_route, passthrough
 from gateway.routes.provider_errors import provider_error
+from gateway.routes.render import json_answer
 from gateway.state import RESPONSE_PREFIX, StateUnavailable, no_such_response
 
 ID = "response_id"  # the route's match_info name

@@ -9,10 +9,13 @@ from typing import Any
 import pydantic_core
 from aiohttp import web
 
+from gateway import linking
+from gateway.apis.chat import CHAT
 from gateway.caller import Caller
 from gateway.errors import BadRequest, Forbidden, NotFound
-from gateway.http.keys import EXECUTOR, REGISTRY
-from gateway.routes.common import answer_headers, caller_of, json_answer, read_object, reported
+from gateway.http.bodies import read_object
+from gateway.http.keys import CALLER, EXECUTOR, REGISTRY
+from gateway.routes.render import answer_headers, json_answer, reported
 from gateway.tools import Rejection, Tool, ToolCall, ToolOutcome
 
 
@@ -59,13 +62,14 @@ def outcome_json(outcome: ToolOutcome) -> dict[str, Any]:
 
 
 async def list_tools(request: web.Request) -> web.Response:
-    caller = caller_of(request)
-    return web.json_response({"object": "list", "data": request.app[REGISTRY].openai_tools(caller.allowed)})
+    caller = request[CALLER]
+    specs = request.app[REGISTRY].specs("chat", CHAT.tool_spec, caller.allowed)  # OpenAI's shape
+    return web.json_response({"object": "list", "data": specs})
 
 
 async def invoke(request: web.Request) -> web.StreamResponse:
     body = await read_object(request)
-    caller = caller_of(request, body.get("metadata"))
+    caller = linking.described(request[CALLER], body.get("metadata"))
     tool = _tool(request, caller)
     call = ToolCall(f"call_{secrets.token_hex(12)}", tool.name, _arguments(body))
     outcome = await request.app[EXECUTOR].run_call(call, caller.turn(0), caller.allowed)
@@ -75,7 +79,7 @@ async def invoke(request: web.Request) -> web.StreamResponse:
 async def parse(request: web.Request) -> web.StreamResponse:
     """A dry run of the parse step: what the body would receive, or why it would not run."""
     body = await read_object(request)
-    caller = caller_of(request, body.get("metadata"))
+    caller = linking.described(request[CALLER], body.get("metadata"))
     tool = _tool(request, caller)
     parsed = await tool.parse_arguments(_arguments(body), caller.turn(0).context("dry_run"))
     if isinstance(parsed, Rejection):

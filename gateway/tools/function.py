@@ -389,18 +389,6 @@ class Tool:
             return rejected(context.tool_call_id, self.name, parsed)
         return await self.execute(parsed, context, default_timeout, threads)
 
-    def openai_spec(self) -> dict[str, Any]:
-        """Chat Completions tool shape."""
-        function: dict[str, Any] = {"name": self.name, "description": self.description, "parameters": self.schema}
-        if self.strict:
-            function["strict"] = True
-        return {"type": "function", "function": function}
-
-    def responses_spec(self) -> dict[str, Any]:
-        """Responses API (flat) tool shape."""
-        return {"type": "function", "name": self.name, "description": self.description,
-                "parameters": self.schema, "strict": self.strict}
-
 
 def required_param_names(tool: Tool) -> list[str]:
     return list(tool.required_names)

@@ -101,11 +101,3 @@ class ToolRegistry:
         if specs is None:
             specs = self._specs[key] = [make(t) for t in self._select(allowed)]
         return list(specs)  # a fresh list; the spec dicts inside are shared and must not be changed
-
-    def openai_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
-        """Chat Completions `tools` entries (optionally only the `allowed` names)."""
-        return self.specs("chat", Tool.openai_spec, allowed)
-
-    def responses_tools(self, allowed: Collection[str] | None = None) -> list[dict[str, Any]]:
-        """Responses API `tools` entries (flat shape)."""
-        return self.specs("responses", Tool.responses_spec, allowed)

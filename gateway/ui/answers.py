@@ -7,7 +7,7 @@ from urllib.parse import parse_qs
 
 from aiohttp import web
 
-from gateway.routes.common import read_body
+from gateway.http.bodies import read_body
 from gateway.ui.layout import page
 from gateway.ui.markup import Html, render, when
 

@@ -27,9 +27,9 @@ from urllib.parse import quote
 from aiohttp import web
 
 from gateway.errors import Conflict, Forbidden, NotFound
+from gateway.http.bodies import EXPECT
 from gateway.http.keys import APPROVALS, SETTINGS
 from gateway.routes.approvals import REASON_MAX, viewer
-from gateway.routes.common import EXPECT
 from gateway.tools.approval_gate import APPROVAL_PREFIX, Viewer
 from gateway.ui.answers import html, read_form, redirect, sign_in_page
 from gateway.ui.auth import same_origin, session_token, signed_in

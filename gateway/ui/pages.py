@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from gateway.http.bodies import EXPECT
 from gateway.http.keys import SETTINGS
-from gateway.routes.common import EXPECT
 from gateway.settings.model import Settings
 from gateway.ui.answers import html, read_form, redirect, sign_in_page
 from gateway.ui.approvals import mount as mount_approvals

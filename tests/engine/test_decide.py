@@ -9,7 +9,8 @@ import pytest
 
 from gateway.apis.chat.answer import read_chat
 from gateway.apis.responses.answer import read_response
-from gateway.engine.decide import Finish, HandBack, RunTools, decide, is_final, relaxed_tool_choice
+from gateway.apis.tool_choice import relaxed_tool_choice
+from gateway.engine.decide import Finish, HandBack, RunTools, decide, is_final
 from gateway.engine.turn import ModelTurn
 
 CLIENT = frozenset({"ask_human"})
@@ -49,12 +50,12 @@ def ids(calls: tuple[Any, ...]) -> list[str]:
 
 @API
 def test_an_answer_without_calls_finishes(turn_of: Any) -> None:
-    assert decide(turn_of([]), CLIENT, 0, MAX, None) == Finish("stop")
+    assert decide(turn_of([]), CLIENT, 0, MAX, None, relaxed_tool_choice) == Finish("stop")
 
 
 @API
 def test_gateway_calls_run_and_the_loop_goes_on(turn_of: Any) -> None:
-    decision = decide(turn_of([("read_file", "c1"), ("add", "c2")]), CLIENT, 0, MAX, "auto")
+    decision = decide(turn_of([("read_file", "c1"), ("add", "c2")]), CLIENT, 0, MAX, "auto", relaxed_tool_choice)
     assert isinstance(decision, RunTools)
     assert ids(decision.calls) == ["c1", "c2"]
     assert decision.tool_choice == "auto"
@@ -62,35 +63,35 @@ def test_gateway_calls_run_and_the_loop_goes_on(turn_of: Any) -> None:
 
 @API
 def test_an_invented_tool_name_is_the_gateways_to_reject(turn_of: Any) -> None:
-    decision = decide(turn_of([("no_such_tool", "c1")]), CLIENT, 0, MAX, None)
+    decision = decide(turn_of([("no_such_tool", "c1")]), CLIENT, 0, MAX, None, relaxed_tool_choice)
     assert isinstance(decision, RunTools)
     assert ids(decision.calls) == ["c1"]
 
 
 @API
 def test_client_calls_alone_go_back_to_the_client_unheld(turn_of: Any) -> None:
-    decision = decide(turn_of([("ask_human", "c1")]), CLIENT, 0, MAX, None)
+    decision = decide(turn_of([("ask_human", "c1")]), CLIENT, 0, MAX, None, relaxed_tool_choice)
     assert decision == HandBack((), decision.client_calls, hold=False)  # type: ignore[union-attr]
     assert ids(decision.client_calls) == ["c1"]  # type: ignore[union-attr]
 
 
 @API
 def test_client_calls_after_gateway_rounds_are_held(turn_of: Any) -> None:
-    decision = decide(turn_of([("ask_human", "c1")]), CLIENT, 1, MAX, None)
+    decision = decide(turn_of([("ask_human", "c1")]), CLIENT, 1, MAX, None, relaxed_tool_choice)
     assert isinstance(decision, HandBack)
     assert decision.hold
 
 
 @API
 def test_a_mixed_turn_runs_the_gateways_half_and_holds_it(turn_of: Any) -> None:
-    decision = decide(turn_of([("read_file", "c1"), ("ask_human", "c2")]), CLIENT, 0, MAX, None)
+    decision = decide(turn_of([("read_file", "c1"), ("ask_human", "c2")]), CLIENT, 0, MAX, None, relaxed_tool_choice)
     assert isinstance(decision, HandBack)
     assert (ids(decision.gateway_calls), ids(decision.client_calls), decision.hold) == (["c1"], ["c2"], True)
 
 
 @API
 def test_free_form_custom_calls_are_always_the_clients(turn_of: Any) -> None:
-    decision = decide(turn_of([("grammar", "c1")], kind="custom"), CLIENT, 0, MAX, None)
+    decision = decide(turn_of([("grammar", "c1")], kind="custom"), CLIENT, 0, MAX, None, relaxed_tool_choice)
     assert isinstance(decision, HandBack)
     assert ids(decision.client_calls) == ["c1"]
     assert decision.client_calls[0].kind == "client"
@@ -98,12 +99,12 @@ def test_free_form_custom_calls_are_always_the_clients(turn_of: Any) -> None:
 
 @API
 def test_at_the_round_limit_gateway_calls_are_dropped_and_the_answer_stops(turn_of: Any) -> None:
-    assert decide(turn_of([("read_file", "c1")]), CLIENT, MAX, MAX, None) == Finish("stop")
+    assert decide(turn_of([("read_file", "c1")]), CLIENT, MAX, MAX, None, relaxed_tool_choice) == Finish("stop")
 
 
 @API
 def test_at_the_round_limit_client_calls_still_go_back(turn_of: Any) -> None:
-    decision = decide(turn_of([("read_file", "c1"), ("ask_human", "c2")]), CLIENT, MAX, MAX, None)
+    decision = decide(turn_of([("read_file", "c1"), ("ask_human", "c2")]), CLIENT, MAX, MAX, None, relaxed_tool_choice)
     assert isinstance(decision, HandBack)
     assert (ids(decision.gateway_calls), ids(decision.client_calls), decision.hold) == ([], ["c2"], True)
 
@@ -123,7 +124,7 @@ def test_at_the_round_limit_client_calls_still_go_back(turn_of: Any) -> None:
      {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}),  # Chat
 ])
 def test_a_forced_tool_choice_is_relaxed_once_it_ran(turn_of: Any, choice: Any, after: Any) -> None:
-    decision = decide(turn_of([("read_file", "c1")]), CLIENT, 0, MAX, choice)
+    decision = decide(turn_of([("read_file", "c1")]), CLIENT, 0, MAX, choice, relaxed_tool_choice)
     assert isinstance(decision, RunTools)
     assert decision.tool_choice == after
 

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
+from gateway.apis.chat import CHAT
+from gateway.apis.responses import RESPONSES
 from gateway.demo.model import Reply
 from telemetry import names
-from telemetry.messages import MessageCapture, output_message, responses_input
+from telemetry.messages import MessageCapture, output_message
 from tests.conftest import STREAM, USER, Stack, StackFactory
 from tests.telemetry.conftest import attr
 
@@ -134,19 +136,19 @@ def test_responses_items_as_messages() -> None:
         {"type": "function_call", "call_id": "c1", "name": "add", "arguments": "not json"},
         {"type": "function_call_output", "call_id": "c1", "output": "3"},
     ]}
-    assert responses_input(body) == [
+    assert RESPONSES.genai.history(body) == [
         {"role": "user", "parts": [{"type": "text", "content": "hi"}, {"type": "input_image"}]},
         {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "add", "arguments": "not json"}]},
         {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "3"}]}]
     output = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]
-    assert output_message("responses", output, "length") == {
+    assert output_message(RESPONSES.genai, output, "length") == {
         "role": "assistant", "parts": [{"type": "text", "content": "done"}], "finish_reason": "length"}
 
 
 @pytest.mark.parametrize("text", ['{"password": "hunter2"}', 'my "api_key": "abc123456" here'])
 def test_secret_pairs_in_text_are_masked(text: str) -> None:
     capture = MessageCapture(redact_keys=("password", "api_key"))
-    sent = capture.request_attributes("chat", {"messages": [{"role": "user", "content": text}]})
+    sent = capture.request_attributes(CHAT.genai, {"messages": [{"role": "user", "content": text}]})
     assert "[REDACTED]" in sent[names.ATTR_INPUT_MESSAGES]
     assert "hunter2" not in sent[names.ATTR_INPUT_MESSAGES]
     assert "abc123456" not in sent[names.ATTR_INPUT_MESSAGES]

@@ -6,6 +6,7 @@ from typing import Any, Literal, Optional
 import pytest
 from pydantic import BaseModel
 
+from gateway.apis.chat import CHAT
 from gateway.tools import Tool, ToolContext, ToolDeclarationError, parse_docstring, tool
 
 CTX = ToolContext(tool_call_id="call-1", trajectory_id="traj-1", principal="team-a")
@@ -52,7 +53,7 @@ def test_called_decorator_passes_its_options_to_the_tool() -> None:
     assert (lookup.name, lookup.description) == ("find-city", "Overrides the docstring")
     assert (lookup.concurrent, lookup.timeout, lookup.display_text, lookup.strict) == (True, 2.5, "Finding", True)
     assert lookup.options == {"cache_control": {"type": "ephemeral"}}
-    assert lookup.openai_spec()["function"]["strict"] is True
+    assert CHAT.tool_spec(lookup)["function"]["strict"] is True
 
 
 def test_called_decorator_with_no_arguments() -> None:

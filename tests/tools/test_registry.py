@@ -4,6 +4,8 @@ from typing import Any
 
 import pytest
 
+from gateway.apis.chat import CHAT
+from gateway.apis.responses import RESPONSES
 from gateway.tools import Param, Tool, ToolDeclarationError, ToolRegistry, tool
 
 READ_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
@@ -102,7 +104,7 @@ def test_contains_takes_tools_and_odd_values_without_raising(registry: ToolRegis
 
 
 def test_openai_tools_use_the_chat_completions_shape(registry: ToolRegistry) -> None:
-    assert registry.openai_tools() == [
+    assert registry.specs("chat", CHAT.tool_spec) == [
         {"type": "function", "function": {
             "name": "read_file", "description": "The read_file tool",
             "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
@@ -115,7 +117,7 @@ def test_openai_tools_use_the_chat_completions_shape(registry: ToolRegistry) -> 
 
 
 def test_responses_tools_use_the_flat_shape(registry: ToolRegistry) -> None:
-    assert registry.responses_tools() == [
+    assert registry.specs("responses", RESPONSES.tool_spec) == [
         {"type": "function", "name": "read_file", "description": "The read_file tool",
          "parameters": READ_SCHEMA, "strict": False},
         {"type": "function", "name": "calculator", "description": "The calculator tool",
@@ -135,5 +137,5 @@ def test_responses_tools_use_the_flat_shape(registry: ToolRegistry) -> None:
     ],
 )
 def test_allowed_filters_both_shapes(registry: ToolRegistry, allowed: Any, names: list[str]) -> None:
-    assert [spec["function"]["name"] for spec in registry.openai_tools(allowed)] == names
-    assert [spec["name"] for spec in registry.responses_tools(allowed)] == names
+    assert [spec["function"]["name"] for spec in registry.specs("chat", CHAT.tool_spec, allowed)] == names
+    assert [spec["name"] for spec in registry.specs("responses", RESPONSES.tool_spec, allowed)] == names

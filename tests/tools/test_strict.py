@@ -12,6 +12,8 @@ from typing import Any, Literal, Optional
 import pytest
 from pydantic import BaseModel, Field
 
+from gateway.apis.chat import CHAT
+from gateway.apis.responses import RESPONSES
 from gateway.tools import Param, Parsed, Rejection, Tool, ToolContext, ToolDeclarationError, tool
 
 CTX = ToolContext(tool_call_id="call-1", trajectory_id="traj-1")
@@ -238,8 +240,8 @@ STRICT_TOOLS = [
 @pytest.mark.parametrize(("strict_tool", "nullable"), STRICT_TOOLS)
 def test_the_offered_schema_satisfies_strict_mode(strict_tool: Tool, nullable: set[str]) -> None:
     assert_strict(strict_tool.schema, nullable)
-    assert strict_tool.openai_spec()["function"]["parameters"] == strict_tool.schema
-    assert strict_tool.responses_spec()["parameters"] == strict_tool.schema
+    assert CHAT.tool_spec(strict_tool)["function"]["parameters"] == strict_tool.schema
+    assert RESPONSES.tool_spec(strict_tool)["parameters"] == strict_tool.schema
 
 
 def test_the_checker_catches_what_strict_tools_offered_before() -> None:

@@ -3,29 +3,44 @@ its answers (answer.py), its conversation (history.py) and what the client gets 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncGenerator, Collection, Mapping
 from typing import Any
 
-from gateway.apis.base import Asked, StreamRenderer
+from gateway.apis.base import Asked, Keeping, StreamRenderer
 from gateway.apis.chat.answer import ChatStreamReader, read_chat
+from gateway.apis.chat.genai import ChatMessages
 from gateway.apis.chat.render import ChatChunks, completion
-from gateway.apis.chat.request import ChatRequest, call_ids, plan_chat, results
+from gateway.apis.chat.request import ChatRequest, call_ids, plan_chat, results, tool_spec
 from gateway.apis.fields import validate
+from gateway.apis.tool_choice import relaxed_tool_choice
 from gateway.caller import Caller
-from gateway.engine import Finished, Plan
-from gateway.engine.decide import relaxed_tool_choice
+from gateway.engine import Event, Finished, Plan
 from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
-from gateway.errors import GatewayError
+from gateway.errors import openai_body
 from gateway.state import StateStore
-from gateway.tools import ToolRegistry
+from gateway.tools import Tool, ToolRegistry
 
 
 class ChatApi:
     """Chat Completions: messages in, a chat completion (or its chunks) out."""
 
     name: Api = "chat"
+    title = "Chat Completions (/v1/chat/completions)"
+    # Its own path, and the same as Azure OpenAI clients (openai.AzureOpenAI) address it.
+    paths = ("/v1/chat/completions", "/openai/deployments/{deployment}/chat/completions", "/openai/v1/chat/completions")
+    provider_path = "chat/completions"
     continues_by_id = False  # a chat completion's id names nothing a later request can continue
+    genai = ChatMessages()
+
+    def tool_spec(self, tool: Tool) -> dict[str, Any]:
+        return tool_spec(tool)
+
+    async def opened(self, body: dict[str, Any], state: StateStore, principal: str | None) -> dict[str, Any]:
+        return body
+
+    def kept(self, events: AsyncGenerator[Event, None], keeping: Keeping) -> AsyncGenerator[Event, None]:
+        return events  # nothing a later request names
 
     def read(self, body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
         return read_chat(body, headers)
@@ -58,8 +73,7 @@ class ChatApi:
     def renderer(self, plan: Plan) -> StreamRenderer:
         return ChatChunks(plan)
 
-    def error_body(self, error: GatewayError) -> Mapping[str, Any]:
-        return error.body()
+    error_body = staticmethod(openai_body)  # the very function, by which error_response knows OpenAI's statuses
 
     def handed(self, call: Mapping[str, Any]) -> tuple[str, str] | None:
         function = call.get("function") if call.get("type", "function") == "function" else call.get("custom")

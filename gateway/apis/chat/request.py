@@ -15,9 +15,9 @@ from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, check_clash, offers_tools, upstream_base
 from gateway.errors import BadRequest
-from gateway.routes.linking import LATEST_CALLS
+from gateway.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
-from gateway.tools import ToolRegistry
+from gateway.tools import Tool, ToolRegistry
 
 
 class _Function(BaseModel):
@@ -58,6 +58,14 @@ class ChatRequest(BaseModel):
     functions: JsonObjects | None = None  # the legacy form of tools
 
 
+def tool_spec(tool: Tool) -> dict[str, Any]:
+    """A gateway tool as Chat Completions declares a tool."""
+    function: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": tool.schema}
+    if tool.strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
 def tool_name(spec: Any) -> str | None:
     """The name of a declared tool: a function's, or a custom tool's."""
     if not isinstance(spec, Mapping):
@@ -96,8 +104,9 @@ async def plan_chat(api: Wire, body: Mapping[str, Any], caller: Caller, registry
     """A Chat Completions request (checked) as a plan."""
     offers = offers_tools(body, offer.on_empty)
     gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
+    offered = registry.specs("chat", tool_spec, caller.allowed) if offers else []
     base, client_names = upstream_base(body, ("messages", "stream", "stream_options"), tool_name,
-                                       registry.openai_tools(caller.allowed) if offers else [], gateway_names,
+                                       offered, gateway_names,
                                        offer.shared)
     legacy = frozenset(f["name"] for f in body.get("functions") or [] if isinstance(f, dict)
                        and isinstance(f.get("name"), str))

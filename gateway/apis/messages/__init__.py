@@ -5,21 +5,22 @@ threads the gateway holds for it (threads.py). The provider speaks Messages too
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncGenerator, Collection, Mapping
 from typing import Any
 
-from gateway.apis.base import Asked, StreamRenderer
+from gateway.apis.base import Asked, Keeping, StreamRenderer
 from gateway.apis.fields import validate
+from gateway.apis.messages import threads
 from gateway.apis.messages.answer import OPENING, MessagesStreamReader, read_message
+from gateway.apis.messages.genai import AnthropicMessages
 from gateway.apis.messages.render import MessageEvents, error_body, message
-from gateway.apis.messages.request import MessagesRequest, call_ids, plan_messages, results
+from gateway.apis.messages.request import MessagesRequest, call_ids, plan_messages, results, tool_spec
 from gateway.caller import Caller
-from gateway.engine import Finished, Plan
+from gateway.engine import Event, Finished, Plan
 from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
-from gateway.errors import GatewayError
 from gateway.state import StateStore
-from gateway.tools import ToolRegistry
+from gateway.tools import Tool, ToolRegistry
 
 AUTO = {"type": "auto"}
 
@@ -38,7 +39,24 @@ class MessagesApi:
     """Anthropic Messages: messages in, a message (or its events) out."""
 
     name: Api = "messages"
+    title = "Anthropic's Messages (/v1/messages)"
+    paths = ("/v1/messages",)  # Anthropic's SDK and Claude Code post here
+    provider_path = "messages"
     continues_by_id = False  # a message's id names nothing a later request can continue
+    genai = AnthropicMessages()
+
+    def tool_spec(self, tool: Tool) -> dict[str, Any]:
+        return tool_spec(tool)
+
+    async def opened(self, body: dict[str, Any], state: StateStore, principal: str | None) -> dict[str, Any]:
+        """A continued thread's request with its conversation put back."""
+        return await threads.whole(body, state, principal) if "thread" in body else body
+
+    def kept(self, events: AsyncGenerator[Event, None], keeping: Keeping) -> AsyncGenerator[Event, None]:
+        """A threaded request's answer is kept with its conversation, for the thread's next turn."""
+        if keeping.body.get("thread") is None:
+            return events
+        return threads.kept(events, keeping.state, keeping.principal, keeping.body, keeping.max_bytes)
 
     def read(self, body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
         return read_message(body, headers)
@@ -71,8 +89,7 @@ class MessagesApi:
     def renderer(self, plan: Plan) -> StreamRenderer:
         return MessageEvents(plan)
 
-    def error_body(self, error: GatewayError) -> Mapping[str, Any]:
-        return error_body(error)
+    error_body = staticmethod(error_body)
 
     def handed(self, call: Mapping[str, Any]) -> tuple[str, str] | None:
         call_id, name = call.get("id"), call.get("name")

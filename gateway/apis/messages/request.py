@@ -14,7 +14,7 @@ from gateway.apis.messages.history import MessagesConversation, held_tokens, nam
 from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
-from gateway.routes.linking import LATEST_CALLS
+from gateway.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
 from gateway.tools import Tool, ToolRegistry
 

@@ -4,29 +4,48 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncGenerator, Collection, Mapping
+from functools import partial
 from typing import Any
 
-from gateway.apis.base import Asked, StreamRenderer
+from gateway.apis.base import Asked, Keeping, StreamRenderer
 from gateway.apis.fields import validate
 from gateway.apis.responses.answer import ResponsesStreamReader, opens_response, read_response
+from gateway.apis.responses.genai import ResponsesMessages
+from gateway.apis.responses.records import remembered
 from gateway.apis.responses.render import ResponseEvents, final_response
-from gateway.apis.responses.request import ResponsesRequest, call_ids, plan_responses, results
+from gateway.apis.responses.request import ResponsesRequest, call_ids, plan_responses, results, tool_spec
+from gateway.apis.tool_choice import relaxed_tool_choice
 from gateway.caller import Caller
-from gateway.engine import Finished, Plan
-from gateway.engine.decide import relaxed_tool_choice
+from gateway.engine import Event, Finished, Plan
 from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
-from gateway.errors import GatewayError
+from gateway.errors import openai_body
 from gateway.state import StateStore
-from gateway.tools import ToolRegistry
+from gateway.tools import Tool, ToolRegistry
 
 
 class ResponsesApi:
     """The Responses API: input items in, a response (or its events) out."""
 
     name: Api = "responses"
+    title = "Responses (/v1/responses)"
+    # Its own path, and the same as Azure OpenAI clients address it.
+    paths = ("/v1/responses", "/openai/responses", "/openai/v1/responses")
+    provider_path = "responses"
     continues_by_id = True  # previous_response_id
+    genai = ResponsesMessages()
+
+    def tool_spec(self, tool: Tool) -> dict[str, Any]:
+        return tool_spec(tool)
+
+    async def opened(self, body: dict[str, Any], state: StateStore, principal: str | None) -> dict[str, Any]:
+        return body
+
+    def kept(self, events: AsyncGenerator[Event, None], keeping: Keeping) -> AsyncGenerator[Event, None]:
+        """An answer under an id of the gateway's is kept, for GET, input_items and DELETE of that id."""
+        return remembered(events, keeping.state, keeping.principal, partial(final_response, keeping.plan),
+                          keeping.body.get("input"), keeping.body.get("store") is not False, keeping.max_bytes)
 
     def read(self, body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
         return read_response(body, headers)
@@ -59,8 +78,7 @@ class ResponsesApi:
     def renderer(self, plan: Plan) -> StreamRenderer:
         return ResponseEvents(plan)
 
-    def error_body(self, error: GatewayError) -> Mapping[str, Any]:
-        return error.body()
+    error_body = staticmethod(openai_body)  # the very function, by which error_response knows OpenAI's statuses
 
     def handed(self, call: Mapping[str, Any]) -> tuple[str, str] | None:
         call_id, name = call.get("call_id"), call.get("name")

@@ -16,7 +16,7 @@ from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
 from gateway.errors import BadRequest
 from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore
-from gateway.tools import ToolRegistry
+from gateway.tools import Tool, ToolRegistry
 
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # input items that carry a call's result
 
@@ -49,6 +49,12 @@ class ResponsesRequest(BaseModel):
     previous_response_id: str | None = Field(None, min_length=1)
     store: bool | None = None
     metadata: dict[str, Any] | None = None
+
+
+def tool_spec(tool: Tool) -> dict[str, Any]:
+    """A gateway tool as the Responses API declares a tool (the flat shape)."""
+    return {"type": "function", "name": tool.name, "description": tool.description, "parameters": tool.schema,
+            "strict": tool.strict}
 
 
 def tool_name(spec: Any) -> str | None:
@@ -84,8 +90,9 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
     """A Responses API request (checked) as a plan."""
     offers = offers_tools(body, offer.on_empty)
     gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
+    offered = registry.specs("responses", tool_spec, caller.allowed) if offers else []
     base, client_names = upstream_base(body, ("input", "stream", "previous_response_id"), tool_name,
-                                       registry.responses_tools(caller.allowed) if offers else [], gateway_names,
+                                       offered, gateway_names,
                                        offer.shared)
     if gateway_names and body.get("background"):
         raise BadRequest("a background response cannot run the gateway's tools; send it without background, or "

@@ -13,10 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import replace
+from typing import Any, Protocol
 
-from gateway.caller import Caller
+from gateway.caller import Caller, is_trajectory_id
+from gateway.client_tools import results as client_results
+from gateway.engine.events import Event, Finished
 from gateway.errors import Unavailable
 from gateway.state import StateStore
 
@@ -31,6 +35,17 @@ SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id", "thre
 LATEST_CALLS = 8
 _CALL = "call:"  # link kinds: a call id the client was given, a response id it was given
 _RESPONSE = "resp:"
+
+
+def described(caller: Caller, metadata: object) -> Caller:
+    """`caller` as a request's `metadata` describes it: the metadata reaches tools, and its
+    `trajectory_id` counts when the header named none."""
+    if not isinstance(metadata, dict):
+        return caller
+    named = metadata.get("trajectory_id")
+    if caller.trajectory_named or not is_trajectory_id(named):
+        return replace(caller, metadata=metadata)
+    return replace(caller, metadata=metadata, trajectory_id=str(named), linked_by="metadata")
 
 
 def session_trajectory(principal: str | None, headers: Mapping[str, str]) -> str | None:
@@ -51,11 +66,13 @@ def by_session(caller: Caller, headers: Mapping[str, str]) -> Caller:
     return replace(caller, trajectory_id=session, linked_by="session_header")
 
 
-async def joined(caller: Caller, state: StateStore, call_ids: Sequence[str],
-                 previous_response_id: str | None = None) -> Caller:
-    """`caller` in the trajectory its request continues, and how that was found; a caller that
-    named its trajectory (header, metadata) stays in it, and one whose request continues nothing
-    the gateway answered stays in its session's (`by_session`, which the middleware applied)."""
+async def joined(caller: Caller, state: StateStore, call_ids: Sequence[str], previous_response_id: str | None = None,
+                 metadata: object = None) -> Caller:
+    """`caller` (as the request's `metadata` describes it) in the trajectory its request continues,
+    and how that was found; a caller that named its trajectory (header, metadata) stays in it, and
+    one whose request continues nothing the gateway answered stays in its session's (`by_session`,
+    which the middleware applied)."""
+    caller = described(caller, metadata)
     if caller.trajectory_source not in ("new", "session_header"):
         return caller
     try:
@@ -82,3 +99,31 @@ async def remember(state: StateStore, caller: Caller, call_ids: Iterable[str], r
         await state.link(caller.principal, ids, caller.trajectory_id)
     except Unavailable:
         log.info("trajectory links unavailable (state store): this answer's ids are not linked")
+
+
+class Answering(Protocol):
+    """What linking needs of a wire API: whether its answer's id is one a later request continues
+    from, and the (call id, tool) of a client call as its client gets it."""
+
+    @property
+    def continues_by_id(self) -> bool: ...
+
+    def handed(self, call: Mapping[str, Any]) -> tuple[str, str] | None: ...
+
+
+async def remembered(events: AsyncGenerator[Event, None], state: StateStore, caller: Caller, api: Answering,
+                     keep_handed: bool) -> AsyncGenerator[Event, None]:
+    """`events`, and before the answer reaches its client (who may continue from it at once) its
+    call and response ids linked to the caller's trajectory; with `keep_handed` (the client's calls
+    are checked), the client calls it hands over kept for their results to find
+    (gateway.client_tools.results)."""
+    async with aclosing(events) as running:
+        async for event in running:
+            if isinstance(event, Finished):
+                # Only an id a later request can continue from (Responses') links.
+                response_id = event.response_id if api.continues_by_id else None
+                handed = [found for call in event.client_calls if (found := api.handed(call)) is not None]
+                await remember(state, caller, [call_id for call_id, _ in handed], response_id)
+                if handed and keep_handed:
+                    await client_results.keep_handed(state, caller, handed)
+            yield event

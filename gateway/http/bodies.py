@@ -1,27 +1,20 @@
-"""Helpers every route uses: reading bodies (within the limits), knowing the caller, reporting back."""
+"""Reading a request's body, for every route: within the route's size limit and the body read
+timeout, its declared type checked, JSON decoded within the depth limit; and the `Expect` header."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from aiohttp import HttpVersion11, web
 
-from gateway.apis import error_body_for
-from gateway.caller import Caller
-from gateway.engine import Event, Finished
+from gateway.apis.registry import error_body_for
 from gateway.errors import BadRequest, RequestTimeout, TooLarge, error_response
-from gateway.http.keys import CALLER, RECORD, SETTINGS
-from gateway.instrumentation import RequestRecord
-from gateway.wire.headers import TRAJECTORY_HEADER
+from gateway.http.keys import SETTINGS
 from gateway.wire.json_depth import decoded_nests_deeper
 
-ROUND_LIMIT_HEADER = "X-Toolspan-Round-Limit"
-ROUNDS_HEADER = "X-Toolspan-Rounds"
-CLIENT_GONE = "client_disconnected"  # a request's error type when its client left before the answer was out
 UPLOADS = ("/v1/files", "/v1/uploads", "/openai/files", "/openai/uploads", "/openai/v1/files", "/openai/v1/uploads")
 _BELOW_UPLOADS = tuple(f"{prefix}/" for prefix in UPLOADS)  # what lies under them, for one startswith
 JSON_TYPE = "application/json"
@@ -168,54 +161,6 @@ async def read_object(request: web.Request) -> dict[str, Any]:
     if decoded_nests_deeper(raw, body, limit):
         raise _too_deep(limit)
     return body
-
-
-def caller_of(request: web.Request, metadata: object = None) -> Caller:
-    """The request's caller, as the middleware resolved it and the request's metadata refines it."""
-    return request[CALLER].with_metadata(metadata)
-
-
-def reported(response: web.StreamResponse, caller: Caller, finished: Finished | None = None,
-             error_type: str | None = None) -> web.StreamResponse:
-    """`response`, carrying what telemetry records of this request."""
-    rounds = finished.rounds if finished is not None else None
-    limit = finished.limit_reached if finished is not None else False
-    lost = finished.held_turn_lost if finished is not None else False
-    response[RECORD] = RequestRecord(caller.trajectory_id, rounds, limit, error_type, held_turn_lost=lost,
-                                     trajectory_source=caller.trajectory_source)
-    return response
-
-
-def json_answer(value: Any, headers: dict[str, str]) -> web.Response:
-    """`value` as a JSON answer. orjson renders a large tool result several times faster than the
-    stdlib (16 MB of text: 13 ms against 96 ms, all of it holding the event loop); what orjson
-    refuses (nesting past 254 levels, integers past 64 bits) the stdlib renders."""
-    try:
-        body = orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        body = json.dumps(value).encode()
-    return web.Response(body=body, content_type=JSON_TYPE, headers=headers)
-
-
-def answer_headers(caller: Caller, finished: Finished | None = None) -> dict[str, str]:
-    """Headers of a tool-loop answer: its trajectory (the metadata may have named it) and rounds."""
-    headers = {TRAJECTORY_HEADER: caller.trajectory_id}
-    if finished is not None:
-        headers[ROUNDS_HEADER] = str(finished.rounds)
-        if finished.limit_reached:
-            headers[ROUND_LIMIT_HEADER] = "reached"
-    return headers
-
-
-async def finished_of(events: AsyncIterator[Event]) -> Finished:
-    """The last event of a non-streamed run (it has no other). The run is read to its end, so
-    that it finishes here rather than in the event loop's clean-up of abandoned generators."""
-    finished = None
-    async for event in events:
-        finished = event
-    if not isinstance(finished, Finished):
-        raise RuntimeError("the engine ended without a Finished event")
-    return finished
 
 
 def _too_deep(limit: int) -> BadRequest:

@@ -1,0 +1,50 @@
+"""Anthropic Messages as GenAI messages (gateway.apis.genai): `system` apart, content blocks as
+parts (thinking as reasoning), and a user message of tool_result blocks alone a tool message."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.apis.genai import Message, Part, parts, response, tool_call
+
+
+def block_part(block: Any) -> Part:
+    """One content block as a part."""
+    if not isinstance(block, Mapping):
+        return {"type": "unknown"}
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "content": str(block.get("text", ""))}
+    if kind == "thinking":
+        return {"type": "reasoning", "content": str(block.get("thinking", ""))}
+    if kind == "tool_use":
+        return tool_call(block.get("id"), block.get("name"), block.get("input"))
+    if kind == "tool_result":
+        return response(block.get("tool_use_id"), block.get("content"))
+    return {"type": str(kind or "unknown")}
+
+
+def anthropic_message(message: Any) -> Message | None:
+    if not isinstance(message, Mapping):
+        return None
+    content = message.get("content")
+    found = parts(content) if isinstance(content, str) else [block_part(b) for b in content or ()]
+    answers = bool(found) and all(part["type"] == "tool_call_response" for part in found)
+    return {"role": "tool" if answers else str(message.get("role", "user")), "parts": found}
+
+
+class AnthropicMessages:
+    """A Messages request's messages and system; an answer's content blocks."""
+
+    def instructions(self, body: Mapping[str, Any]) -> str | None:
+        found = body.get("system")
+        if isinstance(found, list):  # system as text blocks
+            found = "\n".join(str(b.get("text", "")) for b in found if isinstance(b, Mapping))
+        return found if isinstance(found, str) and found else None
+
+    def history(self, body: Mapping[str, Any]) -> list[Message]:
+        return [m for m in map(anthropic_message, body.get("messages") or ()) if m is not None]
+
+    def answer_parts(self, output: Sequence[Mapping[str, Any]]) -> list[Part]:
+        return [block_part(block) for block in output]

@@ -1,0 +1,58 @@
+"""The wire APIs the gateway speaks, each its adapter (gateway.apis.base.WireApi), and what is read
+of all of them: the routes they come on, the error shape a caller reads, which API a path belongs
+to, and which upstream kinds serve which API. A fourth API is its package and one line here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gateway.apis.base import WireApi
+from gateway.apis.chat import CHAT
+from gateway.apis.messages import MESSAGES
+from gateway.apis.responses import RESPONSES
+from gateway.engine.turn import Api
+from gateway.errors import BadRequest, GatewayError, openai_body
+
+ADAPTERS: Mapping[Api, WireApi] = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES}
+
+ErrorBody = Callable[[GatewayError], Mapping[str, Any]]
+# The /v1 path of each API's requests (the routes below it are the API's too: /v1/responses/{id} ...).
+_V1_PATHS = {api.paths[0]: name for name, api in ADAPTERS.items()}
+_V1_PREFIXES = tuple(_V1_PATHS)
+# The wire APIs an upstream of each kind serves. The OpenAI-compatible kinds (vllm, ollama, deepseek,
+# compatible) are not here: a server of theirs may serve Messages as well, or not, and says so itself.
+SERVED_BY_KIND: Mapping[str, tuple[Api, ...]] = {
+    "openai": ("chat", "responses"), "azure": ("chat", "responses"), "anthropic": ("messages",)}
+
+
+def api_of_path(path: str) -> Api | None:
+    """The wire API a /v1 path belongs to (its create route or one below it), if any."""
+    if not path.startswith(_V1_PREFIXES):
+        return None  # most pass-through paths: /v1/models, /v1/files ...
+    for prefix, api in _V1_PATHS.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return api
+    return None
+
+
+def error_body_for(path: str, headers: Mapping[str, str]) -> ErrorBody:
+    """The error shape a caller reads: its API's on that API's routes, and Anthropic's for an
+    Anthropic client anywhere (its SDK and Claude Code send `anthropic-version` on every request);
+    OpenAI's elsewhere."""
+    api = "messages" if "anthropic-version" in headers else api_of_path(path)
+    return ADAPTERS[api].error_body if api is not None else openai_body
+
+
+def unserved(kind: str, api: Api) -> BadRequest | None:
+    """The refusal of a request of `api` when an upstream of `kind` does not serve that API (sent on,
+    the provider would answer an opaque 404); None when it does, or may."""
+    served = SERVED_BY_KIND.get(kind)
+    if served is None or api in served:
+        return None
+    needs = ("an upstream of kind anthropic (upstream_kind = \"anthropic\")" if api == "messages"
+             else "an upstream of kind openai or azure")
+    return BadRequest(f"this gateway's upstream is of kind {kind}, which serves "
+                      f"{' and '.join(ADAPTERS[name].title for name in served)}, not {ADAPTERS[api].title}: that API "
+                      f"needs {needs}, or an OpenAI-compatible server that speaks it (upstream_kind vllm, ollama, "
+                      "deepseek or compatible)", code="api_not_served")
