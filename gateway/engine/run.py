@@ -92,7 +92,7 @@ class Engine:
         self.max_rounds = max_rounds
         self.keepalive_seconds = keepalive_seconds
 
-    async def run(self, plan: Plan, caller: Caller) -> AsyncGenerator[Event, None]:
+    async def run(self, plan: Plan, caller: Caller) -> AsyncGenerator[Event, None]:  # noqa: C901
         """The rounds of one request, as events."""
         replays = Replays(self.held, caller.principal, plan)
         # tools_ran: the gateway tools run for this request so far (or by the failed run it replays)

@@ -92,7 +92,7 @@ async def _link(request: web.Request, caller: Caller, api: WireApi, finished: Fi
         await client_results.keep_handed(request.app[STATE], caller, handed)
 
 
-async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
+async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,  # noqa: C901
                  events: AsyncGenerator[Event, None]) -> web.StreamResponse:
     """Render `events` as SSE. The stream's end (aiohttp's write_eof) follows once the handler has
     returned, so the request's telemetry is recorded before the client sees the stream end."""
