@@ -252,8 +252,8 @@ class Upstream:
 
 class _EndedByShutdown:
     """Upstream._ended_by_shutdown's scope. These scopes are classes, not generator-based context
-    managers: those cost three times as much, twice on every provider call (see NoInstrumentation
-    in gateway.instrumentation for the measurement)."""
+    managers: those cost several times as much, twice on every provider call (see
+    NoInstrumentation in gateway.instrumentation)."""
 
     def __init__(self, upstream: Upstream) -> None:
         self._upstream = upstream

@@ -63,12 +63,8 @@ class Answer:
         wait here, so a slow reader holds the provider back rather than the gateway's memory growing.
 
         One timer of the loop's bounds every wait of the answer (`_stalled`), rather than a timer
-        armed and cancelled around each read (asyncio.timeout, 11 us a read on uvloop). A streamed
-        request of toolspan's then cost 0.95 (Chat) and 0.93 (Responses) of its CPU before, medians
-        of ten rounds (`python bench/proxy.py --scenarios stream,responses-stream --rounds 10
-        --seconds 1 --targets floor,toolspan --compare DIR`), and 2,032 against 2,214 and 2,998
-        against 3,354 thousand instructions (`python bench/instructions.py --scenarios
-        stream,responses-stream --targets toolspan`, each checkout)."""
+        armed and cancelled around each read (asyncio.timeout), which a streamed request reads
+        many times: it costs less CPU and fewer instructions (docs/benchmarks.md)."""
         self._streamed = True
         loop = asyncio.get_running_loop()
         while True:
