@@ -1,6 +1,6 @@
 """The provider's SSE reader and the faults of issue 32 items 5-7, measured (run by hand, not in CI).
 
-1. The reader alone (gateway.provider.client.sse_events, this checkout's or the one first on PYTHONPATH):
+1. The reader alone (gateway.provider.sse.sse_events, this checkout's or the one first on PYTHONPATH):
    the event-loop CPU to read one event of 1, 4 and 15 MiB given in reads of 16 KiB (a TLS
    record) and of 256 KiB (asyncio's largest read), the best of --repeat runs. Linear means its
    cost per MiB stays flat: the ratio per doubling of the size is printed (1.0 is flat).
@@ -36,7 +36,7 @@ import aiohttp
 from healthz_probe import HealthzProbe
 from scale import start_gateway
 
-from gateway.provider.client import sse_events
+from gateway.provider.sse import sse_events
 
 MIB = 1024 * 1024
 SIZES = (1, 4, 15)
@@ -233,7 +233,7 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=5.0)
     parser.add_argument("--reader-only", action="store_true", help="only part 1")
     options = parser.parse_args()
-    print("gateway from", Path(sys.modules["gateway.provider.client"].__file__ or "").parent)
+    print("gateway from", Path(sys.modules["gateway.provider.sse"].__file__ or "").parent)
     reader_curve(options.repeat)
     if not options.reader_only:
         asyncio.run(serve_and_run(options))

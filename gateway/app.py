@@ -57,7 +57,8 @@ from gateway.routes import (
     websocket,
 )
 from gateway.routes.render import CLIENT_GONE
-from gateway.settings.model import Settings, proxy_environment
+from gateway.settings.load import proxy_environment
+from gateway.settings.model import Settings
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.tools.approval_gate import Approvals

@@ -181,9 +181,9 @@ def untraced(info: RequestInfo) -> AbstractContextManager[RequestTrace]:
 
 class NoInstrumentation(NoHooks):
     """Telemetry off: no spans, no metrics; responses name the caller's trace, if it sent one.
-    Its scopes are nullcontexts, not generator-based context managers (a third of the cost; with
-    the same change in Admission and Upstream, 256 -> 247 us CPU per plain Chat request under wrk
-    c=10, telemetry off, as bench/proxy.py measures it)."""
+    Its scopes are nullcontexts, not generator-based context managers, which cost several times as
+    much; with the same change in Admission and Upstream, a plain request takes measurably less CPU
+    (docs/benchmarks.md)."""
 
     def __init__(self) -> None:
         self._chat_trace = _NoChatTrace()  # holds nothing: every provider call may share it

@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, untraced
 from gateway.settings.model import REDACT_KEYS
 from gateway.state import StateUnavailable
-from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
+from gateway.tools import NameCheck, Step, Tool, ToolCall, ToolOutcome, Turn
 from gateway.tools.approvals import ApprovalDecision
 from gateway.tools.hooks import ClientResult, Side
 from gateway.tools.results import ToolOrigin
@@ -290,14 +290,8 @@ class ToolCallSpan:
             attributes[names.ATTR_REJECTION_REASON] = outcome.rejection.reason
         if outcome.unchecked is not None:
             attributes[names.ATTR_UNCHECKED_REASON] = outcome.unchecked
-        if (check := outcome.names) is not None:
-            if check.missing:
-                attributes[names.ATTR_ARGS_MISSING] = tuple(check.missing)
-            if check.unrecognized:
-                attributes[names.ATTR_ARGS_UNRECOGNIZED] = tuple(bounded(n, _NAME_MAX) for n in check.unrecognized)
-            if check.suggestions:
-                attributes[names.ATTR_ARGS_SUGGESTIONS] = tuple(f"{bounded(a, _NAME_MAX)}->{b}"
-                                                                for a, b in check.suggestions)
+        if outcome.names is not None:
+            _add_name_check(attributes, outcome.names)
         capture = self._inst.capture
         # A retry's arguments too: set beside the failed call's, they are what the model changed.
         if outcome.rejection is not None or capture.record_all or self._retry is not None:
@@ -316,6 +310,17 @@ class ToolCallSpan:
         message = mask_message(outcome.content_text()[: 4 * _DESCRIPTION_MAX], self._call.arguments,
                                capture.redact_keys, capture.max_chars)
         return utf8(message[:_DESCRIPTION_MAX])
+
+
+def _add_name_check(attributes: dict[str, Any], check: NameCheck) -> None:
+    """What the check of a call's argument names found, as span attributes: the names missing,
+    those not recognised and the suggestions for them (a model's names bounded in length)."""
+    if check.missing:
+        attributes[names.ATTR_ARGS_MISSING] = tuple(check.missing)
+    if check.unrecognized:
+        attributes[names.ATTR_ARGS_UNRECOGNIZED] = tuple(bounded(n, _NAME_MAX) for n in check.unrecognized)
+    if check.suggestions:
+        attributes[names.ATTR_ARGS_SUGGESTIONS] = tuple(f"{bounded(a, _NAME_MAX)}->{b}" for a, b in check.suggestions)
 
 
 class StepSpan:

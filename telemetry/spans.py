@@ -9,9 +9,8 @@ are made (`telemetry.bounds`), and they carry no events unless an exception is r
 `GatewaySpan` is itself the `ReadableSpan` the processors get: its attributes a plain dict, taken
 as they are (a list becomes a tuple, as the SDK makes it), frozen once it ends.
 
-Per plain request (the request and `chat` spans, started, filled, made current and ended, through
-a BatchSpanProcessor): 65-78 us with the SDK's tracer, 9-17 us with this one (this machine, in
-one process, 5000 requests a run). The sampler, id generator, resource and processors are the
+A plain request's spans cost a fraction of what they cost through the SDK's tracer
+(docs/benchmarks.md). The sampler, id generator, resource and processors are the
 SDK tracer's own, so OTEL_TRACES_SAMPLER, exporters and the trajectory store see no difference;
 the SDK's default sampler (parent-based, always on) is decided here without the calls through it.
 """
@@ -316,7 +315,7 @@ class GatewayTracer(trace.Tracer):
             trace_state, attributes = result.trace_state, result.attributes
         span_id = self._span_id()
         # The tuple SpanContext's own __new__ makes (fields, then whether the ids are valid), without
-        # the keyword call into it: a plain request's hooks 164 -> 158 thousand instructions (callgrind).
+        # the keyword call into it, which costs instructions on every span.
         valid = self._valid_ids or (0 < trace_id <= _TRACE_ID_MAX and 0 < span_id <= _SPAN_ID_MAX)
         state = trace_state if trace_state is not None else DEFAULT_TRACE_STATE
         span_context = tuple.__new__(SpanContext, (trace_id, span_id, False, _FLAGS[sampled, random_ids], state, valid))

@@ -23,7 +23,8 @@ from openai import OpenAI
 
 from gateway.cli.main import StartupError, describe_traces, load_tools, main, run, startup_lines
 from gateway.demo.tools import demo_registry
-from gateway.settings.model import Settings, load_settings
+from gateway.settings.load import load_settings
+from gateway.settings.model import Settings
 from gateway.tools import Tool, ToolRegistry
 
 ROOT = Path(__file__).resolve().parent.parent

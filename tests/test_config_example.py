@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import config_example
-from gateway.settings.model import Settings, load_settings
+from gateway.settings.load import load_settings
+from gateway.settings.model import Settings
 from gateway.settings.parts import GatewayKey, McpServer
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "toolspan.example.toml"

@@ -19,7 +19,7 @@ from pydantic import SecretStr
 from pytest_aiohttp import AiohttpServer
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
-from gateway.provider import connections
+from gateway.provider import connections, http1
 from gateway.provider.client import Upstream
 from gateway.provider.connections import ProviderConnectionError, ProviderConnections
 from gateway.settings.model import Settings
@@ -237,14 +237,14 @@ async def test_a_chunked_answer_arrives_in_its_parts(raw_provider: Callable[...,
 async def test_a_slow_reader_holds_the_provider_back(raw_provider: Callable[..., Awaitable[RawProvider]]) -> None:
     """Past the pause mark the socket is not read, and it is read again as the reader catches up:
     every byte arrives, in order."""
-    size = 3 * connections._PAUSE_AT
+    size = 3 * http1._PAUSE_AT
     body = bytes(range(256)) * (size // 256)
     provider = await raw_provider(answering(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + body))
     pool = ProviderConnections(provider.url, 10)
     answer = await pool.post("chat/completions", JSON, b"{}", DEADLINE)
     parts = answer.chunks(DEADLINE)
     received = [await anext(parts)]
-    while answer._buffered <= connections._PAUSE_AT and not answer.complete:  # the provider writes on
+    while answer._buffered <= http1._PAUSE_AT and not answer.complete:  # the provider writes on
         await asyncio.wait_for(answer._wait(), DEADLINE)  # woken by each part that arrives
     assert answer._connection._paused or answer.complete
     received += [part async for part in parts]
@@ -258,7 +258,7 @@ async def test_a_connection_paused_for_a_slow_reader_reads_again_for_the_next_an
     """An answer that arrives whole while its reader lags leaves the socket paused; the caller that
     stops reading then (its client hung up) gives the connection back, and the next answer on it
     must still be read."""
-    almost, rest = b"a" * (connections._PAUSE_AT - 1000), b"b" * 10_000
+    almost, rest = b"a" * (http1._PAUSE_AT - 1000), b"b" * 10_000
     first_read, most_read = asyncio.Event(), asyncio.Event()
 
     async def answer(request: bytes, writer: asyncio.StreamWriter) -> bool:

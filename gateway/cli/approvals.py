@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.settings.model import client_key
+from gateway.settings.load import client_key
 from gateway.wire.escaping import visible, visible_lines
 
 DEFAULT_URL = "http://127.0.0.1:8080"

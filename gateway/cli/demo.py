@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.demo.mcp_server import with_mcp_examples
 from gateway.runtime.process import gateway
-from gateway.settings.model import load_settings
+from gateway.settings.load import load_settings
 from gateway.tools import ToolRegistry
 from telemetry.store.records import SCHEMA, record_of, write
 from telemetry.store.report import trajectory

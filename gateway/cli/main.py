@@ -35,7 +35,8 @@ from gateway.http.browsers import LOOPBACK
 from gateway.runtime.logs import configure_logging
 from gateway.runtime.process import CannotListen, gateway, run, settle_garbage_collector
 from gateway.runtime.workers import Worker, WorkerFailed, supervise
-from gateway.settings.model import Settings, load_settings
+from gateway.settings.load import load_settings
+from gateway.settings.model import Settings
 from gateway.settings.text import option_help as setting_help
 from gateway.settings.text import version
 from gateway.tools import Tool, ToolRegistry

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.settings.model import load_settings
+from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
 from telemetry.store import otlp, report, report_text

@@ -25,8 +25,8 @@ import orjson
 from jsonschema import FormatChecker
 from jsonschema.protocols import Validator
 
+from gateway.tools.arguments import read_arguments
 from gateway.tools.executor import refusal
-from gateway.tools.function import read_arguments
 from gateway.tools.params import NameCheck, check_names, schema_names
 from gateway.tools.results import Rejection, RejectionReason, ToolOutcome, rejected
 from gateway.tools.schema import closed_to_other_names, describe_problems, schema_validator, value_problems

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError, UpstreamRefused, UpstreamUnavailable
-from gateway.provider.client import RETRYABLE_STATUSES
+from gateway.provider.errors import RETRYABLE_STATUSES
 from gateway.settings.model import Settings
 
 BACKOFF_CAP_SECONDS = 8.0  # the longest wait between two attempts without a retry-after (openai-python's)

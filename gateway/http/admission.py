@@ -29,8 +29,8 @@ class Admission:
     def admit(self, path: str) -> AbstractContextManager[None]:
         """The scope of one request to `path`: counted (a 503 on entering it when `limit` are under
         way already), unless it is an operations request. Plain objects, not a generator-based
-        context manager, which costs three times as much on every request (see
-        NoInstrumentation for the measurement)."""
+        context manager, which costs several times as much on every request (see
+        NoInstrumentation)."""
         return self._uncounted if path in OPERATIONS else self
 
     def __enter__(self) -> None:

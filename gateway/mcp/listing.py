@@ -1,7 +1,7 @@
 """What an MCP server lists, made the registry's tools: a `tools/list` answer screened tool by tool
 before the client reads it (so that one unusable tool is left out, not the whole list), and the
 tools built again only where their definition changed, yielding to the event loop between builds
-(building one checks its schema against the JSON Schema metaschema, some milliseconds each)."""
+(building one checks its schema against the JSON Schema metaschema, which takes a while)."""
 
 from __future__ import annotations
 

@@ -107,8 +107,8 @@ async def _read(stdout: asyncio.StreamReader, sink: MemoryObjectSendStream[Recei
             if not line:
                 return
             if len(line) > _LONG_LINE_BYTES:
-                # Copying a long line out of the reader and parsing it are each tens of milliseconds:
-                # in two steps of the event loop, not one, other requests get in between.
+                # Copying a long line out of the reader and parsing it each hold the event loop a
+                # while: in two steps of the event loop, not one, other requests get in between.
                 await asyncio.sleep(0)
             try:
                 await sink.send(_parse(line))

@@ -1,10 +1,13 @@
-"""The provider client: one ClientSession, error mapping, and SSE reading."""
+"""The provider client, Upstream: where a call goes (paths, Azure deployments, query strings), its
+headers and key, the engine's JSON and streamed calls on the gateway's own connections, the
+pass-through on aiohttp's session, readiness probes, and the end of the waits at shutdown. What
+goes wrong is mapped by gateway.provider.errors; a stream is read by gateway.provider.sse."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,32 +18,22 @@ import orjson
 from multidict import MultiDict
 from pydantic import SecretStr
 
-from gateway.errors import (
-    OVERLOADED,
-    BadRequest,
-    GatewayError,
-    UpstreamRefused,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-    provider_status,
-    shutting_down,
-    stream_error,
-)
-from gateway.provider.connections import IDLE_SECONDS, Answer, ProviderConnectionError, ProviderConnections
-from gateway.provider.route import ConnectTimeout, ProviderRoute, describe, provider_route
+from gateway.errors import BadRequest, GatewayError, UpstreamUnavailable, shutting_down
+from gateway.provider.connections import IDLE_SECONDS, Answer, ProviderConnections
+
+from gateway.provider.errors import ProviderErrors, raise_for_status, too_deep
+from gateway.provider.route import ProviderRoute, provider_route
+from gateway.provider.sse import MAX_JSON_DEPTH, sse_events
 from gateway.wire.headers import from_provider
-from gateway.wire.json_depth import decoded_nests_deeper, nests_deeper
+from gateway.wire.json_depth import decoded_nests_deeper
 
 PROVIDER_NAMES: dict[str, str] = {  # gen_ai.provider.name by upstream kind (GenAI semantic conventions)
     "openai": "openai", "azure": "azure.ai.openai", "anthropic": "anthropic", "deepseek": "deepseek", "vllm": "vllm",
     "ollama": "ollama", "compatible": "openai_compatible"}
 API_PATHS = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}  # under the base URL
 ANTHROPIC_VERSION = "2023-06-01"  # the version Anthropic's API is called with when the caller names none
-# Answers that mean "the same request may work later" (529: Anthropic's overloaded_error).
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, OVERLOADED})
 REACH_TIMEOUT_SECONDS = 2.0  # a readiness probe: its connection (through any proxy, TLS too) and the answer's head
 REACH_KEPT_SECONDS = 5.0  # how long its answer holds: probes come every few seconds, from every replica
-MAX_JSON_DEPTH = 64  # the default of the max_json_depth setting
 
 
 @dataclass(frozen=True)
@@ -147,12 +140,12 @@ class Upstream:
         """One JSON request: the decoded JSON answer (the engine checks its shape) and the headers
         that may reach the caller. `resent` is told of a resend on a new connection
         (ProviderConnections.post)."""
-        with self._ended_by_shutdown(), _ProviderErrors(self._whole_timed_out):
+        with self._ended_by_shutdown(), ProviderErrors(self._whole_timed_out):
             async with asyncio.timeout(self._timeout):
                 response = await self._connections.post(path, _json_headers(headers), orjson.dumps(body),
                                                         self._connect_timeout, resent)
                 try:
-                    await _raise_for_status(response)
+                    await raise_for_status(response)
                     raw = await response.read()
                 finally:
                     response.release()
@@ -163,7 +156,7 @@ class Upstream:
             raise UpstreamUnavailable("the provider sent a response that is not JSON",
                                       headers=answer_headers) from exc
         if decoded_nests_deeper(raw, answer, self._max_depth):
-            raise UpstreamUnavailable(_too_deep("its answer", self._max_depth), headers=answer_headers)
+            raise UpstreamUnavailable(too_deep("its answer", self._max_depth), headers=answer_headers)
         return answer, answer_headers
 
     @asynccontextmanager
@@ -172,14 +165,14 @@ class Upstream:
         """A streamed answer: its headers and an iterator of its decoded SSE events; leaving the
         block closes the connection, which is how a client disconnect cancels the provider's work.
         `resent` as for `post`."""
-        with self._ended_by_shutdown(), _ProviderErrors("the provider did not start its stream in time"):
+        with self._ended_by_shutdown(), ProviderErrors("the provider did not start its stream in time"):
             async with asyncio.timeout(self._timeout):  # a free connection, and the answer's head
                 response = await self._connections.post(path, _json_headers(headers), orjson.dumps(body),
                                                         self._connect_timeout, resent)
         try:
-            with _ProviderErrors("the provider did not finish its error answer in time"):
+            with ProviderErrors("the provider did not finish its error answer in time"):
                 async with asyncio.timeout(self._timeout):
-                    await _raise_for_status(response)
+                    await raise_for_status(response)
             yield ProviderStream(from_provider(response.headers),
                                  sse_events(self._reads(response), self._max_depth))
         finally:
@@ -188,7 +181,7 @@ class Upstream:
     async def forward(self, method: str, path_qs: str, headers: Mapping[str, str],
                       body: AsyncIterator[bytes] | bytes | None) -> aiohttp.ClientResponse:
         """Send a request unchanged; the caller streams the response back and releases it."""
-        with self._ended_by_shutdown(), _ProviderErrors("the provider did not answer in time",
+        with self._ended_by_shutdown(), ProviderErrors("the provider did not answer in time",
                                                         connect=self._connect_timeout,
                                                         tls=self._route.tls is not None):
             response = await self.session.request(method, self.url(path_qs),
@@ -218,7 +211,7 @@ class Upstream:
         return reason
 
     async def _probe(self) -> str | None:
-        broken = _ProviderErrors(f"cannot connect (no answer within {REACH_TIMEOUT_SECONDS:g} s)")
+        broken = ProviderErrors(f"cannot connect (no answer within {REACH_TIMEOUT_SECONDS:g} s)")
         try:
             with broken:
                 status = await self._connections.probe(REACH_TIMEOUT_SECONDS)
@@ -259,8 +252,8 @@ class Upstream:
 
 class _EndedByShutdown:
     """Upstream._ended_by_shutdown's scope. These scopes are classes, not generator-based context
-    managers: those cost three times as much, twice on every provider call (see NoInstrumentation
-    in gateway.instrumentation for the measurement)."""
+    managers: those cost several times as much, twice on every provider call (see
+    NoInstrumentation in gateway.instrumentation)."""
 
     def __init__(self, upstream: Upstream) -> None:
         self._upstream = upstream
@@ -281,59 +274,9 @@ class _EndedByShutdown:
             raise shutting_down() from None
 
 
-class _ProviderErrors:
-    """The one mapping of what goes wrong talking to the provider to gateway errors. Messages
-    never name the provider's address (it is the operator's business; the log has it)."""
-
-    def __init__(self, timeout_message: str, broken: str = "could not reach the provider",
-                 connect: float | None = None, tls: bool = False) -> None:
-        self._timeout_message = timeout_message
-        self._broken = broken
-        self._connect = connect  # aiohttp's connect timeout, to word its expiry as the pool's
-        self._tls = tls  # the provider is spoken to over TLS (a closed connection may be a refusal)
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is None or isinstance(exc, GatewayError):
-            return
-        if isinstance(exc, ConnectTimeout):  # no connection: worded alike on every route
-            raise UpstreamTimeout(f"{self._broken}: {exc}") from exc
-        if isinstance(exc, aiohttp.ConnectionTimeoutError) and self._connect is not None:
-            raise UpstreamTimeout(f"{self._broken}: {ConnectTimeout(self._connect)}") from exc
-        if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(self._timeout_message) from exc
-        # A broken or refused connection may work the next time; text that is not UTF-8 will not.
-        if isinstance(exc, ProviderConnectionError):
-            raise UpstreamUnavailable(f"{self._broken}: {exc.description}", retryable=True) from exc
-        if isinstance(exc, aiohttp.ClientError | UnicodeDecodeError | asyncio.IncompleteReadError):
-            raise UpstreamUnavailable(f"{self._broken}: {describe(exc, self._tls)}",
-                                      retryable=not isinstance(exc, UnicodeDecodeError)) from exc
-
-
 def _json_headers(headers: Mapping[str, str]) -> dict[str, str]:
     # We parse these responses ourselves, so ask for them uncompressed.
     return {**headers, "Accept-Encoding": "identity", "Content-Type": "application/json"}
-
-
-async def _raise_for_status(response: aiohttp.ClientResponse | Answer) -> None:
-    if response.status < 300:
-        return
-    if response.status < 400:  # redirects are not followed: the key must not travel to another origin
-        raise UpstreamUnavailable(f"the provider answered {response.status}, a redirect, which the gateway does "
-                                  "not follow", code=f"upstream_{response.status}")
-    try:
-        body = await response.read()
-    except (TimeoutError, aiohttp.ClientError, ProviderConnectionError) as exc:
-        raise UpstreamUnavailable(f"the provider answered {response.status} and then broke off",
-                                  retryable=response.status in RETRYABLE_STATUSES) from exc
-    if response.status < 500:
-        raise UpstreamRefused(response.status, body, response.headers)
-    raise UpstreamUnavailable(f"the provider answered {response.status}: {provider_message(body)}",
-                              code=f"upstream_{response.status}", headers=from_provider(response.headers),
-                              status=provider_status(response.status),
-                              retryable=response.status in RETRYABLE_STATUSES)
 
 
 def _deployment(model: str) -> str:
@@ -341,98 +284,3 @@ def _deployment(model: str) -> str:
     if model in (".", ".."):
         raise BadRequest(f"model {model!r} cannot name an Azure deployment", param="model")
     return quote(model, safe="")
-
-
-def provider_message(body: bytes) -> str:
-    """What a provider's error body says: its OpenAI-shaped message, else the start of its text."""
-    try:
-        decoded = orjson.loads(body)
-    except ValueError:
-        decoded = None
-    error = decoded.get("error") if isinstance(decoded, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        message: str = error["message"]
-        return message[:1000]
-    text = body.decode("utf-8", "replace").strip()
-    return text[:1000] or "(no body)"
-
-
-MAX_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event; a provider may send a whole tool call in one
-_TOO_BIG = "the provider's stream holds an event larger than 16 MiB"
-
-
-async def _lines(reads: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-    """The stream's lines, however long (aiohttp's own line reader stops at 128 KiB). Each read is
-    searched once, and a line is joined once from the reads it spans: the work is linear in the
-    bytes read whatever their size (searching all that is pending on every read made a large event
-    cost the square of its size in small reads, on the event loop: see bench/sse_reader.py)."""
-    parts: list[bytes] = []  # the reads (or their ends) of a line not yet complete
-    pending = 0  # their length
-    async for data in reads:
-        start = 0
-        while (end := data.find(b"\n", start)) >= 0:
-            if parts:
-                yield b"".join((*parts, data[start:end]))
-                parts, pending = [], 0
-            else:
-                yield data[start:end]
-            start = end + 1
-        if start < len(data):
-            parts.append(data[start:] if start else data)
-            pending += len(data) - start
-            if pending > MAX_EVENT_BYTES:
-                raise UpstreamUnavailable(_TOO_BIG)
-    if parts:
-        yield b"".join(parts)
-
-
-async def sse_events(reads: AsyncIterable[bytes], max_depth: int = MAX_JSON_DEPTH) -> AsyncIterator[dict[str, Any]]:
-    """Decoded `data:` payloads of an SSE stream, given as the reads of its connection, up to
-    `[DONE]` or the end of the stream (the engine checks that the answer was complete). A stream
-    that breaks, holds something other than JSON objects, an event larger than MAX_EVENT_BYTES or
-    nested deeper than `max_depth`, or carries an error object raises UpstreamUnavailable."""
-    # Data lines are kept as views of the lines read and joined once (orjson reads bytes, and
-    # checks their UTF-8): a 15 MiB event is copied once on its way to the decoder, not four times.
-    data: list[memoryview] = []
-    size = 0  # of the event's data so far: its lines may each be short and together unbounded
-    with _ProviderErrors("the provider's stream stalled", "the provider's stream broke"):
-        async for raw_line in _lines(reads):
-            line = memoryview(raw_line)[:-1] if raw_line.endswith(b"\r") else memoryview(raw_line)
-            if raw_line.startswith(b"data:"):
-                data.append(line[6:] if raw_line.startswith(b"data: ") else line[5:])
-                size += len(raw_line)
-                if size > MAX_EVENT_BYTES:
-                    raise UpstreamUnavailable(_TOO_BIG)
-                continue
-            if line or not data:
-                continue  # comments, other fields (event:), or blank lines between events
-            payload, data, size = _joined(data), [], 0
-            if payload == b"[DONE]":
-                return
-            yield _decode_event(payload, max_depth)
-    if data and (payload := _joined(data)) != b"[DONE]":
-        yield _decode_event(payload, max_depth)  # a last event without its blank line
-
-
-def _joined(data: list[memoryview]) -> memoryview | bytes:
-    return data[0] if len(data) == 1 else b"\n".join(data)
-
-
-def _decode_event(payload: memoryview | bytes, max_depth: int) -> dict[str, Any]:
-    try:
-        event = orjson.loads(payload)
-    except ValueError as exc:
-        raise UpstreamUnavailable("the provider's stream holds an event that is not JSON") from exc
-    if not isinstance(event, dict):
-        raise UpstreamUnavailable("the provider's stream holds an event that is not a JSON object")
-    if nests_deeper(event, max_depth):
-        raise UpstreamUnavailable(_too_deep("an event of its stream", max_depth))
-    if isinstance(event.get("error"), dict):
-        raise stream_error(event["error"])
-    answer: dict[str, Any] = event
-    return answer
-
-
-def _too_deep(what: str, limit: int) -> str:
-    return (f"the provider sent {what} nesting arrays and objects more than {limit} levels deep "
-            "(max_json_depth)")

@@ -3,7 +3,7 @@ OpenAI-shaped 4xx goes on byte for byte; any other 4xx (text, HTML, an empty bod
 another shape) is wrapped with the provider's text in its message; a 5xx is a 502 (Anthropic's 529
 stays a 529, gateway.errors.provider_status) that keeps the provider's message; a 404 at a base
 URL with no /v1 names the path called and the likely fix (gateway.provider.paths). The same
-mapping as the tool loop's own provider calls (gateway.provider.client's status check,
+mapping as the tool loop's own provider calls (gateway.provider.errors.raise_for_status,
 gateway.errors.UpstreamRefused)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.errors import UpstreamRefused, UpstreamUnavailable, provider_status
-from gateway.provider.client import provider_message
+from gateway.provider.errors import provider_message
 from gateway.provider.paths import PathNotFound, not_found_at
 from gateway.wire.headers import from_provider
 

@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.apis.base import Frame, WireApi
+from gateway.apis.base import Frame, StreamRenderer, WireApi
 from gateway.caller import Caller
 from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.errors import GatewayError, internal_error, log_provider_failure
@@ -92,16 +92,7 @@ async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
     try:
         async with aclosing(events) as running:
             async for event in running:
-                if isinstance(event, Opened):
-                    writer.provider_headers(event.headers)
-                elif isinstance(event, Visible):
-                    await writer.frames(renderer.visible(event))
-                elif isinstance(event, Keepalive):
-                    await writer.frames(renderer.waiting())
-                    await writer.comment("toolspan: running tools")
-                else:
-                    finished = event
-                    await writer.frames(renderer.finished(event))
+                finished = await _shown(writer, renderer, event) or finished
         if finished is not None and finished.limit_reached:
             await writer.comment(f"toolspan: round limit reached after {finished.rounds} model turns")
         if renderer.closing:
@@ -120,6 +111,21 @@ async def stream(request: web.Request, caller: Caller, api: WireApi, plan: Plan,
             await writer.frames([renderer.error(error)])
         return reported(writer.response, caller, finished, error.type)
     return reported(writer.response, caller, finished)
+
+
+async def _shown(writer: SseWriter, renderer: StreamRenderer, event: Event) -> Finished | None:
+    """One event written to the stream; the run's end, when it is that."""
+    if isinstance(event, Opened):
+        writer.provider_headers(event.headers)
+    elif isinstance(event, Visible):
+        await writer.frames(renderer.visible(event))
+    elif isinstance(event, Keepalive):
+        await writer.frames(renderer.waiting())
+        await writer.comment("toolspan: running tools")
+    else:
+        await writer.frames(renderer.finished(event))
+        return event
+    return None
 
 
 def reported(response: web.StreamResponse, caller: Caller, finished: Finished | None = None,

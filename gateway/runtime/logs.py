@@ -39,8 +39,8 @@ ACCESS_LINE = ('%(remote)s "%(method)s %(path)s %(protocol)s" %(status)d %(bytes
 
 
 def access_line(fields: Mapping[str, Any]) -> str:
-    """`ACCESS_LINE % fields`, the same text (tests/test_logs.py checks it), written as an f-string:
-    8.0 against 13.2 thousand instructions (callgrind)."""
+    """`ACCESS_LINE % fields`, the same text (tests/test_logs.py checks it), written as an f-string,
+    which runs in fewer instructions than the %-format."""
     return (f'{fields["remote"]} "{fields["method"]} {fields["path"]} {fields["protocol"]}" {fields["status"]} '
             f'{fields["bytes"]} {fields["duration_ms"]:.1f}ms trajectory={fields["trajectory_id"]} '
             f'trace={fields["trace_id"]}')
@@ -54,7 +54,7 @@ ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tupl
 def shown(text: str) -> str:
     """`visible(text)`, without its regex scan when no character could need an escape: every one
     it escapes is one `str.isprintable` refuses (categories Cc, Cf, Zl, Zp; tests/test_logs.py
-    checks each code point). The check takes 0.5 us on an access line, the scan 1.2 us."""
+    checks each code point). The check costs well under the scan."""
     return text if text.isprintable() else visible(text)
 
 
@@ -63,9 +63,8 @@ class TextFormatter(logging.Formatter):
     traceback or stack, if any, with its own line breaks.
 
     The time's text up to the second is made once a second, not once a line (it is the same for
-    every line of a busy second): `formatTime` took 2 to 3 us, now 1.2 (timeit). With `shown`, an
-    access record formats in 0.67 to 0.72 of the time it took (bench/access_log.py, "formatting",
-    three runs on a shared machine)."""
+    every line of a busy second). That and `shown` make an access record format markedly faster
+    (bench/access_log.py, "formatting")."""
 
     def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
         super().__init__(fmt, datefmt)
@@ -100,9 +99,8 @@ class JsonFormatter(logging.Formatter):
     are added as values (strings escaped), so an access log line keeps its status, duration ...
 
     Made once rather than per line: the encoder (`json.dumps` with options builds one per call)
-    and, once a second, the time's text up to the second. With `shown` for the strings, an access
-    record formats in 0.67 to 0.70 of the time it took (bench/access_log.py, "formatting", three
-    runs on a shared machine; by timeit, 15 to 16 us before, 10 to 11 now)."""
+    and, once a second, the time's text up to the second. That and `shown` for the strings make an
+    access record format markedly faster (bench/access_log.py, "formatting")."""
 
     def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
         super().__init__(fmt, datefmt)
@@ -143,9 +141,9 @@ def configure_logging(level: str = "info", log_format: str = "text") -> None:
     the command line's own (`toolspan serve`, `demo`, `mcp`), never by the library.
 
     Records leave out the thread's and the process's ids and names, which neither format shows:
-    looking them up (a getpid system call among them) cost 6% of an access line's CPU (2.4 us of
-    30, the access line of bench/access_log.py with and without). A process that needs them sets
-    `logging.logThreads` and the like back."""
+    looking them up (a getpid system call among them) was a measurable part of an access line's
+    CPU (bench/access_log.py). A process that needs them sets `logging.logThreads` and the like
+    back."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
@@ -208,8 +206,8 @@ class AccessLogger(AbstractAccessLogger):
     Where the line goes only to `configure_logging`'s own text handler (`direct_handler`: what
     `toolspan serve` sets up), it is written there as that handler would write it, the same text,
     without the record the logging module would make and pass along its loggers, filters and
-    handler (`_write`): 49 against 104 thousand instructions a line (callgrind), 0.48 of its CPU
-    time (`python bench/access_log.py --before bce4848`, text).
+    handler (`_write`), which takes a line much fewer instructions and much less CPU
+    (`python bench/access_log.py --before bce4848`, text).
     Anywhere else the record goes to the logger's handlers as `logger.info` would send it, the same
     record (made by the record factory in force, with `fields` as an extra), save the stack walk
     that finds where it was logged from: that is always here, and this frame says so at a fraction

@@ -1,58 +1,38 @@
-"""Settings: one pydantic-settings model. Nothing else in toolspan reads the environment.
+"""Settings: one pydantic-settings model, its fields, defaults and checks. Nothing outside
+gateway.settings reads the environment.
 
 Precedence: command-line flags, then TOOLSPAN_* variables, then the config file (TOML or JSON),
-then the defaults below.
+then the defaults below; gateway.settings.load reads them in that order.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import tomllib
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import (
-    AliasChoices,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_settings import (
-    BaseSettings,
-    JsonConfigSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
-from pydantic_settings import SettingsError as PydanticSettingsError
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gateway.provider.proxies import DIRECT, PROXY_VARIABLES, parse_proxy
+from gateway.provider.proxies import DIRECT, parse_proxy
 from gateway.provider.route import tls_context
 from gateway.settings.parts import (
+    HOST_ENTRY,
     KEY_NAME,
     MCP_MAX_MESSAGE_BYTES,
     MCP_SERVER_NAME,
+    ORIGIN_ENTRY,
     ClientCheckMode,
     GatewayKey,
     McpServer,
+    each_matches,
 )
-from gateway.settings.text import SettingsInvalid, explain
 
 InterruptMode = Literal["wait", "hand_back"]
 UpstreamKind = Literal["openai", "azure", "anthropic", "vllm", "ollama", "deepseek", "compatible"]
 # Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
 REDACT_KEYS = ("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey", "authorization",
                "credential", "private_key", "cookie")
-
-
-# An allowed_hosts entry: "*", a name or IPv4 address (a leading "." for its subdomains), or an IPv6 address.
-HOST_ENTRY = re.compile(r"\*|\.?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[?[0-9A-Fa-f.]*(?::[0-9A-Fa-f.]*){2,}\]?")
-ORIGIN_ENTRY = re.compile(r"https?://(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?/?", re.IGNORECASE)
 
 
 class Settings(BaseSettings):
@@ -298,7 +278,7 @@ class Settings(BaseSettings):
     @classmethod
     def _key_names(cls, keys: dict[str, GatewayKey]) -> dict[str, GatewayKey]:
         # A key's name is shown on the page, in the CLI and in trajectory ids: nothing to escape there.
-        _each_matches(keys, KEY_NAME, "gateway key name {!r}: use up to 64 letters, digits, '.', '_', '-', ':', "
+        each_matches(keys, KEY_NAME, "gateway key name {!r}: use up to 64 letters, digits, '.', '_', '-', ':', "
                                       "'@' or '+'")
         return keys
 
@@ -308,7 +288,7 @@ class Settings(BaseSettings):
         # The Host check compares names only: a port here would never match and refuse everyone.
         if hosts is not None and not hosts:
             raise ValueError("allowed_hosts lists no name: leave it unset for the default, or give '*' for any")
-        _each_matches(hosts or (), HOST_ENTRY, "allowed_hosts entry {!r}: give a host name or address without a "
+        each_matches(hosts or (), HOST_ENTRY, "allowed_hosts entry {!r}: give a host name or address without a "
                                                "port (gateway.internal, .example.com, ::1) or '*'")
         return hosts
 
@@ -316,7 +296,7 @@ class Settings(BaseSettings):
     @classmethod
     def _origins(cls, origins: list[str]) -> list[str]:
         # As browsers write the Origin header; "null" is every sandboxed page's, so never one to trust.
-        _each_matches(origins, ORIGIN_ENTRY, "allowed_origins entry {!r}: give a scheme, a host and any port, "
+        each_matches(origins, ORIGIN_ENTRY, "allowed_origins entry {!r}: give a scheme, a host and any port, "
                                              "with no path, such as https://app.example.com or http://localhost:3000")
         return origins
 
@@ -391,60 +371,3 @@ class Settings(BaseSettings):
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings
-
-
-def client_key(variable: str) -> str | None:
-    """A key a command of the gateway's own sends as a client (`toolspan approvals`), from the environment."""
-    return os.environ.get(variable)
-
-
-def proxy_environment() -> dict[str, str]:
-    """The proxy variables of the environment, in either case (gateway.provider.proxies reads them)."""
-    return {name: value for name, value in os.environ.items() if name.lower() in PROXY_VARIABLES}
-
-
-def _each_matches(values: Iterable[str], pattern: re.Pattern[str], refusal: str) -> None:
-    """A ValueError, `refusal` formatted with the value, for the first of `values` that `pattern`
-    does not match whole."""
-    for value in values:
-        if not pattern.fullmatch(value):
-            raise ValueError(refusal.format(value))
-
-
-def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
-    if path.suffix == ".json":
-        return JsonConfigSettingsSource(settings_cls, json_file=path)
-    return TomlConfigSettingsSource(settings_cls, toml_file=path)
-
-
-def load_settings(flags: dict[str, Any] | None = None, config: Path | None = None) -> Settings:
-    """Flags (None means "not given") win over TOOLSPAN_* variables, which win over the file. A
-    refusal is a SettingsInvalid: one line per problem, naming the flag, variable or key."""
-    given = {k: v for k, v in (flags or {}).items() if v is not None}
-    try:
-        return _load(given, config)
-    except (ValidationError, PydanticSettingsError) as exc:
-        raise explain(exc, Settings, given, os.environ, config) from None
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        kind = "JSON" if config is not None and config.suffix == ".json" else "TOML"
-        raise SettingsInvalid([f"config file {config}: not valid {kind}: {exc}"]) from None
-
-
-def _load(given: dict[str, Any], config: Path | None) -> Settings:
-    if config is None:
-        return Settings(**given)
-    if not config.is_file():
-        raise FileNotFoundError(f"config file {config} does not exist")
-    path = config
-
-    class FromFile(Settings):
-        @classmethod
-        def settings_customise_sources(cls, settings_cls: type[BaseSettings],
-                                       init_settings: PydanticBaseSettingsSource,
-                                       env_settings: PydanticBaseSettingsSource,
-                                       dotenv_settings: PydanticBaseSettingsSource,
-                                       file_secret_settings: PydanticBaseSettingsSource,
-                                       ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return init_settings, env_settings, _file_source(settings_cls, path)
-
-    return Settings.model_validate(FromFile(**given).model_dump())

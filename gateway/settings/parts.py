@@ -1,9 +1,11 @@
 """The settings' parts that are models of their own: a gateway key, an MCP server, and the
-values a few settings take. `gateway.settings.model` reads them as fields of `Settings`."""
+values a few settings take, with the patterns their entries must match. `gateway.settings.model`
+reads them as fields of `Settings`."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -41,6 +43,17 @@ class GatewayKey(BaseModel):
 KEY_NAME = re.compile(r"[A-Za-z0-9._:@+-]{1,64}")
 MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__": that separates server and tool
 MCP_MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # the default of mcp_max_message_bytes
+# An allowed_hosts entry: "*", a name or IPv4 address (a leading "." for its subdomains), or an IPv6 address.
+HOST_ENTRY = re.compile(r"\*|\.?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[?[0-9A-Fa-f.]*(?::[0-9A-Fa-f.]*){2,}\]?")
+ORIGIN_ENTRY = re.compile(r"https?://(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?/?", re.IGNORECASE)
+
+
+def each_matches(values: Iterable[str], pattern: re.Pattern[str], refusal: str) -> None:
+    """A ValueError, `refusal` formatted with the value, for the first of `values` that `pattern`
+    does not match whole."""
+    for value in values:
+        if not pattern.fullmatch(value):
+            raise ValueError(refusal.format(value))
 
 
 class McpServer(BaseModel):

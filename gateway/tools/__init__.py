@@ -1,8 +1,9 @@
 """The tool API: declare tools, register them, parse and execute the calls a model makes."""
 
+from gateway.tools.arguments import read_arguments
 from gateway.tools.declare import parse_docstring, tool
 from gateway.tools.executor import ToolExecutor
-from gateway.tools.function import Tool, accepted_param_names, read_arguments, required_param_names
+from gateway.tools.function import Tool, accepted_param_names, required_param_names
 from gateway.tools.hooks import NoHooks, Step, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import NameCheck, Param, ToolDeclarationError, suggest
 from gateway.tools.registry import ToolRegistry

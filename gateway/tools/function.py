@@ -1,4 +1,6 @@
-"""Tool: declaration, the parse step, the execute step, and result normalisation."""
+"""Tool: a declared tool, its parse step (the arguments read by gateway.tools.arguments, then
+checked against what it declares) and its execute step (the body run, its result normalised).
+The arguments schema it declares is built by gateway.tools.declared_schema."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.tools.arguments import read_arguments
+from gateway.tools.declared_schema import declared_schema
 from gateway.tools.params import (
     NameCheck,
     Param,
@@ -20,9 +24,7 @@ from gateway.tools.params import (
     check_names,
     describe_names,
     name_lines,
-    parameters_schema,
     schema_names,
-    without_titles,
 )
 from gateway.tools.results import (
     Interrupt,
@@ -39,13 +41,12 @@ from gateway.tools.results import (
     normalise,
     rejected,
     rescued_message,
-    valid_json,
 )
 from gateway.tools.schema import bounded_validator, closed_to_other_names, describe_problems, value_problems
 from gateway.tools.schema_bounds import INLINE, OverBudget, Skipped, metered
-from gateway.tools.strict import drop_optional_nulls, required_nulls, strict_schema
+from gateway.tools.strict import strict_schema
+from gateway.tools.strict_nulls import drop_optional_nulls, required_nulls
 from gateway.tools.threads import ToolsBusy, ToolThreads
-from gateway.wire.json_depth import nests_deeper
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '([^']+)'")
@@ -66,49 +67,6 @@ def _positional_arity(fn: Callable[..., Any], what: str, tool: str) -> int:
     if not positional or len(required) > 2:
         raise ToolDeclarationError(f"tool {tool!r}: {what} must take (args) or (args, context)")
     return 1 if len(positional) == 1 else 2
-
-
-MAX_ARGUMENT_DEPTH = 64  # levels of objects and arrays in a call's arguments; no tool needs more
-
-
-def read_arguments(tool: str, raw: str | Mapping[str, Any] | None,
-                   max_depth: int = MAX_ARGUMENT_DEPTH) -> dict[str, Any] | Rejection:
-    """The arguments as a dict, or a rejection saying why they are not a JSON object a tool can
-    take. Lone surrogates in their strings (valid JSON escapes, invalid text) become U+FFFD."""
-    if raw is None:
-        return {}
-    if isinstance(raw, Mapping):
-        value: Any = dict(raw)
-    elif not raw.strip():
-        return {}  # some providers send "" for a call without arguments
-    else:
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            return Rejection("invalid_json", (
-                f"Tool '{tool}': the arguments are not valid JSON ({exc.msg} at character {exc.pos}). "
-                "Send them as one JSON object of named parameters."))
-        except ValueError:  # valid JSON Python will not read: an integer with thousands of digits
-            return Rejection("invalid_json", (
-                f"Tool '{tool}': the arguments hold a value too large to read. "
-                "Send them as one JSON object of named parameters with shorter values."))
-        except RecursionError:
-            return _too_deep(tool, max_depth)
-    if not isinstance(value, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-            type(value), "a number")
-        return Rejection("invalid_json", (
-            f"Tool '{tool}': the arguments must be a JSON object of named parameters, not {kind}."))
-    if nests_deeper(value, max_depth):
-        return _too_deep(tool, max_depth)
-    cleaned: dict[str, Any] = valid_json(value)
-    return cleaned
-
-
-def _too_deep(tool: str, max_depth: int) -> Rejection:
-    return Rejection("invalid_json", (
-        f"Tool '{tool}': the arguments are nested more than {max_depth} levels deep. "
-        "Send them as a flatter JSON object of named parameters."))
 
 
 def _describe_violations(tool: str, exc: ValidationError, check: NameCheck) -> str:
@@ -177,7 +135,7 @@ class Tool:
             raise ToolDeclarationError(f"tool {self.name!r}: timeout must be a positive number")
         if self.approval_timeout is not None and not self.approval_timeout > 0:
             raise ToolDeclarationError(f"tool {self.name!r}: approval_timeout must be a positive number")
-        declared = self._build_schema()
+        declared = declared_schema(self.name, self.parameters, self.parameters_schema, self.args_model)
         required, accepted = schema_names(declared)  # strict mode's `required` lists optional ones too
         # pydantic checks values in the parse step, unless a parse_args of the tool's own replaces it
         validated = self.args_model is not None and self.parse_args is None
@@ -196,39 +154,6 @@ class Tool:
             raise ToolDeclarationError(f"tool {self.name!r}: validate_schema is for a declared schema; "
                                        "parse_args and args_model check arguments themselves")
         setattr_("_validator", bounded_validator(self.name, declared) if self.validate_schema else None)
-
-    def _build_schema(self) -> dict[str, Any]:
-        styles = [n for n in ("parameters", "parameters_schema", "args_model") if getattr(self, n) is not None]
-        if len(styles) > 1:
-            raise ToolDeclarationError(
-                f"tool {self.name!r} declares its arguments twice ({' and '.join(styles)}); use one")
-        if self.parameters is not None:
-            if not all(isinstance(param, Param) for param in self.parameters):
-                raise ToolDeclarationError(f"tool {self.name!r}: parameters must be Param objects")
-            names = [p.name for p in self.parameters]
-            if len(names) != len(set(names)):
-                raise ToolDeclarationError(f"tool {self.name!r} declares a parameter twice")
-            for param in self.parameters:
-                param.check(f"tool {self.name!r}")
-            return parameters_schema(self.parameters)
-        if self.args_model is not None:
-            if not (isinstance(self.args_model, type) and issubclass(self.args_model, BaseModel)):
-                raise ToolDeclarationError(f"tool {self.name!r}: args_model must be a pydantic model class")
-            generated: dict[str, Any] = without_titles(self.args_model.model_json_schema())
-            return generated
-        if self.parameters_schema is not None:
-            schema = self.parameters_schema
-            if not isinstance(schema, Mapping) or schema.get("type") != "object":
-                raise ToolDeclarationError(
-                    f"tool {self.name!r}: parameters_schema must be a JSON schema with \"type\": \"object\"")
-            if not isinstance(schema.get("properties", {}), Mapping):
-                raise ToolDeclarationError(f"tool {self.name!r}: parameters_schema properties must be an object")
-            try:
-                copied: dict[str, Any] = json.loads(json.dumps(schema))  # a private, JSON-clean copy
-            except (TypeError, ValueError) as exc:
-                raise ToolDeclarationError(f"tool {self.name!r}: parameters_schema is not plain JSON ({exc})") from exc
-            return copied
-        return {"type": "object", "properties": {}}
 
     # --- parse --------------------------------------------------------------------------------
 

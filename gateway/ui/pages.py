@@ -85,10 +85,9 @@ class UiAssets:
 TRAJECTORIES = web.AppKey("trajectories", TrajectoryReader)
 ASSETS = web.AppKey("ui_assets", UiAssets)
 # The thread the timeline pages are read and rendered on, one at a time: each holds the GIL for as
-# long as its requests take, and several threads at them keep the event loop from it for longer
-# than one does (four clients asking: /healthz p99 116 ms on four threads, 18 ms on one, for as many
-# pages; bench/trajectory_growth.py). A request that gives up (its client gone) leaves its page to
-# finish there, and the next waits for it.
+# long as its requests take, and several threads at them keep the event loop from it for much longer
+# than one does (the p99 of /healthz while four clients ask for pages; bench/trajectory_growth.py).
+# A request that gives up (its client gone) leaves its page to finish there, and the next waits for it.
 TIMELINES = web.AppKey("ui_timelines", ThreadPoolExecutor)
 
 

@@ -20,7 +20,7 @@ from gateway.apis.chat.answer import ChatStreamReader
 from gateway.apis.messages.answer import MessagesStreamReader
 from gateway.apis.responses.answer import ResponsesStreamReader
 from gateway.engine.turn import ModelTurn
-from gateway.provider.client import sse_events
+from gateway.provider.sse import sse_events
 
 CORPUS = Path(__file__).parents[1] / "corpus"
 RECORDINGS = sorted(path for path in CORPUS.glob("*.sse") if "error" not in path.stem)  # streams that complete

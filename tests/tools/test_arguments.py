@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from gateway.tools import Param, Parsed, Rejection, Tool, ToolContext, ToolOutcome, ToolResult, read_arguments
-from gateway.tools.function import MAX_ARGUMENT_DEPTH
+from gateway.tools.arguments import MAX_ARGUMENT_DEPTH
 
 CTX = ToolContext(tool_call_id="call-1")
 
