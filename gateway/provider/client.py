@@ -20,7 +20,6 @@ from pydantic import SecretStr
 
 from gateway.errors import BadRequest, GatewayError, UpstreamUnavailable, shutting_down
 from gateway.provider.connections import IDLE_SECONDS, Answer, ProviderConnections
-
 from gateway.provider.errors import ProviderErrors, raise_for_status, too_deep
 from gateway.provider.route import ProviderRoute, provider_route
 from gateway.provider.sse import MAX_JSON_DEPTH, sse_events
