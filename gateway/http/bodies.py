@@ -64,8 +64,7 @@ async def body_parts(request: web.Request) -> AsyncIterator[bytes]:
 
 async def read_body(request: web.Request) -> bytes:
     """The whole request body, as body_parts gives it, in a plain loop rather than through the
-    generator: with the timer-free read of a buffered body (_BodyReader.next_part), 277 -> 257 us
-    CPU per plain Chat request under wrk c=10, telemetry off (as bench/proxy.py measures it)."""
+    generator, which costs a plain request more CPU (docs/benchmarks.md)."""
     body = _BodyReader(request)
     parts = []
     while part := await body.next_part():

@@ -93,8 +93,8 @@ def held_tokens(messages: Sequence[Any]) -> list[str]:
 def names_gateway_calls(messages: Sequence[Any]) -> bool:
     """Whether a tool result may answer a call under an id the gateway made (client_call_id): the
     conversation then may have something to restore, even when it names no held turn. Most
-    conversations have neither: restore_messages is then not needed (the 40 messages of
-    bench/proxy.py's 30 KB conversation: restoring 13.7 us, this check 4.5 us; timeit)."""
+    conversations have neither: restore_messages is then not needed, and this check costs a third
+    of it."""
     return any(type(m) is dict and type(call_id := m.get("tool_call_id")) is str and call_id.startswith(PREFIX)
                for m in messages)
 

@@ -113,8 +113,7 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
         items: str | tuple[Any, ...] = raw_input
     elif tokens or item_ids:  # only these can name a held turn (restore_items)
         items = tuple(restore_items(listed, partial(found.take, api="responses"), found.owner))
-    else:  # most input: nothing to restore, as Chat's messages skip restore_messages (bench/proxy.py's
-        # 30 KB input, toolspan-notel: about 8% fewer instructions a request, bench/instructions.py)
+    else:  # most input: nothing to restore, as Chat's messages skip restore_messages
         items = listed
     previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None else None
     forgotten = sent is not None and previous is None  # a gateway response id it no longer knows
