@@ -29,6 +29,7 @@ from telemetry.store.sources import (
     PARENT,
     RETRIED_SPAN_ID,
     RETRIED_TRACE_ID,
+    SIDE,
     STARTED,
     STATUS_MESSAGE,
     TRAJECTORY,
@@ -37,7 +38,6 @@ from telemetry.store.sources import (
     Source,
     compiled,
     count,
-    derived,
     duration,
     duration_of,
     field,
@@ -45,7 +45,6 @@ from telemetry.store.sources import (
     json_text,
     names_list,
     required_text,
-    side_of,
     text,
 )
 
@@ -161,12 +160,10 @@ TOOL_CALLS = Table(
     Column("started", "REAL NOT NULL", STARTED),
     Column("duration_ms", "REAL NOT NULL", DURATION_MS),
     # Version 3: a call's side, NULL for the gateway's own (every call stored before), "client" for a
-    # call of the client's tool that the gateway checked (gateway.client_tools.check); written back
-    # by an export, taken as any text on import. And of such a call, what its result said when a
-    # later request brought it: the time from the answer that handed it over, the result's size and
-    # outcome.
-    Column("side", "TEXT", derived(side_of, blank_is_null=True)._replace(attribute=names.ATTR_TOOL_SIDE),
-           since=3, when_null=names.SIDE_GATEWAY),
+    # call of the client's tool that the gateway checked (gateway.client_tools.check). And of such a
+    # call, what its result said when a later request brought it: the time from the answer that
+    # handed it over, the result's size and outcome.
+    Column("side", "TEXT", SIDE, since=3, when_null=names.SIDE_GATEWAY),
     Column("client_ms", "REAL", MISSING, since=3, of_result=DURATION_MS),
     Column("result_bytes", "INTEGER", MISSING, since=3, of_result=count(names.ATTR_RESULT_BYTES)),
     Column("result_outcome", "TEXT", BLANK, since=3, of_result=text(names.ATTR_OUTCOME)),

@@ -155,6 +155,8 @@ def side_of(record: SpanRecord, attributes: Mapping[str, Any]) -> str:
     return "" if side == names.SIDE_GATEWAY else text_of(side)
 
 
+# A tool call's side: written back by an export, taken as any text on import (no kind).
+SIDE = derived(side_of, blank_is_null=True)._replace(attribute=names.ATTR_TOOL_SIDE)
 # The failed call a tool call retries: its span's link that names a retry kind (most spans have no link).
 RETRIED_TRACE_ID = Source("retried_trace_id(record) if record.links else ''", True, functions=(retried_trace_id,))
 RETRIED_SPAN_ID = Source("retried_span_id(record) if record.links else ''", True, functions=(retried_span_id,))
