@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gateway.caller import request_ids
 from telemetry import names
-from telemetry.store.records import SpanRecord, connect, prune, write
+from telemetry.store.records import prune, write
+from telemetry.store.schema import connect
+from telemetry.store.span_records import SpanRecord
 
 
 def plain_request(trajectory_id: str, start_ns: int) -> list[SpanRecord]:

@@ -62,7 +62,9 @@ from gateway.cli.demo import QUESTION
 from gateway.ui.timeline import PAGE_REQUESTS, Paging, timeline_page
 from telemetry import names
 from telemetry.store import report
-from telemetry.store.records import SpanRecord, connect, prune, write
+from telemetry.store.records import prune, write
+from telemetry.store.schema import connect
+from telemetry.store.span_records import SpanRecord
 
 Measure = Callable[[], Awaitable[Any]]
 TICK = os.sysconf("SC_CLK_TCK")

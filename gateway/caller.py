@@ -69,7 +69,7 @@ def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:
 
     A fresh trajectory id is 32 hex digits: the milliseconds since the epoch in the first 12 (as a
     UUIDv7 begins), 80 random bits after them. Ids that grow with time are appended to the ends of
-    the trajectory store's indexes (`telemetry.store.records.SCHEMA`) rather than written on random pages."""
+    the trajectory store's indexes (`telemetry.store.schema.SCHEMA`) rather than written on random pages."""
     sent = headers.get(TRAJECTORY_HEADER)
     named = is_trajectory_id(sent)
     drawn = secrets.token_hex(18)  # the random part of a trajectory id, should the caller name none, and a request id

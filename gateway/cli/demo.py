@@ -18,9 +18,11 @@ from gateway.demo.mcp_server import with_mcp_examples
 from gateway.runtime.process import gateway
 from gateway.settings.load import load_settings
 from gateway.tools import ToolRegistry
-from telemetry.store.records import SCHEMA, record_of, write
+from telemetry.store.records import write
 from telemetry.store.report import trajectory
 from telemetry.store.report_text import timeline
+from telemetry.store.schema import SCHEMA
+from telemetry.store.span_records import record_of
 
 QUESTION = "What is the weather in Lisbon right now, in Fahrenheit?"
 

@@ -28,7 +28,7 @@ from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
 from telemetry.store import otlp, report, report_text
-from telemetry.store.records import connect
+from telemetry.store.schema import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

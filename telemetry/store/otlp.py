@@ -1,7 +1,8 @@
 """OTLP JSON trace files in and out of the trajectory store: what the OpenTelemetry collector's
 file exporter writes, one ExportTraceServiceRequest (JSON encoding) per line. Imported spans go
 through the same rows as the gateway's own (`telemetry.store.records`); an export gives back, per trace,
-the spans the store holds, with the attributes and links they were recorded from."""
+the spans the store holds, with the attributes and links they were recorded from (each column that
+holds an attribute gives it back: `telemetry.store.columns`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import IO, Any
 from opentelemetry.trace import SpanKind
 
 from telemetry import names
-from telemetry.store.records import Link, SpanRecord, attribute_problem, split_stored_id, write
+from telemetry.store.columns import MODEL_TURNS, REQUESTS, TOOL_CALLS, Column, Table, attribute_problem
+from telemetry.store.records import split_stored_id, write
+from telemetry.store.span_records import Link, SpanRecord
 
 _KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
 _KIND_NUMBERS = {kind: number for number, kind in _KINDS.items()}
@@ -163,18 +166,24 @@ def _trajectory_attributes(stored: str) -> dict[str, Any]:
     return {names.ATTR_CONVERSATION_ID: trajectory_id, names.ATTR_KEY_NAME: key}
 
 
+def _row_attributes(table: Table, row: sqlite3.Row) -> dict[str, Any]:
+    """The span attributes the row's columns hold, as the span had them (None: it had none)."""
+    return {column.source.attribute: _attribute(column, row[column.name]) for column in table.columns
+            if column.source.attribute is not None}
+
+
+def _attribute(column: Column, value: Any) -> Any:
+    if value is None:
+        return column.when_null
+    if column.source.kind == "names":
+        return _listed(value)
+    return bool(value) if column.source.kind == "flag" else value
+
+
 def _call_record(row: sqlite3.Row) -> SpanRecord:
-    attributes = {names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL, names.ATTR_TOOL_NAME: row["tool"],
-                  names.ATTR_TOOL_CALL_ID: row["call_id"], names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
-                  **_trajectory_attributes(row["trajectory_id"]), names.ATTR_ROUND: row["round"],
-                  names.ATTR_OUTCOME: row["outcome"], names.ATTR_REJECTION_REASON: row["rejection_reason"],
-                  names.ATTR_ERROR_TYPE: row["error_type"], names.ATTR_ARGS_MISSING: _listed(row["missing"]),
-                  names.ATTR_ARGS_UNRECOGNIZED: _listed(row["unrecognized"]),
-                  names.ATTR_ARGS_SUGGESTIONS: _listed(row["suggestions"]), names.ATTR_RETRY_KIND: row["retry_kind"],
-                  names.ATTR_TOOL_CALL_ARGUMENTS: row["arguments"], names.ATTR_MCP_SERVER: row["mcp_server"],
-                  names.ATTR_MCP_METHOD_NAME: row["mcp_method"],
-                  names.ATTR_TOOL_SIDE: row["side"] or names.SIDE_GATEWAY, names.ATTR_TOOL_DECISION: row["decision"],
-                  names.ATTR_DECIDED_BY: row["decided_by"], names.ATTR_APPROVAL_WAIT_MS: row["approval_wait_ms"]}
+    attributes = {names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
+                  names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION, **_trajectory_attributes(row["trajectory_id"]),
+                  **_row_attributes(TOOL_CALLS, row)}
     links = [Link(row["retries_trace_id"], row["retries_span_id"], {names.ATTR_RETRY_KIND: row["retry_kind"]})] \
         if row["retries_span_id"] else []
     return SpanRecord(names.SPAN_TOOL_CALL, SpanKind.INTERNAL, row["trace_id"], row["span_id"],
@@ -184,13 +193,7 @@ def _call_record(row: sqlite3.Row) -> SpanRecord:
 
 
 def _turn_record(row: sqlite3.Row) -> SpanRecord:
-    attributes = {names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: row["provider"],
-                  names.ATTR_REQUEST_MODEL: row["model"], names.ATTR_RESPONSE_MODEL: row["response_model"],
-                  names.ATTR_RESPONSE_ID: row["response_id"], names.ATTR_FINISH_REASONS: _listed(row["finish_reasons"]),
-                  names.ATTR_REQUEST_STREAM: None if row["stream"] is None else bool(row["stream"]),
-                  names.ATTR_INPUT_TOKENS: row["input_tokens"], names.ATTR_OUTPUT_TOKENS: row["output_tokens"],
-                  names.ATTR_ERROR_TYPE: row["error_type"], names.ATTR_INPUT_MESSAGES: row["input_messages"],
-                  names.ATTR_OUTPUT_MESSAGES: row["output_messages"],
+    attributes = {names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, **_row_attributes(MODEL_TURNS, row),
                   **_trajectory_attributes(row["trajectory_id"])}
     return SpanRecord(f"{names.SPAN_CHAT_PREFIX} {row['model']}", SpanKind.CLIENT, row["trace_id"], row["span_id"],
                       row["request_span_id"], _ns(row["started"]), _ns(row["started"], row["duration_ms"]),
@@ -199,10 +202,7 @@ def _turn_record(row: sqlite3.Row) -> SpanRecord:
 
 
 def _request_record(row: sqlite3.Row) -> SpanRecord:
-    attributes = {**_trajectory_attributes(row["trajectory_id"]), names.ATTR_HTTP_ROUTE: row["route"],
-                  names.ATTR_HTTP_STATUS: row["status"], names.ATTR_ROUNDS: row["rounds"],
-                  names.ATTR_ROUND_LIMIT_REACHED: None if row["limit_reached"] is None else bool(row["limit_reached"]),
-                  names.ATTR_ERROR_TYPE: row["error_type"]}
+    attributes = {**_trajectory_attributes(row["trajectory_id"]), **_row_attributes(REQUESTS, row)}
     return SpanRecord(row["name"], SpanKind.SERVER, row["trace_id"], row["span_id"], None, _ns(row["started"]),
                       _ns(row["started"], row["duration_ms"]), {k: v for k, v in attributes.items() if v is not None},
                       (row["status"] or 0) >= 500)

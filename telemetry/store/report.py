@@ -1,4 +1,4 @@
-"""Questions asked of the trajectory database (`telemetry.store.records`): pure functions over a sqlite3
+"""Questions asked of the trajectory database (`telemetry.store.columns`): pure functions over a sqlite3
 connection, returning plain dicts and lists (JSON-ready) that the terminal (`toolspan
 trajectories`) and the web page (`GET /ui`) both render.
 

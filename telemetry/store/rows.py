@@ -9,20 +9,21 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from telemetry.store.columns import MODEL_TURNS, REQUESTS, TABLES, TOOL_CALLS
 from telemetry.store.records import split_stored_id
 
 FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a failed call ("interrupted" waits)
 
-CALL_COLUMNS = ("span_id", "trace_id", "request_span_id", "trajectory_id", "round", "tool", "call_id", "outcome",
-                "rejection_reason", "error_type", "missing", "unrecognized", "suggestions", "retry_kind",
-                "retries_trace_id", "retries_span_id", "diagnostic", "arguments", "mcp_server", "mcp_method",
-                "started", "duration_ms", "side", "client_ms", "result_bytes", "result_outcome", "decision",
-                "decided_by", "approval_wait_ms")
-TURN_COLUMNS = ("span_id", "trace_id", "request_span_id", "round", "model", "response_model", "provider",
-                "response_id", "finish_reasons", "stream", "input_tokens", "output_tokens", "error_type",
-                "error_message", "input_messages", "output_messages", "started", "duration_ms")
-_JSON_COLUMNS = frozenset({"missing", "unrecognized", "suggestions", "finish_reasons", "input_messages",
-                           "output_messages"})
+# What the report's questions read of each table: every column, but a model turn's trajectory (it
+# is its request's) and a request's (the trajectory is asked for).
+CALL_COLUMNS = TOOL_CALLS.names
+TURN_COLUMNS = tuple(name for name in MODEL_TURNS.names if name != "trajectory_id")
+REQUEST_COLUMNS = tuple(name for name in REQUESTS.names if name != "trajectory_id")
+# By name: a name means one thing in every table.
+_JSON_COLUMNS = frozenset(column.name for table in TABLES for column in table.columns if column.source.json)
+# What a NULL of a column reads as, where it reads as something.
+_WHEN_NULL = {column.name: column.when_null for table in TABLES for column in table.columns
+              if column.when_null is not None}
 
 
 def rows(db: sqlite3.Connection, sql: str, columns: Sequence[str], params: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -32,8 +33,9 @@ def rows(db: sqlite3.Connection, sql: str, columns: Sequence[str], params: Seque
         item = dict(zip(columns, row, strict=True))
         for key in _JSON_COLUMNS.intersection(item):
             item[key] = _decoded(item[key])
-        if "side" in item:
-            item["side"] = item["side"] or "gateway"  # stored for the client's calls only
+        for key, when_null in _WHEN_NULL.items():
+            if key in item:
+                item[key] = item[key] or when_null
         found.append(item)
     return found
 

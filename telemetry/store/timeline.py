@@ -16,13 +16,11 @@ from typing import Any
 
 from gateway.tools.approval_text import denial_reason
 from telemetry.store.records import split_stored_id, stored_id
-from telemetry.store.rows import CALL_COLUMNS, FAILED, TURN_COLUMNS, named, rows, suggestions
+from telemetry.store.rows import CALL_COLUMNS, FAILED, REQUEST_COLUMNS, TURN_COLUMNS, named, rows, suggestions
 
-_REQUEST_COLUMNS = ("span_id", "trace_id", "name", "route", "status", "rounds", "limit_reached", "error_type",
-                    "started", "duration_ms")
 # span_id: requests that started together keep one order across pages. Ordering a page's requests
-# sorts the trajectory's (in SQLite, a microsecond a request): an index in that order would cost
-# every request written, for the page's sake.
+# sorts the trajectory's in SQLite, which is cheap: an index in that order would cost every request
+# written, for the page's sake.
 _IN_ORDER = "ORDER BY started, span_id"
 # The rows of the page's requests, their span ids bound as one JSON array: a page may hold more
 # requests than an older SQLite takes variables in a statement (999).
@@ -86,8 +84,8 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str, key: str | None = Non
         found = db.execute("SELECT id, started, ended FROM trajectories WHERE id = ?", (trajectory_id,)).fetchone()
         if found is None:
             return None
-        requests = rows(db, f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests WHERE trajectory_id = ? "
-                            f"{_IN_ORDER} LIMIT ? OFFSET ?", _REQUEST_COLUMNS,
+        requests = rows(db, f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE trajectory_id = ? "
+                            f"{_IN_ORDER} LIMIT ? OFFSET ?", REQUEST_COLUMNS,
                         (trajectory_id, -1 if limit is None else limit, offset))
         for index, request in enumerate(requests, offset + 1):
             request["index"] = index

@@ -3,13 +3,13 @@ spans into SQLite (`telemetry.store.records`), so the store says exactly what th
 
 The request path only turns the ended span into its record and puts that on a queue (`on_end`;
 and, while a whole batch waits, gives the writer the GIL now and then: `_make_way`). One thread of
-the store's own takes the records off in batches (what arrives within 0.2 s, see `_batch`), turns
-them into rows and writes each batch in one transaction, then keeps the file within its bounds:
-trajectories older than the age limit go, and the oldest go first when the rows near the size
-limit (which SQLite also enforces as a page cap, so the file never outgrows it; its write-ahead
-log adds about 32 MiB at most, see `records.connect`). A batch that does not fit makes its room
-from the oldest trajectories, as many as it takes (`_fit`): at the limit the store keeps the new
-and loses the old, never the other way round.
+the store's own takes the records off in batches (what arrives within `linger_seconds`, see
+`_batch`), turns them into rows and writes each batch in one transaction, then keeps the file
+within its bounds: trajectories older than the age limit go, and the oldest go first when the rows
+near the size limit (which SQLite also enforces as a page cap, so the file never outgrows it; its
+write-ahead log adds about 32 MiB at most, see `schema.connect`). A batch that does not fit makes
+its room from the oldest trajectories, as many as it takes (`_fit`): at the limit the store keeps
+the new and loses the old, never the other way round.
 
 A store that cannot write (disk full or broken, file read-only or its directory gone, or any other
 error writing a batch) never fails a request, nor stops the writer: the batch's spans are dropped,
@@ -36,7 +36,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanKind
 
 from telemetry import names
-from telemetry.store.records import SpanRecord, connect, kind_of, prune, prune_orphans, record_of, used_bytes, write
+from telemetry.store.records import prune, prune_orphans, used_bytes, write
+from telemetry.store.schema import connect
+from telemetry.store.span_records import SpanRecord, kind_of, record_of
 
 log = logging.getLogger("toolspan.store")
 
@@ -96,12 +98,10 @@ class TrajectoryStore(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """The span's record queued for the writer. Its record rather than the span: a queued SDK span
-        holds 13 objects the garbage collector tracks, a record 3, and the hundreds a busy gateway
-        has queued at any time made the collector run. Under wrk at concurrency 10 (bench/proxy.py's
-        toolspan), an 8-second run made 32 to 34 young collections of about 3 ms each (5 to 8 us a
-        plain request, 12 to 14 us a tool round); now it makes one. CPU per request did not change
-        measurably (the record's 3 us a span moved here from the writer); the p99 latency of a plain
-        Chat request at concurrency 1 went from 2.8-3.2 to 2.0-2.4 ms."""
+        holds many more objects the garbage collector tracks than a record, and the hundreds a busy
+        gateway has queued at any time made the collector run often, each run a pause on the request
+        path; with records it hardly runs, and the record's cost moved here from the writer without
+        changing the CPU per request (docs/benchmarks.md)."""
         if not _wanted(span) or self._stopped:
             return
         waiting = self._queue.qsize()
@@ -122,15 +122,14 @@ class TrajectoryStore(SpanProcessor):
     def _make_way(self) -> None:
         """Lets the writer have the GIL while a whole batch or more waits for it, at most once every
         _MAKE_WAY_SECONDS. sqlite3 gives the GIL up at every statement, and an event loop that is
-        never idle takes it back before the writer can, until the switch interval (5 ms) forces a
+        never idle takes it back before the writer can, until the switch interval forces a
         hand-over: the writer fell behind, and the spans waiting for it were what the gateway's
-        memory grew by (bench/soak.py: +4.5% to +20.9% in ten runs, four over the 10% bound).
-        `time.sleep(0)` here is a real sleep on Linux, of about the timer slack (77 us, 19 of them
-        CPU, on the bench machine; CPython gh-125997): long enough for the writer to take the GIL.
-        Once every 5 ms, the soak grew +2.1% to +5.0% in ten runs (+1.7% to +3.3% in batches of 512
-        spans; a sleep at every span end, +1.8% to +1.9%); and a writer that cannot use the GIL
-        (waiting for another worker's lock on the file, or for the disk) costs the event loop at most
-        one such sleep every 5 ms, 1.5% of its time."""
+        memory grew by (bench/soak.py, over its bound).
+        `time.sleep(0)` here is a real sleep on Linux, of about the timer slack (CPython gh-125997):
+        long enough for the writer to take the GIL. Once every switch interval, the soak stays
+        within its bound; and a writer that cannot use the GIL (waiting for another worker's lock on
+        the file, or for the disk) costs the event loop at most one such short sleep every switch
+        interval, a small share of its time (docs/benchmarks.md)."""
         now = time.monotonic()
         if now >= self._next_way:
             self._next_way = now + _MAKE_WAY_SECONDS
@@ -182,21 +181,16 @@ class TrajectoryStore(SpanProcessor):
         `batch_size`; a flush, a stop or a whole batch waiting ends the wait at once (a writer that
         lingered behind a full queue fell behind a busy gateway for good). Lingering makes the
         batches of a busy gateway large, and much of a transaction's cost is per transaction, not
-        per row: the rows of a plain request took 74 us of CPU to write in batches of one request,
-        22 us in batches of a hundred (`records.write` alone), and lingering 0.2 s cut the gateway's
-        CPU per plain request under wrk at concurrency 10 from about 575 to 495 us (as
-        bench/proxy.py measures it).
+        per row: a request's rows cost several times more to write in batches of one request than
+        in batches of a hundred, and lingering lowered the gateway's CPU per plain request.
         The writer sleeps through the lingering instead of taking each span as it comes: woken for
-        every span, it put 6% of a busy gateway's py-spy samples in `on_end` (the wake-up, on the
-        request path) and 4% in this loop; sleeping, neither shows.
-        Batches of up to 1024 spans: in a tool round (four or five spans a request) the writer took 85
-        to 88 us of CPU per request under wrk at concurrency 10, against 99 to 109 with 512 (three
-        runs each; a plain request's, 29 to 31 us, did not change). What a batch holds while it is
-        written (its spans then, their records now; their rows, SQLite's copies) is much of what the
-        store adds to the gateway's memory at full load: with spans queued, `bench/soak.py` started
-        about 2.5 MiB higher than with 512, and grew +2.1% to +5.0% in ten runs (with 512, +1.7% to
-        +3.3%; before `_make_way`, 1024 grew +7.2% to +14.9%, since the writer fell behind); with
-        records queued, +2.2% to +2.9% in five runs, about 4 MiB lower."""
+        every span, it showed in a busy gateway's profile, in `on_end` (the wake-up, on the request
+        path) and in this loop; sleeping, neither shows.
+        Batches of up to 1024 spans: in a tool round (four or five spans a request) the writer took
+        less CPU per request than with 512, and a plain request's cost did not change. What a batch
+        holds while it is written (its records; their rows, SQLite's copies) is much of what the
+        store adds to the gateway's memory at full load, and `bench/soak.py` stays within its bound
+        with batches of 1024 records. The figures are in docs/benchmarks.md."""
         items = [self._queue.get()]
         if isinstance(items[0], SpanRecord) and self._queue.qsize() < self._batch_size:
             self._hurry.wait(self._linger)

@@ -16,8 +16,9 @@ import pytest
 
 from gateway.demo.model import Reply
 from telemetry import names
+from telemetry.store.columns import attribute_problem
 from telemetry.store.otlp import export, import_file
-from telemetry.store.records import SCHEMA, attribute_problem
+from telemetry.store.schema import SCHEMA
 from tests.conftest import (
     AGENT,
     AGENT_AND_BOSS,

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from telemetry import names
 from telemetry.store import otlp, report
-from telemetry.store.records import SCHEMA
 from telemetry.store.report_text import timeline
+from telemetry.store.schema import SCHEMA
 from tests.telemetry.conftest import STORED_ACROSS, Session, attr, hex_id, stored_trajectory
 
 

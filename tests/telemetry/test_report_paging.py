@@ -14,7 +14,8 @@ import pytest
 from gateway.cli.main import main
 from telemetry.store import report
 from telemetry.store.reader import StoreReader
-from telemetry.store.records import connect, stored_id
+from telemetry.store.records import stored_id
+from telemetry.store.schema import connect
 from tests.conftest import TEST_KEY, Stack, StackFactory, grow_trajectory
 
 BOB_KEY = "sk-bob-key-0000"

@@ -16,7 +16,9 @@ from opentelemetry.trace import SpanKind
 from gateway.demo.model import Reply
 from gateway.settings.model import Settings
 from telemetry import names
-from telemetry.store.records import SCHEMA, SpanRecord, connect, prune, wal_kept_bytes, write
+from telemetry.store.records import prune, write
+from telemetry.store.schema import SCHEMA, connect, wal_kept_bytes
+from telemetry.store.span_records import SpanRecord
 from telemetry.store.writer import TrajectoryStore
 from tests.conftest import USER, Stack, StackFactory
 from tests.telemetry.conftest import STORED_ACROSS, Session, attr, hex_id, stored_trajectory

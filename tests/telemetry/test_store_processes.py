@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
 from telemetry import names
-from telemetry.store.records import connect
+from telemetry.store.schema import connect
 from telemetry.store.writer import TrajectoryStore
 
 PROCESSES = 4

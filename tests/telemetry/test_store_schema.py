@@ -23,7 +23,9 @@ from opentelemetry.trace import SpanKind
 from gateway.caller import request_ids
 from telemetry import names
 from telemetry.store import writer as store_module
-from telemetry.store.records import SCHEMA, SCHEMA_VERSION, SpanRecord, connect, record_of, write
+from telemetry.store.records import write
+from telemetry.store.schema import SCHEMA, SCHEMA_VERSION, connect
+from telemetry.store.span_records import SpanRecord, record_of
 from telemetry.store.writer import TrajectoryStore
 from tests.telemetry.conftest import Session
 from tests.telemetry.test_report import _everything
