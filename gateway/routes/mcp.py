@@ -12,11 +12,12 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from gateway.caller import Caller, is_trajectory_id
+from gateway.caller import Caller
 from gateway.http.asgi import serve_asgi
 from gateway.http.keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.mcp.server import McpEndpoint
 from gateway.routes.common import EXPECT, read_body, reported, require_json
+from gateway.wire.headers import is_trajectory_id
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"

@@ -16,8 +16,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from gateway.caller import is_trajectory_id
 from gateway.state.base import HeldTurn, StateKind
+from gateway.wire.headers import is_trajectory_id
 
 log = logging.getLogger("toolspan.state")
 
