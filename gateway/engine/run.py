@@ -174,7 +174,7 @@ class Engine:
         if plan.api.continues_by_id and (len(turns) > 1 or ran_last):
             answer_id = answer_id if shown_first and answer_id else plan.answer_id
             if answer_id and turns[-1].response_id and answer_id != turns[-1].response_id:
-                await self.held.alias(answer_id, turns[-1].response_id, caller.principal)
+                await self.held.aliases.put(caller.principal, {answer_id: turns[-1].response_id})
         return Finished(tuple(turns), calls, finish_reason, final, answer_id, plan.held_turn_lost)
 
     async def _resumed(self, plan: Plan, replays: Replays
@@ -295,7 +295,7 @@ class Engine:
         was an id to remember."""
         if not plan.api.continues_by_id or caller.principal is None or response_id is None:
             return False
-        await self.held.claim((response_id,), caller.principal)
+        await self.held.owners.put(caller.principal, {response_id: True})
         return True
 
     def _failed(self, trace: ChatTrace, exc: GatewayError, path: str) -> GatewayError:

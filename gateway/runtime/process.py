@@ -113,7 +113,7 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
     telemetry = Telemetry(tracer_of(tracer_provider), metrics, capture, provider_name,
                           settings.metrics_max_models, propagator=propagator,
                           max_label_chars=settings.metrics_max_label_chars,
-                          own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state),
+                          own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state.failures),
                           count_probes=settings.telemetry_count_probes,
                           messages=MessageCapture(settings.message_content_max_chars, settings.redact_keys)
                           if settings.capture_message_content else None)
@@ -213,9 +213,8 @@ def settle_garbage_collector() -> None:
     so it is moved out of the collector's view (`gc.freeze`), and
     young objects are collected every 10,000 allocations rather than 700. A request allocates
     a few thousand objects (more with spans), so the default collected several times a request
-    and walked the long-lived ones at every older collection. bench/proxy.py, plain Chat request
-    with telemetry, against the code before: 522 against 555 us of CPU per request, and a p99
-    latency at concurrency 1 of 7 ms against 44 ms (at concurrency 10: 23 against 103 ms)."""
+    and walked the long-lived ones at every older collection: the change cut the CPU of a request
+    a little and its p99 latency several times over (docs/benchmarks.md)."""
     gc.collect()
     gc.freeze()
     _, older, oldest = gc.get_threshold()
