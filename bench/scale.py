@@ -180,7 +180,7 @@ async def failure_record_bytes(redis: Redis, count: int = 10_000) -> float:
     record = f"{'0' * 32} {'0' * 16} 01 {'0' * 64} 0"  # the shape telemetry.trajectory writes
     try:
         for n in range(count):
-            await store.remember_failure("a-gateway-key", f"trajectory-{n:08d}", "read_file", record)
+            await store.failures.remember_failure("a-gateway-key", f"trajectory-{n:08d}", "read_file", record)
     finally:
         await store.aclose()
     return (redis.used_memory() - before) / count

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -13,14 +12,7 @@ from typing import Any
 from gateway.errors import Unauthorized
 from gateway.settings.parts import ClientCheckMode, GatewayKey
 from gateway.tools import Turn
-from gateway.wire.headers import TRAJECTORY_HEADER, SecretNames, to_provider
-
-_TRAJECTORY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
-
-def is_trajectory_id(value: object) -> bool:
-    """Ids we accept from callers: short, and safe in headers, labels and logs."""
-    return isinstance(value, str) and _TRAJECTORY_ID.fullmatch(value) is not None
+from gateway.wire.headers import TRAJECTORY_HEADER, SecretNames, is_trajectory_id, to_provider
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any, Protocol
 
-from gateway.caller import Caller, is_trajectory_id
+from gateway.caller import Caller
 from gateway.client_tools import results as client_results
 from gateway.engine.events import Event, Finished
 from gateway.errors import Unavailable
 from gateway.state import StateStore
+from gateway.wire.headers import is_trajectory_id
 
 log = logging.getLogger("toolspan")
 
@@ -77,14 +78,20 @@ async def joined(caller: Caller, state: StateStore, call_ids: Sequence[str], pre
         return caller
     try:
         if previous_response_id is not None and (
-                found := await state.linked(caller.principal, [_RESPONSE + previous_response_id])):
+                found := await _linked(state, caller, [_RESPONSE + previous_response_id])):
             return replace(caller, trajectory_id=found, linked_by="previous_response")
         latest = [_CALL + i for i in dict.fromkeys(call_ids[:LATEST_CALLS])]
-        if latest and (found := await state.linked(caller.principal, latest)):
+        if latest and (found := await _linked(state, caller, latest)):
             return replace(caller, trajectory_id=found, linked_by="call_ids")
     except Unavailable:
         log.info("trajectory links unavailable (state store): the request's trajectory is not looked up")
     return caller
+
+
+async def _linked(state: StateStore, caller: Caller, ids: Sequence[str]) -> str | None:
+    """The trajectory the first of these ids that the caller's key linked belongs to, if any."""
+    found = await state.links.get(caller.principal, ids)
+    return next(iter(found.values()), None)
 
 
 async def remember(state: StateStore, caller: Caller, call_ids: Iterable[str], response_id: str | None) -> None:
@@ -96,7 +103,7 @@ async def remember(state: StateStore, caller: Caller, call_ids: Iterable[str], r
     if not ids:
         return
     try:
-        await state.link(caller.principal, ids, caller.trajectory_id)
+        await state.links.put(caller.principal, dict.fromkeys(ids, caller.trajectory_id))
     except Unavailable:
         log.info("trajectory links unavailable (state store): this answer's ids are not linked")
 

@@ -47,7 +47,7 @@ async def test_a_result_is_reported_once_and_an_unreadable_record_not_at_all() -
     calls = [{"id": "call_a", "type": "function", "function": {"name": "shell"}},
              {"id": 5, "function": {"name": "bad"}}, {"type": "function"}]
     await keep_handed(state, CALLER, [found for call in calls if (found := CHAT.handed(call)) is not None])
-    await state.keep_sent(None, {"call_b": "[not json", "call_c": json.dumps({"a": 1})})
+    await state.sent.put(None, {"call_b": "[not json", "call_c": json.dumps({"a": 1})})
     results = [("call_a", "ok", None), ("call_b", "x", None), ("call_c", [{"type": "text", "text": "hé"}], None)]
     await report_results(state, seen, CALLER, results, error_prefix=None)
     assert [(r.call_id, r.tool, r.size, r.error) for r in seen.results] == [("call_a", "shell", 2, False)]

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from gateway.apis.chat.history import held_tokens, restore_messages
 from gateway.apis.responses.history import held_names, restore_items
 from gateway.state import HeldTurn, MemoryState, client_call_id, split_call_id
-from gateway.state.redis_store import turn_json
-from gateway.state.redis_values import turn_of
+from gateway.state.redis_values import turn_json, turn_of
 
 TTL = 10.0
 USER = {"role": "user", "content": "read notes.txt and ask me which file next"}
@@ -155,6 +154,17 @@ def test_use_slides_the_expiry(clock: Clock) -> None:
     assert_not_held(pending, conversation)
 
 
+def test_a_touch_slides_the_expiry_without_reading(clock: Clock) -> None:
+    held = MemoryState(10, TTL, clock)
+    token = done(held.hold(HeldTurn("chat", ()), None))
+    for _ in range(3):  # never idle for one TTL: held past it
+        clock.now += TTL * 0.8
+        done(held.turns.touch(None, [token]))
+    assert list(done(held.lookup(None, [token])).turns) == [token]
+    clock.now += TTL
+    assert done(held.lookup(None, [token])).turns == {}
+
+
 def test_holding_drops_expired_turns(clock: Clock) -> None:
     pending = PendingTurns(10, TTL, clock)
     hold(pending, 1)
@@ -195,7 +205,7 @@ def test_a_turn_is_restored_only_for_the_key_that_made_it(clock: Clock) -> None:
 
 def test_response_ids_resolve_for_their_key_until_they_expire(clock: Clock) -> None:
     held = MemoryState(10, TTL, clock)
-    done(held.alias("resp_first", "resp_last", "alice"))
+    done(held.aliases.put("alice", {"resp_first": "resp_last"}))
 
     def resolve(response_id: str, principal: str) -> str:
         return done(held.lookup(principal, (), (), response_id)).resolve(response_id)
@@ -285,7 +295,7 @@ def test_one_key_past_its_share_loses_its_own_turns_never_anothers(clock: Clock)
 
 def test_a_provider_response_is_owned_by_the_key_that_made_it(clock: Clock) -> None:
     held = MemoryState(4, TTL, clock)
-    done(held.claim(["resp_1"], "alice"))
+    done(held.owners.put("alice", {"resp_1": True}))
     assert done(held.lookup("alice", (), (), "resp_1")).owned
     assert not done(held.lookup("bob", (), (), "resp_1")).owned
     clock.now += 31 * 86400  # past the owners' 30 days unused

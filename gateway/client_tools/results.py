@@ -36,7 +36,7 @@ async def keep_handed(state: StateStore, caller: Caller, handed: Iterable[tuple[
     if not records:
         return
     try:
-        await state.keep_sent(caller.principal, records)
+        await state.sent.put(caller.principal, records)
     except Unavailable:
         log.info("client calls not kept (state store): their results will not be reported")
 
@@ -58,7 +58,7 @@ async def report_results(state: StateStore, hooks: ToolHooks, caller: Caller,
     if not results:
         return
     try:
-        taken = await state.taken_sent(caller.principal, [call_id for call_id, _, _ in results])
+        taken = await state.sent.take(caller.principal, [call_id for call_id, _, _ in results])
     except Unavailable:
         log.info("client calls not looked up (state store): their results are not reported")
         return

@@ -51,7 +51,7 @@ def request_key(plan: Plan) -> str:
 class Replays:
     """The rounds of one request, for a replay of it: those it resumed from, and those it did."""
 
-    store: StateStore
+    store: StateStore  # its `replays` table holds the records, by request key
     principal: str | None
     plan: Plan
     rounds: list[Round] = field(default_factory=list)
@@ -64,10 +64,10 @@ class Replays:
 
     async def resumed(self) -> list[Round]:
         """The rounds a failed run of this same request did, if the store holds them (taken)."""
-        if not self.store.may_hold_rounds():
+        if not self.store.replays.may_hold():  # a store in memory that holds none: the digest is not made
             return []
         try:
-            record = await self.store.kept_rounds(self.principal, self.key)
+            record = (await self.store.replays.take(self.principal, [self.key])).get(self.key)
         except GatewayError:  # Redis down: a request that needs no state runs on, afresh
             return []
         if record is None:
@@ -89,7 +89,7 @@ class Replays:
             return False
         record = {"v": VERSION, "rounds": [_round_record(r) for r in self.rounds]}
         try:
-            await self.store.keep_rounds(self.principal, self.key, orjson.dumps(record).decode())
+            await self.store.replays.put(self.principal, {self.key: orjson.dumps(record).decode()})
         except Exception:  # the failure the client hears of matters more than its replay
             log.warning("the rounds of a failed request could not be kept for its replay", exc_info=True)
             return False

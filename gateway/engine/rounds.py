@@ -126,7 +126,7 @@ class Rounds:
         was an id to remember."""
         if not plan.api.continues_by_id or caller.principal is None or response_id is None:
             return False
-        await self.held.claim((response_id,), caller.principal)
+        await self.held.owners.put(caller.principal, {response_id: True})
         return True
 
     def _failed(self, trace: ChatTrace, exc: GatewayError, path: str) -> NoReturn:

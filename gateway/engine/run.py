@@ -208,7 +208,7 @@ class _Run:
         if plan.api.continues_by_id and (len(turns) > 1 or ran_last):
             answer_id = answer_id if self.shown_first and answer_id else plan.answer_id
             if answer_id and turns[-1].response_id and answer_id != turns[-1].response_id:
-                await self.engine.held.alias(answer_id, turns[-1].response_id, self.caller.principal)
+                await self.engine.held.aliases.put(self.caller.principal, {answer_id: turns[-1].response_id})
         return Finished(tuple(turns), calls, finish_reason, final, answer_id, plan.held_turn_lost)
 
     async def _resumed(self) -> list[Opened | Visible]:

@@ -12,12 +12,13 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from gateway.caller import Caller, is_trajectory_id
+from gateway.caller import Caller
 from gateway.http.asgi import serve_asgi
 from gateway.http.bodies import EXPECT, read_body, require_json
 from gateway.http.keys import CALLER, EXECUTOR, MCP_ENDPOINT, REGISTRY, SETTINGS
 from gateway.mcp.server import McpEndpoint
 from gateway.routes.render import reported
+from gateway.wire.headers import is_trajectory_id
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"

@@ -41,7 +41,7 @@ async def _held(request: web.Request) -> _Held | None:
     response_id, principal = request.match_info[ID], request[CALLER].principal
     state = request.app[STATE]
     try:
-        text = await state.kept_answer(principal, response_id)
+        text = (await state.answers.get(principal, [response_id])).get(response_id)
     except StateUnavailable:
         if response_id.startswith(RESPONSE_PREFIX):
             raise
@@ -165,7 +165,8 @@ async def delete(request: web.Request) -> web.StreamResponse:
         said = ", ".join(f"{status}" for _, status in failed)
         raise UpstreamUnavailable(f"the provider did not delete {len(failed)} of the {len(statuses)} responses "
                                   f"behind this one (it answered {said}); delete it again", code="delete_incomplete")
-    await request.app[STATE].forget_answer(request[CALLER].principal, held.response_id)
+    state, forgotten = request.app[STATE], [held.response_id]  # its record and its alias, in one step
+    await state.maps.delete(request[CALLER].principal, state.answers.at(forgotten), state.aliases.at(forgotten))
     return json_answer({"id": held.response_id, "object": "response", "deleted": True}, {})
 
 

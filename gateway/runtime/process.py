@@ -113,7 +113,7 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
     telemetry = Telemetry(tracer_of(tracer_provider), metrics, capture, provider_name,
                           settings.metrics_max_models, propagator=propagator,
                           max_label_chars=settings.metrics_max_label_chars,
-                          own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state),
+                          own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state.failures),
                           count_probes=settings.telemetry_count_probes,
                           messages=MessageCapture(settings.message_content_max_chars, settings.redact_keys)
                           if settings.capture_message_content else None)

@@ -10,13 +10,15 @@ conversation comes back. Entries are bounded in number (in all and per gateway k
 rule of gateway.state.fair for what goes when a table is full), expire when unused, and belong to
 the gateway key that made them: another key never finds them.
 
-Two stores, one interface (`StateStore`): `MemoryState`, in this process's memory (the default),
-and `RedisState`, shared by replicas (`state_url`). A request first looks up, in one go, what it
+Each kind of entry is a typed table (gateway.state.store) over one primitive, owned maps
+(gateway.state.maps), kept in this process's memory (`MemoryState`, the default) or in a Redis
+that replicas share (`RedisState`, `state_url`). A request first looks up, in one go, what it
 names (`StateStore.lookup`: tokens, ids of shown items, a response id); the conversation is then
 put back from that `Found`, synchronously. A store that cannot answer raises `StateUnavailable`
 (a 503 with retry-after), never a wrong history. What Redis holds that is not what the gateway
 wrote there (gateway.state.redis_values) is treated as missing, counted and logged, never a 500.
-Failure records are opaque text here: their shape is telemetry's.
+The failure records and the pending approvals are stores of their own beside the tables (their
+modules say why). Failure records are opaque text here: their shape is telemetry's.
 """
 
 from __future__ import annotations
@@ -35,18 +37,19 @@ from gateway.state.base import (
     Found,
     HeldTurn,
     StateKind,
-    StateStore,
     StateUnavailable,
     client_call_id,
     no_such_response,
     split_call_id,
 )
+from gateway.state.maps import OwnedMap, OwnedMaps, Table
 from gateway.state.memory import FailureRecords, MemoryState
 from gateway.state.redis_store import RedisState
+from gateway.state.store import StateStore
 
 __all__ = ["NOTHING", "OWNED_RESPONSES", "PREFIX", "RESPONSE_PREFIX", "ApprovalBounds", "Bounds", "FailureBook",
-           "FailureBounds", "FailureRecords", "Found", "HeldTurn", "MemoryState", "RedisState", "StateKind",
-           "StateStore", "StateUnavailable",
+           "FailureBounds", "FailureRecords", "Found", "HeldTurn", "MemoryState", "OwnedMap", "OwnedMaps",
+           "RedisState", "StateKind", "StateStore", "StateUnavailable", "Table",
            "client_call_id", "make_store", "no_such_response", "split_call_id"]
 
 

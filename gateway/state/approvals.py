@@ -4,7 +4,13 @@ gateway.tools.approval_gate'); the store keeps each approval until its time is u
 on it and refuses any later one, and holds at most as many as its `ApprovalBounds` allow: in all,
 and for any one gateway key. Past the capacity the rule of gateway.state.fair holds: a key within
 its fair share is never refused for another key's approvals, which give way instead (the one
-nearest its end goes first, and its call is told that no approval could be had)."""
+nearest its end goes first, and its call is told that no approval could be had).
+
+A store of its own beside the owned maps (gateway.state.maps), sharing their fairness rule and, in
+Redis, their connection: an approval is held for a time its call chooses, not a table's; a key at
+its share is refused rather than losing its oldest, which a reviewer may be reading; one pushed
+out leaves its decision behind for its call to read; a decision is taken once (SET NX beside the
+record); and the page lists every approval pending, of every key, which an owned map never does."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
-"""What the state stores hold and answer, whichever store it is: the held turn, what a lookup
-found, how much each store keeps, and the interface both stores implement."""
+"""What the state holds and answers, whichever store it is in: the held turn, what a lookup found,
+how much each table keeps, and the interface of the failure records."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gateway.errors import NotFound, Unavailable
-from gateway.state.approvals import ApprovalStore
 
 # What a shared store keeps, each kind under keys of its own: held turns, the items their clients
 # saw, response aliases, response owners, failure records, the marker that tells a Redis that lost
@@ -142,72 +141,3 @@ class FailureBook(Protocol):
                                record: str | None) -> None:
         """Hold `record` as `tool`'s last failure in the trajectory (None: forget it), refreshing
         the trajectory's expiry."""
-
-
-class StateStore(FailureBook, Protocol):
-    approvals: ApprovalStore  # pending approvals of tool calls (gateway.tools.approval_gate)
-
-    async def hold(self, turn: HeldTurn, principal: str | None) -> str:
-        """Keep `turn`; returns the token its client calls' ids carry (see `client_call_id`)."""
-
-    async def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
-        """Remember that the response the client knows as `client_id` continues at `provider_id`."""
-
-    async def claim(self, response_ids: Collection[str], principal: str) -> None:
-        """Remember that the gateway key `principal` made these provider responses: only it may read,
-        continue or delete them."""
-
-    async def lookup(self, principal: str | None, tokens: Collection[str], item_ids: Collection[str] = (),
-                     response_id: str | None = None) -> Found:
-        """The held turns of these tokens and of these shown items, and the response behind
-        `response_id` (and whether the principal made it), each as the principal's own and with its
-        expiry refreshed."""
-
-    async def link(self, principal: str | None, ids: Collection[str], trajectory_id: str) -> None:
-        """Remember that each of these ids (of calls or responses the gateway answered with) belongs
-        to the principal's trajectory `trajectory_id`."""
-
-    async def linked(self, principal: str | None, ids: Collection[str]) -> str | None:
-        """The trajectory the first of these ids that the principal linked belongs to, if any."""
-
-    async def keep_answer(self, principal: str | None, response_id: str, record: str) -> None:
-        """Keep what the client was given under a response id the gateway made (an opaque record,
-        gateway.routes.response_ids), as long as its alias is kept."""
-
-    async def kept_answer(self, principal: str | None, response_id: str) -> str | None:
-        """The principal's record of that response id, its expiry refreshed; None when not held."""
-
-    async def forget_answer(self, principal: str | None, response_id: str) -> None:
-        """Forget the principal's record of that response id and its alias (it was deleted)."""
-
-    async def keep_thread(self, principal: str | None, message_id: str, record: str) -> None:
-        """Keep a Messages thread's conversation under the id of the answer that ends it (an opaque
-        JSON record, gateway.apis.messages.threads), as long as a held turn is kept."""
-
-    async def kept_thread(self, principal: str | None, message_id: str) -> str | None:
-        """The principal's record of the thread ending at that answer, its expiry refreshed; None
-        when not held."""
-
-    async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
-        """Keep a record for each client call handed back, by its id as the client got it."""
-
-    async def taken_sent(self, principal: str | None, call_ids: Collection[str]) -> dict[str, str]:
-        """The records kept for these call ids (those there are), each forgotten as it is read: a
-        result the client sends again in its next request is found once."""
-
-    async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
-        """Keep the rounds done for a request that failed after gateway tools ran (an opaque JSON
-        record, gateway.engine.replays), for REPLAYS' time, under a digest of the request."""
-
-    async def kept_rounds(self, principal: str | None, request_key: str) -> str | None:
-        """The principal's record of that request, if held; it is forgotten as it is read."""
-
-    def may_hold_rounds(self) -> bool:
-        """Whether `kept_rounds` could find anything: a store in memory knows that it holds no
-        record, and most requests then skip digesting their body to ask."""
-
-    async def status(self) -> str | None:
-        """None for a store in memory; else "up" or "unavailable"."""
-
-    async def aclose(self) -> None:
-        """Let go of connections."""

@@ -1,27 +1,19 @@
-"""The state in this process's memory (the default: one process, no `state_url`)."""
+"""The state in this process's memory (the default: one process, no `state_url`): the owned maps
+(gateway.state.maps) and the failure records."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds, ApprovalStore, MemoryApprovals
-from gateway.state.base import (
-    DEFAULT_FAILURE_BOUNDS,
-    OWNED_RESPONSES,
-    REPLAYS,
-    SENT_CALLS,
-    TRAJECTORY_LINKS,
-    Bounds,
-    FailureBounds,
-    Found,
-    HeldTurn,
-)
+from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds, MemoryApprovals
+from gateway.state.base import DEFAULT_FAILURE_BOUNDS, OWNED_RESPONSES, Bounds, FailureBounds
 from gateway.state.fair import fair_victim
+from gateway.state.maps import Entries, Ids, Rows, Table
+from gateway.state.store import StateStore
 
 V = TypeVar("V")
 _Key = tuple[str | None, str]  # (principal, id): another key's id is another entry, never a hit
@@ -164,111 +156,74 @@ class FailureRecords:
             self.count -= len(oldest.by_tool)
 
 
-class MemoryState:
-    """The state in this process's memory: held turns, the items their clients saw, response
-    aliases and owners, and the retry state."""
+class MemoryMaps:
+    """`OwnedMaps` in this process's memory: a `_Bounded` map for each table, made at its first use.
+    The values are held as they are given (memory holds only what the gateway put there)."""
 
-    def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic,
-                 failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, per_key: int | None = None,
-                 owned: Bounds = OWNED_RESPONSES, approvals: ApprovalBounds = PENDING_APPROVALS) -> None:
-        turns = Bounds(capacity, ttl_seconds, per_key)
-        self._turns: _Bounded[HeldTurn] = _Bounded(turns, clock)
-        self._items: _Bounded[str] = _Bounded(turns, clock)  # shown item id -> token
-        self._responses: _Bounded[str] = _Bounded(turns, clock)  # the client's response id -> the provider's
-        self._owned: _Bounded[bool] = _Bounded(owned, clock)  # provider response ids, by the key that made them
-        self._links: _Bounded[str] = _Bounded(TRAJECTORY_LINKS, clock)  # call or response id -> trajectory
-        self._answers: _Bounded[str] = _Bounded(turns, clock)  # the client's response id -> what it was given
-        self._threads: _Bounded[str] = _Bounded(turns, clock)  # a Messages answer's id -> its thread's conversation
-        self._rounds: _Bounded[str] = _Bounded(REPLAYS, clock)  # a failed request's digest -> its rounds
-        self._sent: _Bounded[str] = _Bounded(SENT_CALLS, clock)  # a client call handed back -> its record
-        self.failures = FailureRecords(failure_bounds, clock)
-        self.approvals: ApprovalStore = MemoryApprovals(approvals, clock)
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._maps: dict[str, _Bounded[Any]] = {}
+        self._clock = clock
 
-    def __len__(self) -> int:
-        return len(self._turns)
+    def _map(self, table: Table[Any]) -> _Bounded[Any]:
+        bounded = self._maps.get(table.kind)
+        if bounded is None:
+            bounded = self._maps[table.kind] = _Bounded(table.bounds, self._clock)
+        return bounded
 
-    async def hold(self, turn: HeldTurn, principal: str | None) -> str:
-        token = secrets.token_hex(6)
-        self._turns.put(principal, token, turn)
-        for item_id in turn.shown:
-            self._items.put(principal, item_id, token)
-        return token
+    async def put(self, principal: str | None, *entries: Entries) -> None:
+        for table, values in entries:
+            bounded = self._map(table)
+            for key, value in values.items():
+                bounded.put(principal, key, value)
 
-    async def alias(self, client_id: str, provider_id: str, principal: str | None) -> None:
-        self._responses.put(principal, client_id, provider_id)
+    async def get(self, principal: str | None, *ids: Ids) -> Rows:
+        rows = Rows()
+        for table, keys in ids:
+            bounded = self._map(table)
+            for key in keys:
+                if (value := bounded.get(principal, key)) is not None:
+                    rows.add(table, key, value)
+        return rows
 
-    async def claim(self, response_ids: Collection[str], principal: str) -> None:
-        for response_id in response_ids:
-            self._owned.put(principal, response_id, True)
+    async def take(self, principal: str | None, *ids: Ids) -> Rows:
+        rows = await self.get(principal, *ids)
+        await self.delete(principal, *ids)
+        return rows
 
-    async def lookup(self, principal: str | None, tokens: Collection[str], item_ids: Collection[str] = (),
-                     response_id: str | None = None) -> Found:
-        owners = {i: t for i in item_ids if (t := self._items.get(principal, i)) is not None}
-        turns = {t: turn for t in {*tokens, *owners.values()} if (turn := self._turns.get(principal, t)) is not None}
-        if response_id is None:
-            return Found(turns, owners)
-        response = self._responses.get(principal, response_id)
-        owned = response is not None or bool(self._owned.get(principal, response_id))
-        return Found(turns, owners, response, owned)
+    async def delete(self, principal: str | None, *ids: Ids) -> None:
+        for table, keys in ids:
+            bounded = self._map(table)
+            for key in keys:
+                bounded.delete(principal, key)
 
-    async def failure(self, principal: str | None, trajectory_id: str, tool: str) -> str | None:
-        return await self.failures.failure(principal, trajectory_id, tool)
+    async def touch(self, principal: str | None, *ids: Ids) -> None:
+        await self.get(principal, *ids)
 
-    async def remember_failure(self, principal: str | None, trajectory_id: str, tool: str,
-                               record: str | None) -> None:
-        await self.failures.remember_failure(principal, trajectory_id, tool, record)
+    def count(self, table: Table[Any]) -> int:
+        """How many entries the table holds (the expired among them until a write drops them)."""
+        return len(self._map(table))
 
-    async def link(self, principal: str | None, ids: Collection[str], trajectory_id: str) -> None:
-        for linked_id in ids:
-            self._links.put(principal, linked_id, trajectory_id)
-
-    async def linked(self, principal: str | None, ids: Collection[str]) -> str | None:
-        for linked_id in ids:
-            if (trajectory_id := self._links.get(principal, linked_id)) is not None:
-                return trajectory_id
-        return None
-
-    async def keep_answer(self, principal: str | None, response_id: str, record: str) -> None:
-        self._answers.put(principal, response_id, record)
-
-    async def kept_answer(self, principal: str | None, response_id: str) -> str | None:
-        return self._answers.get(principal, response_id)
-
-    async def forget_answer(self, principal: str | None, response_id: str) -> None:
-        self._answers.delete(principal, response_id)
-        self._responses.delete(principal, response_id)
-
-    async def keep_thread(self, principal: str | None, message_id: str, record: str) -> None:
-        self._threads.put(principal, message_id, record)
-
-    async def kept_thread(self, principal: str | None, message_id: str) -> str | None:
-        return self._threads.get(principal, message_id)
-
-    async def keep_sent(self, principal: str | None, records: Mapping[str, str]) -> None:
-        for call_id, record in records.items():
-            self._sent.put(principal, call_id, record)
-
-    async def taken_sent(self, principal: str | None, call_ids: Collection[str]) -> dict[str, str]:
-        taken = {}
-        for call_id in call_ids:
-            if (record := self._sent.get(principal, call_id)) is not None:
-                taken[call_id] = record
-                self._sent.delete(principal, call_id)
-        return taken
-
-    async def keep_rounds(self, principal: str | None, request_key: str, record: str) -> None:
-        self._rounds.put(principal, request_key, record)
-
-    def may_hold_rounds(self) -> bool:
-        return len(self._rounds) > 0
-
-    async def kept_rounds(self, principal: str | None, request_key: str) -> str | None:
-        record = self._rounds.get(principal, request_key)
-        self._rounds.delete(principal, request_key)
-        return record
+    def may_hold(self, table: Table[Any]) -> bool:
+        return self.count(table) > 0
 
     async def status(self) -> str | None:
         return None
 
     async def aclose(self) -> None:
         return None
+
+
+class MemoryState(StateStore):
+    """The state in this process's memory (the default: one process, no `state_url`): the tables
+    over `MemoryMaps`, `FailureRecords` and `MemoryApprovals`."""
+
+    def __init__(self, capacity: int, ttl_seconds: float, clock: Callable[[], float] = time.monotonic,
+                 failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, per_key: int | None = None,
+                 owned: Bounds = OWNED_RESPONSES, approvals: ApprovalBounds = PENDING_APPROVALS) -> None:
+        self.memory = MemoryMaps(clock)
+        super().__init__(self.memory, FailureRecords(failure_bounds, clock), MemoryApprovals(approvals, clock),
+                         Bounds(capacity, ttl_seconds, per_key), owned)
+
+    def __len__(self) -> int:
+        """How many turns are held."""
+        return self.memory.count(self.turns.table)

@@ -16,8 +16,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from gateway.caller import is_trajectory_id
 from gateway.state.base import HeldTurn, StateKind
+from gateway.wire.headers import is_trajectory_id
 
 log = logging.getLogger("toolspan.state")
 
@@ -60,9 +60,15 @@ def _objects(value: object) -> tuple[dict[str, Any], ...]:
     return tuple(value)
 
 
+def turn_json(turn: HeldTurn) -> str:
+    """A held turn as Redis holds it (`turn_of` reads it back)."""
+    return json.dumps({"api": turn.api, "calls": turn.calls, "results": turn.results, "shown": turn.shown},
+                      separators=(",", ":"))
+
+
 def turn_of(raw: bytes) -> HeldTurn:
-    """The held turn `hold` wrote (see redis_store.turn_json). The standard library's parser, as
-    the writer's: it reads back every string json.dumps writes (lone surrogates included)."""
+    """The held turn `turn_json` wrote. The standard library's parser, as the writer's: it reads
+    back every string json.dumps writes (lone surrogates included)."""
     try:
         data = json.loads(_text(raw), parse_constant=_no_constant)
     except RecursionError:
@@ -93,7 +99,8 @@ def response_of(raw: bytes) -> str:
 
 
 def trajectory_of(raw: bytes) -> str:
-    """The trajectory a linked call or response id belongs to (`link` writes one the gateway accepts)."""
+    """The trajectory a linked call or response id belongs to (gateway.routes.linking writes one the
+    gateway accepts)."""
     text = _text(raw)
     if not is_trajectory_id(text):
         raise Unreadable("not a trajectory id")
@@ -101,8 +108,8 @@ def trajectory_of(raw: bytes) -> str:
 
 
 def sent_of(raw: bytes) -> str:
-    """The record of a client call handed back (`keep_sent` writes a JSON array; gateway.client_tools.results
-    reads it, and treats one it cannot read as absent)."""
+    """The record of a client call handed back (gateway.client_tools.results writes a JSON array,
+    and treats one it cannot read as absent)."""
     text = _text(raw)
     if not text.startswith("["):
         raise Unreadable("not a sent call's record")
@@ -110,8 +117,8 @@ def sent_of(raw: bytes) -> str:
 
 
 def rounds_of(raw: bytes) -> str:
-    """The rounds kept for a replay (`keep_rounds` writes a JSON object; gateway.engine.replays
-    reads its fields, and treats one it cannot read as absent)."""
+    """The rounds kept for a replay (gateway.engine.replays writes a JSON object, and treats one
+    whose fields it cannot read as absent)."""
     text = _text(raw)
     if not text.startswith("{"):
         raise Unreadable("not a record of rounds")
@@ -119,8 +126,8 @@ def rounds_of(raw: bytes) -> str:
 
 
 def answer_of(raw: bytes) -> str:
-    """A record of what a client was given (`keep_answer` writes a JSON object; its fields are
-    gateway.routes.response_ids' to read)."""
+    """A record of what a client was given (gateway.routes.answer_records writes a JSON object; its
+    fields are gateway.routes.response_ids' to read)."""
     text = _text(raw)
     if not text.startswith("{"):
         raise Unreadable("not a record of an answer")
@@ -128,16 +135,21 @@ def answer_of(raw: bytes) -> str:
 
 
 def thread_of(raw: bytes) -> str:
-    """A Messages thread's record (`keep_thread` writes a JSON object; gateway.apis.messages.threads
-    reads its fields, and treats one it cannot read as absent)."""
+    """A Messages thread's record (gateway.apis.messages.threads writes a JSON object, and treats
+    one whose fields it cannot read as absent)."""
     text = _text(raw)
     if not text.startswith("{"):
         raise Unreadable("not a record of a thread")
     return text
 
 
+def owned_json(owned: bool) -> str:
+    """A response owner's entry as Redis holds it: only the key that made the response writes one."""
+    return "1"
+
+
 def owned_of(raw: bytes) -> bool:
-    """A response owner's entry: `claim` writes "1"."""
+    """A response owner's entry (`owned_json`)."""
     if raw != b"1":
         raise Unreadable("not an owner's mark")
     return True

@@ -11,11 +11,13 @@ and headers that describe a body the gateway writes anew.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
 TRAJECTORY_HEADER = "X-Trajectory-Id"  # names the trajectory; every response carries it
+_TRAJECTORY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 TRACE_HEADER = "X-Trace-Id"  # names the request's trace, when there is one
 
 HOP_BY_HOP = frozenset({
@@ -37,6 +39,12 @@ _PROVIDER_ONLY_PREFIX = "access-control-"  # CORS: browsers must not read the ga
 
 _NOT_TO_PROVIDER = HOP_BY_HOP | BODY | _CALLER_ONLY
 _NOT_TO_PROVIDER_NOR_CREDENTIALS = _NOT_TO_PROVIDER | CREDENTIALS
+
+
+def is_trajectory_id(value: object) -> bool:
+    """Ids we accept from callers (the trajectory header's, and what the state keeps of them):
+    short, and safe in headers, labels and logs."""
+    return isinstance(value, str) and _TRAJECTORY_ID.fullmatch(value) is not None
 
 
 def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:

@@ -22,9 +22,11 @@ from redis.asyncio import Redis
 from gateway.demo.model import Reply
 from gateway.http.keys import APPROVALS, REGISTRY
 from gateway.settings.model import Settings
-from gateway.state import Bounds, FailureBounds, HeldTurn, MemoryState, RedisState, StateStore, memory, redis_store
+from gateway.state import Bounds, FailureBounds, HeldTurn, MemoryState, OwnedMaps, RedisState, StateStore, Table
+from gateway.state import store as tables
 from gateway.state.approvals import PUSHED_OUT, ApprovalBounds, RedisApprovals
-from gateway.state.redis_store import REDIS_CONNECTIONS
+from gateway.state.redis_connection import REDIS_CONNECTIONS
+from gateway.state.redis_values import sent_of, trajectory_of
 from gateway.tools import Param, Tool
 from gateway.tools.approval_gate import Viewer
 from gateway.ui.approvals import FORM_COOKIE
@@ -329,7 +331,8 @@ def turn(n: int) -> HeldTurn:
 async def test_redis_approvals_are_bounded_at_once_and_decided_once(redis_up: RedisServer) -> None:
     """Asks at the same moment cannot pass the bound together; the first decision wins."""
     store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=f"test{free_port()}:")
-    approvals = RedisApprovals(store._redis, store._run, f"test{free_port()}:", ApprovalBounds(capacity=2))
+    approvals = RedisApprovals(store.connection.redis, store.connection.run, f"test{free_port()}:",
+                               ApprovalBounds(capacity=2))
     try:
         added = await asyncio.gather(*(approvals.add(f"appr_{n}", "{}", 60.0, None) for n in range(5)))
         assert sorted(added) == [False, False, False, True, True]
@@ -389,7 +392,7 @@ async def test_redis_store_is_bounded_expiring_and_bound_to_its_key(redis_up: Re
         assert len(keys) == 3
         assert all(0 < ttl <= 60_000 for ttl in [await client.pttl(k) for k in keys])
         await client.aclose()
-        await store.alias("resp_tspan_1", "resp_9", "alice")
+        await store.aliases.put("alice", {"resp_tspan_1": "resp_9"})
         assert (await store.lookup("alice", (), (), "resp_tspan_1")).resolve("resp_tspan_1") == "resp_9"
     finally:
         await store.aclose()
@@ -399,18 +402,19 @@ async def test_redis_failure_records_are_bounded_expiring_and_bound_to_their_key
     prefix = f"test{free_port()}:"
     bounds = FailureBounds(trajectories=2, ttl_seconds=30, tools_per_trajectory=2)
     store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=prefix, failure_bounds=bounds)
+    book = store.failures
     client = Redis.from_url(redis_up.url)
     try:
         for n in range(3):  # three tools in one trajectory: the oldest goes
-            await store.remember_failure("alice", "tr-0", f"tool_{n}", f"record {n}")
-        assert [await store.failure("alice", "tr-0", f"tool_{n}") for n in range(3)] == [None, "record 1", "record 2"]
-        assert await store.failure("bob", "tr-0", "tool_2") is None  # another key's
-        await store.remember_failure("alice", "tr-0", "tool_2", None)  # repaired
-        assert await store.failure("alice", "tr-0", "tool_2") is None
+            await book.remember_failure("alice", "tr-0", f"tool_{n}", f"record {n}")
+        assert [await book.failure("alice", "tr-0", f"tool_{n}") for n in range(3)] == [None, "record 1", "record 2"]
+        assert await book.failure("bob", "tr-0", "tool_2") is None  # another key's
+        await book.remember_failure("alice", "tr-0", "tool_2", None)  # repaired
+        assert await book.failure("alice", "tr-0", "tool_2") is None
         for n in range(1, 3):  # three trajectories: the least recently written goes
-            await store.remember_failure("alice", f"tr-{n}", "tool_0", "record")
-        assert await store.failure("alice", "tr-0", "tool_1") is None
-        assert await store.failure("alice", "tr-2", "tool_0") == "record"
+            await book.remember_failure("alice", f"tr-{n}", "tool_0", "record")
+        assert await book.failure("alice", "tr-0", "tool_1") is None
+        assert await book.failure("alice", "tr-2", "tool_0") == "record"
         keys = [k async for k in client.scan_iter(f"{prefix}fail:*")]
         assert len(keys) == 2
         assert all(0 < ttl <= 30_000 for ttl in [await client.pttl(k) for k in keys])
@@ -464,7 +468,7 @@ async def test_redis_store_bounds_each_keys_share(redis_up: RedisServer) -> None
         assert await client.zcard(f"{prefix}lru:turn") == 4
         per_key = [k async for k in client.scan_iter(f"{prefix}lru:turn:*")]
         assert sorted([await client.zcard(k) for k in per_key]) == [1, 1, 2]  # alice's set lost her oldest too
-        await store.claim(["resp_1"], "alice")
+        await store.owners.put("alice", {"resp_1": True})
         assert (await store.lookup("alice", (), (), "resp_1")).owned
         assert not (await store.lookup("bob", (), (), "resp_1")).owned
     finally:
@@ -511,6 +515,62 @@ async def test_a_cancelled_command_is_cancelled_wherever_it_was(redis_up: RedisS
     finally:
         await store.aclose()
 
+# --- the owned maps the tables are kept in, in memory and in Redis alike -------------------------------
+
+def as_text(value: str) -> str:
+    return value
+
+
+PAIRS = Table("link", Bounds(2, 60.0), as_text, trajectory_of)  # two entries at most
+OTHERS = Table("sent", Bounds(10, 60.0), as_text, sent_of)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def maps(request: pytest.FixtureRequest, redis_up: RedisServer) -> AsyncIterator[OwnedMaps]:
+    store: StateStore = (MemoryState(3, 60.0) if request.param == "memory" else
+                         RedisState(redis_up.url, 3, 60.0, 1.0, prefix=f"test{free_port()}:"))
+    try:
+        yield store.maps
+    finally:
+        await store.aclose()
+
+
+async def test_owned_maps_read_take_and_forget_each_keys_own_entries(maps: OwnedMaps) -> None:
+    await maps.put("alice", (PAIRS, {"a": "tr-a"}), (OTHERS, {"x": "[1]"}))
+    found = await maps.get("alice", (OTHERS, ["x", "y"]), (PAIRS, ["b", "a"]))
+    assert (found.of(PAIRS), found.of(OTHERS)) == ({"a": "tr-a"}, {"x": "[1]"})
+    assert (await maps.get("bob", (PAIRS, ["a"]))).of(PAIRS) == {}  # another key's
+    taken = await maps.take("alice", (PAIRS, ["a"]), (OTHERS, ["x", "y"]))
+    assert (taken.of(PAIRS), taken.of(OTHERS)) == ({"a": "tr-a"}, {"x": "[1]"})
+    assert (await maps.take("alice", (PAIRS, ["a"]))).of(PAIRS) == {}  # taken once
+    await maps.put(None, (PAIRS, {"a": "tr-b", "b": "tr-c"}))
+    await maps.delete(None, (PAIRS, ["a"]))
+    assert (await maps.get(None, (PAIRS, ["b", "a"]))).of(PAIRS) == {"b": "tr-c"}
+
+
+async def test_a_touched_entry_is_the_most_recently_used(maps: OwnedMaps) -> None:
+    """The table full (2), the least recently used goes: not the one touched since it was written."""
+    for entry in ("a", "b"):
+        await maps.put("alice", (PAIRS, {entry: f"tr-{entry}"}))
+    await maps.touch("alice", (PAIRS, ["a"]))
+    await maps.put("alice", (PAIRS, {"c": "tr-c"}))
+    assert list((await maps.get("alice", (PAIRS, ["a", "b", "c"]))).of(PAIRS)) == ["a", "c"]
+
+
+async def test_a_touch_refreshes_the_expiry_in_redis(redis_up: RedisServer) -> None:
+    store = RedisState(redis_up.url, 3, 60.0, 1.0, prefix=f"test{free_port()}:")
+    client = Redis.from_url(redis_up.url)
+    try:
+        await store.maps.put("alice", (PAIRS, {"a": "tr-a"}))
+        key = store.connection.key(PAIRS.kind, "alice", "a")
+        await client.pexpire(key, 1000)
+        await store.maps.touch("alice", (PAIRS, ["a"]))
+        assert 1000 < await client.pttl(key) <= 60_000
+    finally:
+        await client.aclose()
+        await store.aclose()
+
+
 # --- fair eviction (issue 53), in memory and in Redis alike ------------------------------------------
 
 SMALL = Bounds(4, 60.0, 250)  # every table: a capacity of 4, each key's share (250) above it
@@ -520,9 +580,8 @@ SMALL = Bounds(4, 60.0, 250)  # every table: a capacity of 4, each key's share (
 async def small_store(request: pytest.FixtureRequest, redis_up: RedisServer,
                       monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[StateStore]:
     """A store whose every per-key table holds 4 entries in all, and 2 approvals."""
-    for module in (memory, redis_store):
-        for table in ("TRAJECTORY_LINKS", "REPLAYS", "SENT_CALLS"):
-            monkeypatch.setattr(module, table, SMALL)
+    for table in ("TRAJECTORY_LINKS", "REPLAYS", "SENT_CALLS"):
+        monkeypatch.setattr(tables, table, SMALL)
     approvals = ApprovalBounds(capacity=2, per_key=2)
     store: StateStore = (
         MemoryState(SMALL.capacity, SMALL.ttl_seconds, per_key=SMALL.per_key, owned=SMALL, approvals=approvals)
@@ -548,7 +607,7 @@ async def read_turn(store: StateStore, principal: str, token: str) -> bool:
 
 
 async def write_alias(store: StateStore, principal: str, n: int) -> str:
-    await store.alias(f"resp_tspan_{n}", f"resp_{n}", principal)
+    await store.aliases.put(principal, {f"resp_tspan_{n}": f"resp_{n}"})
     return f"resp_tspan_{n}"
 
 
@@ -557,7 +616,7 @@ async def read_alias(store: StateStore, principal: str, client_id: str) -> bool:
 
 
 async def write_owner(store: StateStore, principal: str, n: int) -> str:
-    await store.claim([f"resp_{n}"], principal)
+    await store.owners.put(principal, {f"resp_{n}": True})
     return f"resp_{n}"
 
 
@@ -566,39 +625,39 @@ async def read_owner(store: StateStore, principal: str, response_id: str) -> boo
 
 
 async def write_link(store: StateStore, principal: str, n: int) -> str:
-    await store.link(principal, [f"call_{n}"], f"{n:032x}")
+    await store.links.put(principal, {f"call_{n}": f"{n:032x}"})
     return f"call_{n}"
 
 
 async def read_link(store: StateStore, principal: str, call_id: str) -> bool:
-    return await store.linked(principal, [call_id]) is not None
+    return bool(await store.links.get(principal, [call_id]))
 
 
 async def write_answer(store: StateStore, principal: str, n: int) -> str:
-    await store.keep_answer(principal, f"resp_tspan_{n}", "{}")
+    await store.answers.put(principal, {f"resp_tspan_{n}": "{}"})
     return f"resp_tspan_{n}"
 
 
 async def read_answer(store: StateStore, principal: str, response_id: str) -> bool:
-    return await store.kept_answer(principal, response_id) is not None
+    return bool(await store.answers.get(principal, [response_id]))
 
 
 async def write_sent(store: StateStore, principal: str, n: int) -> str:
-    await store.keep_sent(principal, {f"call_{n}": "[]"})
+    await store.sent.put(principal, {f"call_{n}": "[]"})
     return f"call_{n}"
 
 
 async def read_sent(store: StateStore, principal: str, call_id: str) -> bool:
-    return bool(await store.taken_sent(principal, [call_id]))
+    return bool(await store.sent.take(principal, [call_id]))
 
 
 async def write_rounds(store: StateStore, principal: str, n: int) -> str:
-    await store.keep_rounds(principal, f"digest_{n}", "{}")
+    await store.replays.put(principal, {f"digest_{n}": "{}"})
     return f"digest_{n}"
 
 
 async def read_rounds(store: StateStore, principal: str, request_key: str) -> bool:
-    return await store.kept_rounds(principal, request_key) is not None
+    return bool(await store.replays.take(principal, [request_key]))
 
 
 TABLES = {"held turns": (write_turn, read_turn), "response aliases": (write_alias, read_alias),

@@ -92,7 +92,7 @@ async def whole(body: dict[str, Any], state: StateStore, principal: str | None) 
         if name in body:
             raise BadRequest(f"{name}: a continued thread keeps the {name} it was created with; to change it, "
                              "start a new thread", param=name)
-    text = await state.kept_thread(principal, previous)
+    text = (await state.threads.get(principal, [previous])).get(previous)
     record = ThreadRecord.load(text) if text is not None else None
     if record is None:
         raise thread_not_found(previous)
@@ -127,6 +127,6 @@ async def _keep(state: StateStore, principal: str | None, body: Mapping[str, Any
         log.info("a thread's conversation is larger than answer_record_max_bytes (%d bytes): not kept", len(text))
         return
     try:
-        await state.keep_thread(principal, answer_id, text)
+        await state.threads.put(principal, {answer_id: text})
     except GatewayError:  # Redis down
         log.warning("a thread's conversation could not be kept: its next turn will be sent whole")

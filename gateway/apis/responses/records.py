@@ -93,7 +93,7 @@ async def remembered(events: AsyncGenerator[Event, None], state: StateStore, pri
                 rounds = tuple(t.response_id for t in event.turns if t.response_id) if stored else ()
                 record = AnswerRecord(tuple(dict.fromkeys(rounds)), response_of(event),
                                       input_items(sent, event.response_id))
-                await state.keep_answer(principal, event.response_id, record.dump(max_bytes))
+                await state.answers.put(principal, {event.response_id: record.dump(max_bytes)})
             yield event
 
 
