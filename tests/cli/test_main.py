@@ -26,7 +26,7 @@ from gateway.demo.tools import demo_registry
 from gateway.settings.model import Settings, load_settings
 from gateway.tools import Tool, ToolRegistry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = "tests.fixtures_tools"
 LISTENING = re.compile(r"\blistening on (http://127\.0\.0\.1:\d+/v1)\b")  # in a text or a JSON log line
 ACCESS = re.compile(r' INFO toolspan\.access: 127\.0\.0\.1 "(\w+) (\S+) HTTP/1\.1" (\d{3}) (\d+) ([\d.]+)ms '

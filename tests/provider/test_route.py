@@ -12,7 +12,7 @@ from yarl import URL
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.settings.model import Settings
 from tests.conftest import STREAM, GatewayFactory, Script, Stack, StackFactory, free_port
-from tests.transport.conftest import ProxyFactory, Tinyproxy
+from tests.provider.conftest import ProxyFactory, Tinyproxy
 
 
 def _origin(stack: Stack) -> str:

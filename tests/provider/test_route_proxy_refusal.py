@@ -10,8 +10,8 @@ import pytest
 from pytest_aiohttp import AiohttpServer
 
 from tests.conftest import GatewayFactory, StackFactory
-from tests.transport.conftest import ProxyFactory
-from tests.transport.test_tls import _ca, _every_route, _the_same, _tls_stack
+from tests.provider.conftest import ProxyFactory
+from tests.provider.test_route_tls import _ca, _every_route, _the_same, _tls_stack
 
 _CREDENTIALS = "it wants credentials, or not these: give them in the proxy URL as http://user:password@host:port"
 

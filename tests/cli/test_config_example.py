@@ -13,7 +13,7 @@ from gateway.cli import config_example
 from gateway.settings.model import Settings, load_settings
 from gateway.settings.parts import GatewayKey, McpServer
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "toolspan.example.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "toolspan.example.toml"
 REGENERATE = "python -m gateway.cli.config_example docs/toolspan.example.toml"
 ASSIGNMENT = re.compile(r"^#(?=[a-z])(.*)$")  # "#name = value"; prose is "# ..."
 

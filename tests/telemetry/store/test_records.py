@@ -26,7 +26,7 @@ from telemetry.store import writer as store_module
 from telemetry.store.records import SCHEMA, SCHEMA_VERSION, SpanRecord, connect, record_of, write
 from telemetry.store.writer import TrajectoryStore
 from tests.telemetry.conftest import Session
-from tests.telemetry.test_report import _everything
+from tests.telemetry.store.test_report import _everything
 
 V1_SCHEMA = (Path(__file__).parent / "schema_v1.sql").read_text()
 V2_SCHEMA = (Path(__file__).parent / "schema_v2.sql").read_text()  # before a tool call had a side

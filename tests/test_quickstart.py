@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BARE_PYTHON = Path(sys.base_prefix) / "bin" / "python3"  # the interpreter under the venv: no toolspan in it
 
 
