@@ -9,6 +9,9 @@ from pathlib import Path
 
 import yaml
 
+from telemetry import names
+from tests.conftest import page_text
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = ["index.md", "getting-started.md", "tools.md", "http-and-apis.md", "mcp.md", "settings.md",
@@ -48,3 +51,9 @@ def test_the_site_reads_the_pages_in_order() -> None:
     assert config["strict"] is True
     assert [next(iter(entry.values())) for entry in config["nav"]] == PAGES
     assert sorted(PAGES) == sorted(path.name for path in (ROOT / "docs").glob("*.md"))
+
+
+def test_the_docs_list_every_outcome_the_option_takes() -> None:
+    said = re.search(r"`toolspan trajectories list --outcome` takes one of `([^`]+)`", page_text())
+    assert said is not None
+    assert [outcome.strip() for outcome in said.group(1).split(",")] == list(names.OUTCOMES)

@@ -1,12 +1,11 @@
-"""What a newcomer meets first (issue 35): tools from the current folder, import failures with
-their traceback, settings errors in one line each, --help and --version, the start-up notice
-about message capture."""
+"""What a newcomer meets first (issue 35), from the `toolspan` console script (gateway.cli.main): tools
+from the current folder, import failures with their traceback, --version, the start-up notice about
+message capture. (The settings errors in one line each and --help: tests/settings/test_text.py.)"""
 
 from __future__ import annotations
 
 import os
 import queue
-import re
 import subprocess
 import sys
 import threading
@@ -14,8 +13,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
-from gateway.cli.main import main
 
 TOOLSPAN = str(Path(sys.executable).parent / "toolspan")  # the console script: no cwd on its path
 START_TIMEOUT = 30.0
@@ -36,7 +33,6 @@ def greet(name: str) -> str:
 registry = ToolRegistry([greet])
 '''
 BROKEN = 'import os\n\nKEY = os.environ["api_key"]  # not set\n'
-PYDANTIC_TEXT = ("validation error for", "EnvSettingsSource", "errors.pydantic.dev", "input_value", "[type=")
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -119,80 +115,7 @@ def test_a_tools_module_failing_at_import_shows_its_last_frames(tmp_path: Path, 
     assert "listening" not in done.stdout + done.stderr
 
 
-# --- settings errors --------------------------------------------------------------------------------
-
-def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err
-    for text in PYDANTIC_TEXT:
-        assert text not in err
-    lines = err.splitlines()
-    assert all(line.startswith("toolspan: ") for line in lines), lines
-    return lines
-
-
-def test_a_bad_environment_value_names_the_variable(clean_env: pytest.MonkeyPatch,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    clean_env.setenv("TOOLSPAN_PORT", "many")
-    clean_env.setenv("TOOLSPAN_LOG_FORMAT", "xml")
-    assert refusal(capsys, "serve") == [
-        "toolspan: TOOLSPAN_PORT: 'many' is not accepted: expected an integer from 0 to 65535",
-        "toolspan: TOOLSPAN_LOG_FORMAT: 'xml' is not accepted: expected one of text, json"]
-
-
-def test_a_bad_json_variable_names_it(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    clean_env.setenv("TOOLSPAN_MCP_SERVERS", "{not json")
-    [line] = refusal(capsys, "serve")
-    assert line.startswith("toolspan: TOOLSPAN_MCP_SERVERS: '{not json' is not accepted: expected JSON, ")
-
-
-def test_a_bad_config_value_names_the_key_and_hides_secrets(clean_env: pytest.MonkeyPatch, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    config = tmp_path / "gw.toml"
-    config.write_text('max_rounds = 0\n[keys.alice]\nkey = "short"\n')
-    assert refusal(capsys, "serve", "--config", str(config)) == [
-        f"toolspan: config file {config}, key keys.alice.key: (hidden) is not accepted: expected text of at "
-        "least 8 characters",
-        f"toolspan: config file {config}, key max_rounds: 0 is not accepted: expected an integer 1 or more"]
-    assert "short" not in str(capsys.readouterr())
-
-
-@pytest.mark.parametrize("kind", ["toml", "json"])
-def test_an_unknown_config_key_gets_the_likely_one(clean_env: pytest.MonkeyPatch, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str], kind: str) -> None:
-    config = tmp_path / f"gw.{kind}"
-    config.write_text('{"prot": 9000, "mcp_servers": {"fs": {"comand": "x"}}}' if kind == "json"
-                      else 'prot = 9000\n[mcp_servers.fs]\ncomand = "x"\n')
-    lines = refusal(capsys, "serve", "--config", str(config))
-    assert f"toolspan: config file {config}: unknown key 'prot': did you mean 'port'?" in lines
-    assert f"toolspan: config file {config}: unknown key 'comand' in mcp_servers.fs: did you mean 'command'?" in lines
-
-
-def test_a_validator_refusal_keeps_its_own_words(clean_env: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    clean_env.setenv("TOOLSPAN_TRACE_UI_URL", "ftp://x")
-    assert refusal(capsys, "serve") == [
-        "toolspan: TOOLSPAN_TRACE_UI_URL: 'ftp://x' is not accepted: trace_ui_url must be an http(s) URL "
-        "containing {trace_id}"]
-
-
-def test_a_bad_command_line_value_names_the_flag(clean_env: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    clean_env.setenv("TOOLSPAN_PORT", "8081")  # the flag wins, so the flag is named
-    assert refusal(capsys, "serve", "--port", "70000") == [
-        "toolspan: --port: 70000 is not accepted: expected an integer from 0 to 65535"]
-
-
-def test_serve_help_shows_defaults_and_variables(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["serve", "--help"])
-    assert exited.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())
-    for option, shown in [("--port PORT", "(default: 8080; env TOOLSPAN_PORT)"),
-                          ("--host HOST", "(default: 127.0.0.1; env TOOLSPAN_HOST)"),
-                          ("--app-dir DIR", "(default: unset; env TOOLSPAN_APP_DIR)"),
-                          ("--workers N", "(default: 1; env TOOLSPAN_WORKERS)")]:
-        assert re.search(re.escape(option) + r" [^-]*" + re.escape(shown), text), (option, text)
+# --- --version --------------------------------------------------------------------------------------
 
 
 def test_version(tmp_path: Path) -> None:

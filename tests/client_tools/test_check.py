@@ -18,10 +18,13 @@ from hypothesis import strategies as st
 
 from gateway.client_tools import check as client_calls
 from gateway.client_tools.check import MAX_CHECKED_VALUES, THREAD_GRACE_SECONDS, ClientCheck, ClientTools, SchemaCache
+from gateway.demo.model import Reply
 from gateway.tools import Rejection, Tool, ToolContext, ToolExecutor, ToolRegistry
 from gateway.tools.hooks import ToolCall, Turn
 from gateway.tools.schema_bounds import INLINE, OFF_LOOP
 from gateway.tools.threads import ToolThreads
+from telemetry import names
+from tests.conftest import USER, StackFactory, page_text, tool_outcomes
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -406,3 +409,18 @@ def refers_outside(schema: Any) -> bool:
         return False
     return (schema.get("$ref") in OUTSIDE_REFERENCES or schema.get("$dynamicRef") in OUTSIDE_REFERENCES
             or any(refers_outside(value) for key, value in schema.items() if key != "$defs"))
+
+
+async def test_a_client_schemas_pattern_is_not_checked_and_the_docs_say_so(make_stack: StackFactory) -> None:
+    """Even in reject mode a value that breaks `pattern` reaches the client (a hostile pattern would
+    hold the event loop), and the client's tools section of the docs says so."""
+    stack = await make_stack(client_tool_check="reject")
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[0-9]+$"}},
+              "required": ["code"], "additionalProperties": False}
+    stack.script.then(Reply(tool_calls=[("lookup", {"code": "not digits"})]))
+    answer = await stack.ask(False, messages=USER, tools=[{"type": "function", "function": {
+        "name": "lookup", "description": "d", "parameters": schema}}])
+    assert [call["function"]["arguments"] for call in answer.tool_calls] == ['{"code": "not digits"}']
+    assert tool_outcomes(stack, answer.headers["x-trace-id"], side=names.SIDE_CLIENT) == [("lookup", "ok")]
+    section = page_text().split("### The client's own tools", 1)[1].split("## ", 1)[0]
+    assert "Regular expressions are not checked: a value that breaks a `pattern` passes" in section

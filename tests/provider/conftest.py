@@ -1,4 +1,5 @@
-"""A real forward proxy on loopback (Debian's tinyproxy), and what it saw."""
+"""A real forward proxy on loopback (Debian's tinyproxy), what it saw, and stacks whose provider is
+reached through it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pytest_aiohttp import AiohttpServer
 
-from tests.conftest import free_port
+from gateway.demo.model import Reply, ScriptedModel
+from gateway.settings.model import Settings
+from tests.conftest import GatewayFactory, Script, Stack, free_port
 
 _REQUEST = re.compile(r"Request \(file descriptor \d+\): (.+)$")
 
@@ -80,3 +85,35 @@ async def make_tinyproxy(tmp_path: Path) -> AsyncIterator[ProxyFactory]:
 @pytest.fixture
 async def tinyproxy(make_tinyproxy: ProxyFactory) -> Tinyproxy:
     return await make_tinyproxy()
+
+
+# --- a stack whose provider is reached through such a proxy, or not ----------------------------------
+
+def _origin(stack: Stack) -> str:
+    assert stack.upstream_server is not None
+    return str(stack.upstream_server.make_url("")).rstrip("/")
+
+
+def _script_a_tool_round(stack: Stack) -> None:
+    stack.script.then(Reply(tool_calls=[("read_file", {"path": "notes.txt"})]), Reply(content="It says hi."))
+
+
+async def _one_of_each(stack: Stack) -> dict[str, Any]:
+    _script_a_tool_round(stack)
+    answer = await stack.ask(False, messages=[{"role": "user", "content": "read notes.txt"}])
+    models = await stack.client.models.list()
+    ready = await stack.http.get("/readyz")
+    return {"answer": answer.content, "models": bool(models.data), "ready": ready.status}
+
+
+async def _stack_on_localhost(make_gateway: GatewayFactory, aiohttp_server: AiohttpServer,
+                              **overrides: Any) -> Stack:
+    """A stack whose gateway names its provider `localhost` (the scripted model listens on 127.0.0.1)."""
+    script = Script()
+    model = ScriptedModel(script)
+    server = await aiohttp_server(model.app())
+    settings = Settings(port=0, upstream=str(server.make_url("/v1").with_host("localhost")), trajectory_store=False,
+                        **overrides)
+    gateway = await make_gateway(settings, provider_name="toolspan.scripted")
+    return Stack(gateway.url, gateway.http, gateway.client, model, script, gateway.exporter, gateway.metrics,
+                 gateway.observability, server)

@@ -17,8 +17,7 @@ from pytest_aiohttp import AiohttpServer
 from gateway.demo.model import ScriptedModel
 from gateway.settings.model import Settings
 from tests.conftest import STREAM, GatewayFactory, Script, Stack
-from tests.provider.conftest import Tinyproxy
-from tests.provider.test_route import _one_of_each, _script_a_tool_round
+from tests.provider.conftest import Tinyproxy, _one_of_each, _script_a_tool_round
 
 USER = [{"role": "user", "content": "read notes.txt"}]
 

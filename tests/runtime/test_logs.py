@@ -1,14 +1,12 @@
-"""Logging for operators: the text and JSON formatters (what a caller or a provider put in a line
-escaped), the access log (credentials in the query masked), and a bind failure as one clear error."""
+"""Logging for operators (gateway.runtime.logs): the text and JSON formatters (what a caller or a
+provider put in a line escaped) and the access log (credentials in the query masked)."""
 
 from __future__ import annotations
 
-import errno
 import inspect
 import io
 import json
 import logging
-import socket
 import sys
 import time
 from datetime import UTC, datetime
@@ -34,14 +32,12 @@ from gateway.runtime.logs import (
     redacted_target,
     shown,
 )
-from gateway.runtime.process import CannotListen, serving
+from gateway.runtime.process import serving
 from gateway.settings.model import REDACT_KEYS
 from gateway.wire.escaping import visible
 from gateway.wire.headers import secret_names
 from tests.conftest import installed_formatter
-
-TRAJECTORY = "traj_0123456789abcdef"
-TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+from tests.runtime.conftest import TRACE, TRAJECTORY, tiny_app
 
 
 def record(message: str, *args: object, exc: bool = False) -> logging.LogRecord:
@@ -178,17 +174,6 @@ def test_the_access_logger_takes_the_configured_redact_list() -> None:
     assert access_logger(()).secret_parameter == secret_names(())
 
 
-async def stamped(request: web.Request) -> web.Response:
-    """A handler that sets the ids the gateway's app sets on every response."""
-    return web.Response(text="hello", headers={"X-Trajectory-Id": TRAJECTORY, "X-Trace-Id": TRACE})
-
-
-def tiny_app() -> web.Application:
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", stamped)
-    return app
-
-
 @pytest.fixture
 def access(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
@@ -301,24 +286,3 @@ def test_a_handler_that_would_not_emit_the_line_does_not_count() -> None:
     "trajectory_id": st.text(), "trace_id": st.text()}))
 def test_the_access_line_is_its_format(fields: dict[str, object]) -> None:
     assert access_line(fields) == ACCESS_LINE % fields
-
-
-async def test_a_port_in_use_is_one_clear_error() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with pytest.raises(CannotListen) as caught:
-            async with serving(tiny_app(), "127.0.0.1", port):
-                pytest.fail("listening on a port that is taken")
-    assert str(caught.value) == f"cannot listen on 127.0.0.1:{port}: Address already in use"
-
-
-@pytest.mark.parametrize(("host", "error", "message"), [
-    ("::1", OSError(errno.EADDRINUSE, "error while attempting to bind on address ('::1', 80): address already in use"),
-     "cannot listen on [::1]:80: Address already in use"),
-    ("no.such.host", socket.gaierror(-2, "Name or service not known"),
-     "cannot listen on no.such.host:80: Name or service not known"),
-], ids=["ipv6", "unknown-host"])
-def test_the_bind_error_names_the_address_and_the_reason(host: str, error: OSError, message: str) -> None:
-    assert str(CannotListen(host, 80, error)) == message
