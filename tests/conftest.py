@@ -52,6 +52,17 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["tests.e2e.redis_server"]  # a real redis-server, for the tests that share state
 
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every black-box run (tests/e2e: real processes, browsers, CLIs, Redis, Prometheus) is `slow`, as
+    are the modules elsewhere that mark themselves so: `pytest -m "not slow"` is the quick loop."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's (and its subprocesses') home and user data directory are temporary ones: a

@@ -5,6 +5,7 @@ runs, and every link into docs/ pointing at a file that is there (mkdocs checks 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -57,3 +58,12 @@ def test_the_docs_list_every_outcome_the_option_takes() -> None:
     said = re.search(r"`toolspan trajectories list --outcome` takes one of `([^`]+)`", page_text())
     assert said is not None
     assert [outcome.strip() for outcome in said.group(1).split(",")] == list(names.OUTCOMES)
+
+
+def test_the_test_command_runs_the_slow_tests_too() -> None:
+    """`slow` is for the quick loop to leave out (`pytest -m "not slow"`); CI's command runs them."""
+    test = shell_blocks(README)[1]
+    pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]
+    assert re.findall(r"\.venv/bin/pytest([^&]*)&&", test) == [" -n 2 "]  # no -m, no path: every test
+    assert pytest_options["ini_options"]["addopts"].split() == ["--strict-markers"]
+    assert [marker.split(":")[0] for marker in pytest_options["ini_options"]["markers"]] == ["slow"]

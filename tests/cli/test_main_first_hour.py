@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the toolspan console script, run as a process
+
 TOOLSPAN = str(Path(sys.executable).parent / "toolspan")  # the console script: no cwd on its path
 START_TIMEOUT = 30.0
 MY_TOOLS = '''

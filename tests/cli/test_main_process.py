@@ -22,6 +22,8 @@ from openai import OpenAI
 
 from tests.cli.test_main import FIXTURES
 
+pytestmark = pytest.mark.slow  # toolspan serve and demo as processes of their own
+
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"\blistening on (http://127\.0\.0\.1:\d+/v1)\b")  # in a text or a JSON log line
 ACCESS = re.compile(r' INFO toolspan\.access: 127\.0\.0\.1 "(\w+) (\S+) HTTP/1\.1" (\d{3}) (\d+) ([\d.]+)ms '

@@ -144,6 +144,7 @@ def otlp_line(trajectory: str) -> str:
     return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [call, request]}]}]})
 
 
+@pytest.mark.slow  # `toolspan trajectories` as a process, five times
 @pytest.mark.parametrize("command", [["export"], ["report"], ["list"], ["list", "--json"], ["show", "t1"]])
 def test_output_to_a_reader_that_left_ends_quietly(tmp_path: Path, command: list[str]) -> None:
     """`toolspan trajectories export | head`: the reader is gone before the output ends (here before

@@ -15,6 +15,8 @@ from gateway.mcp.connection import UNAVAILABLE
 from tests.conftest import StackFactory
 from tests.mcp.conftest import FLOOD_SERVER, HttpServer, Recorded, assert_counted, connection, invoke
 
+pytestmark = pytest.mark.slow  # an MCP server as a process
+
 
 @pytest.fixture(params=["json", "sse"])
 async def http_flood_server(request: pytest.FixtureRequest, recorded: Recorded) -> AsyncIterator[HttpServer]:

@@ -20,6 +20,8 @@ from gateway.mcp import McpConnection
 from tests.conftest import Stack, StackFactory
 from tests.mcp.conftest import Recorded, connection
 
+pytestmark = pytest.mark.slow  # MCP servers as processes
+
 HOSTILE_SERVER = Path(__file__).parent / "servers" / "hostile.py"
 
 

@@ -17,6 +17,8 @@ from telemetry import names
 from tests.conftest import StackFactory
 from tests.mcp.conftest import FLOOD_SERVER, Recorded, assert_counted, connection, invoke
 
+pytestmark = pytest.mark.slow  # MCP servers as processes, one flooding 32 MB
+
 CAP = 256 * 1024  # small enough for quick tests; the 32 MB flood runs against the default
 
 

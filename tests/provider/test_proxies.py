@@ -11,6 +11,8 @@ from yarl import URL
 from tests.conftest import GatewayFactory, free_port
 from tests.provider.conftest import ProxyFactory, Tinyproxy, _one_of_each, _origin, _stack_on_localhost
 
+pytestmark = pytest.mark.slow  # a tinyproxy process for each test
+
 
 @pytest.mark.parametrize("variable", ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"])
 async def test_the_environment_names_the_proxy_in_either_case(

@@ -18,6 +18,8 @@ from tests.provider.conftest import (
     _stack_on_localhost,
 )
 
+pytestmark = pytest.mark.slow  # a tinyproxy process for each test
+
 
 @STREAM
 async def test_the_tool_loop_of_both_apis_the_pass_through_and_readyz_go_through_the_proxy(

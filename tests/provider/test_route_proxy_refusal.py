@@ -13,6 +13,8 @@ from tests.conftest import GatewayFactory, StackFactory
 from tests.provider.conftest import ProxyFactory
 from tests.provider.test_route_tls import _ca, _every_route, _the_same, _tls_stack
 
+pytestmark = pytest.mark.slow  # a tinyproxy process for each test
+
 _CREDENTIALS = "it wants credentials, or not these: give them in the proxy URL as http://user:password@host:port"
 
 

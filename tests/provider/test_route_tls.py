@@ -19,6 +19,8 @@ from gateway.settings.model import Settings
 from tests.conftest import STREAM, GatewayFactory, Script, Stack
 from tests.provider.conftest import Tinyproxy, _one_of_each, _script_a_tool_round
 
+pytestmark = pytest.mark.slow  # a tinyproxy process
+
 USER = [{"role": "user", "content": "read notes.txt"}]
 
 

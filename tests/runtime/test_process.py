@@ -32,6 +32,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow  # a host application as a process of its own
 def test_an_application_embedding_the_gateway_keeps_its_collector_as_it_was(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data")}
     run = subprocess.run([sys.executable, "-c", HOST], env=env, capture_output=True, text=True, timeout=60,
