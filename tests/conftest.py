@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +30,14 @@ from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
+from gateway.apis.chat.answer import ChatStreamReader
+from gateway.apis.messages.answer import MessagesStreamReader
+from gateway.apis.responses.answer import ResponsesStreamReader
 from gateway.app import create_app
 from gateway.demo.model import Reply, ScriptedModel
+from gateway.engine.turn import ModelTurn
 from gateway.http.keys import APPROVALS
+from gateway.provider.sse import sse_events
 from gateway.runtime.logs import configure_logging
 from gateway.runtime.process import Observability, build_telemetry
 from gateway.settings.model import Settings
@@ -46,6 +51,17 @@ if TYPE_CHECKING:
     from tests.e2e.redis_server import RedisServer  # which imports this module
 
 pytest_plugins = ["tests.e2e.redis_server"]  # a real redis-server, for the tests that share state
+
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every black-box run (tests/e2e: real processes, browsers, CLIs, Redis, Prometheus) is `slow`, as
+    are the modules elsewhere that mark themselves so: `pytest -m "not slow"` is the quick loop."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(autouse=True)
 def _data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -602,3 +618,36 @@ async def while_asking(ask: Asking, then: Callable[[], Awaitable[Any]]) -> Any:
         if not asking.done():
             asking.cancel()
             await asyncio.gather(asking, return_exceptions=True)
+
+
+# --- the docs' telemetry page ---------------------------------------------------------------------
+
+TELEMETRY_PAGE = Path(__file__).resolve().parents[1] / "docs" / "telemetry-and-trajectories.md"
+
+
+def page_text() -> str:
+    """The telemetry page's text, its line breaks read as spaces."""
+    return " ".join(TELEMETRY_PAGE.read_text(encoding="utf-8").split())
+
+
+# --- a provider's stream, read and assembled ---------------------------------------------------------
+
+def _feed(pieces: Sequence[bytes]) -> list[dict[str, Any]]:
+    """The events `pieces`, read one after the other from the connection, decode to."""
+    async def reads() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    async def read() -> list[dict[str, Any]]:
+        return [event async for event in sse_events(reads())]
+    return asyncio.run(read())
+
+
+def _assembled(events: list[dict[str, Any]]) -> tuple[list[Any], ModelTurn]:
+    """What the client sees at once, and the turn, of a stream of Chat chunks, Responses events or
+    Messages events."""
+    kind = str(events[0].get("type", ""))
+    reader = (ResponsesStreamReader() if kind.startswith("response.") else MessagesStreamReader() if kind
+              else ChatStreamReader())
+    shown = [piece for event in events if (piece := reader.absorb(event)) is not None]
+    return shown, reader.turn()

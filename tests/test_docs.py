@@ -5,9 +5,13 @@ runs, and every link into docs/ pointing at a file that is there (mkdocs checks 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import yaml
+
+from telemetry import names
+from tests.conftest import page_text
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -48,3 +52,18 @@ def test_the_site_reads_the_pages_in_order() -> None:
     assert config["strict"] is True
     assert [next(iter(entry.values())) for entry in config["nav"]] == PAGES
     assert sorted(PAGES) == sorted(path.name for path in (ROOT / "docs").glob("*.md"))
+
+
+def test_the_docs_list_every_outcome_the_option_takes() -> None:
+    said = re.search(r"`toolspan trajectories list --outcome` takes one of `([^`]+)`", page_text())
+    assert said is not None
+    assert [outcome.strip() for outcome in said.group(1).split(",")] == list(names.OUTCOMES)
+
+
+def test_the_test_command_runs_the_slow_tests_too() -> None:
+    """`slow` is for the quick loop to leave out (`pytest -m "not slow"`); CI's command runs them."""
+    test = shell_blocks(README)[1]
+    pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]
+    assert re.findall(r"\.venv/bin/pytest([^&]*)&&", test) == [" -n 2 "]  # no -m, no path: every test
+    assert pytest_options["ini_options"]["addopts"].split() == ["--strict-markers"]
+    assert [marker.split(":")[0] for marker in pytest_options["ini_options"]["markers"]] == ["slow"]

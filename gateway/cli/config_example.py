@@ -3,7 +3,7 @@ cannot fall behind the code: every setting, commented out at its default, with i
 its environment variable.
 
 Regenerate it with `python -m gateway.cli.config_example docs/toolspan.example.toml` (no argument: the
-file goes to stdout); tests/test_config_example.py fails while the checked-in file differs.
+file goes to stdout); tests/cli/test_config_example.py fails while the checked-in file differs.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ ACCESS_LINE = ('%(remote)s "%(method)s %(path)s %(protocol)s" %(status)d %(bytes
 
 
 def access_line(fields: Mapping[str, Any]) -> str:
-    """`ACCESS_LINE % fields`, the same text (tests/test_logs.py checks it), written as an f-string,
+    """`ACCESS_LINE % fields`, the same text (tests/runtime/test_logs.py checks it), written as an f-string,
     which runs in fewer instructions than the %-format."""
     return (f'{fields["remote"]} "{fields["method"]} {fields["path"]} {fields["protocol"]}" {fields["status"]} '
             f'{fields["bytes"]} {fields["duration_ms"]:.1f}ms trajectory={fields["trajectory_id"]} '
@@ -53,7 +53,7 @@ ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tupl
 
 def shown(text: str) -> str:
     """`visible(text)`, without its regex scan when no character could need an escape: every one
-    it escapes is one `str.isprintable` refuses (categories Cc, Cf, Zl, Zp; tests/test_logs.py
+    it escapes is one `str.isprintable` refuses (categories Cc, Cf, Zl, Zp; tests/runtime/test_logs.py
     checks each code point). The check costs well under the scan."""
     return text if text.isprintable() else visible(text)
 

@@ -16,7 +16,7 @@ from typing import Any
 from gateway.settings.model import Settings
 from gateway.ui.markup import EMPTY, Html, join, render, when
 
-# The setting the page tells a reader to turn on, and its variable (tests/routes/test_ui_render.py
+# The setting the page tells a reader to turn on, and its variable (tests/ui/test_messages.py
 # checks that setting them does turn capture on).
 CAPTURE_SETTING = "capture_message_content"
 CAPTURE_VARIABLE = f"{Settings.model_config.get('env_prefix', '')}{CAPTURE_SETTING}".upper()

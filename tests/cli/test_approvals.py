@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Any
 
+import pytest
+
 from gateway.demo.model import Reply
 from tests.conftest import (
     AGENT,
@@ -26,6 +28,8 @@ from tests.conftest import (
     pending,
     while_asking,
 )
+
+pytestmark = pytest.mark.slow  # toolspan approvals, run as processes
 
 
 async def waiting_stack(make_stack: StackFactory, **settings: Any) -> Stack:

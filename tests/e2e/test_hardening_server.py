@@ -33,9 +33,9 @@ from gateway.settings.model import Settings
 from gateway.settings.parts import GatewayKey
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
+from tests.cli.test_main_process import Server
 from tests.conftest import USER, Gateway, GatewayFactory, Stack, StackFactory, free_port
 from tests.e2e.test_faults import assert_openai_error
-from tests.test_cli import Server
 
 DEADLINE = 5.0
 HANG_UPS = 5

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.test_cli import Server
+from tests.cli.test_main_process import Server
 
 STUCK_SERVER = Path(__file__).parent.parent / "mcp" / "servers" / "stuck.py"
 # With nothing under way the gateway's own shutdown takes well under a second; its MCP servers'

@@ -85,7 +85,7 @@ async def test_upstream_404_passes_through(stack: Stack) -> None:
 
 # --- trace and trajectory headers ------------------------------------------------------------------
 
-# (a probe makes no span: tests/telemetry/test_probes.py)
+# (a probe makes no span: tests/telemetry/test_instrument_probes.py)
 @pytest.mark.parametrize(("method", "path"), [("GET", "/v1/tools"), ("GET", "/v1/models"),
                                               ("POST", "/v1/tools/add/invoke")])
 async def test_incoming_traceparent_is_honoured(stack: Stack, method: str, path: str) -> None:

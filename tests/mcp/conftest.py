@@ -18,6 +18,7 @@ import pytest
 
 from gateway.http.keys import MCP_SOURCES
 from gateway.mcp import McpConnection
+from telemetry import names
 from tests.conftest import Gateway, Stack
 
 FILES_SERVER = Path(__file__).parent / "servers" / "files.py"
@@ -116,3 +117,28 @@ async def lose_once(gateway: Stack | Gateway, recorded: Recorded, name: str = "f
     lost = source.disconnects
     os.kill(recorded.pids()[-1], signal.SIGKILL)
     await source.wait_until(lambda c: c.disconnects > lost and c.state == "up")
+
+
+# --- tests/mcp/servers/flood.py: answers as large as asked, and what each call came to ---------------
+
+FLOOD_SERVER = Path(__file__).parent / "servers" / "flood.py"
+
+
+async def invoke(stack: Stack, tool: str, **arguments: Any) -> dict[str, Any]:
+    async with stack.http.post(f"/v1/tools/flood__{tool}/invoke", json={"arguments": arguments}) as response:
+        assert response.status == 200
+        outcome: dict[str, Any] = await response.json()
+        return outcome
+
+
+def assert_counted(stack: Stack, expected: dict[tuple[str, str], int]) -> None:
+    """Each call has its tool.call span and its count, with its outcome."""
+    spans = [s for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    seen: dict[tuple[str, str], int] = {}
+    for span in spans:
+        attributes = span.attributes or {}
+        key = (str(attributes[names.ATTR_TOOL_NAME]), str(attributes[names.ATTR_OUTCOME]))
+        seen[key] = seen.get(key, 0) + 1
+    assert seen == expected
+    for (tool, outcome), count in expected.items():
+        assert stack.metric(names.METRIC_TOOL_CALLS, tool=tool, outcome=outcome) == count

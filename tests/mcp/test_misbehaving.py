@@ -17,6 +17,8 @@ from telemetry import names
 from tests.conftest import GatewayFactory, StackFactory, tool_messages
 from tests.mcp.conftest import connection
 
+pytestmark = pytest.mark.slow  # MCP servers as processes
+
 ODD_SERVER = {"command": sys.executable, "args": [str(Path(__file__).parent / "servers" / "odd.py")],
               "ping_interval_seconds": 0}
 

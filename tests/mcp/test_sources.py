@@ -21,6 +21,8 @@ from telemetry import names
 from tests.conftest import TEST_KEY, StackFactory, tool_messages, tool_outcomes
 from tests.mcp.conftest import HttpServer, Recorded, connection, start_http_server, stdio_server
 
+pytestmark = pytest.mark.slow  # MCP servers as processes (stdio, streamable HTTP, SSE)
+
 
 async def test_its_tools_are_listed_and_offered_to_the_provider(make_stack: StackFactory,
                                                                 files_server: dict[str, Any]) -> None:

@@ -9,11 +9,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from opentelemetry import baggage
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
 
 from gateway.demo.model import Reply
 from telemetry import names
+from telemetry.instrument import Telemetry
+from telemetry.metrics import Metrics
 from telemetry.store.records import stored_id
+from telemetry.tracing import build_provider, tracer_of
 from tests.conftest import TEST_KEY, USER, Stack, StackFactory, every_outcome_registry
 
 ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict", "checked"]  # not "admin": not_allowed
@@ -85,3 +93,14 @@ async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
     db = sqlite3.connect(stack.store.path)
     yield Session(stack, db, trace_ids)
     db.close()
+
+
+# --- telemetry on its own, for the unit tests of telemetry/ -------------------------------------------
+
+def with_baggage() -> Context:
+    return baggage.set_baggage("user.id", "u 42", baggage.set_baggage("tenant", "acme"))
+
+
+def telemetry(exporter: InMemorySpanExporter | None = None) -> Telemetry:
+    processors = [SimpleSpanProcessor(exporter)] if exporter is not None else []
+    return Telemetry(tracer_of(build_provider(processors=processors)), Metrics(CollectorRegistry()))

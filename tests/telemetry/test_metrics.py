@@ -1,5 +1,6 @@
 """The metrics the event loop moves (telemetry.metrics.LoopMetric): the page shows what
-prometheus_client's own metrics would show for the same updates, in both formats."""
+prometheus_client's own metrics would show for the same updates, in both formats; the request
+duration's exemplars are sampled at most once per bucket per second of each series."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from telemetry import names
 from telemetry.metrics import (
     APPROVAL_WAIT_BUCKETS,
     CLIENT_ROUNDTRIP_BUCKETS,
+    EXEMPLAR_INTERVAL,
     REQUEST_DURATION_BUCKETS,
     ROUND_BUCKETS,
     TOOL_DURATION_BUCKETS,
@@ -148,3 +150,67 @@ def test_a_name_taken_twice_on_a_registry_fails() -> None:
     Metrics(registry)
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         Metrics(registry)
+
+
+# --- exemplars: at most one a bucket a second of each series -----------------------------------------
+
+ROUTE = "/v1/chat/completions"
+
+
+def bucket_exemplars(metrics: Metrics) -> dict[str, tuple[str, float]]:
+    """The request duration's exemplars, by bucket: (trace id, value)."""
+    return {s.labels["le"]: (s.exemplar.labels[names.EXEMPLAR_TRACE_ID], s.exemplar.value)
+            for family in metrics.registry.collect() for s in family.samples
+            if s.name == f"{names.METRIC_REQUEST_DURATION}_bucket" and s.exemplar is not None}
+
+
+def test_a_bucket_takes_one_exemplar_a_second() -> None:
+    metrics = Metrics(CollectorRegistry())
+    duration = metrics.request_series(ROUTE, 200).duration
+    duration.observe(0.02, 0xA, now=100.0)
+    duration.observe(0.021, 0xB, now=100.0 + EXEMPLAR_INTERVAL / 2)  # same bucket, too soon: observed plainly
+    duration.observe(0.3, 0xC, now=100.0 + EXEMPLAR_INTERVAL / 2)  # another bucket: its own second
+    assert bucket_exemplars(metrics) == {"0.025": (f"{0xA:032x}", 0.02), "0.5": (f"{0xC:032x}", 0.3)}
+    duration.observe(0.022, 0xD, now=100.0 + EXEMPLAR_INTERVAL)
+    assert bucket_exemplars(metrics)["0.025"] == (f"{0xD:032x}", 0.022)
+    assert metrics.registry.get_sample_value(f"{names.METRIC_REQUEST_DURATION}_count", {"route": ROUTE}) == 4
+
+
+def test_an_observation_without_a_trace_leaves_the_bucket_free() -> None:
+    metrics = Metrics(CollectorRegistry())
+    duration = metrics.request_series(ROUTE, 200).duration
+    duration.observe(0.02, None, now=100.0)  # a trace nobody keeps: no exemplar, and no turn taken
+    duration.observe(0.02, 0xA, now=100.0)
+    assert bucket_exemplars(metrics) == {"0.025": (f"{0xA:032x}", 0.02)}
+
+
+def test_the_limit_is_per_series_shared_by_every_status() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.request_series(ROUTE, 200).duration.observe(0.02, 0xA, now=100.0)
+    metrics.request_series(ROUTE, 500).duration.observe(0.02, 0xB, now=100.1)  # the same duration series
+    metrics.request_series("/v1/responses", 200).duration.observe(0.02, 0xC, now=100.1)  # another series
+    found = {(s.labels["route"], s.labels["le"]): s.exemplar.labels[names.EXEMPLAR_TRACE_ID]
+             for family in metrics.registry.collect() for s in family.samples
+             if s.name == f"{names.METRIC_REQUEST_DURATION}_bucket" and s.exemplar is not None}
+    assert found == {(ROUTE, "0.025"): f"{0xA:032x}", ("/v1/responses", "0.025"): f"{0xC:032x}"}
+
+
+@pytest.mark.parametrize("value", [0.0, *REQUEST_DURATION_BUCKETS, 0.0051, 1e9])
+def test_the_exemplar_lands_in_the_bucket_prometheus_counts_the_value_in(value: float) -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.request_series(ROUTE, 200).duration.observe(value, 0xA, now=100.0)
+    [(bucket, _)] = bucket_exemplars(metrics).items()
+    counted = [s.labels["le"] for family in metrics.registry.collect() for s in family.samples
+               if s.name == f"{names.METRIC_REQUEST_DURATION}_bucket" and s.value == 1]
+    assert bucket == counted[0]  # the first (lowest) bucket that counts it
+
+
+@pytest.mark.parametrize("bound", REQUEST_DURATION_BUCKETS)
+def test_the_limiter_takes_turns_by_the_buckets_prometheus_counts_in(bound: float) -> None:
+    """A value on a bucket's bound and one just above it fall in two buckets: each takes its own
+    exemplar within the same second."""
+    metrics = Metrics(CollectorRegistry())
+    duration = metrics.request_series(ROUTE, 200).duration
+    duration.observe(bound, 0xA, now=100.0)
+    duration.observe(bound * 1.0001, 0xB, now=100.0)
+    assert sorted(trace for trace, _ in bucket_exemplars(metrics).values()) == [f"{0xA:032x}", f"{0xB:032x}"]

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from gateway.demo.model import Reply
 from gateway.tools import (
     Interrupt,
     Param,
@@ -20,12 +21,14 @@ from gateway.tools import (
     ToolDeclarationError,
     ToolError,
     ToolOutcome,
+    ToolRegistry,
     ToolResult,
     accepted_param_names,
     read_arguments,
     required_param_names,
 )
-from tests.conftest import hang
+from telemetry import names
+from tests.conftest import USER, StackFactory, hang
 
 CTX = ToolContext(tool_call_id="call-1", trajectory_id="traj-1", request_id="req-1", principal="key-a",
                   metadata={"team": "a"})
@@ -797,3 +800,15 @@ async def test_nan_results_are_json_null() -> None:
     tool = Tool(name="nan", function=lambda a: {"value": float("nan")})
     outcome = await tool.call("{}", ToolContext(tool_call_id="c"))
     assert (outcome.status, outcome.content) == ("ok", '{"value":null}')
+
+
+async def test_a_schema_violation_is_labelled_as_such(make_stack: StackFactory) -> None:
+    checked = Tool(name="checked", parameters=[Param("n", "integer", required=True)], validate_schema=True,
+                   function=lambda a: a["n"])
+    stack = await make_stack(registry=ToolRegistry([checked]))
+    stack.script.then(Reply(tool_calls=[("checked", {"n": "many"})]), Reply(content="done"))
+    raw = await stack.client.chat.completions.with_raw_response.create(model="m", messages=USER)
+    [call] = [s for s in stack.spans(raw.headers["x-trace-id"]) if s.name == names.SPAN_TOOL_CALL]
+    assert (call.attributes or {})[names.ATTR_REJECTION_REASON] == "schema_violation"
+    assert stack.metric(names.METRIC_TOOL_REJECTIONS, tool="checked", reason="schema_violation") == 1
+    assert stack.metric(names.METRIC_TOOL_REJECTIONS, tool="checked", reason="parser") == 0

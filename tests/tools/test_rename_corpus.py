@@ -25,6 +25,8 @@ from tests.tools.rename_corpus import (
     words,
 )
 
+pytestmark = pytest.mark.slow  # every parameter of a few thousand real-world schemas, renamed every way
+
 # Renames a name-only comparison can always undo: another case or spelling, or one typo.
 RECOVERABLE = ("upper", "capitalized", "snake_case", "camelCase", "PascalCase", "kebab-case", "letter_dropped",
                "letters_swapped")

@@ -1,0 +1,68 @@
+"""Tool arguments, and messages about them, made safe for a span (telemetry.arguments): secrets kept
+off spans however a model writes them, what is not secret kept (issue 10's hardening)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.settings.model import Settings
+from telemetry.arguments import MASK, mask_message, render_arguments
+from telemetry.instrument import ArgumentCapture
+
+
+def test_the_redact_list_is_one_list() -> None:
+    assert tuple(ArgumentCapture().redact_keys) == tuple(Settings().redact_keys)
+    for key in ("api-key", "x-api-key", "passwd", "X_API_KEY", "Private-Key", "cookie"):
+        assert MASK in render_arguments(f'{{"{key}": "s3cr3t"}}', 2048, Settings().redact_keys), key
+
+
+@pytest.mark.parametrize(("raw", "secret"), [
+    ("{'password': 'hunter2', 'path': 'a'}", "hunter2"),
+    ("{'password': \"hunter2\"}", "hunter2"),
+    ("{'token': 12345678}", "12345678"),
+    ('{"password": "hunter2"', "hunter2"),
+    ("{password: hunter2, path: a}", "hunter2"),
+    ("password=hunter2&user=bob", "hunter2"),
+    ('"{\\"password\\": \\"hunter2\\"}"', "hunter2"),  # JSON text inside a JSON string
+], ids=["single", "mixed-quotes", "number", "cut-short", "bare", "form", "double-encoded"])
+def test_secret_pairs_in_text_that_is_not_a_json_object_are_masked(raw: str, secret: str) -> None:
+    rendered = render_arguments(raw, 2048, Settings().redact_keys)
+    assert secret not in rendered
+    assert MASK in rendered
+
+
+def test_masking_keeps_what_is_not_secret() -> None:
+    rendered = render_arguments("{'password': 'hunter2', 'path': '/etc/hosts'}", 2048, ("password",))
+    assert "'path': '/etc/hosts'" in rendered
+
+
+def test_a_violation_line_of_a_secret_field_loses_its_value() -> None:
+    message = "\n".join([
+        "Tool 'login': 3 arguments do not fit the declared parameters.",
+        '- password: String should have at least 12 characters (got "hunter2 (got x)")',
+        '- auth.0.api_key: String should match pattern \'^sk-\' (got "leaky")',
+        '- retries: Input should be a valid integer (got "many")',
+        "Fix every problem listed and call 'login' again."])
+    masked = mask_message(message, "", Settings().redact_keys, 2048)
+    assert "hunter2" not in masked
+    assert "leaky" not in masked
+    assert f"- password: String should have at least 12 characters (got {MASK})" in masked
+    assert f"- auth.0.api_key: String should match pattern '^sk-' (got {MASK})" in masked
+    assert '- retries: Input should be a valid integer (got "many")' in masked
+
+
+def test_secret_values_of_the_arguments_are_masked_wherever_a_message_quotes_them() -> None:
+    raw = '{"user": "bob", "auth": [{"password": "hunter2\\"quoted"}], "token": 987654321}'
+    message = 'refused: hunter2"quoted, escaped "hunter2\\"quoted", id 987654321, user bob'
+    masked = mask_message(message, raw, Settings().redact_keys, 2048)
+    assert "hunter2" not in masked
+    assert "987654321" not in masked
+    assert "user bob" in masked
+
+
+def test_short_secret_values_are_not_hunted_through_the_message() -> None:
+    # A one-letter secret would mask every "a" of the message; the pairs still go.
+    masked = mask_message("- a: bad (got 1)", '{"token": "a"}', Settings().redact_keys, 2048)
+    assert masked == "- a: bad (got 1)"
+
+
