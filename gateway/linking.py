@@ -23,7 +23,6 @@ from gateway.client_tools import results as client_results
 from gateway.engine.events import Event, Finished
 from gateway.errors import Unavailable
 from gateway.state import StateStore
-from gateway.wire.headers import is_trajectory_id
 
 log = logging.getLogger("toolspan")
 
@@ -38,15 +37,15 @@ _CALL = "call:"  # link kinds: a call id the client was given, a response id it 
 _RESPONSE = "resp:"
 
 
-def described(caller: Caller, metadata: object) -> Caller:
-    """`caller` as a request's `metadata` describes it: the metadata reaches tools, and its
-    `trajectory_id` counts when the header named none."""
+def described(caller: Caller, metadata: object, named: str | None) -> Caller:
+    """`caller` as a request's `metadata` describes it: the metadata reaches tools, and the
+    trajectory it names (`named`, checked: wire.headers.named_trajectory) counts when the header
+    named none."""
     if not isinstance(metadata, dict):
         return caller
-    named = metadata.get("trajectory_id")
-    if caller.trajectory_named or not is_trajectory_id(named):
+    if caller.trajectory_named or named is None:
         return replace(caller, metadata=metadata)
-    return replace(caller, metadata=metadata, trajectory_id=str(named), linked_by="metadata")
+    return replace(caller, metadata=metadata, trajectory_id=named, linked_by="metadata")
 
 
 def session_trajectory(principal: str | None, headers: Mapping[str, str]) -> str | None:
@@ -68,12 +67,12 @@ def by_session(caller: Caller, headers: Mapping[str, str]) -> Caller:
 
 
 async def joined(caller: Caller, state: StateStore, call_ids: Sequence[str], previous_response_id: str | None = None,
-                 metadata: object = None) -> Caller:
+                 metadata: object = None, named: str | None = None) -> Caller:
     """`caller` (as the request's `metadata` describes it) in the trajectory its request continues,
     and how that was found; a caller that named its trajectory (header, metadata) stays in it, and
     one whose request continues nothing the gateway answered stays in its session's (`by_session`,
     which the middleware applied)."""
-    caller = described(caller, metadata)
+    caller = described(caller, metadata, named)
     if caller.trajectory_source not in ("new", "session_header"):
         return caller
     try:

@@ -57,6 +57,7 @@ class Asked:
     previous_response_id: str | None = None
     # (call id, content, is_error) of the latest results of the client's calls; is_error None: the API has no flag
     results: list[tuple[str, Any, bool | None]] = field(default_factory=list)
+    trajectory_id: str | None = None  # the trajectory the metadata names, an id the gateway accepts
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ async def run_loop(request: web.Request, api: WireApi) -> web.StreamResponse:
     parts, called = request.app[LOOP], request[CALLER]
     body = await api.opened(await read_object(request), parts.state, called.principal)
     asked = api.checked(body, request.match_info)
-    caller = await linking.joined(called, parts.state, asked.call_ids, asked.previous_response_id, asked.metadata)
+    caller = await linking.joined(called, parts.state, asked.call_ids, asked.previous_response_id, asked.metadata,
+                                  asked.trajectory_id)
     settings = parts.settings
     plan = await api.plan(body, caller, parts.registry, parts.state, caller.provider_query(request.query_string),
                           request.path, parts.offering(caller))

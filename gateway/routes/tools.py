@@ -17,6 +17,7 @@ from gateway.http.bodies import read_object
 from gateway.http.keys import CALLER, EXECUTOR, REGISTRY
 from gateway.routes.render import answer_headers, json_answer, reported
 from gateway.tools import Rejection, Tool, ToolCall, ToolOutcome
+from gateway.wire.headers import named_trajectory
 
 
 def _jsonable(value: Any) -> Any:
@@ -69,7 +70,7 @@ async def list_tools(request: web.Request) -> web.Response:
 
 async def invoke(request: web.Request) -> web.StreamResponse:
     body = await read_object(request)
-    caller = linking.described(request[CALLER], body.get("metadata"))
+    caller = linking.described(request[CALLER], body.get("metadata"), named_trajectory(body.get("metadata")))
     tool = _tool(request, caller)
     call = ToolCall(f"call_{secrets.token_hex(12)}", tool.name, _arguments(body))
     outcome = await request.app[EXECUTOR].run_call(call, caller.turn(0), caller.allowed)
@@ -79,7 +80,7 @@ async def invoke(request: web.Request) -> web.StreamResponse:
 async def parse(request: web.Request) -> web.StreamResponse:
     """A dry run of the parse step: what the body would receive, or why it would not run."""
     body = await read_object(request)
-    caller = linking.described(request[CALLER], body.get("metadata"))
+    caller = linking.described(request[CALLER], body.get("metadata"), named_trajectory(body.get("metadata")))
     tool = _tool(request, caller)
     parsed = await tool.parse_arguments(_arguments(body), caller.turn(0).context("dry_run"))
     if isinstance(parsed, Rejection):

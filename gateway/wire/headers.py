@@ -47,6 +47,12 @@ def is_trajectory_id(value: object) -> bool:
     return isinstance(value, str) and _TRAJECTORY_ID.fullmatch(value) is not None
 
 
+def named_trajectory(metadata: object) -> str | None:
+    """The trajectory a request's `metadata` names (its `trajectory_id`), when that is an id we accept."""
+    named = metadata.get("trajectory_id") if isinstance(metadata, dict) else None
+    return named if isinstance(named, str) and is_trajectory_id(named) else None
+
+
 def _connection_tokens(headers: Mapping[str, str]) -> frozenset[str]:
     """Headers the Connection header names: hop-by-hop as well (RFC 9110, 7.6.1)."""
     listed = headers.get("Connection") or headers.get("connection") or ""

@@ -20,6 +20,7 @@ from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import openai_body
 from gateway.state import StateStore
 from gateway.tools import Tool, ToolRegistry
+from gateway.wire.headers import named_trajectory
 
 
 class ChatApi:
@@ -61,7 +62,8 @@ class ChatApi:
         if deployment := params.get("deployment"):
             body["model"] = deployment  # an Azure-style path names the model
         chat = validate(ChatRequest, body, "a chat completion request")
-        return Asked(chat.metadata, call_ids(chat.messages), None, results(chat.messages))
+        return Asked(chat.metadata, call_ids(chat.messages), None, results(chat.messages),
+                     named_trajectory(chat.metadata))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

@@ -21,6 +21,7 @@ from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.state import StateStore
 from gateway.tools import Tool, ToolRegistry
+from gateway.wire.headers import named_trajectory
 
 AUTO = {"type": "auto"}
 
@@ -77,7 +78,8 @@ class MessagesApi:
 
     def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
         checked = validate(MessagesRequest, body, "a Messages API request")
-        return Asked(checked.metadata, call_ids(checked.messages), None, results(checked.messages))
+        return Asked(checked.metadata, call_ids(checked.messages), None, results(checked.messages),
+                     named_trajectory(checked.metadata))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

@@ -23,6 +23,7 @@ from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import openai_body
 from gateway.state import StateStore
 from gateway.tools import Tool, ToolRegistry
+from gateway.wire.headers import named_trajectory
 
 
 class ResponsesApi:
@@ -66,7 +67,8 @@ class ResponsesApi:
 
     def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
         checked = validate(ResponsesRequest, body, "a Responses API request")
-        return Asked(checked.metadata, call_ids(checked.input), checked.previous_response_id, results(checked.input))
+        return Asked(checked.metadata, call_ids(checked.input), checked.previous_response_id, results(checked.input),
+                     named_trajectory(checked.metadata))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
