@@ -72,7 +72,8 @@ async def joined(caller: Caller, state: StateStore, call_ids: Sequence[str], pre
     and how that was found; a caller that named its trajectory (header, metadata) stays in it, and
     one whose request continues nothing the gateway answered stays in its session's (`by_session`,
     which the middleware applied)."""
-    caller = described(caller, metadata, named)
+    if metadata is not None:
+        caller = described(caller, metadata, named)
     if caller.trajectory_source not in ("new", "session_header"):
         return caller
     try:

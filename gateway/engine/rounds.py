@@ -75,7 +75,9 @@ class Rounds:
     async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any], attempt: int = 1) -> ModelTurn:
         """One provider call, not streamed: its answer as a turn."""
         with self.instrumentation.chat(plan.model, False) as trace:
-            self._sent(trace, plan, body, attempt)
+            trace.sent(plan.api.genai, body)
+            if attempt > 1:
+                trace.retried(attempt)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
                 path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
@@ -93,7 +95,9 @@ class Rounds:
         reader = plan.api.stream_reader()
         claimed = False
         with self.instrumentation.chat(plan.model, True) as trace:
-            self._sent(trace, plan, body, attempt)
+            trace.sent(plan.api.genai, body)
+            if attempt > 1:
+                trace.retried(attempt)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
                 path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
@@ -113,12 +117,6 @@ class Rounds:
         if not claimed:  # a stream that opened with no response (only its completion named it)
             await self._claim(plan, caller, turn.response_id)
         yield turn
-
-    @staticmethod
-    def _sent(trace: ChatTrace, plan: Plan, body: dict[str, Any], attempt: int) -> None:
-        trace.sent(plan.api.genai, body)
-        if attempt > 1:
-            trace.retried(attempt)
 
     async def _claim(self, plan: Plan, caller: Caller, response_id: str | None) -> bool:
         """With gateway keys, the key that made a provider response is remembered before its client

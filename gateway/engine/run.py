@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from gateway.caller import Caller
 from gateway.client_tools.handed import HandedChecks
@@ -23,7 +23,7 @@ from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
 from gateway.engine.replays import Replays
 from gateway.engine.retries import RetryPolicy
-from gateway.engine.rounds import Rounds
+from gateway.engine.rounds import RoundEvent, Rounds
 from gateway.engine.turn import ModelCall, ModelTurn
 from gateway.instrumentation import Instrumentation
 from gateway.provider.client import Upstream
@@ -84,9 +84,10 @@ class _Run:
             yield again
         while True:
             final = is_final(len(self.turns), self.engine.max_rounds)
-            async with aclosing(self._round(final)) as asked:
+            async with aclosing(self._asked(final)) as asked:
                 async for event in asked:
-                    yield event
+                    if self._seen(event):
+                        yield event
             decision = self._decided(self.turns[-1], len(self.turns) - 1)
             if isinstance(decision, Finish):
                 yield await self._answered(decision.finish_reason, final)
@@ -109,20 +110,22 @@ class _Run:
         return decide(turn, self.plan.client_names, tool_rounds, self.engine.max_rounds,
                       self.conversation.tool_choice, self.plan.api.relaxed_tool_choice)
 
-    async def _round(self, final: bool) -> AsyncGenerator[Opened | Visible | Keepalive, None]:
-        """One provider call; its turn joins the run, what the client saw of it is kept for a replay."""
+    def _asked(self, final: bool) -> AsyncGenerator[RoundEvent, None]:
+        """One provider call (gateway.engine.rounds)."""
         body = self.conversation.request(final, self.plan.stream)
         self.pieces = []
-        rounds = self.engine.rounds.asked(self.plan, self.caller, body, len(self.turns), self.ran, self.replays)
-        async with aclosing(rounds) as asked:
-            async for event in asked:
-                if isinstance(event, ModelTurn):
-                    self.turns.append(event)
-                    continue
-                if isinstance(event, Visible):
-                    self.pieces.append(event.piece)
-                    self.shown_first = self.shown_first or (event.round == 0 and not self.plan.api.opens(event.piece))
-                yield event
+        return self.engine.rounds.asked(self.plan, self.caller, body, len(self.turns), self.ran, self.replays)
+
+    def _seen(self, event: RoundEvent) -> TypeGuard[Opened | Visible | Keepalive]:
+        """Whether the client sees `event`: its turn joins the run instead, and what the client saw
+        of the round is kept for a replay."""
+        if isinstance(event, ModelTurn):
+            self.turns.append(event)
+            return False
+        if isinstance(event, Visible):
+            self.pieces.append(event.piece)
+            self.shown_first = self.shown_first or (event.round == 0 and not self.plan.api.opens(event.piece))
+        return True
 
     async def _acted(self, decision: RunTools | HandBack, final: bool) -> AsyncGenerator[Keepalive | _Acted, None]:
         """The checks of the client's calls handed back and the gateway's calls run (keepalives

@@ -4,6 +4,7 @@ the handler runs; a response carries what its handler reports back."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -39,10 +40,15 @@ class LoopParts:
     def offering(self, caller: Caller) -> Offering:
         """How the gateway's tools are offered to this caller. Hand-back mode: a client may declare
         a gateway tool (one that pauses for a reviewer, declared approval=True or raising
-        Interrupt), to receive its paused calls."""
+        Interrupt), to receive its paused calls; otherwise every caller is offered them alike."""
         settings = self.settings
-        shared = self.registry.offered_names(caller.allowed) if settings.interrupt_mode == "hand_back" else frozenset()
-        return Offering(settings.offer_tools_on_empty_tools, shared)
+        if settings.interrupt_mode != "hand_back":
+            return self.alike
+        return Offering(settings.offer_tools_on_empty_tools, self.registry.offered_names(caller.allowed))
+
+    @functools.cached_property
+    def alike(self) -> Offering:
+        return Offering(self.settings.offer_tools_on_empty_tools)
 
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -204,7 +204,8 @@ class MemoryMaps:
         return len(self._map(table))
 
     def may_hold(self, table: Table[Any]) -> bool:
-        return self.count(table) > 0
+        bounded = self._maps.get(table.kind)  # read on every request offered tools: no map made for it
+        return bounded is not None and len(bounded) > 0
 
     async def status(self) -> str | None:
         return None

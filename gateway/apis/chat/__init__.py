@@ -63,7 +63,7 @@ class ChatApi:
             body["model"] = deployment  # an Azure-style path names the model
         chat = validate(ChatRequest, body, "a chat completion request")
         return Asked(chat.metadata, call_ids(chat.messages), None, results(chat.messages),
-                     named_trajectory(chat.metadata))
+                     named_trajectory(chat.metadata) if chat.metadata else None)
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

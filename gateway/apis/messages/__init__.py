@@ -79,7 +79,7 @@ class MessagesApi:
     def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
         checked = validate(MessagesRequest, body, "a Messages API request")
         return Asked(checked.metadata, call_ids(checked.messages), None, results(checked.messages),
-                     named_trajectory(checked.metadata))
+                     named_trajectory(checked.metadata) if checked.metadata else None)
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

@@ -68,7 +68,7 @@ class ResponsesApi:
     def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
         checked = validate(ResponsesRequest, body, "a Responses API request")
         return Asked(checked.metadata, call_ids(checked.input), checked.previous_response_id, results(checked.input),
-                     named_trajectory(checked.metadata))
+                     named_trajectory(checked.metadata) if checked.metadata else None)
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
