@@ -33,6 +33,7 @@ class Caller:
     # "previous_response", "call_ids", "session_header"; None: the header's, or a new one.
     linked_by: str | None = None
     client_tool_check: ClientCheckMode | None = None  # the key's own client_tool_check; None: the gateway's
+    models: tuple[str, ...] | None = None  # models (names, glob patterns) that key may ask for; None: every one
 
     @property
     def trajectory_source(self) -> str:
@@ -95,7 +96,8 @@ def resolve_caller(headers: Mapping[str, str], ids: tuple[str, str, bool], keys:
         if token and hmac.compare_digest(token.encode(), spec.key.get_secret_value().encode()):
             allowed = None if spec.tools is None else frozenset(spec.tools)
             routes = None if spec.routes is None else tuple(spec.routes)
+            models = None if spec.models is None else tuple(spec.models)
             return Caller(trajectory_id, request_id, name, allowed, upstream_headers, named, routes=routes,
-                          query_secret=secret, client_tool_check=spec.client_tool_check)
+                          query_secret=secret, client_tool_check=spec.client_tool_check, models=models)
     raise Unauthorized("this gateway needs one of its keys: send Authorization: Bearer <key> (or x-api-key: <key>)",
                        code="invalid_api_key")

@@ -13,6 +13,7 @@ from gateway.apis.messages import MESSAGES
 from gateway.apis.responses import RESPONSES
 from gateway.engine.turn import Api
 from gateway.errors import BadRequest, GatewayError, openai_body
+from gateway.provider.routing import SERVED_BY_KIND
 
 ADAPTERS: Mapping[Api, WireApi] = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES}
 
@@ -20,12 +21,6 @@ ErrorBody = Callable[[GatewayError], Mapping[str, Any]]
 # The /v1 path of each API's requests (the routes below it are the API's too: /v1/responses/{id} ...).
 _V1_PATHS = {api.paths[0]: name for name, api in ADAPTERS.items()}
 _V1_PREFIXES = tuple(_V1_PATHS)
-# The wire APIs an upstream of each kind serves. The OpenAI-compatible kinds (vllm, ollama, deepseek,
-# compatible) are not here: a server of theirs may serve Messages as well, or not, and says so itself.
-SERVED_BY_KIND: Mapping[str, tuple[Api, ...]] = {
-    "openai": ("chat", "responses"), "azure": ("chat", "responses"), "anthropic": ("messages",)}
-
-
 def api_of_path(path: str) -> Api | None:
     """The wire API a /v1 path belongs to (its create route or one below it), if any."""
     if not path.startswith(_V1_PREFIXES):

@@ -11,11 +11,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gateway.provider.proxies import DIRECT, parse_proxy
-from gateway.provider.route import tls_context
 from gateway.settings.parts import (
     HOST_ENTRY,
     KEY_NAME,
@@ -27,15 +25,15 @@ from gateway.settings.parts import (
     McpServer,
     each_matches,
 )
+from gateway.settings.upstreams import ProviderSettings
 
 InterruptMode = Literal["wait", "hand_back"]
-UpstreamKind = Literal["openai", "azure", "anthropic", "vllm", "ollama", "deepseek", "compatible"]
 # Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
 REDACT_KEYS = ("password", "passwd", "passphrase", "secret", "token", "api_key", "apikey", "authorization",
                "credential", "private_key", "cookie")
 
 
-class Settings(BaseSettings):
+class Settings(ProviderSettings, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TOOLSPAN_", extra="forbid")
 
     host: str = Field("127.0.0.1", description="Address to listen on")
@@ -50,40 +48,6 @@ class Settings(BaseSettings):
         default_factory=list, description="Web pages, besides the gateway's own, whose browser requests are "
                                           "taken, as origins ('https://app.example.com'); a request with any "
                                           "other Origin header gets a 403")
-    upstream: str | None = Field(None, description="Provider base URL, e.g. https://api.openai.com/v1; "
-                                                   "unset: the built-in scripted model")
-    upstream_api_key: SecretStr | None = Field(None, description="Provider key; unset: the caller's "
-                                                                 "Authorization header is passed through")
-    upstream_kind: UpstreamKind = Field(
-        "openai", description="What the provider is: openai, or any OpenAI-compatible server (vllm, ollama, "
-                              "deepseek, compatible), azure (deployment paths, api-version, api-key header), or "
-                              "anthropic (the Messages API; its key as x-api-key, an anthropic-version default). "
-                              "openai and azure serve Chat Completions and Responses, anthropic Messages: a request "
-                              "for another API is refused at once (400), saying so; the compatible kinds are asked "
-                              "for all three")
-    upstream_provider_name: str | None = Field(
-        None, description="gen_ai.provider.name on spans; unset: the one the upstream kind implies")
-    azure_api_version: str = Field("2024-10-21", description="api-version for an azure upstream, unless the "
-                                                             "caller sends one")
-    upstream_timeout_seconds: float = Field(120.0, gt=0, description="Limit on one upstream call")
-    upstream_connect_timeout_seconds: float = Field(10.0, gt=0, description="Limit on opening one connection to "
-                                                                          "the provider")
-    upstream_retry_attempts: int = Field(
-        2, ge=0, description="After a round in which gateway tools ran, how many more times the gateway itself "
-                             "tries a provider call that failed with a 429, 500, 502, 503, 504, 529 or a "
-                             "broken connection (the client is told not to resend: that would run the tools again)")
-    upstream_retry_max_seconds: float = Field(
-        20.0, ge=0, allow_inf_nan=False,
-        description="Longest wait, in all, between those attempts of one provider call; a retry-after asking "
-                    "for more ends the retries at once")
-    upstream_retry_backoff_seconds: float = Field(
-        0.5, gt=0, allow_inf_nan=False,
-        description="First wait between those attempts when the provider sends no retry-after; it doubles "
-                    "(up to 8 s), with jitter")
-    upstream_idle_seconds: float = Field(
-        15.0, gt=0, allow_inf_nan=False,
-        description="A pooled connection to the provider (the tool loop's and the pass-through's) that has carried "
-                    "no request for this long is closed, so a burst's descriptors are given back")
     tools: list[str] = Field(default_factory=list, description="module:attr of tools to load; unset: the example "
                                                                "tools (get_weather, to_fahrenheit, echo) with the "
                                                                "built-in model, none with an upstream")
@@ -152,21 +116,6 @@ class Settings(BaseSettings):
     body_read_timeout_seconds: float = Field(30.0, gt=0, description="Longest wait for the next part of a body")
     max_concurrent_requests: int = Field(1000, ge=1, description="Requests handled at once; more are refused at once "
                                                                  "(503 with retry-after), never queued")
-    upstream_max_connections: int = Field(1000, ge=1, description="Open connections to the provider, at most, for "
-                                                                  "the tool loop's calls; the pass-through routes "
-                                                                  "have as many again of their own")
-    upstream_proxy: str | None = Field(
-        None, description="HTTP proxy to reach the provider through, http://[user:password@]host:port (CONNECT "
-                          "for an https provider); 'direct': none; unset: https_proxy / http_proxy / all_proxy / "
-                          "no_proxy, each in either case (the lowercase name first; HTTP_PROXY too, which "
-                          "curl leaves out)")
-    upstream_ca_bundle: Path | None = Field(
-        None, description="PEM file of the CAs the provider's certificate is checked against, in place of the "
-                          "system's (as curl's --cacert); unset: the system's")
-    upstream_client_cert: Path | None = Field(
-        None, description="PEM client certificate presented to an https provider (mutual TLS); its key in it "
-                          "or in upstream_client_key")
-    upstream_client_key: Path | None = Field(None, description="PEM private key of upstream_client_cert")
     shutdown_grace_seconds: float = Field(20.0, ge=0, description="On SIGTERM, how long requests under way may "
                                                                   "run on before they are ended")
     pending_turn_capacity: int = Field(1000, ge=1, description="Mixed turns held for the client's follow-up")
@@ -329,7 +278,7 @@ class Settings(BaseSettings):
         # The OpenTelemetry rule: only "true", in any case, is true; anything else (empty too) is false.
         return value.strip().lower() == "true" if isinstance(value, str) else value
 
-    @field_validator("upstream", "upstream_api_key", "metrics_key", "otel_traces_exporter",
+    @field_validator("metrics_key", "otel_traces_exporter",
                      "otel_exporter_otlp_endpoint",
                      "otel_exporter_otlp_traces_endpoint", mode="before")
     @classmethod
@@ -341,28 +290,6 @@ class Settings(BaseSettings):
     @classmethod
     def _any_case(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value  # TOOLSPAN_LOG_LEVEL=INFO
-
-    @field_validator("upstream_proxy", "upstream_ca_bundle", "upstream_client_cert", "upstream_client_key",
-                     mode="before")
-    @classmethod
-    def _unset_when_empty(cls, value: object) -> object:
-        return None if isinstance(value, str) and not value.strip() else value
-
-    @field_validator("upstream_proxy")
-    @classmethod
-    def _proxy_url(cls, value: str | None) -> str | None:
-        if value is not None and value.strip().lower() != DIRECT:
-            parse_proxy(value, "upstream_proxy")  # a ValueError naming the setting
-        return value
-
-    @model_validator(mode="after")
-    def _provider_tls(self) -> Settings:
-        # Read now, so that a missing file or a bad PEM fails at start-up, not on the first call.
-        if self.upstream_client_key is not None and self.upstream_client_cert is None:
-            raise ValueError("upstream_client_key is set without upstream_client_cert")
-        if self.upstream_ca_bundle is not None or self.upstream_client_cert is not None:
-            tls_context(self.upstream_ca_bundle, self.upstream_client_cert, self.upstream_client_key)
-        return self
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,

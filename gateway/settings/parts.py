@@ -29,6 +29,8 @@ class GatewayKey(BaseModel):
         None, description="Pass-through path prefixes this key may use (e.g. /v1/models, /v1/embeddings); unset: all")
     client_tool_check: ClientCheckMode | None = Field(
         None, description="client_tool_check for this key's requests; unset: the gateway's")
+    models: list[str] | None = Field(
+        None, description="Models this key may ask for: names and glob patterns (gpt-4o*); unset: every one")
 
     @field_validator("routes")
     @classmethod
