@@ -160,7 +160,7 @@ def our_side(tracer: Tracer, metrics: Metrics) -> Callable[[], None]:
 
     def one() -> None:
         with telemetry.request(info) as request:
-            with telemetry.chat(MODEL, False) as chat:
+            with telemetry.chat(MODEL, False, "default", "openai") as chat:
                 chat.inject(dict(HEADERS))
                 chat.answered(ANSWER)
             request.finish(200, record)

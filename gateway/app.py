@@ -35,15 +35,18 @@ from gateway.http.keys import (
     SETTINGS,
     STATE,
     TRACE,
-    UPSTREAM,
+    UPSTREAMS,
     LoopParts,
 )
 from gateway.http.metrics_page import MetricsPage, OwnMetrics
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.provider import paths as provider_paths
-from gateway.provider.client import Upstream
+from gateway.provider.client import PROVIDER_NAMES, Upstream
+from gateway.provider.cooldowns import MemoryCooldowns
 from gateway.provider.route import ProviderRoute, provider_route
+from gateway.provider.routing import Balancer
+from gateway.provider.upstreams import Upstreams
 from gateway.routes import (
     approvals,
     front,
@@ -67,8 +70,9 @@ from gateway.wire.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
 
 log = logging.getLogger("toolspan")
 ADMISSION = web.AppKey("admission", Admission)
-# How the provider is reached, by every route (gateway.provider.route).
-PROVIDER_ROUTE = web.AppKey("provider_route", ProviderRoute)
+OWN_KEYS = web.AppKey("own_keys", bool)  # some upstream is called with a key of the gateway's
+# How each upstream is reached, by name, by every route (gateway.provider.route).
+PROVIDER_ROUTES = web.AppKey("provider_routes", dict[str, ProviderRoute])
 SHUTDOWN_WRAP_UP_SECONDS = 5.0  # after the grace period, for requests whose provider calls were ended to answer
 
 
@@ -98,7 +102,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                 caller = resolve_caller(request.headers, ids, settings.keys,
                                         authenticate=request.path.startswith(("/v1/", "/openai/"))
                                         or request.path == mcp.PATH,
-                                        own_key=settings.upstream_api_key is not None, secret=app[SECRET_HEADERS])
+                                        own_key=app[OWN_KEYS], secret=app[SECRET_HEADERS])
                 request[CALLER] = linking.by_session(caller, request.headers)
                 response = await handler(request)
         except GatewayError as exc:
@@ -134,25 +138,34 @@ async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
         response.headers[TRACE_HEADER] = trace_id  # none when there is no trace to name
 
 
-async def _upstream(app: web.Application) -> AsyncIterator[None]:
+async def _upstreams(app: web.Application) -> AsyncIterator[None]:
+    """Each upstream's client, on a session of its own (its proxy and TLS), and the routing over them."""
     settings = app[SETTINGS]
-    assert settings.upstream is not None  # checked in create_app
-    transport = app[PROVIDER_ROUTE]
-    connector = transport.connector(settings.upstream_max_connections, settings.upstream_idle_seconds)
-    session = aiohttp.ClientSession(auto_decompress=False, connector=connector)
-    upstream = Upstream(session, settings.upstream, settings.upstream_api_key, settings.upstream_timeout_seconds,
-                        settings.upstream_connect_timeout_seconds, settings.upstream_kind, settings.azure_api_version,
-                        settings.upstream_max_connections, settings.upstream_idle_seconds, settings.max_json_depth,
-                        transport)
-    app[UPSTREAM] = upstream
-    app[ENGINE] = Engine(upstream, app[EXECUTOR], app[STATE], app[INSTRUMENTATION], settings.max_rounds,
+    entries = settings.upstream_entries()
+    sessions: list[aiohttp.ClientSession] = []
+    clients: dict[str, Upstream] = {}
+    for name, entry in entries.items():
+        route = app[PROVIDER_ROUTES][name]
+        connector = route.connector(settings.upstream_max_connections, settings.upstream_idle_seconds)
+        sessions.append(session := aiohttp.ClientSession(auto_decompress=False, connector=connector))
+        clients[name] = Upstream(session, entry.url, entry.key(), entry.timeout_seconds or 0.0,
+                                 settings.upstream_connect_timeout_seconds, entry.kind,
+                                 entry.azure_api_version or settings.azure_api_version,
+                                 settings.upstream_max_connections, settings.upstream_idle_seconds,
+                                 settings.max_json_depth, route)
+    providers = {name: entry.provider_name or PROVIDER_NAMES[entry.kind] for name, entry in entries.items()}
+    instrumentation = app[INSTRUMENTATION]
+    upstreams = Upstreams(settings.routing_table(), clients, providers, MemoryCooldowns(settings.cooldown_rule()),
+                          Balancer(settings.load_balancing), instrumentation.upstream_state)
+    app[UPSTREAMS] = upstreams
+    app[ENGINE] = Engine(upstreams, app[EXECUTOR], app[STATE], instrumentation, settings.max_rounds,
                          settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check)
-    app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], app[INSTRUMENTATION],
-                          settings.upstream_kind)
+    app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], instrumentation, upstreams)
     yield
     app[ENGINE].client_checks.close()
-    await upstream.aclose()
-    await session.close()
+    await upstreams.aclose()
+    for session in sessions:
+        await session.close()
 
 
 async def _wind_down(app: web.Application) -> None:
@@ -165,8 +178,8 @@ async def _wind_down(app: web.Application) -> None:
         return
     log.info("shutting down: ending %d requests still under way", admission.count)
     app[APPROVALS].end()
-    if UPSTREAM in app:
-        app[UPSTREAM].end()
+    if UPSTREAMS in app:
+        app[UPSTREAMS].end()
     await admission.drained(SHUTDOWN_WRAP_UP_SECONDS)
 
 
@@ -177,17 +190,20 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     `trajectories` reads the trajectory store for the page at /ui (None: the store is off).
     `state` holds turns and retry state between requests (runtime.build_state); the app closes it.
     `metrics_page` is what /metrics answers (None: this process's metrics)."""
-    if not settings.upstream:
-        raise ValueError("settings.upstream is not set: give a provider URL or start the built-in model")
+    if not settings.has_upstream:
+        raise ValueError("no upstream is set: give a provider URL (or upstreams), or start the built-in model")
     # aiohttp closes a connection that has not sent a whole request head this long after it opened
     # or after its last answer (its keep-alive timer): the header read timeout.
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[observe],
                           handler_args={"keepalive_timeout": settings.header_read_timeout_seconds})
     app[SETTINGS] = settings
     # Decided now, so that a bad proxy variable fails at start-up, naming it.
-    app[PROVIDER_ROUTE] = provider_route(settings.upstream, settings.upstream_proxy, settings.upstream_ca_bundle,
-                                     settings.upstream_client_cert, settings.upstream_client_key,
-                                     proxy_environment())
+    environ = proxy_environment()
+    entries = settings.upstream_entries()
+    app[PROVIDER_ROUTES] = {name: provider_route(entry.url, entry.proxy, entry.ca_bundle, entry.client_cert,
+                                                 entry.client_key, environ) for name, entry in entries.items()}
+    # The caller's credentials travel on only where no upstream has a key of the gateway's.
+    app[OWN_KEYS] = any(entry.api_key is not None or entry.api_key_env is not None for entry in entries.values())
     app[ADMISSION] = Admission(settings.max_concurrent_requests)
     app[BROWSERS] = browser_rule(settings)
     app[SECRET_HEADERS] = secret_names(settings.redact_keys)
@@ -202,7 +218,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
     app[STATE] = state
     app.on_cleanup.append(lambda app: app[STATE].aclose())
-    app.cleanup_ctx.append(_upstream)
+    app.cleanup_ctx.append(_upstreams)
     # MCP servers' tools join the registry at start-up, and follow their servers while it runs.
     app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation, settings.mcp_max_message_bytes)
     app.cleanup_ctx.append(app[MCP_SOURCES].lifetime)

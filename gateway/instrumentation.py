@@ -127,6 +127,9 @@ class ChatTrace(Protocol):
         """The request went out once more, on a new connection: the kept-alive one it was first
         sent on closed before any byte of an answer came."""
 
+    def fell_back(self, source: str, reason: str) -> None:
+        """This call went to its upstream after one to `source` failed, for `reason`, before answering."""
+
 
 class Instrumentation(ToolHooks, Protocol):
     """The observer create_app is handed: requests, provider calls and (as ToolHooks) tool calls."""
@@ -134,8 +137,12 @@ class Instrumentation(ToolHooks, Protocol):
     def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]:
         """The scope of one request, from its arrival to its answer."""
 
-    def chat(self, model: str, stream: bool) -> AbstractContextManager[ChatTrace]:
-        """The scope of one provider call (a whole stream, when streamed)."""
+    def chat(self, model: str, stream: bool, upstream: str, provider: str) -> AbstractContextManager[ChatTrace]:
+        """The scope of one provider call (a whole stream, when streamed) to a configured upstream,
+        `provider` its gen_ai.provider.name."""
+
+    def upstream_state(self, upstream: str, up: bool) -> None:
+        """An upstream is in its routes (`up`), or cooling down after failures."""
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics page and its content type, in the format `accept` asks for."""
@@ -171,6 +178,9 @@ class _NoChatTrace:
     def resent(self) -> None:
         return None
 
+    def fell_back(self, source: str, reason: str) -> None:
+        return None
+
 
 def untraced(info: RequestInfo) -> AbstractContextManager[RequestTrace]:
     """A request's scope with no span and no metrics: its response names the caller's trace, if
@@ -191,8 +201,11 @@ class NoInstrumentation(NoHooks):
     def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]:
         return untraced(info)
 
-    def chat(self, model: str, stream: bool) -> AbstractContextManager[ChatTrace]:
+    def chat(self, model: str, stream: bool, upstream: str, provider: str) -> AbstractContextManager[ChatTrace]:
         return nullcontext(self._chat_trace)
+
+    def upstream_state(self, upstream: str, up: bool) -> None:
+        return None
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         return b"# telemetry is off\n", "text/plain; version=0.0.4; charset=utf-8"

@@ -54,7 +54,7 @@ class Telemetry:
     than a child of it (a caller's unsampled trace context cannot hide its tool calls)."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, capture: ArgumentCapture | None = None,
-                 provider_name: str = "openai", max_models: int = 50,
+                 max_models: int = 50,
                  trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None,
                  max_label_chars: int = 128, own_sampling: bool = False,
                  messages: MessageCapture | None = None, count_probes: bool = False,
@@ -62,7 +62,6 @@ class Telemetry:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
-        self.provider_name = provider_name
         self.trajectories = trajectories if trajectories is not None else Trajectories()
         self._model_label = ModelLabels(max_models, max_label_chars)
         self._propagation = Propagation(propagator if propagator is not None else build_propagator())
@@ -105,9 +104,12 @@ class Telemetry:
             return untraced(info)
         return RequestSpan(self.tracer, self.metrics, info, self._propagation, self._own_sampling)
 
-    def chat(self, model: str, stream: bool) -> ChatSpan:
-        return ChatSpan(self.tracer, self.metrics, self._model_label.chat_model(model), stream, self.provider_name,
+    def chat(self, model: str, stream: bool, upstream: str, provider: str) -> ChatSpan:
+        return ChatSpan(self.tracer, self.metrics, self._model_label.chat_model(model), stream, upstream, provider,
                         self._propagation, self.messages)
+
+    def upstream_state(self, upstream: str, up: bool) -> None:
+        self.metrics.child(self.metrics.upstream_up, upstream).set(1 if up else 0)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""

@@ -206,8 +206,8 @@ class RequestSeries:
 class UpstreamSeries:
     """The series one provider call moves, for one model label and status."""
 
-    calls: CounterSeries  # upstream_requests_total{model,status}
-    duration: HistogramSeries  # upstream_request_duration_seconds{model}
+    calls: CounterSeries  # upstream_requests_total{upstream,model,status}
+    duration: HistogramSeries  # upstream_request_duration_seconds{upstream,model}
     input_tokens: CounterSeries  # tokens_total{model,type=input}
     output_tokens: CounterSeries  # tokens_total{model,type=output}
 
@@ -263,11 +263,15 @@ class Metrics:
             names.METRIC_APPROVAL_WAIT, "Time a tool call waited for its reviewer's decision.",
             (names.LABEL_TOOL, names.LABEL_DECISION), APPROVAL_WAIT_BUCKETS, registry)
         self.upstream_requests = _counter(
-            names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by model and HTTP status (or error).",
-            (names.LABEL_MODEL, names.LABEL_STATUS), registry)
+            names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by upstream, model and HTTP status (or error).",
+            (names.LABEL_UPSTREAM, names.LABEL_MODEL, names.LABEL_STATUS), registry)
         self.upstream_duration = _histogram(
-            names.METRIC_UPSTREAM_DURATION, "Time of one provider call, a whole stream included.",
-            (names.LABEL_MODEL,), REQUEST_DURATION_BUCKETS, registry)
+            names.METRIC_UPSTREAM_DURATION, "Time of one provider call, a whole stream included, by upstream and "
+            "model.", (names.LABEL_UPSTREAM, names.LABEL_MODEL), REQUEST_DURATION_BUCKETS, registry)
+        self.upstream_fallbacks = _counter(
+            names.METRIC_UPSTREAM_FALLBACKS, "Provider calls that moved on to another upstream after one failed "
+            "before answering, by the upstream left, the one tried next, and why (a status, timeout, connection).",
+            (names.LABEL_FROM, names.LABEL_TO, names.LABEL_REASON), registry)
         self.upstream_retries = _counter(
             names.METRIC_UPSTREAM_RETRIES, "Provider calls the gateway made again itself, after a retryable failure "
             "in a request for which its tools had already run, by model.", (names.LABEL_MODEL,), registry)
@@ -288,6 +292,9 @@ class Metrics:
         self.approvals_pending = Gauge(
             names.METRIC_APPROVALS_PENDING, "Tool calls waiting for a reviewer's decision in this process.",
             registry=registry)
+        self.upstream_up = Gauge(
+            names.METRIC_UPSTREAM_UP, "1 while the upstream is in its routes, 0 while it cools down after failures "
+            "(as this process last saw it).", (names.LABEL_UPSTREAM,), registry=registry)
         self.mcp_server_up = Gauge(
             names.METRIC_MCP_SERVER_UP, "1 while the MCP server is connected and its tools are callable, else 0.",
             (names.LABEL_SERVER,), registry=registry)
@@ -328,7 +335,7 @@ class Metrics:
         # validation each time.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._request_series: dict[tuple[str, int], RequestSeries] = {}
-        self._upstream_series: dict[tuple[str, str], UpstreamSeries] = {}
+        self._upstream_series: dict[tuple[str, str, str], UpstreamSeries] = {}
 
     def state_store_answered(self, up: bool) -> None:
         """A command to the shared state store succeeded (`up`), or failed or timed out."""
@@ -361,11 +368,11 @@ class Metrics:
                 self.requests.labels(route, str(status)), self.request_duration.labels(route))
         return found
 
-    def upstream_series(self, model: str, status: str) -> UpstreamSeries:
+    def upstream_series(self, upstream: str, model: str, status: str) -> UpstreamSeries:
         """The series of a provider call, cached like request_series."""
-        found = self._upstream_series.get((model, status))
+        found = self._upstream_series.get((upstream, model, status))
         if found is None:
-            found = self._upstream_series[model, status] = UpstreamSeries(
-                self.upstream_requests.labels(model, status), self.upstream_duration.labels(model),
+            found = self._upstream_series[upstream, model, status] = UpstreamSeries(
+                self.upstream_requests.labels(upstream, model, status), self.upstream_duration.labels(upstream, model),
                 self.tokens.labels(model, names.TOKEN_INPUT), self.tokens.labels(model, names.TOKEN_OUTPUT))
         return found

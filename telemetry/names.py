@@ -52,6 +52,11 @@ ATTR_RETRY_KIND: Final = "toolspan.retry.kind"
 ATTR_RETRY_STATE: Final = "toolspan.retry.state"
 # On a `chat` span: which attempt of its provider call it is (2 and up: the gateway retried it).
 ATTR_UPSTREAM_ATTEMPT: Final = "toolspan.upstream.attempt"
+# The configured upstream a chat span's call went to (issue 55), and when the call moved on to it
+# after another failed before answering: which one, and why (FALLBACK_REASONS).
+ATTR_UPSTREAM: Final = "toolspan.upstream"
+ATTR_UPSTREAM_FALLBACK_FROM: Final = "toolspan.upstream.fallback.from"
+ATTR_UPSTREAM_FALLBACK_REASON: Final = "toolspan.upstream.fallback.reason"
 # On a `chat` span: how many times its request was sent again on a new connection, the kept-alive one
 # having closed unanswered (the HTTP conventions' attribute, stable; absent: sent once).
 ATTR_HTTP_RESEND_COUNT: Final = "http.request.resend_count"
@@ -128,6 +133,10 @@ METRIC_UPSTREAM_REQUESTS: Final = "toolspan_upstream_requests_total"
 METRIC_UPSTREAM_DURATION: Final = "toolspan_upstream_request_duration_seconds"
 # Provider calls the gateway tried again itself, after gateway tools ran (gateway.engine.retries).
 METRIC_UPSTREAM_RETRIES: Final = "toolspan_upstream_retries_total"
+# Provider calls that moved from one upstream to another, by from, to and reason (a status, timeout,
+# connection); and each upstream's state: 1 in its routes, 0 cooling down after failures.
+METRIC_UPSTREAM_FALLBACKS: Final = "toolspan_upstream_fallbacks_total"
+METRIC_UPSTREAM_UP: Final = "toolspan_upstream_up"
 METRIC_TOKENS: Final = "toolspan_tokens_total"
 METRIC_REQUESTS: Final = "toolspan_requests_total"
 METRIC_REQUEST_DURATION: Final = "toolspan_request_duration_seconds"
@@ -166,6 +175,9 @@ LABEL_ROUTE: Final = "route"
 LABEL_KIND: Final = "kind"
 LABEL_SERVER: Final = "server"  # a configured MCP server's name
 LABEL_DECISION: Final = "decision"  # of the approval metrics: DECISIONS
+LABEL_UPSTREAM: Final = "upstream"  # a configured upstream's name
+LABEL_FROM: Final = "from"  # of the fallbacks: the upstream a call moved on from
+LABEL_TO: Final = "to"
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
 UNKNOWN_TOOL: Final = "__unknown__"  # every name outside the registry counts as this one

@@ -189,11 +189,12 @@ class RequestSpan:
 class ChatSpan:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
-    __slots__ = ("_answer", "_attempt", "_capture", "_exemplar_trace", "_failure", "_metrics", "_model", "_parent",
-                 "_propagation", "_provider", "_resends", "_sent", "_span", "_start", "_status", "_stream", "_tracer")
+    __slots__ = ("_answer", "_attempt", "_capture", "_exemplar_trace", "_failure", "_fallback", "_metrics", "_model",
+                 "_parent", "_propagation", "_provider", "_resends", "_sent", "_span", "_start", "_status", "_stream",
+                 "_tracer", "_upstream")
 
-    def __init__(self, tracer: Tracer, metrics: Metrics, model: ChatModel, stream: bool, provider: str,
-                 propagation: Propagation, capture: MessageCapture | None = None) -> None:
+    def __init__(self, tracer: Tracer, metrics: Metrics, model: ChatModel, stream: bool, upstream: str,
+                 provider: str, propagation: Propagation, capture: MessageCapture | None = None) -> None:
         self._tracer = tracer
         self._capture = capture
         self._sent: tuple[MessageView, Mapping[str, Any]] | None = None
@@ -201,7 +202,9 @@ class ChatSpan:
         self._propagation = propagation
         self._model = model
         self._stream = stream
+        self._upstream = upstream
         self._provider = provider
+        self._fallback: tuple[str, str] | None = None  # the upstream this call moved on from, and why
         self._status: str | None = None
         self._answer: ModelAnswer | None = None
         self._failure: tuple[dict[str, Any], str] | None = None  # error attributes, status message
@@ -241,6 +244,10 @@ class ChatSpan:
     def resent(self) -> None:
         self._resends += 1
 
+    def fell_back(self, source: str, reason: str) -> None:
+        self._fallback = source, reason
+        self._metrics.upstream_fallbacks.labels(source, self._upstream, reason).inc()
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc is not None and self._status is None:  # cancelled or broken before an answer
@@ -260,7 +267,7 @@ class ChatSpan:
             span.set_attributes(attributes)
         finally:
             span.end()  # whatever the attributes did, the span is not lost
-        self._metrics.upstream_series(self._model.label, self._status or "error").answered(
+        self._metrics.upstream_series(self._upstream, self._model.label, self._status or "error").answered(
             now - self._start, self._exemplar_trace, now, *tokens)
 
     def _content(self, capture: MessageCapture) -> dict[str, str]:
@@ -281,7 +288,12 @@ class ChatSpan:
     def _attributes(self, input_tokens: int | None, output_tokens: int | None) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
-            names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream}
+            names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream,
+            names.ATTR_UPSTREAM: self._upstream}
+        if self._fallback is not None:
+            source, reason = self._fallback
+            attributes[names.ATTR_UPSTREAM_FALLBACK_FROM] = source
+            attributes[names.ATTR_UPSTREAM_FALLBACK_REASON] = reason
         if self._attempt > 1:
             attributes[names.ATTR_UPSTREAM_ATTEMPT] = self._attempt
         if self._resends:

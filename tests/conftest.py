@@ -396,11 +396,13 @@ class Gateway:
 
 
 async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient,
-                         settings: Settings, registry: ToolRegistry | None, provider_name: str) -> Gateway:
+                         settings: Settings, registry: ToolRegistry | None, provider_name: str | None) -> Gateway:
     """`create_app` with the telemetry `build_telemetry` makes of the settings (its spans kept in
     memory as well), on `aiohttp_server`; `exits` shuts the tracer provider and the openai client."""
     exporter = InMemorySpanExporter()
-    observability = build_telemetry(settings, [SimpleSpanProcessor(exporter)], provider_name)
+    if provider_name is not None and settings.upstream_provider_name is None:  # the upstream's, as named
+        settings = settings.model_copy(update={"upstream_provider_name": provider_name})
+    observability = build_telemetry(settings, [SimpleSpanProcessor(exporter)])
     if observability.provider is not None:
         exits.callback(observability.provider.shutdown)
     app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation,
@@ -457,10 +459,11 @@ async def make_stack(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClien
 @pytest.fixture
 async def make_gateway(aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient) -> AsyncIterator[GatewayFactory]:
     """Builds the gateway alone on the given `Settings` (no scripted model), as `make_stack` does:
-    `await make_gateway(settings, registry=None, provider_name="openai")`."""
+    `await make_gateway(settings, registry=None, provider_name=None)` (a name: the upstream's
+    gen_ai.provider.name, unless the settings give one)."""
     async with AsyncExitStack() as exits:
         async def build(settings: Settings, registry: ToolRegistry | None = None,
-                        provider_name: str = "openai") -> Gateway:
+                        provider_name: str | None = None) -> Gateway:
             return await _serve_gateway(exits, aiohttp_server, aiohttp_client, settings, registry, provider_name)
 
         yield build

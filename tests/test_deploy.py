@@ -748,11 +748,13 @@ async def _drive(registry: CollectorRegistry) -> None:
     ]
     info = RequestInfo("POST", "/v1/chat/completions", "/v1/chat/completions", {}, "traj-deploy")
     with instrumentation.request(info) as request:
-        with instrumentation.chat("gpt-test", stream=False) as chat:
+        with instrumentation.chat("gpt-test", False, "default", "openai") as chat:
             chat.answered(read_chat({"id": "chatcmpl-1", "model": "gpt-test",
                                      "choices": [{"message": {}, "finish_reason": "tool_calls"}],
                                      "usage": {"prompt_tokens": 12, "completion_tokens": 5}}))
-        with instrumentation.chat("gpt-test", stream=False) as chat:  # a provider call the gateway retried
+        # a provider call the gateway retried
+        with instrumentation.chat("gpt-test", False, "west", "openai") as chat:
+            chat.fell_back("east", "429")  # the upstream tried first answered 429
             chat.retried(2)
             chat.answered(read_chat({"id": "chatcmpl-2", "model": "gpt-test",
                                      "choices": [{"message": {}, "finish_reason": "stop"}]}))
@@ -765,6 +767,7 @@ async def _drive(registry: CollectorRegistry) -> None:
         instrumentation.client_result(ClientResult("call_c", "grammar", time.time() - 1.5, 2, error=False), turn)
         await _denied(instrumentation, turn)  # a call a reviewer refused
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
+    instrumentation.upstream_state("east", False)  # an upstream cooling down
     instrumentation.mcp_server_state("files", True, disconnected=False)  # an MCP server up, then lost
     instrumentation.mcp_server_state("files", False, disconnected=True)
 

@@ -14,6 +14,7 @@ from gateway.apis.responses import RESPONSES
 from gateway.engine.turn import Api
 from gateway.errors import BadRequest, GatewayError, openai_body
 from gateway.provider.routing import SERVED_BY_KIND
+from gateway.provider.upstreams import Upstreams
 
 ADAPTERS: Mapping[Api, WireApi] = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES}
 
@@ -39,14 +40,18 @@ def error_body_for(path: str, headers: Mapping[str, str]) -> ErrorBody:
     return ADAPTERS[api].error_body if api is not None else openai_body
 
 
-def unserved(kind: str, api: Api) -> BadRequest | None:
-    """The refusal of a request of `api` when an upstream of `kind` does not serve that API (sent on,
-    the provider would answer an opaque 404); None when it does, or may."""
-    served = SERVED_BY_KIND.get(kind)
-    if served is None or api in served:
+def unserved(upstreams: Upstreams, api: Api) -> BadRequest | None:
+    """The refusal of a request of `api` when no upstream speaks that API (sent on, the provider
+    would answer an opaque 404); None when one does, or may."""
+    if upstreams.spoken(api):
         return None
+    kind = upstreams.only_kind
+    served = SERVED_BY_KIND.get(kind or "")
     needs = ("an upstream of kind anthropic (upstream_kind = \"anthropic\")" if api == "messages"
              else "an upstream of kind openai or azure")
+    if served is None:
+        return BadRequest(f"no upstream of this gateway speaks {ADAPTERS[api].title}: that API needs {needs}, or an "
+                          "OpenAI-compatible server that speaks it", code="api_not_served")
     return BadRequest(f"this gateway's upstream is of kind {kind}, which serves "
                       f"{' and '.join(ADAPTERS[name].title for name in served)}, not {ADAPTERS[api].title}: that API "
                       f"needs {needs}, or an OpenAI-compatible server that speaks it (upstream_kind vllm, ollama, "

@@ -174,14 +174,24 @@ def capture_line() -> str:
             "capture_message_content = true, or TOOLSPAN_CAPTURE_MESSAGE_CONTENT=true, keeps them")
 
 
+def upstream_lines(settings: Settings, builtin_model: bool) -> list[str]:
+    """Where requests go: the one upstream, or the routing table."""
+    if builtin_model:
+        return ["upstream: the built-in scripted model (set --upstream for a provider)"]
+    if not settings.upstreams:
+        return [f"upstream: {settings.upstream_kind} at {settings.upstream}"]
+    table = settings.routing_table()
+    default = f"; other models go to {table.default}" if table.default is not None else (
+        "; other models: 404 model_not_found (no default_upstream)")
+    return [f"upstreams: {len(table.upstreams)}, a request's model picks one{default}", *table.describe()]
+
+
 def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_model: bool) -> list[str]:
     """What an operator wants to see once the gateway listens: where, in front of what, with which
     tools, and where its traces and metrics go."""
-    upstream = ("the built-in scripted model (set --upstream for a provider)" if builtin_model
-                else f"{settings.upstream_kind} at {settings.upstream}")
     recorded = settings.telemetry and settings.trajectory_store
     return [f"listening on {url}/v1",
-            f"upstream: {upstream}",
+            *upstream_lines(settings, builtin_model),
             f"tools: {describe_tools(registry)}",
             f"traces: {describe_traces(settings)}",
             f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)",
@@ -203,7 +213,7 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
         registry = ToolRegistry()
         settings = with_mcp_examples(settings)
     else:  # the example tools go with the built-in model; a real provider gets none unless asked
-        registry = demo_registry() if settings.upstream is None else ToolRegistry()
+        registry = demo_registry() if not settings.has_upstream else ToolRegistry()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # from here on: a clean shutdown, even mid start-up
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)

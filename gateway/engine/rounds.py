@@ -1,12 +1,14 @@
-"""One round of the tool loop on the provider's side: the request sent, its answer read as a turn
-(streamed or not), the gateway's own retries of it once tools have run, and the provider responses
-claimed for the caller's key."""
+"""One round of the tool loop on the provider's side: the request routed to an upstream by its
+model and sent, its answer read as a turn (streamed or not), the move to the next upstream when one
+fails before answering, the gateway's own retries of it once tools have run, and the provider
+responses claimed for the caller's key."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Sequence
-from contextlib import aclosing
+from contextlib import AbstractContextManager, aclosing
+from types import TracebackType
 from typing import Any, NoReturn
 
 from gateway.caller import Caller
@@ -19,18 +21,20 @@ from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
 from gateway.provider.client import Upstream
 from gateway.provider.paths import not_found_at
+from gateway.provider.routing import Target
+from gateway.provider.upstreams import Upstreams, fallback_reason, falls_back
 from gateway.state import StateStore
 
 RoundEvent = Opened | Visible | Keepalive | ModelTurn
 
 
 class Rounds:
-    """The provider calls of every run: the provider client, the observer, the state store (for
-    claims) and how a call is retried."""
+    """The provider calls of every run: the upstreams, the observer, the state store (for claims)
+    and how a call is retried."""
 
-    def __init__(self, upstream: Upstream, instrumentation: Instrumentation, held: StateStore,
+    def __init__(self, upstreams: Upstreams, instrumentation: Instrumentation, held: StateStore,
                  retries: RetryPolicy, keepalive_seconds: float) -> None:
-        self.upstream = upstream
+        self.upstreams = upstreams
         self.instrumentation = instrumentation
         self.held = held
         self.retries = retries
@@ -44,25 +48,49 @@ class Rounds:
         the rounds done are kept for its replay."""
         retrying = self.retries.start()
         while True:
-            shown = False  # the client saw part of this attempt's answer: a retry would repeat it
+            shown = _Shown()  # the client saw part of this attempt's answer: a retry would repeat it
             try:
-                if not plan.stream:
-                    yield await self._answered(plan, caller, body, retrying.attempt)
-                    return
-                async with aclosing(self._streamed(plan, caller, body, round_, retrying.attempt)) as asked:
+                async with aclosing(self._routed(plan, caller, body, round_, retrying.attempt, shown)) as asked:
                     async for event in asked:
-                        shown = shown or (isinstance(event, Visible) and not plan.api.opens(event.piece))
                         yield event
                 return
             except GatewayError as exc:
                 if not ran:
                     raise  # nothing ran yet: the client's own retries are harmless
-                delay = None if shown else retrying.wait(exc)
+                delay = None if shown.seen else retrying.wait(exc)
                 if delay is None:
                     raise FailedAfterTools(exc, ran, retrying.attempt, await replays.keep()) from exc
             async with aclosing(self._pause(delay, plan.stream)) as pausing:
                 async for keepalive in pausing:
                     yield keepalive
+
+    async def _routed(self, plan: Plan, caller: Caller, body: dict[str, Any], round_: int, attempt: int,
+                      shown: _Shown) -> AsyncGenerator[RoundEvent, None]:
+        """One provider call, to the upstreams its model routes to in turn: a failure that another
+        may not have (a connection, a timeout, a 429, a 5xx) moves it to the next one, as long as
+        the client saw nothing of the answer; after that, the failure is the call's."""
+        targets = await self.upstreams.targets(plan.model, plan.api.name, caller.models)
+        moved: tuple[str, str] | None = None  # the upstream the call moved on from, and why
+        last = targets[-1]
+        for target in targets:
+            try:
+                if not plan.stream:
+                    yield await self._answered(plan, caller, body, attempt, target, moved)
+                else:
+                    async with aclosing(self._streamed(plan, caller, body, round_, attempt, target, moved)) as asked:
+                        async for event in asked:
+                            shown.seen = shown.seen or (isinstance(event, Visible) and not plan.api.opens(event.piece))
+                            yield event
+            except GatewayError as exc:
+                if not falls_back(exc):
+                    raise
+                await self.upstreams.failed(target)
+                if shown.seen or target is last:
+                    raise
+                moved = target.upstream, fallback_reason(exc)
+                continue
+            await self.upstreams.answered(target)
+            return
 
     async def _pause(self, seconds: float, stream: bool) -> AsyncGenerator[Keepalive, None]:
         """The wait before a retry; a stream is kept open through it as while tools run."""
@@ -72,37 +100,40 @@ class Rounds:
             if stream and deadline - asyncio.get_running_loop().time() > 0:
                 yield Keepalive()
 
-    async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any], attempt: int = 1) -> ModelTurn:
+    async def _answered(self, plan: Plan, caller: Caller, body: dict[str, Any], attempt: int, target: Target,
+                        moved: tuple[str, str] | None) -> ModelTurn:
         """One provider call, not streamed: its answer as a turn."""
-        with self.instrumentation.chat(plan.model, False) as trace:
+        upstream = self.upstreams.clients[target.upstream]
+        body = _for(body, target)
+        with self._chat(plan, False, target, attempt, moved) as trace:
             trace.sent(plan.api.genai, body)
-            if attempt > 1:
-                trace.retried(attempt)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
-                answer, headers = await self.upstream.post(path, body, self._headers(caller, trace), trace.resent)
+                path = upstream.path(plan.api.name, target.model, plan.query, plan.path)
+                answer, headers = await upstream.post(path, body, self._headers(upstream, caller, trace),
+                                                      trace.resent)
                 turn = plan.api.read(answer, headers)
             except GatewayError as exc:
-                self._failed(trace, exc, path)
+                self._failed(upstream, trace, exc, path)
             trace.answered(turn)
         await self._claim(plan, caller, turn.response_id)
         return turn
 
-    async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any], round_: int,
-                        attempt: int = 1) -> AsyncGenerator[Opened | Visible | ModelTurn, None]:
+    async def _streamed(self, plan: Plan, caller: Caller, body: dict[str, Any], round_: int, attempt: int,
+                        target: Target, moved: tuple[str, str] | None
+                        ) -> AsyncGenerator[Opened | Visible | ModelTurn, None]:
         """One streamed provider call: the pieces the client may see at once, then the turn."""
         reader = plan.api.stream_reader()
         claimed = False
-        with self.instrumentation.chat(plan.model, True) as trace:
+        upstream = self.upstreams.clients[target.upstream]
+        body = _for(body, target)
+        with self._chat(plan, True, target, attempt, moved) as trace:
             trace.sent(plan.api.genai, body)
-            if attempt > 1:
-                trace.retried(attempt)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path = self.upstream.path(plan.api.name, plan.model, plan.query, plan.path)
-                async with self.upstream.post_stream(path, body, self._headers(caller, trace),
-                                                     trace.resent) as answer:
+                path = upstream.path(plan.api.name, target.model, plan.query, plan.path)
+                async with upstream.post_stream(path, body, self._headers(upstream, caller, trace),
+                                                trace.resent) as answer:
                     if round_ == 0:
                         yield Opened(answer.headers)
                     async for event in answer.events:
@@ -112,7 +143,7 @@ class Rounds:
                             yield Visible(piece, round_)
                 turn = reader.turn(answer.headers)
             except GatewayError as exc:
-                self._failed(trace, exc, path)
+                self._failed(upstream, trace, exc, path)
             trace.answered(turn)
         if not claimed:  # a stream that opened with no response (only its completion named it)
             await self._claim(plan, caller, turn.response_id)
@@ -127,17 +158,59 @@ class Rounds:
         await self.held.owners.put(caller.principal, {response_id: True})
         return True
 
-    def _failed(self, trace: ChatTrace, exc: GatewayError, path: str) -> NoReturn:
+    def _chat(self, plan: Plan, stream: bool, target: Target, attempt: int,
+              moved: tuple[str, str] | None) -> AbstractContextManager[ChatTrace]:
+        """The span of one provider call: its upstream, and how it came there."""
+        chat = self.instrumentation.chat(plan.model, stream, target.upstream, self.upstreams.providers[target.upstream])
+        return _Traced(chat, attempt, moved)
+
+    def _failed(self, upstream: Upstream, trace: ChatTrace, exc: GatewayError, path: str) -> NoReturn:
         """Raises the error a failed provider call ends with, recorded on its trace: a 404 names the
         path called."""
-        error = not_found_at(exc, "POST", self.upstream.url(path))
+        error = not_found_at(exc, "POST", upstream.url(path))
         trace.failed(error.status, error.type, error.message)
         if error is exc:
             raise exc
         raise error from exc
 
-    def _headers(self, caller: Caller, trace: ChatTrace) -> dict[str, str]:
+    def _headers(self, upstream: Upstream, caller: Caller, trace: ChatTrace) -> dict[str, str]:
         """A provider call's headers: its credentials and the trace context of its span."""
-        headers = self.upstream.headers(caller.upstream_headers)
+        headers = upstream.headers(caller.upstream_headers)
         trace.inject(headers)
         return headers
+
+
+class _Shown:
+    """Whether the client saw part of an attempt's answer (then neither another upstream nor a
+    retry may answer it again)."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen = False
+
+
+class _Traced:
+    """A provider call's span, told on entry which attempt it is and where the call moved on from."""
+
+    __slots__ = ("_attempt", "_chat", "_moved")
+
+    def __init__(self, chat: AbstractContextManager[ChatTrace], attempt: int, moved: tuple[str, str] | None) -> None:
+        self._chat, self._attempt, self._moved = chat, attempt, moved
+
+    def __enter__(self) -> ChatTrace:
+        trace = self._chat.__enter__()
+        if self._attempt > 1:
+            trace.retried(self._attempt)
+        if self._moved is not None:
+            trace.fell_back(*self._moved)
+        return trace
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+                 ) -> bool | None:
+        return self._chat.__exit__(kind, exc, tb)
+
+
+def _for(body: dict[str, Any], target: Target) -> dict[str, Any]:
+    """The request body as `target`'s upstream gets it: its name for the model (an alias's)."""
+    return body if body.get("model") == target.model else {**body, "model": target.model}

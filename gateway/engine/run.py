@@ -26,7 +26,7 @@ from gateway.engine.retries import RetryPolicy
 from gateway.engine.rounds import RoundEvent, Rounds
 from gateway.engine.turn import ModelCall, ModelTurn
 from gateway.instrumentation import Instrumentation
-from gateway.provider.client import Upstream
+from gateway.provider.upstreams import Upstreams
 from gateway.settings.parts import ClientCheckMode
 from gateway.state import StateStore
 from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
@@ -36,11 +36,11 @@ class Engine:
     """Runs plans: the provider calls, the tool executor, the checks of the client's calls, the
     held-turn store and the observer."""
 
-    def __init__(self, upstream: Upstream, executor: ToolExecutor, held: StateStore, instrumentation: Instrumentation,
-                 max_rounds: int, keepalive_seconds: float, retries: RetryPolicy | None = None,
-                 client_check: ClientCheckMode = "observe") -> None:
-        self.upstream = upstream
-        self.rounds = Rounds(upstream, instrumentation, held, retries or RetryPolicy(), keepalive_seconds)
+    def __init__(self, upstreams: Upstreams, executor: ToolExecutor, held: StateStore,
+                 instrumentation: Instrumentation, max_rounds: int, keepalive_seconds: float,
+                 retries: RetryPolicy | None = None, client_check: ClientCheckMode = "observe") -> None:
+        self.upstreams = upstreams
+        self.rounds = Rounds(upstreams, instrumentation, held, retries or RetryPolicy(), keepalive_seconds)
         self.client_checks = HandedChecks(executor.hooks, client_check)
         self.executor = executor
         self.held = held

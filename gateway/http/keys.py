@@ -17,7 +17,7 @@ from gateway.http.metrics_page import MetricsPage
 from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.sources import McpSources
-from gateway.provider.client import Upstream
+from gateway.provider.upstreams import Upstreams
 from gateway.settings.model import Settings
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
@@ -28,14 +28,14 @@ from gateway.wire.headers import SecretNames
 @dataclass(frozen=True)
 class LoopParts:
     """What every tool-loop request reads of the app, set once when the app starts (its engine
-    needs the provider client, which opens then)."""
+    needs the provider clients, which open then)."""
 
     settings: Settings
     registry: ToolRegistry
     state: StateStore
     engine: Engine
     instrumentation: Instrumentation
-    upstream_kind: str
+    upstreams: Upstreams
 
     def offering(self, caller: Caller) -> Offering:
         """How the gateway's tools are offered to this caller. Hand-back mode: a client may declare
@@ -56,7 +56,7 @@ REGISTRY = web.AppKey("registry", ToolRegistry)
 INSTRUMENTATION = web.AppKey("instrumentation", Instrumentation)
 EXECUTOR = web.AppKey("executor", ToolExecutor)
 STATE = web.AppKey("state", StateStore)
-UPSTREAM = web.AppKey("upstream", Upstream)
+UPSTREAMS = web.AppKey("upstreams", Upstreams)  # every upstream, by name, and the routing over them
 ENGINE = web.AppKey("engine", Engine)
 LOOP = web.AppKey("loop", LoopParts)  # the tool loop's parts, together
 MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry

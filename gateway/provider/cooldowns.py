@@ -23,7 +23,8 @@ class Cooldowns(Protocol):
     """Which upstreams are cooling down, and what their calls did."""
 
     async def cooling(self, names: Collection[str]) -> dict[str, float]:
-        """Of `names`, those cooling down, with the seconds until each comes back."""
+        """Of `names`, those cooling down, with the seconds until each comes back; 0 or less: its
+        time is up and its probe has not answered yet."""
 
     async def failed(self, name: str) -> bool:
         """A retryable failure of `name`; whether it now cools down."""
@@ -36,7 +37,7 @@ class Cooldowns(Protocol):
 class _Record:
     failures: deque[float] = field(default_factory=deque)
     until: float = 0.0
-    probing: bool = False  # its cooldown ended and its probe has not answered yet
+    probing: bool = False  # it was taken out, and no call to it has answered since
 
 
 class MemoryCooldowns:
@@ -50,7 +51,7 @@ class MemoryCooldowns:
     async def cooling(self, names: Collection[str]) -> dict[str, float]:
         now = self._clock()
         return {name: record.until - now for name in names
-                if (record := self._records.get(name)) is not None and record.until > now}
+                if (record := self._records.get(name)) is not None and record.probing}
 
     async def failed(self, name: str) -> bool:
         now = self._clock()

@@ -6,7 +6,7 @@ upstreams' state: nothing here talks to a provider."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Literal, NamedTuple
@@ -101,6 +101,13 @@ class RoutingTable:
             return Route(first, self._fallbacks(first, model), "default")
         return None
 
+    def route_of_default(self) -> Route | None:
+        """The default upstream and its fallbacks (None: there is no default)."""
+        if self.default is None:
+            return None
+        first = (Target(self.default, ""),)
+        return Route(first, self._fallbacks(first, ""), "default")
+
     def _first_pattern(self, model: str) -> str | None:
         for entry in self.upstreams.values():
             for candidate in entry.models:
@@ -163,10 +170,14 @@ class Balancer:
 
 
 def candidates(route: Route, balancer: Balancer, speaks: Callable[[str], bool],
-               cooling: Collection[str]) -> list[Target]:
+               cooling: Mapping[str, float]) -> list[Target]:
     """The targets of one provider call, in the order to try them: the primary ones balanced, then
-    the fallbacks, those that do not speak the request's API left out; the ones cooling down last,
-    as probes (tried only when no other answered)."""
+    the fallbacks, those that do not speak the request's API left out. `cooling`: the seconds each
+    upstream cooling down has left; one with time left goes last (tried only when no other
+    answered), one whose time is up keeps its place; a call to either is its probe."""
     ordered = [t for t in (*balancer.ordered(route.primary), *route.fallbacks) if speaks(t.upstream)]
-    return [*(t for t in ordered if t.upstream not in cooling),
-            *(t._replace(probe=True) for t in ordered if t.upstream in cooling)]
+    if not cooling:
+        return ordered
+    out = [t for t in ordered if cooling.get(t.upstream, 0.0) > 0]
+    return [*(t._replace(probe=t.upstream in cooling) for t in ordered if cooling.get(t.upstream, 0.0) <= 0),
+            *(t._replace(probe=True) for t in out)]

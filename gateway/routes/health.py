@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 from aiohttp import web
 
 from gateway.errors import Unauthorized
-from gateway.http.keys import ENGINE, MCP_SOURCES, METRICS_PAGE, SETTINGS, STATE, UPSTREAM
+from gateway.http.keys import ENGINE, MCP_SOURCES, METRICS_PAGE, SETTINGS, STATE, UPSTREAMS
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -17,12 +18,14 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """Ready once the engine is built and the provider answers on the route the engine uses (its
     proxy and TLS; a gateway that cannot reach its provider should not get traffic; `reason` says
-    why not). With MCP servers configured, `mcp_servers` lists
-    each one's state; only a server marked `required` that is not up makes the gateway unready:
-    the others' tools answer that their server is unavailable, and the rest of the gateway works.
-    With a shared state store (Redis), `state_store` is "up" or "unavailable"; while it is
-    unavailable the status is "degraded", still 200: every replica shares that store, and the
-    requests that do not continue a held turn work (those that do get a 503 with retry-after)."""
+    why not). With several upstreams, `upstreams` says which are reachable, and the gateway is ready
+    while any upstream of the default route is (with no default, any upstream). With MCP servers
+    configured, `mcp_servers` lists each one's state; only a server marked `required` that is not up
+    makes the gateway unready: the others' tools answer that their server is unavailable, and the
+    rest of the gateway works. With a shared state store (Redis), `state_store` is "up" or
+    "unavailable"; while it is unavailable the status is "degraded", still 200: every replica shares
+    that store, and the requests that do not continue a held turn work (those that do get a 503 with
+    retry-after)."""
     sources = request.app[MCP_SOURCES]
     servers: dict[str, object] = {"mcp_servers": sources.status()} if sources.connections else {}
     state = await request.app[STATE].status()
@@ -30,7 +33,14 @@ async def readyz(request: web.Request) -> web.Response:
         servers["state_store"] = state
     if ENGINE not in request.app:
         return web.json_response({"status": "starting", **servers}, status=503)
-    if (reason := await request.app[UPSTREAM].reach()) is not None:  # worded as a provider call's 502 would be
+    upstreams = request.app[UPSTREAMS]
+    reasons = dict(zip(upstreams.clients, await asyncio.gather(*(c.reach() for c in upstreams.clients.values())),
+                       strict=True))
+    if len(reasons) > 1:  # each upstream's reachability, worded as a provider call's 502 would be
+        servers["upstreams"] = {name: reason or "reachable" for name, reason in reasons.items()}
+    needed = upstreams.ready_with()  # ready while any of these is reachable
+    if all(reasons[name] is not None for name in needed):
+        reason = reasons[needed[0]] if len(needed) == 1 else "no upstream of the default route is reachable"
         return web.json_response({"status": "provider_unreachable", "reason": reason, **servers}, status=503)
     if sources.required_down():
         return web.json_response({"status": "mcp_server_unavailable", **servers}, status=503)

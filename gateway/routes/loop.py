@@ -43,7 +43,7 @@ def handler(api: WireApi) -> Callable[[web.Request], Awaitable[web.StreamRespons
     """The route handler of `api`: at once, before its body is read, a refusal when the upstream
     does not serve the API."""
     async def handle(request: web.Request) -> web.StreamResponse:
-        if (refusal := unserved(request.app[LOOP].upstream_kind, api.name)) is not None:
+        if (refusal := unserved(request.app[LOOP].upstreams, api.name)) is not None:
             raise refusal
         return await run_loop(request, api)
 

@@ -9,13 +9,15 @@ from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from gateway.apis.registry import api_of_path, unserved
-from gateway.errors import Forbidden, GatewayError, NotFound
+from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound
 from gateway.http.bodies import body_parts, check_declared_size, under
-from gateway.http.keys import CALLER, RECORD, STATE, TRACE, UPSTREAM
+from gateway.http.keys import CALLER, RECORD, STATE, TRACE, UPSTREAMS
 from gateway.instrumentation import RequestRecord
+from gateway.provider.client import Upstream
 from gateway.routes.provider_errors import provider_error
 from gateway.routes.render import CLIENT_GONE
 from gateway.state import no_such_response
@@ -97,11 +99,38 @@ def check_route(request: web.Request) -> None:
         # checked here (/v1//responses/ID is /responses/ID to the provider): never send the key there.
         raise NotFound("no such route", code="invalid_path")
     api = api_of_path(request.path)
-    if api is not None and (refusal := unserved(request.app[UPSTREAM].kind, api)) is not None:
+    if api is not None and (refusal := unserved(request.app[UPSTREAMS], api)) is not None:
         raise refusal
     routes = request[CALLER].routes
     if routes is not None and not any(under(request.path, prefix) for prefix in routes):
         raise Forbidden(f"{request.path} is not among the routes this key may use", code="not_allowed")
+
+
+async def destination(request: web.Request) -> tuple[Upstream, bytes | None]:
+    """The upstream a request passed on goes to, and its body when it had to be read to say: the
+    default upstream, unless there is none for the route, or the key is limited to models; then the
+    model the body names routes it (a body that names none: a 400)."""
+    upstreams, caller = request.app[UPSTREAMS], request[CALLER]
+    chosen = upstreams.for_route(api_of_path(request.path))
+    if chosen is not None and (caller.models is None or request.method != "POST"):
+        return chosen, None
+    if request.method != "POST":
+        raise NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream",
+                       code="invalid_path")
+    sent = await request.read()
+    try:
+        decoded = orjson.loads(sent)
+    except ValueError:
+        decoded = None
+    model = decoded.get("model") if isinstance(decoded, dict) else None
+    if not isinstance(model, str):
+        if chosen is not None:
+            return chosen, sent
+        raise BadRequest("this route goes to the upstream of the model its body names: name one", param="model")
+    target = upstreams.route(model, caller.models).primary[0]
+    if target.model != model and isinstance(decoded, dict):  # an alias: the provider's name goes on
+        sent = orjson.dumps({**decoded, "model": target.model})
+    return upstreams.clients[target.upstream], sent
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:
@@ -110,7 +139,7 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     await _check_owner(request)
     if request.method == "OPTIONS":  # a browser's preflight: the gateway's answers are not for web pages
         return web.Response(status=204, headers={"Allow": "GET, POST, DELETE"})
-    upstream = request.app[UPSTREAM]
+    upstream, sent = await destination(request)
     query = request[CALLER].provider_query(request.query_string)
     if (path := upstream.forward_path(f"{request.path}?{query}" if query else request.path)) is None:
         raise NotFound(f"no such route for this provider: {request.path}", code="invalid_path")
@@ -121,7 +150,8 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     check_declared_size(request)
     body = _Body(request)
     try:
-        answer = await upstream.forward(request.method, path, headers, body.parts() if request.body_exists else None)
+        answer = await upstream.forward(request.method, path, headers,
+                                        sent if sent is not None else body.parts() if request.body_exists else None)
     except GatewayError:
         if body.failure is not None:
             raise body.failure from None  # the provider call failed because the body did

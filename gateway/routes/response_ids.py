@@ -18,7 +18,8 @@ from aiohttp import web
 from gateway.apis.responses.records import AnswerRecord, page
 from gateway.errors import BadRequest, GatewayError, NotFound, UpstreamUnavailable
 from gateway.http.bodies import EXPECT
-from gateway.http.keys import CALLER, STATE, TRACE, UPSTREAM
+from gateway.http.keys import CALLER, STATE, TRACE, UPSTREAMS
+from gateway.provider.client import Upstream
 from gateway.routes.passthrough import check_route, passthrough
 from gateway.routes.provider_errors import provider_error
 from gateway.routes.render import json_answer
@@ -61,14 +62,22 @@ def _provider_path(request: web.Request, response_id: str, suffix: str = "") -> 
     """The provider's path for one of the responses behind the answer, on the surface the caller addressed."""
     prefix = request.path[:request.path.index("/responses/") + len("/responses/")]
     query = request[CALLER].provider_query(request.query_string)
-    path = request.app[UPSTREAM].forward_path(f"{prefix}{response_id}{suffix}" + (f"?{query}" if query else ""))
+    path = _upstream(request).forward_path(f"{prefix}{response_id}{suffix}" + (f"?{query}" if query else ""))
     if path is None:
         raise NotFound(f"no such route for this provider: {request.path}", code="invalid_path")
     return path
 
 
+def _upstream(request: web.Request) -> Upstream:
+    """The upstream that holds the responses behind a gateway-made answer: the Responses API's."""
+    upstream = request.app[UPSTREAMS].for_route("responses")
+    if upstream is None:
+        raise NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream", code="invalid_path")
+    return upstream
+
+
 async def _ask(request: web.Request, method: str, path: str) -> aiohttp.ClientResponse:
-    upstream = request.app[UPSTREAM]
+    upstream = _upstream(request)
     headers = upstream.headers(request[CALLER].upstream_headers)
     request[TRACE].inject(headers)
     return await upstream.forward(method, path, headers, None)

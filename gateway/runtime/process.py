@@ -26,7 +26,6 @@ from gateway.demo.tools import demo_registry
 from gateway.http.metrics_page import MetricsPage, OwnMetrics, WorkersMetrics, serving_own_metrics
 from gateway.http.server import GatewayRunner
 from gateway.instrumentation import Instrumentation, NoInstrumentation
-from gateway.provider.client import PROVIDER_NAMES
 from gateway.runtime.logs import ACCESS_LOGGER, access_logger
 from gateway.runtime.workers import WorkerSlot
 from gateway.settings.model import REDACT_KEYS, Settings
@@ -87,7 +86,7 @@ def build_state(settings: Settings, metrics: Metrics | None) -> StateStore:
                       metrics.state_store_unreadable_value if metrics else lambda kind: None, approvals)
 
 
-def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (), provider_name: str = "openai",
+def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = (),
                     tracer_provider: AnyTracerProvider | None = None) -> Observability:
     """Spans and metrics as the settings ask. A host application may hand in its own tracer
     provider: toolspan's spans then go wherever that provider sends them, and it stays the
@@ -110,8 +109,8 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
         processors = [*processors, store] if store is not None else processors
         tracer_provider = owned = build_provider(resource, exporters, processors)
     capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
-    telemetry = Telemetry(tracer_of(tracer_provider), metrics, capture, provider_name,
-                          settings.metrics_max_models, propagator=propagator,
+    telemetry = Telemetry(tracer_of(tracer_provider), metrics, capture, settings.metrics_max_models,
+                          propagator=propagator,
                           max_label_chars=settings.metrics_max_label_chars,
                           own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state.failures),
                           count_probes=settings.telemetry_count_probes,
@@ -174,7 +173,7 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
     its /metrics shows theirs too (gateway.http.metrics_page)."""
     model: ScriptedModel | None = None
     async with contextlib.AsyncExitStack() as stack:
-        if settings.upstream is None:
+        if not settings.has_upstream:
             registry = registry if registry is not None else demo_registry()
             # The built-in model tells the client's own tools from the gateway's by the registry.
             model = ScriptedModel(policy or DemoPolicy(gateway_tools=registry))
@@ -182,11 +181,9 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
             model_site = serving(model.app(), "127.0.0.1", 0, backlog=settings.upstream_max_connections)
             model_url = model.base_url = await stack.enter_async_context(model_site)
             # It serves every wire API, as an OpenAI-compatible server may: none is refused before it.
-            settings = settings.model_copy(update={"upstream": f"{model_url}/v1", "upstream_kind": "compatible"})
-        provider_name = "toolspan.scripted" if model is not None else (
-            settings.upstream_provider_name or PROVIDER_NAMES[settings.upstream_kind])
-        telemetry = build_telemetry(settings, processors, provider_name,
-                                    tracer_provider)
+            settings = settings.model_copy(update={"upstream": f"{model_url}/v1", "upstream_kind": "compatible",
+                                                   "upstream_provider_name": "toolspan.scripted"})
+        telemetry = build_telemetry(settings, processors, tracer_provider)
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
         metrics_page: MetricsPage | None = None

@@ -12,9 +12,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from gateway.provider.cooldowns import CooldownRule
 from gateway.provider.proxies import DIRECT, parse_proxy
 from gateway.provider.route import tls_context
-from gateway.provider.routing import EVERY_API, SERVED_BY_KIND, ApiName, Balance, is_pattern
+from gateway.provider.routing import (
+    EVERY_API,
+    SERVED_BY_KIND,
+    ApiName,
+    Balance,
+    RoutingTable,
+    UpstreamRoute,
+    is_pattern,
+)
 
 UpstreamKind = Literal["openai", "azure", "anthropic", "vllm", "ollama", "deepseek", "compatible"]
 UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -205,4 +214,49 @@ class ProviderSettings(BaseModel):
                              "another name")
         names = {*self.upstreams, *((DEFAULT_NAME,) if self.upstream is not None else ())}
         check_table(self.upstreams, self.default_upstream, names)
+        for name, entry in self.upstreams.items():  # read now: a variable named but unset fails at start-up
+            try:
+                entry.key()
+            except ValueError as exc:
+                raise ValueError(f"upstreams.{name}.api_key_env: {exc}") from None
+            if entry.proxy is not None and entry.proxy.strip().lower() != DIRECT:
+                parse_proxy(entry.proxy, f"upstreams.{name}.proxy")
+            if entry.ca_bundle is not None or entry.client_cert is not None:
+                tls_context(entry.ca_bundle, entry.client_cert, entry.client_key)
         return self
+
+    @property
+    def has_upstream(self) -> bool:
+        """A provider is configured (else the built-in scripted model answers)."""
+        return self.upstream is not None or bool(self.upstreams)
+
+    def upstream_entries(self) -> dict[str, UpstreamEntry]:
+        """Every upstream by name: the `upstream` setting's first, as `default` (its key and its
+        transport the upstream_* settings), then the table's. An entry's unset timeout, transport
+        and api-version are the upstream_* settings'."""
+        entries: dict[str, UpstreamEntry] = {}
+        if self.upstream is not None:
+            # Not validated again: the provider's route says what is wrong with the URL, in its words.
+            entries[DEFAULT_NAME] = UpstreamEntry.model_construct(
+                url=self.upstream.rstrip("/"), kind=self.upstream_kind, api_key=self.upstream_api_key,
+                provider_name=self.upstream_provider_name)
+        entries.update(self.upstreams)
+        return {name: entry.model_copy(update={
+            "timeout_seconds": entry.timeout_seconds or self.upstream_timeout_seconds,
+            "proxy": entry.proxy or self.upstream_proxy,
+            "ca_bundle": entry.ca_bundle or self.upstream_ca_bundle,
+            "client_cert": entry.client_cert if entry.client_cert is not None else self.upstream_client_cert,
+            "client_key": entry.client_key if entry.client_cert is not None else self.upstream_client_key,
+            "azure_api_version": entry.azure_api_version or self.azure_api_version}) for name, entry in entries.items()}
+
+    def routing_table(self) -> RoutingTable:
+        """The routing table of every upstream; the default one is `default_upstream`, else the
+        `upstream` setting's when it is set."""
+        routes = {name: UpstreamRoute(entry.kind, entry.url, tuple(entry.models), dict(entry.aliases),
+                                      tuple(entry.fallbacks), entry.served_apis())
+                  for name, entry in self.upstream_entries().items()}
+        default = self.default_upstream or (DEFAULT_NAME if self.upstream is not None else None)
+        return RoutingTable(routes, default)
+
+    def cooldown_rule(self) -> CooldownRule:
+        return CooldownRule(self.cooldown_failures, self.cooldown_window_seconds, self.cooldown_seconds)

@@ -84,7 +84,7 @@ async def world(tmp: Path) -> AsyncIterator[World]:
         gateway_settings = Settings(port=0, upstream=str(upstream.make_url("/v1")), keys=KEYS,
                                     pending_turn_capacity=6, pending_turn_capacity_per_key=3,
                                     trajectory_store_path=store)
-        telemetry = build_telemetry(gateway_settings, provider_name="toolspan.scripted")
+        telemetry = build_telemetry(gateway_settings.model_copy(update={"upstream_provider_name": "toolspan.scripted"}))
         assert telemetry.provider is not None
         assert telemetry.store is not None
         exits.callback(telemetry.provider.shutdown)

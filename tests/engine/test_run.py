@@ -18,6 +18,7 @@ from gateway.demo.model import Reply, ScriptedModel
 from gateway.engine import Engine, Event, Finished, Keepalive, Opened, Plan, Visible
 from gateway.instrumentation import NoInstrumentation
 from gateway.provider.client import Upstream
+from gateway.provider.upstreams import Upstreams
 from gateway.state import MemoryState
 from gateway.tools import Tool, ToolExecutor, ToolRegistry
 from tests.conftest import Script, sample_registry
@@ -49,8 +50,8 @@ async def build(aiohttp_server: AiohttpServer) -> AsyncIterator[Build]:
             server = await aiohttp_server(model.app())
             held = MemoryState(10, 60)
             upstreams.append(Upstream(session, str(server.make_url("/v1")), None, 10, 5))
-            engine = Engine(upstreams[-1], ToolExecutor(registry or sample_registry()), held, NoInstrumentation(),
-                            max_rounds, keepalive)
+            engine = Engine(Upstreams.one(upstreams[-1]), ToolExecutor(registry or sample_registry()), held,
+                            NoInstrumentation(), max_rounds, keepalive)
             return engine, model, held
 
         yield go

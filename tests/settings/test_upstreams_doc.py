@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import GatewayError
+from gateway.errors import BadRequest, GatewayError
 from gateway.provider.cooldowns import CooldownRule, MemoryCooldowns
 from gateway.provider.routing import (
-    EVERY_API,
-    SERVED_BY_KIND,
     Balancer,
     Route,
-    RoutingTable,
     Target,
-    UpstreamRoute,
 )
 from gateway.provider.upstreams import Upstreams
 from gateway.settings.load import load_settings
@@ -47,24 +43,10 @@ def blocks(language: str) -> list[str]:
     return found
 
 
-def routing_table(settings: Settings) -> RoutingTable:
-    """The routing table the settings describe: `upstream` as the upstream named default, then the
-    `upstreams` table in its order."""
-    routes: dict[str, UpstreamRoute] = {}
-    if settings.upstream is not None:
-        kind = settings.upstream_kind
-        routes[DEFAULT_NAME] = UpstreamRoute(kind, settings.upstream, apis=SERVED_BY_KIND.get(kind, EVERY_API))
-    for name, entry in settings.upstreams.items():
-        routes[name] = UpstreamRoute(entry.kind, entry.url, tuple(entry.models), dict(entry.aliases),
-                                     tuple(entry.fallbacks), entry.served_apis())
-    default = settings.default_upstream or (DEFAULT_NAME if settings.upstream is not None else None)
-    return RoutingTable(routes, default)
-
-
 def upstreams_of(settings: Settings) -> Upstreams:
     """The routing over the table with no client: enough to ask where a model goes."""
     rule = CooldownRule(settings.cooldown_failures, settings.cooldown_window_seconds, settings.cooldown_seconds)
-    return Upstreams(routing_table(settings), {}, {}, MemoryCooldowns(rule), Balancer(settings.load_balancing))
+    return Upstreams(settings.routing_table(), {}, {}, MemoryCooldowns(rule), Balancer(settings.load_balancing))
 
 
 @pytest.fixture
@@ -148,7 +130,7 @@ def test_every_model_of_the_page_routes_as_its_table_says(key_variables: pytest.
                                                           form: str) -> None:
     settings = (the_complete_example_from_toml(tmp_path) if form == "toml"
                 else the_complete_example_from_the_environment(key_variables))
-    table = routing_table(settings)
+    table = settings.routing_table()
     rows = the_routes_said()
     assert len(rows) == 10
     for asked, found_by, goes_to, falls_back_to in rows:
@@ -195,8 +177,10 @@ async def test_each_upstream_is_asked_only_for_the_apis_the_page_says(key_variab
         "openai": ("chat", "responses"), "azure-east": ("chat", "responses"), "azure-west": ("chat", "responses"),
         "anthropic": ("messages",), "local": ("chat", "responses")}
     upstreams = upstreams_of(settings)
-    assert await upstreams.targets("claude", "chat") == []  # the 400 api_not_served
-    assert await upstreams.targets("local", "messages") == []
+    for model, api in (("claude", "chat"), ("local", "messages")):
+        with pytest.raises(BadRequest) as refused:
+            await upstreams.targets(model, api)
+        assert refused.value.code == "api_not_served"
     assert [t.upstream for t in await upstreams.targets("gpt-4o-mini", "responses")] == [
         "azure-east", "azure-west", "openai"]
 
@@ -210,14 +194,14 @@ async def test_deployments_of_one_model_take_its_calls_in_turn(key_variables: py
 
 def test_serve_prints_the_routing_table_the_page_shows(key_variables: pytest.MonkeyPatch, tmp_path: Path) -> None:
     shown = next(block for block in blocks("text") if "falls back to" in block)
-    assert routing_table(the_complete_example_from_toml(tmp_path)).describe() == shown.rstrip("\n").split("\n")
+    assert the_complete_example_from_toml(tmp_path).routing_table().describe() == shown.rstrip("\n").split("\n")
 
 
 def test_a_table_beside_the_one_upstream_leaves_it_the_default(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     beside = [block for block in blocks("toml") if block.startswith("upstream = ")]
     assert len(beside) == 1
     clean_env.setenv("ANTHROPIC_API_KEY", "dummy")
-    table = routing_table(from_toml(tmp_path, beside[0]))
+    table = from_toml(tmp_path, beside[0]).routing_table()
     assert list(table.upstreams) == [DEFAULT_NAME, "anthropic"]
     assert table.default == DEFAULT_NAME
     assert table.route("claude-sonnet-4-5") == Route((Target("anthropic", "claude-sonnet-4-5"),), (), "pattern")

@@ -34,11 +34,13 @@ def _without_times(page: bytes) -> str:
 def _ours() -> CollectorRegistry:
     metrics = Metrics(CollectorRegistry())
     metrics.in_flight.inc()
-    series = metrics.upstream_series("m", "200")
+    series = metrics.upstream_series("default", "m", "200")
     series.input_tokens.inc(31)
     series.output_tokens.inc(1)
     series.calls.inc()
     series.duration.observe(0.001, 0xABC, now=100.0)
+    metrics.upstream_fallbacks.labels("east", "west", "429").inc()
+    metrics.upstream_up.labels("west").set(1)
     metrics.in_flight.dec()
     metrics.tool_rounds.observe(2)
     metrics.request_series(CHAT, 200).answered(0.3, None, 0.0)
@@ -85,9 +87,12 @@ def _theirs() -> CollectorRegistry:
     approval_wait = Histogram(names.METRIC_APPROVAL_WAIT, doc(names.METRIC_APPROVAL_WAIT), decided,
                               buckets=APPROVAL_WAIT_BUCKETS, registry=registry)
     upstream = Counter(names.METRIC_UPSTREAM_REQUESTS, doc(names.METRIC_UPSTREAM_REQUESTS),
-                       (names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
+                       (names.LABEL_UPSTREAM, names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
     upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, doc(names.METRIC_UPSTREAM_DURATION),
-                                  (names.LABEL_MODEL,), buckets=REQUEST_DURATION_BUCKETS, registry=registry)
+                                  (names.LABEL_UPSTREAM, names.LABEL_MODEL), buckets=REQUEST_DURATION_BUCKETS,
+                                  registry=registry)
+    fallbacks = Counter(names.METRIC_UPSTREAM_FALLBACKS, doc(names.METRIC_UPSTREAM_FALLBACKS),
+                        (names.LABEL_FROM, names.LABEL_TO, names.LABEL_REASON), registry=registry)
     Counter(names.METRIC_UPSTREAM_RETRIES, doc(names.METRIC_UPSTREAM_RETRIES), (names.LABEL_MODEL,), registry=registry)
     tokens = Counter(names.METRIC_TOKENS, doc(names.METRIC_TOKENS), (names.LABEL_MODEL, names.LABEL_TYPE),
                      registry=registry)
@@ -99,7 +104,7 @@ def _theirs() -> CollectorRegistry:
     rounds = Histogram(names.METRIC_TOOL_ROUNDS, doc(names.METRIC_TOOL_ROUNDS), buckets=ROUND_BUCKETS,
                        registry=registry)
     rest = Metrics(CollectorRegistry())  # the metrics that are prometheus_client's own already
-    for metric in (rest.approvals_pending, rest.mcp_server_up, rest.mcp_server_disconnects,
+    for metric in (rest.approvals_pending, rest.upstream_up, rest.mcp_server_up, rest.mcp_server_disconnects,
                    rest.trajectory_store_dropped,
                    rest.state_store_up, rest.state_store_failures, rest.state_store_losses,
                    rest.state_store_unreadable, rest.held_turns_lost):
@@ -108,8 +113,10 @@ def _theirs() -> CollectorRegistry:
     in_flight.inc()
     tokens.labels("m", names.TOKEN_INPUT).inc(31)
     tokens.labels("m", names.TOKEN_OUTPUT).inc(1)
-    upstream.labels("m", "200").inc()
-    upstream_duration.labels("m").observe(0.001, {names.EXEMPLAR_TRACE_ID: f"{0xABC:032x}"})
+    upstream.labels("default", "m", "200").inc()
+    fallbacks.labels("east", "west", "429").inc()
+    rest.upstream_up.labels("west").set(1)
+    upstream_duration.labels("default", "m").observe(0.001, {names.EXEMPLAR_TRACE_ID: f"{0xABC:032x}"})
     in_flight.dec()
     rounds.observe(2)
     requests.labels(CHAT, "200").inc()

@@ -27,7 +27,7 @@ def test_a_chat_span_injects_itself_with_the_requests_baggage() -> None:
     headers: dict[str, str] = {}
     token = otel_context.attach(with_baggage())
     try:
-        with telemetry.chat("m", False) as chat:
+        with telemetry.chat("m", False, "default", "openai") as chat:
             chat.inject(headers)
     finally:
         otel_context.detach(token)
@@ -40,7 +40,7 @@ def test_a_chat_span_injects_itself_with_the_requests_baggage() -> None:
 def test_an_unsampled_chat_span_still_propagates_but_takes_no_exemplar() -> None:
     metrics = Metrics(CollectorRegistry())
     telemetry = Telemetry(TracerProvider(sampler=ALWAYS_OFF).get_tracer("test"), metrics)
-    with telemetry.chat("m", False) as chat:
+    with telemetry.chat("m", False, "default", "openai") as chat:
         headers: dict[str, str] = {}
         chat.inject(headers)
     assert int(headers["traceparent"].rsplit("-", 1)[1], 16) & 1 == 0  # a valid context, not sampled
@@ -86,7 +86,8 @@ def test_known_http_methods_are_kept() -> None:
 
 def test_an_upstream_status_outside_http_is_counted_as_error() -> None:
     inst = telemetry()
-    with inst.chat("m", False) as trace:
+    with inst.chat("m", False, "default", "openai") as trace:
         trace.failed(999, "upstream_error", "odd")
     registry = inst.metrics.registry
-    assert registry.get_sample_value(names.METRIC_UPSTREAM_REQUESTS, {"model": "m", "status": "error"}) == 1
+    labels = {"upstream": "default", "model": "m", "status": "error"}
+    assert registry.get_sample_value(names.METRIC_UPSTREAM_REQUESTS, labels) == 1

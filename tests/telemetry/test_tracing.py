@@ -88,7 +88,7 @@ def _info(headers: dict[str, str] | None = None) -> RequestInfo:
 def test_request_and_chat_spans_are_recorded_when_their_scopes_end() -> None:
     telemetry, exporter, registry = _recorded()
     with telemetry.request(_info()) as request:
-        with telemetry.chat("gpt-4o", stream=False) as chat:
+        with telemetry.chat("gpt-4o", False, "default", "openai") as chat:
             headers: dict[str, str] = {}
             chat.inject(headers)
             assert exporter.get_finished_spans() == ()  # started, not ended
@@ -114,7 +114,7 @@ def test_a_remote_parent_is_followed_sampled_or_not(flags: str) -> None:
     telemetry, exporter, _ = _recorded()
     incoming = f"00-{REMOTE_TRACE}-{REMOTE_SPAN}-{flags}"
     with telemetry.request(_info({"traceparent": incoming})) as request:
-        with telemetry.chat("m", stream=True) as chat:
+        with telemetry.chat("m", True, "default", "openai") as chat:
             headers: dict[str, str] = {}
             chat.inject(headers)
         request.finish(200, RequestRecord())
@@ -155,7 +155,7 @@ def test_tracing_switched_off_by_the_sdk_variable_still_serves(monkeypatch: pyte
     incoming = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     info = RequestInfo("POST", "/v1/chat/completions", "/v1/chat/completions", {"traceparent": incoming}, "t-1")
     with instrumentation.request(info) as request:
-        with instrumentation.chat("m", stream=False) as chat:
+        with instrumentation.chat("m", False, "default", "openai") as chat:
             headers: dict[str, str] = {}
             chat.inject(headers)
             chat.answered(read_chat({"id": "chatcmpl-1", "choices": [{"message": {}}], "usage": {"prompt_tokens": 3}}))
