@@ -49,7 +49,7 @@ from telemetry.store.sources import (
 )
 
 BASE_VERSION = 2  # the oldest layout a store is migrated through (version 1 is rebuilt into it)
-SCHEMA_VERSION = 4  # the version of the tables below: a column `since` a later one raises it
+SCHEMA_VERSION = 5  # the version of the tables below: a column `since` a later one raises it
 MAX_COUNT = 2**31 - 1  # rounds, tokens, a status code: more is no real span's
 
 
@@ -133,7 +133,9 @@ MODEL_TURNS = Table(
     Column("input_messages", "TEXT", json_text(names.ATTR_INPUT_MESSAGES)),
     Column("output_messages", "TEXT", json_text(names.ATTR_OUTPUT_MESSAGES)),
     Column("started", "REAL NOT NULL", STARTED),
-    Column("duration_ms", "REAL NOT NULL", DURATION_MS))
+    Column("duration_ms", "REAL NOT NULL", DURATION_MS),
+    Column("upstream", "TEXT", text(names.ATTR_UPSTREAM), since=5),  # the configured upstream it went to
+    Column("fallback_from", "TEXT", text(names.ATTR_UPSTREAM_FALLBACK_FROM), since=5))
 
 TOOL_CALLS = Table(
     "tool_calls",

@@ -22,18 +22,24 @@ def _layout(db: sqlite3.Connection) -> dict[str, Any]:
     return {"tables": tables, "indexes": indexes}
 
 
-def test_the_derived_schema_is_version_4s(tmp_path: Path) -> None:
+def test_the_derived_schema_is_version_4s_with_version_5s_columns(tmp_path: Path) -> None:
     written = sqlite3.connect(tmp_path / "v4.sqlite3", isolation_level=None)
     written.executescript(f"{V4_SCHEMA}\nPRAGMA user_version = 4;")
+    # Version 5 added the upstream of each model turn (issue 55), and where its call fell back from.
+    written.executescript("ALTER TABLE model_turns ADD COLUMN upstream TEXT;"
+                          "ALTER TABLE model_turns ADD COLUMN fallback_from TEXT;")
     expected = _layout(written)
     written.close()
     fresh = sqlite3.connect(":memory:", isolation_level=None)
     fresh.executescript(SCHEMA)
     assert _layout(fresh) == expected
     assert _layout(connect(str(tmp_path / "new.sqlite3"))) == expected
-    reopened = connect(str(tmp_path / "v4.sqlite3"))  # a store of this version is opened as it is
-    assert _layout(reopened) == expected
-    assert reopened.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    older = sqlite3.connect(tmp_path / "old.sqlite3", isolation_level=None)
+    older.executescript(f"{V4_SCHEMA}\nPRAGMA user_version = 4;")
+    older.close()
+    migrated = connect(str(tmp_path / "old.sqlite3"))  # a version 4 store gains the columns
+    assert _layout(migrated) == expected
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
 
 
 def test_a_later_versions_columns_come_last_and_can_be_added_to_an_older_store() -> None:

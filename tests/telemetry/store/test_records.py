@@ -33,11 +33,24 @@ from tests.telemetry.store.test_report import _everything
 V1_SCHEMA = (Path(__file__).parent / "schema_v1.sql").read_text()
 V2_SCHEMA = (Path(__file__).parent / "schema_v2.sql").read_text()  # before a tool call had a side
 V3_SCHEMA = (Path(__file__).parent / "schema_v3.sql").read_text()  # before a call kept its approval's decision
+# A model turn's columns before version 5 named its upstream.
+V4_TURN_COLUMNS = ("span_id, trace_id, trajectory_id, request_span_id, round, model, response_model, provider, "
+                   "response_id, finish_reasons, stream, input_tokens, output_tokens, error_type, error_message, "
+                   "input_messages, output_messages, started, duration_ms")
 
 
 def _stored(db: sqlite3.Connection) -> dict[str, Any]:
     return {table: sorted(db.execute(f"SELECT * FROM {table}").fetchall())
             for table in ("trajectories", "requests", "model_turns", "tool_calls")}
+
+
+def _before_v5(db: sqlite3.Connection) -> sqlite3.Connection:
+    """A copy of `db` as a store from before version 5 holds it once migrated: no model turn names
+    its upstream."""
+    copy = sqlite3.connect(":memory:", isolation_level=None)
+    db.backup(copy)
+    copy.execute("UPDATE model_turns SET upstream = NULL, fallback_from = NULL")
+    return copy
 
 
 def _session_records(session: Session) -> list[SpanRecord]:
@@ -85,8 +98,8 @@ def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -
             FROM new.tool_calls;""", 1)
     migrated = connect(str(path))
     assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
-    assert _stored(migrated) == _stored(session.db)
-    assert _everything(migrated) == _everything(session.db)
+    assert _stored(migrated) == _stored(_before_v5(session.db))
+    assert _everything(migrated) == _everything(_before_v5(session.db))
     indexes = {row[0] for row in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
                                                   "AND name NOT LIKE 'sqlite_%'")}
     assert indexes == {"trajectories_ended", "requests_key", "model_turns_key", "tool_calls_key",
@@ -100,15 +113,16 @@ def test_a_version_2_store_gains_the_side_of_its_calls(session: Session, tmp_pat
     _older_store(path, V2_SCHEMA, session, """
         INSERT INTO trajectories SELECT * FROM new.trajectories;
         INSERT INTO requests SELECT * FROM new.requests;
-        INSERT INTO model_turns SELECT * FROM new.model_turns;
+        INSERT INTO model_turns SELECT {V4_TURN_COLUMNS} FROM new.model_turns;
         INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, trajectory_id, round, tool, call_id, outcome,
             rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
             retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms
-            FROM new.tool_calls;""", 2)
+            FROM new.tool_calls;""".replace("{V4_TURN_COLUMNS}", V4_TURN_COLUMNS), 2)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
-    assert _stored(migrated) == _stored(session.db)  # every call stored before is the gateway's (side NULL)
-    assert _everything(migrated) == _everything(session.db)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    # every call stored before is the gateway's (side NULL)
+    assert _stored(migrated) == _stored(_before_v5(session.db))
+    assert _everything(migrated) == _everything(_before_v5(session.db))
     assert {row[0] for row in migrated.execute("SELECT side FROM tool_calls")} == {None}
 
 
@@ -117,15 +131,16 @@ def test_a_version_3_store_gains_the_decisions_of_its_calls(session: Session, tm
     _older_store(path, V3_SCHEMA, session, """
         INSERT INTO trajectories SELECT * FROM new.trajectories;
         INSERT INTO requests SELECT * FROM new.requests;
-        INSERT INTO model_turns SELECT * FROM new.model_turns;
+        INSERT INTO model_turns SELECT {V4_TURN_COLUMNS} FROM new.model_turns;
         INSERT INTO tool_calls SELECT span_id, trace_id, request_span_id, trajectory_id, round, tool, call_id, outcome,
             rejection_reason, error_type, missing, unrecognized, suggestions, retry_kind, retries_trace_id,
             retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, side, client_ms,
-            result_bytes, result_outcome FROM new.tool_calls;""", 3)
+            result_bytes, result_outcome FROM new.tool_calls;""".replace("{V4_TURN_COLUMNS}", V4_TURN_COLUMNS), 3)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
-    assert _stored(migrated) == _stored(session.db)  # no call stored before waited for a reviewer (NULLs)
-    assert _everything(migrated) == _everything(session.db)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    # no call stored before waited for a reviewer (NULLs)
+    assert _stored(migrated) == _stored(_before_v5(session.db))
+    assert _everything(migrated) == _everything(_before_v5(session.db))
     assert set(migrated.execute("SELECT decision, decided_by, approval_wait_ms FROM tool_calls")) == {
         (None, None, None)}
     columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
