@@ -43,7 +43,6 @@ from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.mcp import McpSources
 from gateway.provider import paths as provider_paths
 from gateway.provider.client import PROVIDER_NAMES, Upstream
-from gateway.provider.cooldowns import MemoryCooldowns
 from gateway.provider.route import ProviderRoute, provider_route
 from gateway.provider.routing import Balancer
 from gateway.provider.upstreams import Upstreams
@@ -155,7 +154,7 @@ async def _upstreams(app: web.Application) -> AsyncIterator[None]:
                                  settings.max_json_depth, route)
     providers = {name: entry.provider_name or PROVIDER_NAMES[entry.kind] for name, entry in entries.items()}
     instrumentation = app[INSTRUMENTATION]
-    upstreams = Upstreams(settings.routing_table(), clients, providers, MemoryCooldowns(settings.cooldown_rule()),
+    upstreams = Upstreams(settings.routing_table(), clients, providers, app[STATE].cooldowns(settings.cooldown_rule()),
                           Balancer(settings.load_balancing), instrumentation.upstream_state)
     app[UPSTREAMS] = upstreams
     app[ENGINE] = Engine(upstreams, app[EXECUTOR], app[STATE], instrumentation, settings.max_rounds,

@@ -1,7 +1,8 @@
 """Upstreams cooling down (issue 55): `failures` retryable failures within `window_seconds` take an
-upstream out of its routes for `seconds`; the first call after that is its probe (a failure puts it
-back at once, a success clears its record). Kept in this process's memory, or in Redis so that
-replicas agree (gateway.state's Redis, under keys of its own)."""
+upstream out of its routes for `seconds`. Back from that, it is on probation for a window: a
+failure then puts it back out at once, a success (or a window without failure) ends the probation.
+Kept in this process's memory (`MemoryCooldowns`), or in Redis so that replicas agree
+(gateway.state.redis_cooldowns, under the state store's keys; `StateStore.cooldowns` makes either)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,18 @@ class CooldownRule:
     window_seconds: float = 30.0
     seconds: float = 30.0
 
+    def probation_ends(self, cooled_at: float) -> float:
+        """When the probation of an upstream cooled down at `cooled_at` ends. It lasts a window so that
+        an upstream whose probe's success went unreported (its cooldown ran out, and its next call
+        was an ordinary one) is not put out by one failure for ever after."""
+        return cooled_at + self.seconds + self.window_seconds
+
 
 class Cooldowns(Protocol):
     """Which upstreams are cooling down, and what their calls did."""
 
     async def cooling(self, names: Collection[str]) -> dict[str, float]:
-        """Of `names`, those cooling down, with the seconds until each comes back; 0 or less: its
-        time is up and its probe has not answered yet."""
+        """Of `names`, those cooling down, with the seconds until each comes back."""
 
     async def failed(self, name: str) -> bool:
         """A retryable failure of `name`; whether it now cools down."""
@@ -37,11 +43,12 @@ class Cooldowns(Protocol):
 class _Record:
     failures: deque[float] = field(default_factory=deque)
     until: float = 0.0
-    probing: bool = False  # it was taken out, and no call to it has answered since
+    probation: float = 0.0  # until then, back from its cooldown, one failure puts it out again
 
 
 class MemoryCooldowns:
-    """Cooldowns in this process's memory."""
+    """Cooldowns in this process's memory (one record per upstream that failed: as many as the
+    configuration names, at most)."""
 
     def __init__(self, rule: CooldownRule, clock: Callable[[], float] = time.monotonic) -> None:
         self.rule = rule
@@ -51,7 +58,7 @@ class MemoryCooldowns:
     async def cooling(self, names: Collection[str]) -> dict[str, float]:
         now = self._clock()
         return {name: record.until - now for name in names
-                if (record := self._records.get(name)) is not None and record.probing}
+                if (record := self._records.get(name)) is not None and record.until > now}
 
     async def failed(self, name: str) -> bool:
         now = self._clock()
@@ -62,8 +69,8 @@ class MemoryCooldowns:
         failures.append(now)
         while failures and failures[0] <= now - self.rule.window_seconds:
             failures.popleft()
-        if record.probing or len(failures) >= self.rule.failures:
-            record.until, record.probing = now + self.rule.seconds, True
+        if now < record.probation or len(failures) >= self.rule.failures:
+            record.until, record.probation = now + self.rule.seconds, self.rule.probation_ends(now)
             failures.clear()
             return True
         return False

@@ -41,6 +41,17 @@ class SettingsInvalid(ValueError):
         self.lines = masked
 
 
+class Refused(ValueError):
+    """A check over several settings (a model's validator) refusing one of them: `at` is the path
+    to it from the model that checks, `why` says what is wrong. Its line names that setting, and
+    shows what was given there, as a refusal of the setting itself does."""
+
+    def __init__(self, at: Sequence[str], why: str) -> None:
+        super().__init__(f"{'.'.join(at)}: {why}")
+        self.at = tuple(at)
+        self.why = why
+
+
 def version() -> str:
     """The installed toolspan's version (its distribution's metadata)."""
     try:
@@ -140,8 +151,9 @@ def _shown(value: Any, loc: Sequence[Any]) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _field_model(model: type[BaseModel], loc: Sequence[Any]) -> tuple[type[BaseModel], FieldInfo | None]:
-    """The model whose field `loc` ends at, and that field (None when it names no field)."""
+def _field_model(model: type[BaseModel], loc: Sequence[Any]) -> tuple[type[BaseModel], FieldInfo | None, Any]:
+    """The model whose field `loc` ends at, that field (None when `loc` ends in a list's item or a
+    table's value, or names no field), and the type of what `loc` names (None when it names no field)."""
     annotation: Any = model
     field: FieldInfo | None = None
     for part in loc:
@@ -150,14 +162,21 @@ def _field_model(model: type[BaseModel], loc: Sequence[Any]) -> tuple[type[BaseM
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model, field = annotation, annotation.model_fields.get(str(part))
             if field is None:
-                return model, None
+                return model, None, None
             annotation = field.annotation
         elif typing.get_origin(annotation) in (dict, list, tuple):
             annotation = typing.get_args(annotation)[-1]  # a key or an index: on to the values
             field = None
     if field is None and isinstance(annotation, type) and issubclass(annotation, BaseModel):
         model = annotation  # `loc` ends at a value that is itself a model (an MCP server's table)
-    return model, field
+    return model, field, annotation
+
+
+def _inside(given: Any, path: Sequence[str]) -> Any:
+    """What was given at `path` within a table (None when it holds nothing there)."""
+    for name in path:
+        given = given.get(name) if isinstance(given, Mapping) else None
+    return given
 
 
 class Sources:
@@ -180,28 +199,39 @@ class Sources:
         found = next((name for name in names if name in self.environ), None)
         if found is not None:
             return f"{found}{inner}"
-        place = f"config file {self.config}" if self.config is not None else "settings"
-        return f"{place}, key {'.'.join(map(str, loc))}"
+        return f"{self.place()}, key {'.'.join(map(str, loc))}"
+
+    def place(self) -> str:
+        return f"config file {self.config}" if self.config is not None else "settings"
 
     def line(self, error: Mapping[str, Any]) -> str:
-        loc = tuple(error["loc"]) or ("(settings)",)
+        loc, given = tuple(error["loc"]), error.get("input")
+        message = _PREFIX_OF_VALUE_ERROR.sub("", str(error["msg"]))
+        refused = (error.get("ctx") or {}).get("error")
+        if isinstance(refused, Refused):  # said of the setting it names, not of the table checked
+            loc, given, message = (*loc, *refused.at), _inside(given, refused.at), refused.why
+        if not loc:  # a check over the settings as a whole
+            return f"{self.place()}: {message}"
         if error["type"] == "extra_forbidden":
             return self._unknown(loc)
-        _, field = _field_model(self.model, loc)
-        message = _PREFIX_OF_VALUE_ERROR.sub("", str(error["msg"]))
-        if error["type"] not in ("value_error", "assertion_error") and field is not None:
-            message = f"expected {accepted(field)}"
-        return f"{self.where(loc)}: {_shown(error.get('input'), loc)} is not accepted: {message}"
+        _, field, annotation = _field_model(self.model, loc)
+        expected = accepted(field) if field is not None else None if annotation is None else _kind(annotation)
+        if error["type"] == "missing" and expected is not None:
+            return f"{self.where(loc)}: required, and not given (expected {expected})"
+        if error["type"] not in ("value_error", "assertion_error") and expected is not None:
+            message = f"expected {expected}"
+        if isinstance(given, Mapping):  # a table: its key names it, and its values would be noise
+            return f"{self.where(loc)}: not accepted: {message}"
+        return f"{self.where(loc)}: {_shown(given, loc)} is not accepted: {message}"
 
     def _unknown(self, loc: Sequence[Any]) -> str:
-        model, _ = _field_model(self.model, loc[:-1]) if len(loc) > 1 else (self.model, None)
+        model = _field_model(self.model, loc[:-1])[0] if len(loc) > 1 else self.model
         name = str(loc[-1])
         close = difflib.get_close_matches(name.lower(), list(model.model_fields), n=2, cutoff=0.6)
         hint = (f"did you mean {' or '.join(repr(c) for c in close)}?" if close
                 else "no setting has that name (toolspan serve --help lists the common ones)")
-        place = f"config file {self.config}" if self.config is not None else "settings"
         inside = f" in {'.'.join(map(str, loc[:-1]))}" if len(loc) > 1 else ""
-        return f"{place}: unknown key {name!r}{inside}: {hint}"
+        return f"{self.place()}: unknown key {name!r}{inside}: {hint}"
 
 
 def explain(error: ValidationError | ValueError, model: type[BaseModel], flags: Mapping[str, Any],

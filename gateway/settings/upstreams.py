@@ -24,6 +24,7 @@ from gateway.provider.routing import (
     UpstreamRoute,
     is_pattern,
 )
+from gateway.settings.text import Refused
 
 UpstreamKind = Literal["openai", "azure", "anthropic", "vllm", "ollama", "deepseek", "compatible"]
 UPSTREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -74,9 +75,9 @@ class UpstreamEntry(BaseModel):
     @model_validator(mode="after")
     def _one_key(self) -> UpstreamEntry:
         if self.api_key is not None and self.api_key_env is not None:
-            raise ValueError("give api_key or api_key_env, not both")
+            raise Refused(("api_key_env",), "give api_key or api_key_env, not both")
         if self.client_key is not None and self.client_cert is None:
-            raise ValueError("client_key is set without client_cert")
+            raise Refused(("client_key",), "client_key is set without client_cert")
         return self
 
     def key(self) -> SecretStr | None:
@@ -95,20 +96,20 @@ class UpstreamEntry(BaseModel):
 
 def check_table(upstreams: dict[str, UpstreamEntry], default: str | None, names: set[str]) -> None:
     """The table's names and references (`names`: every upstream, the default one included): a
-    ValueError naming the entry and the field."""
+    ValueError (`Refused`) naming the entry and the field."""
     for name, entry in upstreams.items():
         if not UPSTREAM_NAME.fullmatch(name):
-            raise ValueError(f"upstreams.{name}: a name is letters, digits, '.', '_' and '-' (64 at most)")
+            raise Refused(("upstreams", name), "a name is letters, digits, '.', '_' and '-' (64 at most)")
         for fallback in entry.fallbacks:
             if fallback not in names:
-                raise ValueError(f"upstreams.{name}.fallbacks: {fallback!r} is not an upstream")
+                raise Refused(("upstreams", name, "fallbacks"), f"{fallback!r} is not an upstream")
             if fallback == name:
-                raise ValueError(f"upstreams.{name}.fallbacks: an upstream cannot fall back to itself")
+                raise Refused(("upstreams", name, "fallbacks"), "an upstream cannot fall back to itself")
         for alias in entry.aliases:
             if is_pattern(alias):
-                raise ValueError(f"upstreams.{name}.aliases: {alias!r} is a pattern; an alias is a name")
+                raise Refused(("upstreams", name, "aliases"), f"{alias!r} is a pattern; an alias is a name")
     if default is not None and default not in names:
-        raise ValueError(f"default_upstream: {default!r} is not an upstream")
+        raise Refused(("default_upstream",), f"{default!r} is not an upstream")
 
 
 class ProviderSettings(BaseModel):
@@ -210,15 +211,15 @@ class ProviderSettings(BaseModel):
     @model_validator(mode="after")
     def _table(self) -> ProviderSettings:
         if self.upstream is not None and DEFAULT_NAME in self.upstreams:
-            raise ValueError(f"upstreams.{DEFAULT_NAME}: that name is the `upstream` setting's; give the entry "
-                             "another name")
+            raise Refused(("upstreams", DEFAULT_NAME), "that name is the `upstream` setting's; give the entry "
+                                                       "another name")
         names = {*self.upstreams, *((DEFAULT_NAME,) if self.upstream is not None else ())}
         check_table(self.upstreams, self.default_upstream, names)
         for name, entry in self.upstreams.items():  # read now: a variable named but unset fails at start-up
             try:
                 entry.key()
             except ValueError as exc:
-                raise ValueError(f"upstreams.{name}.api_key_env: {exc}") from None
+                raise Refused(("upstreams", name, "api_key_env"), str(exc)) from None
             if entry.proxy is not None and entry.proxy.strip().lower() != DIRECT:
                 parse_proxy(entry.proxy, f"upstreams.{name}.proxy")
             if entry.ca_bundle is not None or entry.client_cert is not None:

@@ -17,8 +17,9 @@ names (`StateStore.lookup`: tokens, ids of shown items, a response id); the conv
 put back from that `Found`, synchronously. A store that cannot answer raises `StateUnavailable`
 (a 503 with retry-after), never a wrong history. What Redis holds that is not what the gateway
 wrote there (gateway.state.redis_values) is treated as missing, counted and logged, never a 500.
-The failure records and the pending approvals are stores of their own beside the tables (their
-modules say why). Failure records are opaque text here: their shape is telemetry's.
+The failure records, the pending approvals and the upstreams' cooldowns (`StateStore.cooldowns`)
+are stores of their own beside the tables (their modules say why). Failure records are opaque text
+here: their shape is telemetry's.
 """
 
 from __future__ import annotations

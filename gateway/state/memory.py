@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from gateway.provider.cooldowns import CooldownRule, Cooldowns, MemoryCooldowns
 from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds, MemoryApprovals
 from gateway.state.base import DEFAULT_FAILURE_BOUNDS, OWNED_RESPONSES, Bounds, FailureBounds
 from gateway.state.fair import fair_victim
@@ -222,8 +223,12 @@ class MemoryState(StateStore):
                  failure_bounds: FailureBounds = DEFAULT_FAILURE_BOUNDS, per_key: int | None = None,
                  owned: Bounds = OWNED_RESPONSES, approvals: ApprovalBounds = PENDING_APPROVALS) -> None:
         self.memory = MemoryMaps(clock)
+        self._clock = clock
         super().__init__(self.memory, FailureRecords(failure_bounds, clock), MemoryApprovals(approvals, clock),
                          Bounds(capacity, ttl_seconds, per_key), owned)
+
+    def cooldowns(self, rule: CooldownRule) -> Cooldowns:
+        return MemoryCooldowns(rule, self._clock)
 
     def __len__(self) -> int:
         """How many turns are held."""

@@ -1,13 +1,16 @@
 """The state in a Redis that replicas share (`state_url`): the tables over `RedisMaps`, the failure
-records (`RedisFailures`) and the approvals (`RedisApprovals`), all on one `RedisConnection`."""
+records (`RedisFailures`), the approvals (`RedisApprovals`) and the upstreams' cooldowns
+(`RedisCooldowns`), all on one `RedisConnection`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.provider.cooldowns import CooldownRule, Cooldowns
 from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds, RedisApprovals
 from gateway.state.base import DEFAULT_FAILURE_BOUNDS, OWNED_RESPONSES, Bounds, FailureBounds, StateKind
 from gateway.state.redis_connection import RedisConnection
+from gateway.state.redis_cooldowns import RedisCooldowns
 from gateway.state.redis_failures import RedisFailures
 from gateway.state.redis_maps import RedisMaps
 from gateway.state.store import StateStore
@@ -29,3 +32,6 @@ class RedisState(StateStore):
         super().__init__(RedisMaps(self.connection), RedisFailures(self.connection, failure_bounds),
                          RedisApprovals(self.connection.redis, run, prefix, approvals, report),
                          Bounds(capacity, ttl_seconds, per_key), owned)
+
+    def cooldowns(self, rule: CooldownRule) -> Cooldowns:
+        return RedisCooldowns(self.connection, rule)

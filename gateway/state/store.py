@@ -1,5 +1,6 @@
 """The state store: each kind of entry the gateway keeps between requests, a typed table over one
-`OwnedMaps` (gateway.state.maps), with the failure records and the pending approvals beside them.
+`OwnedMaps` (gateway.state.maps), with the failure records, the pending approvals and the upstreams'
+cooldowns beside them.
 A new kind is one table here; its callers use it through the table's verbs."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Collection
 
+from gateway.provider.cooldowns import CooldownRule, Cooldowns, MemoryCooldowns
 from gateway.state.approvals import ApprovalStore
 from gateway.state.base import (
     OWNED_RESPONSES,
@@ -91,6 +93,11 @@ class StateStore:
         response = first.of(self.aliases.table).get(response_id)
         owned = response is not None or first.of(self.owners.table).get(response_id, False)
         return Found(turns, owners, response, owned)
+
+    def cooldowns(self, rule: CooldownRule) -> Cooldowns:
+        """The record of upstreams cooling down by `rule`, kept where this store keeps the rest: in
+        this process's memory, or (RedisState) in the Redis replicas share. Made once, at start-up."""
+        return MemoryCooldowns(rule)
 
     async def status(self) -> str | None:
         """None for a store in memory; else "up" or "unavailable"."""
