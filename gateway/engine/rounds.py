@@ -69,17 +69,21 @@ class Rounds:
         """One provider call, to the upstreams its model routes to in turn: a failure that another
         may not have (a connection, a timeout, a 429, a 5xx) moves it to the next one, as long as
         the client saw nothing of the answer; after that, the failure is the call's."""
-        targets = await self.upstreams.targets(plan.model, plan.api.name, caller.models)
+        targets = await self._targets(plan, caller, body)
         moved: tuple[str, str] | None = None  # the upstream the call moved on from, and why
         last = targets[-1]
         for target in targets:
             try:
                 if not plan.stream:
-                    yield await self._answered(plan, caller, body, attempt, target, moved)
+                    turn = await self._answered(plan, caller, body, attempt, target, moved)
+                    await self._made(plan, caller, turn, target)
+                    yield turn
                 else:
                     async with aclosing(self._streamed(plan, caller, body, round_, attempt, target, moved)) as asked:
                         async for event in asked:
                             shown.seen = shown.seen or (isinstance(event, Visible) and not plan.api.opens(event.piece))
+                            if isinstance(event, ModelTurn):
+                                await self._made(plan, caller, event, target)
                             yield event
             except GatewayError as exc:
                 if not falls_back(exc):
@@ -91,6 +95,23 @@ class Rounds:
                 continue
             await self.upstreams.answered(target)
             return
+
+    async def _targets(self, plan: Plan, caller: Caller, body: dict[str, Any]) -> list[Target]:
+        """Where the call may go: its model's targets; a continuation of a provider response
+        (previous_response_id), with several upstreams, only where that response was made."""
+        targets = await self.upstreams.targets(plan.model, plan.api.name, caller.models)
+        previous = body.get("previous_response_id") if plan.api.continues_by_id else None
+        if self.upstreams.only is None and isinstance(previous, str):
+            origin = (await self.held.origins.get(caller.principal, (previous,))).get(previous)
+            if origin is not None and origin in self.upstreams.clients:
+                return [t for t in targets if t.upstream == origin] or [Target(origin, plan.model)]
+        return targets
+
+    async def _made(self, plan: Plan, caller: Caller, turn: ModelTurn, target: Target) -> None:
+        """With several upstreams, the upstream that made a provider response is remembered: its
+        continuations, reads and deletion go there."""
+        if self.upstreams.only is None and plan.api.continues_by_id and turn.response_id is not None:
+            await self.held.origins.put(caller.principal, {turn.response_id: target.upstream})
 
     async def _pause(self, seconds: float, stream: bool) -> AsyncGenerator[Keepalive, None]:
         """The wait before a retry; a stream is kept open through it as while tools run."""

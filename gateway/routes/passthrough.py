@@ -106,11 +106,28 @@ def check_route(request: web.Request) -> None:
         raise Forbidden(f"{request.path} is not among the routes this key may use", code="not_allowed")
 
 
+async def holder(request: web.Request, response_id: str) -> Upstream:
+    """The upstream that holds a provider response: the one that made it, with several upstreams
+    (gateway.engine.rounds remembers it), else the Responses API's."""
+    upstreams = request.app[UPSTREAMS]
+    if upstreams.only is None:
+        origins = await request.app[STATE].origins.get(request[CALLER].principal, (response_id,))
+        if (origin := upstreams.clients.get(origins.get(response_id, ""))) is not None:
+            return origin
+    chosen = upstreams.for_route("responses")
+    if chosen is None:
+        raise NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream", code="invalid_path")
+    return chosen
+
+
 async def destination(request: web.Request) -> tuple[Upstream, bytes | None]:
-    """The upstream a request passed on goes to, and its body when it had to be read to say: the
-    default upstream, unless there is none for the route, or the key is limited to models; then the
-    model the body names routes it (a body that names none: a 400)."""
+    """The upstream a request passed on goes to, and its body when it had to be read to say: a
+    stored response's holder; the default upstream, unless there is none for the route, or the key
+    is limited to models; then the model the body names routes it (a body that names none: a 400)."""
     upstreams, caller = request.app[UPSTREAMS], request[CALLER]
+    stored = _STORED_RESPONSE.match(request.path)
+    if stored is not None and stored.group(1) not in _RESPONSES_ACTIONS:
+        return await holder(request, stored.group(1)), None
     chosen = upstreams.for_route(api_of_path(request.path))
     if chosen is not None and (caller.models is None or request.method != "POST"):
         return chosen, None

@@ -18,9 +18,9 @@ from aiohttp import web
 from gateway.apis.responses.records import AnswerRecord, page
 from gateway.errors import BadRequest, GatewayError, NotFound, UpstreamUnavailable
 from gateway.http.bodies import EXPECT
-from gateway.http.keys import CALLER, STATE, TRACE, UPSTREAMS
+from gateway.http.keys import CALLER, STATE, TRACE
 from gateway.provider.client import Upstream
-from gateway.routes.passthrough import check_route, passthrough
+from gateway.routes.passthrough import check_route, holder, passthrough
 from gateway.routes.provider_errors import provider_error
 from gateway.routes.render import json_answer
 from gateway.state import RESPONSE_PREFIX, StateUnavailable, no_such_response
@@ -58,34 +58,28 @@ async def _held(request: web.Request) -> _Held | None:
     return _Held(response_id, AnswerRecord((found.response,)))  # an alias kept without its record
 
 
-def _provider_path(request: web.Request, response_id: str, suffix: str = "") -> str:
+def _provider_path(request: web.Request, upstream: Upstream, response_id: str, suffix: str = "") -> str:
     """The provider's path for one of the responses behind the answer, on the surface the caller addressed."""
     prefix = request.path[:request.path.index("/responses/") + len("/responses/")]
     query = request[CALLER].provider_query(request.query_string)
-    path = _upstream(request).forward_path(f"{prefix}{response_id}{suffix}" + (f"?{query}" if query else ""))
+    path = upstream.forward_path(f"{prefix}{response_id}{suffix}" + (f"?{query}" if query else ""))
     if path is None:
         raise NotFound(f"no such route for this provider: {request.path}", code="invalid_path")
     return path
 
 
-def _upstream(request: web.Request) -> Upstream:
-    """The upstream that holds the responses behind a gateway-made answer: the Responses API's."""
-    upstream = request.app[UPSTREAMS].for_route("responses")
-    if upstream is None:
-        raise NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream", code="invalid_path")
-    return upstream
-
-
-async def _ask(request: web.Request, method: str, path: str) -> aiohttp.ClientResponse:
-    upstream = _upstream(request)
+async def _ask(request: web.Request, method: str, response_id: str, suffix: str = "") -> aiohttp.ClientResponse:
+    """A call about one provider response, to the upstream that holds it."""
+    upstream = await holder(request, response_id)
+    path = _provider_path(request, upstream, response_id, suffix)
     headers = upstream.headers(request[CALLER].upstream_headers)
     request[TRACE].inject(headers)
     return await upstream.forward(method, path, headers, None)
 
 
-async def _provider_json(request: web.Request, path: str) -> dict[str, Any]:
+async def _provider_json(request: web.Request, response_id: str, suffix: str = "") -> dict[str, Any]:
     """A provider GET's JSON object; its error, OpenAI-shaped, as the pass-through gives it."""
-    answer = await _ask(request, "GET", path)
+    answer = await _ask(request, "GET", response_id, suffix)
     try:
         if answer.status >= 400:
             raise _Answered(await provider_error(answer))
@@ -123,7 +117,7 @@ async def retrieve(request: web.Request) -> web.StreamResponse:
     if not held.record.rounds:
         raise no_such_response(held.response_id)
     try:
-        last = await _provider_json(request, _provider_path(request, held.record.rounds[-1]))
+        last = await _provider_json(request, held.record.rounds[-1])
     except _Answered as answered:
         return answered.response
     return json_answer({**last, "id": held.response_id}, {})
@@ -140,7 +134,7 @@ async def input_items(request: web.Request) -> web.StreamResponse:
     if not held.record.rounds:
         raise no_such_response(held.response_id)
     try:
-        listed = await _provider_json(request, _provider_path(request, held.record.rounds[0], "/input_items"))
+        listed = await _provider_json(request, held.record.rounds[0], "/input_items")
     except _Answered as answered:
         return answered.response
     return json_answer(listed, {})
@@ -150,7 +144,7 @@ async def _delete_one(request: web.Request, response_id: str) -> int | None:
     """Delete one provider response; None when it is gone (deleted now, or before: a 404), else
     the status the provider answered."""
     try:
-        answer = await _ask(request, "DELETE", _provider_path(request, response_id))
+        answer = await _ask(request, "DELETE", response_id)
     except GatewayError as exc:
         return exc.status
     try:

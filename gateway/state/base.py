@@ -15,7 +15,7 @@ from gateway.errors import NotFound, Unavailable
 # the client calls handed back whose results have not come yet, Messages threads, and upstreams
 # cooling down (gateway.state.redis_cooldowns).
 StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru", "link", "answer", "rounds", "sent",
-                    "thread", "cool"]
+                    "thread", "cool", "origin"]
 
 PREFIX = "tspan_"
 RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses

@@ -98,6 +98,14 @@ def response_of(raw: bytes) -> str:
     return text
 
 
+def upstream_of(raw: bytes) -> str:
+    """The configured upstream a provider response was made by."""
+    text = _text(raw)
+    if not text or not text.isprintable() or len(text) > 64:
+        raise Unreadable("not an upstream's name")
+    return text
+
+
 def trajectory_of(raw: bytes) -> str:
     """The trajectory a linked call or response id belongs to (gateway.routes.linking writes one the
     gateway accepts)."""

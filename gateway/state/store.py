@@ -33,6 +33,7 @@ from gateway.state.redis_values import (
     trajectory_of,
     turn_json,
     turn_of,
+    upstream_of,
 )
 
 
@@ -67,6 +68,9 @@ class StateStore:
         self.replays = OwnedMap(maps, Table("rounds", REPLAYS, _text, rounds_of))
         # A client call handed back, by its id as the client got it (gateway.client_tools.results).
         self.sent = OwnedMap(maps, Table("sent", SENT_CALLS, _text, sent_of))
+        # The upstream that made a provider response, with several upstreams: its continuations, reads
+        # and deletion go there (gateway.engine.rounds, gateway.routes.response_ids).
+        self.origins = OwnedMap(maps, Table("origin", owned, _text, upstream_of))
         self.failures = failures  # the retry state (telemetry.trajectory), a store of its own
         self.approvals = approvals  # pending approvals of tool calls (gateway.tools.approval_gate)
 

@@ -129,6 +129,12 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         decided=_decided(call), names=_names(call), retry=_retry(call, paging, sent), details=join(details))
 
 
+def _upstream(turn: Mapping[str, Any]) -> Html:
+    """Where a model turn went, when the store says: its upstream, and the one it fell back from."""
+    fell_back = when(turn.get("fallback_from"), render(" (fell back from {f})", f=turn.get("fallback_from")))
+    return when(turn.get("upstream"), render(" · upstream {u}{f}", u=turn.get("upstream"), f=fell_back))
+
+
 def _model_turn(turn: Mapping[str, Any], before: Any) -> Html:
     """A model turn; `before`, the messages the turn before it sent (None for the first shown)."""
     tokens = f"tokens in/out {turn.get('input_tokens') or 0}/{turn.get('output_tokens') or 0}"
@@ -136,10 +142,10 @@ def _model_turn(turn: Mapping[str, Any], before: Any) -> Html:
     error = turn.get("error_message") or turn.get("error_type")
     return render(
         '<li class="turn"><div><strong>model turn</strong> <code>{model}</code> '
-        '<span class="muted">round {round} · finish {finish} · {tokens} · {duration}</span></div>{error}'
+        '<span class="muted">round {round} · finish {finish} · {tokens} · {duration}{upstream}</span></div>{error}'
         '{input}{output}</li>',
         model=turn.get("response_model") or turn.get("model") or "?", round=turn.get("round") or "-", finish=finish,
-        tokens=tokens, duration=ms(turn.get("duration_ms")),
+        tokens=tokens, duration=ms(turn.get("duration_ms")), upstream=_upstream(turn),
         error=when(error, _block("provider error", str(error), "diagnostic")),
         input=sent_messages(turn.get("input_messages"), before), output=answer(turn.get("output_messages")))
 

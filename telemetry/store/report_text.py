@@ -87,6 +87,10 @@ def _model_turn(event: dict[str, Any], before: list[Any]) -> list[str]:
     reasons = ",".join(event["finish_reasons"] or ())
     line = (f"model turn  chat {event['model']}: finish={reasons} tokens in/out="
             f"{event['input_tokens']}/{event['output_tokens']} ({event['duration_ms']:.1f} ms)")
+    if event.get("upstream"):
+        line += f" upstream={event['upstream']}"
+    if event.get("fallback_from"):
+        line += f" (fell back from {event['fallback_from']})"
     if event["error_type"]:
         line += f" failed: {event['error_type']}"
     lines = [line]

@@ -62,7 +62,8 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str, key: str | None = Non
     Events, in the order they started: {"type": "model_turn", "span_id", "round", "model",
     "response_model", "provider", "response_id", "finish_reasons", "stream", "input_tokens",
     "output_tokens", "error_type", "error_message", "input_messages", "output_messages" (the GenAI
-    messages where content was captured, else None), "started", "duration_ms", ...} and
+    messages where content was captured, else None), "started", "duration_ms", "upstream" (the
+    configured upstream it went to), "fallback_from" (the one it moved on from, if any), ...} and
     {"type": "tool_call", "span_id", "round", "tool", "call_id", "outcome", "rejection_reason",
     "error_type", "missing", "unrecognized", "suggestions": {sent: accepted}, "retry_kind",
     "retries_span_id" (the failed call it retries), "retries_request" (the index of that call's

@@ -1,0 +1,121 @@
+"""Several upstreams across replicas and requests (issue 55): two gateways on one real Redis agree
+on an upstream that cooled down; a Responses conversation continues on the upstream that made its
+response, though deployments of its model share calls; GET /v1/models answers the configured
+models, per key, in the client's shape."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from aiohttp.test_utils import TestServer
+
+from gateway.demo.model import Reply, Script, ScriptedModel
+from gateway.settings.model import Settings
+from telemetry import names
+from tests.conftest import Gateway, GatewayFactory
+from tests.e2e.redis_server import RedisServer
+
+pytestmark = pytest.mark.slow
+Upstream = tuple[ScriptedModel, Script]
+UpstreamFactory = Callable[[], Awaitable[Upstream]]
+
+
+@pytest.fixture
+def scripted(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> UpstreamFactory:
+    """A scripted model on a server of its own: one upstream."""
+    async def build() -> Upstream:
+        script = Script()
+        model = ScriptedModel(script)
+        server = await aiohttp_server(model.app())
+        model.base_url = str(server.make_url("")).rstrip("/")
+        return model, script
+    return build
+
+
+def table(east: ScriptedModel, west: ScriptedModel, **east_entry: Any) -> dict[str, Any]:
+    return {"east": {"url": f"{east.base_url}/v1", "kind": "compatible", "models": ["gpt-4o"], **east_entry},
+            "west": {"url": f"{west.base_url}/v1", "kind": "compatible", "models": ["gpt-4o-mini"]}}
+
+
+async def test_two_replicas_on_one_redis_agree_on_an_upstream_cooling_down(
+        scripted: UpstreamFactory, make_gateway: GatewayFactory, redis_up: RedisServer, tmp_path: Path) -> None:
+    (east, east_script), (west, west_script) = await scripted(), await scripted()
+
+    def replica(name: str) -> Settings:
+        return Settings(port=0, upstreams=table(east, west, fallbacks=["west"]), state_url=redis_up.url,
+                        cooldown_failures=2, cooldown_window_seconds=60, cooldown_seconds=60,
+                        trajectory_store_path=tmp_path / f"{name}.sqlite3")
+
+    first, second = await make_gateway(replica("first")), await make_gateway(replica("second"))
+    east_script.then(Reply(status=503), Reply(status=503))
+    west_script.then(Reply(content="one"), Reply(content="two"), Reply(content="three"))
+    for gateway in (first, first):  # two failures on the first replica: east cools down, for both
+        answer = await gateway.client.chat.completions.create(model="gpt-4o", messages=[{"role": "user",
+                                                                                            "content": "hi"}])
+        assert answer.choices[0].message.content in ("one", "two")
+    assert len(east.requests) == 2
+    answer = await second.client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content == "three"
+    assert len(east.requests) == 2  # the second replica passed over east: it never asked it
+    assert [s.attributes.get(names.ATTR_UPSTREAM) for s in second.spans() if s.name.startswith("chat ")] == ["west"]
+    assert second.metric(names.METRIC_UPSTREAM_UP, upstream="east") == 0
+    assert second.metric(names.METRIC_UPSTREAM_FALLBACKS) == 0  # nothing failed there: east was left out
+    assert first.metric(names.METRIC_UPSTREAM_FALLBACKS, **{"from": "east", "to": "west", "reason": "503"}) == 2
+
+
+async def test_a_responses_conversation_continues_where_its_response_was_made(
+        scripted: UpstreamFactory, make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    (east, east_script), (west, west_script) = await scripted(), await scripted()
+    both = {"east": {"url": f"{east.base_url}/v1", "kind": "compatible", "models": ["gpt-4o"]},
+            "west": {"url": f"{west.base_url}/v1", "kind": "compatible", "models": ["gpt-4o"]}}
+    gateway = await make_gateway(Settings(port=0, upstreams=both, trajectory_store_path=tmp_path / "s.sqlite3"))
+    east_script.then(Reply(content="first"), Reply(content="third"))
+    west_script.then(Reply(content="second"))
+    first = await gateway.client.responses.create(model="gpt-4o", input="hi", store=True)
+    assert first.output_text == "first"  # round robin: east, then west
+    other = await gateway.client.responses.create(model="gpt-4o", input="another conversation")
+    assert other.output_text == "second"
+    follow_up = await gateway.client.responses.create(model="gpt-4o", input="and then?",
+                                                      previous_response_id=first.id)
+    assert follow_up.output_text == "third"  # back on east, which holds `first`, though west's turn came
+    assert east.requests[-1]["previous_response_id"] == first.id
+    assert len(west.requests) == 1
+
+
+async def _models_gateway(scripted: UpstreamFactory, make_gateway: GatewayFactory, tmp_path: Path) -> Gateway:
+    (east, _), (west, _) = await scripted(), await scripted()
+    upstreams = table(east, west, aliases={"fast": "gpt-4o-mini"}, fallbacks=["west"])
+    upstreams["claude"] = {"url": f"{west.base_url}/v1", "kind": "anthropic", "models": ["claude-sonnet-4", "claude-*"]}
+    keys = {"all": {"key": "sk-all-models"}, "small": {"key": "sk-small-only", "models": ["gpt-4o-mini", "fast"]}}
+    return await make_gateway(Settings(port=0, upstreams=upstreams, keys=keys,
+                                       trajectory_store_path=tmp_path / "s.sqlite3"))
+
+
+async def test_the_models_listed_are_the_configured_ones_per_key(
+        scripted: UpstreamFactory, make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    gateway = await _models_gateway(scripted, make_gateway, tmp_path)
+    every = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="sk-all-models", max_retries=0)
+    small = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="sk-small-only", max_retries=0)
+    listed = [(m.id, m.owned_by) async for m in every.models.list()]
+    assert listed == [("gpt-4o", "east"), ("fast", "east"), ("gpt-4o-mini", "west"), ("claude-sonnet-4", "claude")]
+    assert [m.id async for m in small.models.list()] == ["fast", "gpt-4o-mini"]
+    assert (await every.models.retrieve("fast")).owned_by == "east"
+    with pytest.raises(openai.NotFoundError) as refused:
+        await small.models.retrieve("gpt-4o")
+    assert refused.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError) as refused:  # the key's limit holds on the tool loop too
+        await small.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.code == "model_not_found"
+    assert "fast, gpt-4o-mini" in str(refused.value.message)
+    claude = anthropic.AsyncAnthropic(base_url=gateway.url, api_key="sk-all-models", max_retries=0)
+    page = await claude.models.list()
+    assert [m.id for m in page.data][-1] == "claude-sonnet-4"
+    assert (page.first_id, page.last_id, page.has_more) == ("gpt-4o", "claude-sonnet-4", False)
+    await every.close()
+    await small.close()
+    await claude.close()
