@@ -79,7 +79,8 @@ class Rounds:
                     await self._made(plan, caller, turn, target)
                     yield turn
                 else:
-                    async with aclosing(self._streamed(plan, caller, body, round_, attempt, target, moved)) as asked:
+                    streamed = self._streamed(plan, caller, body, round_, attempt, target, moved)
+                    async with aclosing(streamed if target is last else _opening_held(streamed, plan)) as asked:
                         async for event in asked:
                             shown.seen = shown.seen or (isinstance(event, Visible) and not plan.api.opens(event.piece))
                             if isinstance(event, ModelTurn):
@@ -230,6 +231,25 @@ class _Traced:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
                  ) -> bool | None:
         return self._chat.__exit__(kind, exc, tb)
+
+
+async def _opening_held(events: AsyncGenerator[Opened | Visible | ModelTurn, None], plan: Plan
+                        ) -> AsyncGenerator[Opened | Visible | ModelTurn, None]:
+    """A streamed call that another upstream may still take: what only opens its answer (the
+    provider's headers, Responses' response.created, Messages' message_start) waits for the first
+    piece that shows some of it, or for its turn. A call that fails before then goes nowhere, and
+    the client's answer is opened once, by the upstream that answers."""
+    held: list[Opened | Visible] | None = []
+    async with aclosing(events):
+        async for event in events:
+            if held is not None:
+                if isinstance(event, Opened) or (isinstance(event, Visible) and plan.api.opens(event.piece)):
+                    held.append(event)
+                    continue
+                for waiting in held:
+                    yield waiting
+                held = None
+            yield event
 
 
 def _for(body: dict[str, Any], target: Target) -> dict[str, Any]:
