@@ -53,7 +53,8 @@ class ScriptedModel:
     days); so do the conversations kept for `previous_response_id`."""
 
     def __init__(self, policy: Policy, model_name: str = "toolspan-scripted", keep: int = 1000,
-                 stores_responses: bool = False, apis: Collection[str] = ("chat", "responses", "messages")) -> None:
+                 stores_responses: bool = False, apis: Collection[str] = ("chat", "responses", "messages"),
+                 first_id: int = 1) -> None:
         self.policy = policy
         # The wire APIs it serves: ("chat", "responses") plays OpenAI, which has no /v1/messages (a 404).
         self.apis = frozenset(apis)
@@ -66,7 +67,7 @@ class ScriptedModel:
         self.request_headers: list[dict[str, str]] = []
         self.request_paths: list[str] = []  # path and query string of each
         self.base_url: str | None = None  # set by whoever serves it
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)  # several of them in one test: ids apart, as providers' are
         self.conversations = Conversations(keep)
         self.threads = Threads(keep)  # Messages' beta `thread`: the conversations it holds
         self.paused = asyncio.Event()  # a stream reached its `pause_after` point

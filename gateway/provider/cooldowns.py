@@ -30,7 +30,8 @@ class Cooldowns(Protocol):
     """Which upstreams are cooling down, and what their calls did."""
 
     async def cooling(self, names: Collection[str]) -> dict[str, float]:
-        """Of `names`, those cooling down, with the seconds until each comes back."""
+        """Of `names`, those cooling down, with the seconds until each comes back, and those on
+        probation (0 or less: back, and a call to one is its probe, whose success ends it)."""
 
     async def failed(self, name: str) -> bool:
         """A retryable failure of `name`; whether it now cools down."""
@@ -58,7 +59,7 @@ class MemoryCooldowns:
     async def cooling(self, names: Collection[str]) -> dict[str, float]:
         now = self._clock()
         return {name: record.until - now for name in names
-                if (record := self._records.get(name)) is not None and record.until > now}
+                if (record := self._records.get(name)) is not None and record.probation > now}
 
     async def failed(self, name: str) -> bool:
         now = self._clock()

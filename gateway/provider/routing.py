@@ -116,15 +116,17 @@ class RoutingTable:
         return None
 
     def _fallbacks(self, primary: Sequence[Target], model: str) -> tuple[Target, ...]:
-        """The fallbacks of the primary upstreams, in order, each once, none of the primary ones;
-        an alias of the model there names the provider's model."""
+        """The fallbacks of the primary upstreams, in order, each once, none of the primary ones.
+        A fallback is asked for the model under the name the upstream it stands in for gives it
+        (`fast`, east's alias of gpt-4o-mini, is gpt-4o-mini to west too): an upstream with an alias
+        of its own for the client's name would serve it as a primary one."""
         seen = {t.upstream for t in primary}
         found = []
         for target in primary:
             for name in self.upstreams[target.upstream].fallbacks:
                 if name not in seen:
                     seen.add(name)
-                    found.append(Target(name, self.upstreams[name].aliases.get(model, model)))
+                    found.append(Target(name, target.model))
         return tuple(found)
 
     def offered(self) -> list[str]:

@@ -112,7 +112,7 @@ class RedisCooldowns:
         now, cooling = self._clock(), {}
         for name, key, raw in zip(ordered, keys, found, strict=True):
             times = self._connection.read("cool", key, raw, cooldown_of)
-            if times is not None and times[0] > now:
+            if times is not None and times[1] > now:  # cooling down, or on probation
                 cooling[name] = times[0] - now
         return cooling
 

@@ -5,6 +5,7 @@ models, per key, in the client's shape."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,10 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.demo.model import Reply, Script, ScriptedModel
+from gateway.demo.model import Reply, ScriptedModel
 from gateway.settings.model import Settings
 from telemetry import names
-from tests.conftest import Gateway, GatewayFactory
+from tests.conftest import Gateway, GatewayFactory, Script
 from tests.e2e.redis_server import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -27,10 +28,12 @@ UpstreamFactory = Callable[[], Awaitable[Upstream]]
 
 @pytest.fixture
 def scripted(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> UpstreamFactory:
-    """A scripted model on a server of its own: one upstream."""
+    """A scripted model on a server of its own: one upstream (its response ids apart from the others')."""
+    made = itertools.count()
+
     async def build() -> Upstream:
         script = Script()
-        model = ScriptedModel(script)
+        model = ScriptedModel(script, first_id=1000 * next(made) + 1)
         server = await aiohttp_server(model.app())
         model.base_url = str(server.make_url("")).rstrip("/")
         return model, script

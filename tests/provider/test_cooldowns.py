@@ -96,6 +96,15 @@ async def test_failures_while_out_change_nothing_and_it_comes_back_on_time(kept:
     assert await fail(cooldowns, "east", 5) == [False] * 5  # already out: not out again, nor for longer
     assert await cooldowns.cooling(["east"]) == {"east": 30.0}
     kept.clock.now += 30
+    assert await cooldowns.cooling(["east"]) == {"east": 0.0}  # back, on probation: its calls are probes
+    await cooldowns.succeeded("east")
+    assert await cooldowns.cooling(["east"]) == {}
+
+
+async def test_probation_ends_by_itself_a_window_after_the_cooldown(kept: Kept) -> None:
+    cooldowns = kept.make(RULE)
+    await fail(cooldowns, "east", 3)
+    kept.clock.now += RULE.seconds + RULE.window_seconds
     assert await cooldowns.cooling(["east"]) == {}
 
 

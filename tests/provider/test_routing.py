@@ -116,14 +116,14 @@ def test_each_upstream_with_an_alias_of_the_model_serves_it_under_its_own_name()
     assert route.primary == (Target("azure-east", "gpt-4o-mini"), Target("azure-west", "gpt-4o-mini-2024-07-18"))
 
 
-def test_a_fallback_that_has_no_alias_of_the_model_gets_the_clients_name() -> None:
+def test_a_fallback_is_asked_for_the_model_by_the_name_its_primary_gives_it() -> None:
     table = RoutingTable({"east": upstream(aliases={"fast": "gpt-4o-mini"}, fallbacks=("west", "plain")),
                           "west": upstream("gpt-4o-mini"),
                           "plain": upstream()}, None)
     route = table.route("fast")
     assert route is not None
     assert route.primary == (Target("east", "gpt-4o-mini"),)
-    assert route.fallbacks == (Target("west", "fast"), Target("plain", "fast"))
+    assert route.fallbacks == (Target("west", "gpt-4o-mini"), Target("plain", "gpt-4o-mini"))
 
 
 def test_patterns_are_globs_matched_with_case() -> None:
