@@ -3,7 +3,9 @@ there by .ci/run) pointed at the gateway with ANTHROPIC_BASE_URL, against the sc
 upstream, offline: `claude -p` runs to its end, the gateway's tool and Claude Code's own Bash tool
 both run (Bash's call checked by the gateway against the schema Claude Code declares, and its result
 seen as the client's execute step), and every request of the run is one trajectory, found by Claude
-Code's session header, in the store, the report and on the page."""
+Code's session header, in the store, the report and on the page. Behind a gateway with several
+upstreams (issue 55), its requests, and those of a subagent it runs on its small model, go to the
+upstream their model routes to, and to no other."""
 
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_aiohttp import AiohttpServer
+
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import AUTH, TEST_KEY, Stack
+from tests.conftest import AUTH, TEST_KEY, GatewayFactory, Stack
+from tests.e2e.cli_upstreams import ANTHROPIC, DECOY, OPENAI, routed_gateway
 
 CLAUDE = Path(__file__).parent / "claude" / "node_modules" / ".bin" / "claude"
 MODEL = "claude-sonnet-4-5-20250929"  # sent as given; this one asks for no system message in `messages`
@@ -51,8 +56,8 @@ async def claude(url: str, tmp_path: Path, *args: str) -> tuple[int | None, str,
     return process.returncode, output.decode(errors="replace"), errors.decode(errors="replace")
 
 
-async def run_claude(stack: Stack, tmp_path: Path) -> dict[str, Any]:
-    status, output, errors = await claude(stack.url, tmp_path, "-p", "Add 2 and 3, then run a command.",
+async def run_claude(url: str, tmp_path: Path) -> dict[str, Any]:
+    status, output, errors = await claude(url, tmp_path, "-p", "Add 2 and 3, then run a command.",
                                           "--model", MODEL, "--allowedTools", "Bash", "--max-turns", "4",
                                           "--output-format", "json")
     assert status == 0, output + errors
@@ -63,7 +68,7 @@ async def run_claude(stack: Stack, tmp_path: Path) -> dict[str, Any]:
 async def test_a_claude_code_run_is_one_trajectory_with_its_own_tool_seen(stack: Stack, tmp_path: Path) -> None:
     for _ in range(3):
         stack.script.then(claude_model)
-    result = await run_claude(stack, tmp_path)
+    result = await run_claude(stack.url, tmp_path)
     assert result["result"] == "The sum is 5. The command said: claude-code-ran"
     assert [p.split("?")[0] for p in stack.model.request_paths] == ["/v1/messages"] * 3
     calls = [s.attributes or {} for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
@@ -85,3 +90,52 @@ async def test_a_claude_code_run_is_one_trajectory_with_its_own_tool_seen(stack:
     assert sides == {("add", "gateway"): {"ok": 1}, ("Bash", "client"): {"ok": 1}}
     shown = await (await stack.http.get(f"/ui/trajectories/{trajectory}", headers=AUTH)).text()
     assert '<strong>client tool call</strong> <code>Bash</code>' in shown
+
+
+HAIKU = "claude-haiku-4-5-20251001"  # Claude Code's small model (the pinned version's default), for subagents
+CHECKED = "The subagent checked it."
+
+
+def delegating_model(body: dict[str, Any]) -> Reply:
+    """Adds with the gateway's tool, has Claude Code run a subagent on its small model, then answers
+    with the sum and what the subagent said."""
+    if body["model"] == HAIKU:
+        return Reply(content=CHECKED)
+    called = {call["id"]: call["function"]["name"] for m in body["messages"] for call in m.get("tool_calls") or []}
+    done = {called[m["tool_call_id"]]: m["content"] for m in body["messages"]
+            if m.get("role") == "tool" and m.get("tool_call_id") in called}
+    if "add" not in done:
+        return Reply(content="First the sum.", tool_calls=[("add", {"a": 2, "b": 3})])
+    if "Agent" not in done:
+        return Reply(tool_calls=[("Agent", {"description": "Check the sum", "prompt": "Check that 2 + 3 is 5.",
+                                            "subagent_type": "general-purpose", "model": "haiku"})])
+    return Reply(content=f"The sum is {done['add']}. {CHECKED if CHECKED in done['Agent'] else 'Unchecked.'}")
+
+
+async def test_a_claude_code_run_and_its_subagent_go_to_the_upstream_their_models_route_to(
+        aiohttp_server: AiohttpServer, make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    routed = await routed_gateway(aiohttp_server, make_gateway, tmp_path)
+    for _ in range(4):
+        routed.scripts[ANTHROPIC].then(delegating_model)
+    result = await run_claude(routed.gateway.url, tmp_path)
+    assert result["result"] == f"The sum is 5. {CHECKED}"
+    calls = [s.attributes or {} for s in routed.gateway.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
+        (names.SIDE_GATEWAY, "add", "ok"), (names.SIDE_CLIENT, "Agent", "ok")]
+    # The main model and the subagent's small one, both by the claude-* pattern, at the Anthropic upstream only.
+    assert routed.models_sent() == {OPENAI: [], ANTHROPIC: [MODEL, MODEL, HAIKU, MODEL], DECOY: []}
+    assert routed.chat_upstreams() == [(ANTHROPIC, "anthropic")] * 4
+    assert [routed.calls_counted(name) for name in (OPENAI, ANTHROPIC, DECOY)] == [0, 4, 0]
+    # Every request of the run answered, Claude Code's probe (HEAD /) too; the subagent's is a request of its own.
+    roots = [s for s in routed.gateway.spans() if s.parent is None]
+    assert {(s.attributes or {}).get(names.ATTR_HTTP_STATUS) for s in roots} == {200}
+    assert [s.name for s in roots if s.name.startswith("POST ")] == ["POST /v1/messages"] * 3
+    # No default upstream: a model no entry claims is refused, not sent to the first upstream.
+    async with routed.gateway.http.post("/v1/messages", json={"model": "claude3-typo", "max_tokens": 8,
+                                                              "messages": [{"role": "user", "content": "hi"}]},
+                                        headers={"x-api-key": TEST_KEY}) as response:
+        assert response.status == 404
+        refused = await response.json()
+    assert refused["error"]["type"] == "not_found_error"
+    assert refused["error"]["message"].startswith("the model 'claude3-typo' is not served here")
+    assert routed.models_sent()[DECOY] == []

@@ -4,7 +4,8 @@ end, the gateway's tool and Codex's own shell tool both run (Codex's calls check
 against the schema Codex declares, and marked as client calls in the report and on the page),
 every request of the run is one trajectory (in the store and on the page), and Codex's WebSocket
 attempt is refused once, at once, instead of failing seven times over about six seconds before
-Codex falls back to HTTP."""
+Codex falls back to HTTP. Behind a gateway with several upstreams (issue 55), its requests go to the
+upstream its model routes to (by alias or by pattern), and to no other."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
+from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import AUTH, Stack
+from tests.conftest import AUTH, GatewayFactory, Stack
+from tests.e2e.cli_upstreams import ANTHROPIC, DECOY, OPENAI, TEAM_DEFAULT, TEAM_MODEL, routed_gateway
 
 CODEX = Path(__file__).parent / "codex" / "node_modules" / ".bin" / "codex"
 KEY_VARIABLE = "TOOLSPAN_TEST_KEY"
@@ -35,22 +39,22 @@ def codex_model(body: dict[str, Any]) -> Reply:
     return Reply(content=f"The sum is {done['add']}.")
 
 
-def config(stack: Stack, provider: str) -> str:
-    """Codex's config.toml: a provider entry of our own whose base_url is the gateway (WebSockets
+def config(url: str, provider: str, model: str) -> str:
+    """Codex's config.toml: a provider entry of our own whose base_url is the gateway at `url` (WebSockets
     on, as the built-in OpenAI provider has them), or the built-in provider given the gateway."""
     if provider == "openai_base_url":
-        return f'model = "test-model"\nopenai_base_url = "{stack.url}/v1"\n'
-    return (f'model = "test-model"\nmodel_provider = "toolspan"\n\n[model_providers.toolspan]\nname = "toolspan"\n'
-            f'base_url = "{stack.url}/v1"\nwire_api = "responses"\nenv_key = "{KEY_VARIABLE}"\n'
+        return f'model = "{model}"\nopenai_base_url = "{url}/v1"\n'
+    return (f'model = "{model}"\nmodel_provider = "toolspan"\n\n[model_providers.toolspan]\nname = "toolspan"\n'
+            f'base_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "{KEY_VARIABLE}"\n'
             "supports_websockets = true\n")
 
 
-async def run_codex(stack: Stack, tmp_path: Path, provider: str) -> str:
+async def run_codex(url: str, tmp_path: Path, provider: str, model: str = "test-model") -> str:
     assert CODEX.exists(), f"the Codex CLI is not installed: run npm ci --prefix {CODEX.parents[2]}"
     home, codex_home, work = tmp_path / "home", tmp_path / "codex-home", tmp_path / "work"
     for folder in (home, codex_home, work):
         folder.mkdir()
-    (codex_home / "config.toml").write_text(config(stack, provider))
+    (codex_home / "config.toml").write_text(config(url, provider, model))
     key = AUTH["Authorization"].removeprefix("Bearer ")
     env = {name: value for name, value in os.environ.items() if not name.startswith(("OPENAI_", "CODEX_"))}
     env.update(HOME=str(home), CODEX_HOME=str(codex_home), OPENAI_API_KEY=key, NO_COLOR="1")
@@ -70,7 +74,7 @@ async def test_a_codex_exec_run_is_one_trajectory_and_falls_back_to_http_at_once
                                                                                 provider: str) -> None:
     for _ in range(3):
         stack.script.then(codex_model)
-    output = await run_codex(stack, tmp_path, provider)
+    output = await run_codex(stack.url, tmp_path, provider)
     assert "The sum is 5." in output
     calls = [s.attributes or {} for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
     assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
@@ -98,3 +102,31 @@ async def test_a_codex_exec_run_is_one_trajectory_and_falls_back_to_http_at_once
     assert sides == {("add", "gateway"): {"ok": 1}, ("exec_command", "client"): {"ok": 1}}
     shown = await (await stack.http.get(f"/ui/trajectories/{trajectory}", headers=AUTH)).text()
     assert '<strong>client tool call</strong> <code>exec_command</code>' in shown
+
+
+@pytest.mark.parametrize(("provider", "model", "sent"), [
+    ("model_providers", TEAM_DEFAULT, TEAM_MODEL),  # an alias: the provider is sent its own name
+    ("openai_base_url", "gpt-5.1-codex-mini", "gpt-5.1-codex-mini"),  # the gpt-* pattern: sent as asked
+], ids=["alias", "pattern"])
+async def test_a_codex_run_goes_to_the_upstream_its_model_routes_to(
+        aiohttp_server: AiohttpServer, make_gateway: GatewayFactory, tmp_path: Path, provider: str, model: str,
+        sent: str) -> None:
+    routed = await routed_gateway(aiohttp_server, make_gateway, tmp_path)
+    for _ in range(3):
+        routed.scripts[OPENAI].then(codex_model)
+    output = await run_codex(routed.gateway.url, tmp_path, provider, model)
+    assert "The sum is 5." in output
+    calls = [s.attributes or {} for s in routed.gateway.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
+        (names.SIDE_GATEWAY, "add", "ok"), (names.SIDE_CLIENT, "exec_command", "ok")]
+    # Both of Codex's turns and the gateway's own call between them, at the OpenAI upstream only.
+    assert routed.models_sent() == {OPENAI: [sent] * 3, ANTHROPIC: [], DECOY: []}
+    assert routed.chat_upstreams() == [(OPENAI, "openai")] * 3
+    assert [routed.calls_counted(name) for name in (OPENAI, ANTHROPIC, DECOY)] == [3, 0, 0]
+    posts = [s for s in routed.gateway.spans() if s.parent is None and s.name == "POST /v1/responses"]
+    assert [(s.attributes or {}).get(names.ATTR_HTTP_STATUS) for s in posts] == [200, 200]
+    # No default upstream: a model no entry claims is refused, not sent to the first upstream.
+    with pytest.raises(openai.NotFoundError) as refused:
+        await routed.gateway.client.responses.create(model="gpt4-typo", input="hi")
+    assert refused.value.code == "model_not_found"
+    assert routed.models_sent() == {OPENAI: [sent] * 3, ANTHROPIC: [], DECOY: []}
