@@ -47,9 +47,16 @@ class Rounds:
         this round's answer; what still fails is final for the client (see FailedAfterTools), and
         the rounds done are kept for its replay."""
         retrying = self.retries.start()
+        # One upstream and no key's limit on models: nothing to choose, and an answer not streamed
+        # is awaited as it is (no generator between it and the run).
+        alone = not plan.stream and self.upstreams.only is not None and caller.models is None
         while True:
             shown = _Shown()  # the client saw part of this attempt's answer: a retry would repeat it
             try:
+                if alone:
+                    target = Target(self.upstreams.only or "", plan.model)
+                    yield await self._answered(plan, caller, body, retrying.attempt, target, None)
+                    return
                 async with aclosing(self._routed(plan, caller, body, round_, retrying.attempt, shown)) as asked:
                     async for event in asked:
                         yield event
@@ -184,7 +191,7 @@ class Rounds:
               moved: tuple[str, str] | None) -> AbstractContextManager[ChatTrace]:
         """The span of one provider call: its upstream, and how it came there."""
         chat = self.instrumentation.chat(plan.model, stream, target.upstream, self.upstreams.providers[target.upstream])
-        return _Traced(chat, attempt, moved)
+        return chat if attempt == 1 and moved is None else _Traced(chat, attempt, moved)
 
     def _failed(self, upstream: Upstream, trace: ChatTrace, exc: GatewayError, path: str) -> NoReturn:
         """Raises the error a failed provider call ends with, recorded on its trace: a 404 names the

@@ -64,6 +64,7 @@ class Upstreams:
         self.balancer = balancer
         self._on_state = on_state
         self._routes: dict[str, Route | None] = {}
+        self._spoken = frozenset(api for entry in table.upstreams.values() for api in entry.apis)
         for name in clients:
             on_state(name, True)
         # One upstream, the default, with nowhere to fall back to: every model goes there, with nothing
@@ -91,7 +92,7 @@ class Upstreams:
 
     def spoken(self, api: str) -> bool:
         """Whether any upstream speaks `api`."""
-        return any(api in entry.apis for entry in self.table.upstreams.values())
+        return api in self._spoken
 
     def route(self, model: str, allowed: tuple[str, ...] | None = None) -> Route:
         """Where `model` goes; a 404 model_not_found naming the models the caller may use when no

@@ -134,3 +134,18 @@ def test_startup_lines_with_a_provider(clean_env: pytest.MonkeyPatch) -> None:
     assert startup_lines("http://h:1", settings, ToolRegistry(), builtin_model=False)[2] == (
         "tools: none (every tool call goes back to the client)")
 
+
+
+def test_startup_lines_print_the_routing_table(clean_env: pytest.MonkeyPatch) -> None:
+    settings = Settings(upstream="https://api.openai.com/v1", telemetry=False, upstreams={
+        "claude": {"url": "https://api.anthropic.com/v1", "kind": "anthropic", "models": ["claude-*"],
+                   "aliases": {"sonnet": "claude-sonnet-4-5"}, "fallbacks": ["default"]}})
+    lines = startup_lines("http://h:1", settings, ToolRegistry(), builtin_model=False)
+    assert lines[1:4] == [
+        "upstreams: 2, a request's model picks one; other models go to default",
+        "  default (default): openai https://api.openai.com/v1: (no models)",
+        "  claude: anthropic https://api.anthropic.com/v1: claude-*, sonnet -> claude-sonnet-4-5; falls back to "
+        "default"]
+    alone = Settings(telemetry=False, upstreams={"local": {"url": "http://vllm:8000/v1", "kind": "vllm"}})
+    assert startup_lines("http://h:1", alone, ToolRegistry(), builtin_model=False)[1] == (
+        "upstreams: 1, a request's model picks one; other models: 404 model_not_found (no default_upstream)")

@@ -103,8 +103,12 @@ async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     allowed = [name for name in registry.names() if name != "admin"]  # so that not_allowed happens too
     # An MCP server too, for the MCP panels (test_every_dashboard_query_returns_data loses it once).
     mcp = stdio_server(Recorded(tmp_path / "mcp.jsonl"), reconnect_min_seconds=0.05, ping_interval_seconds=0)
+    # A second upstream that cannot be reached, for the model `fallible`, falling back to the scripted
+    # one (the upstream named default): the Upstreams panels.
+    flaky = {"url": f"http://127.0.0.1:{free_port()}/v1", "kind": "compatible", "models": ["fallible"],
+             "fallbacks": ["default"]}
     return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed, "approver": True}},
-                            mcp_servers={"files": mcp})
+                            mcp_servers={"files": mcp}, upstreams={"flaky": flaky})
 
 
 async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,
@@ -193,6 +197,9 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
         stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(status=500, error="a blip"),
                           Reply(content="3"))
         await stack.client.chat.completions.create(model="m", messages=USER, extra_headers=trajectory)
+        # A call to an upstream that is down, answered by its fallback.
+        stack.script.then(Reply(content="from the fallback"))
+        await stack.client.chat.completions.create(model="fallible", messages=USER, extra_headers=trajectory)
         expected = 16 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})

@@ -1,11 +1,13 @@
 """Several upstreams across replicas and requests (issue 55): two gateways on one real Redis agree
 on an upstream that cooled down; a Responses conversation continues on the upstream that made its
 response, though deployments of its model share calls; GET /v1/models answers the configured
-models, per key, in the client's shape."""
+models, per key, in the client's shape; the store, the page and the report name each model turn's
+upstream; with no default upstream, a request passed on goes where its body's model routes."""
 
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.settings.model import Settings
 from telemetry import names
+from telemetry.store import report, report_text
 from tests.conftest import Gateway, GatewayFactory, Script
 from tests.e2e.redis_server import RedisServer
 
@@ -122,3 +125,51 @@ async def test_the_models_listed_are_the_configured_ones_per_key(
     await every.close()
     await small.close()
     await claude.close()
+
+
+async def test_the_store_the_page_and_the_report_say_where_each_model_turn_went(
+        scripted: UpstreamFactory, make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    (east, east_script), (west, west_script) = await scripted(), await scripted()
+    gateway = await make_gateway(Settings(port=0, upstreams=table(east, west, fallbacks=["west"]),
+                                          trajectory_store_path=tmp_path / "s.sqlite3"))
+    east_script.then(Reply(status=429))
+    west_script.then(Reply(content="from west"))
+    sent = await gateway.http.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "hi"}]}, headers={"X-Trajectory-Id": "routed-run"})
+    assert sent.status == 200
+    store = gateway.observability.store
+    assert store is not None
+    await store.flushed()
+    with sqlite3.connect(tmp_path / "s.sqlite3") as db:
+        turns = db.execute("SELECT model, upstream, fallback_from, error_type FROM model_turns ORDER BY started")
+        assert turns.fetchall() == [("gpt-4o", "east", None, "upstream_refused"), ("gpt-4o", "west", "east", None)]
+        [line] = [line for line in report_text.timeline(report.trajectory(db, "routed-run")) if "from west" in line
+                  or "upstream=west" in line]
+    assert "upstream=west (fell back from east)" in line
+    page = await (await gateway.http.get("/ui/trajectories/routed-run")).text()
+    assert "upstream west (fell back from east)" in page
+    assert "upstream east" in page
+
+
+async def test_with_no_default_a_request_passed_on_goes_where_its_model_routes(
+        aiohttp_server: Callable[..., Awaitable[TestServer]], make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    speaks_messages = ScriptedModel(Script())
+    chat_only = ScriptedModel(Script(), apis=("chat", "responses"))
+    for model in (speaks_messages, chat_only):
+        model.base_url = str((await aiohttp_server(model.app())).make_url("")).rstrip("/")
+    upstreams = {"claude": {"url": f"{speaks_messages.base_url}/v1", "kind": "anthropic", "models": ["claude-*"]},
+                 "chat": {"url": f"{chat_only.base_url}/v1", "kind": "compatible", "models": ["gpt-*"]}}
+    gateway = await make_gateway(Settings(port=0, upstreams=upstreams, trajectory_store_path=tmp_path / "s.sqlite3"))
+    counted = {"messages": [{"role": "user", "content": "hi"}]}
+    claude = await gateway.http.post("/v1/messages/count_tokens", json={"model": "claude-haiku", **counted})
+    assert claude.status == 200  # the upstream that speaks Messages counted them
+    assert "input_tokens" in await claude.json()
+    gpt = await gateway.http.post("/v1/messages/count_tokens", json={"model": "gpt-4o", **counted})
+    assert gpt.status == 404  # the other one was asked, and has no such route
+    nameless = await gateway.http.post("/v1/embeddings", json={"input": "no model named"})
+    assert (nameless.status, (await nameless.json())["error"]["param"]) == (400, "model")
+    unknown = await gateway.http.post("/v1/embeddings", json={"model": "llama3", "input": "x"})
+    assert (await unknown.json())["error"]["code"] == "model_not_found"
+    nowhere = await gateway.http.get("/v1/files")
+    assert nowhere.status == 404
+    assert "no default_upstream" in (await nowhere.json())["error"]["message"]
