@@ -94,6 +94,16 @@ REMOTE_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{REMOTE_TRACE}-{REMOTE_SPAN}-01"
 
 
+class Clock:
+    """A clock a test moves (`clock.now += 30`), handed where a monotonic or wall clock is taken."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Script:
     """Replies in order, one per upstream request; a callable entry sees the request body."""
 

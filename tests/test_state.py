@@ -14,6 +14,7 @@ from gateway.apis.chat.history import held_tokens, restore_messages
 from gateway.apis.responses.history import held_names, restore_items
 from gateway.state import HeldTurn, MemoryState, client_call_id, split_call_id
 from gateway.state.redis_values import turn_json, turn_of
+from tests.conftest import Clock
 
 TTL = 10.0
 USER = {"role": "user", "content": "read notes.txt and ask me which file next"}
@@ -28,13 +29,6 @@ def done(coroutine: Coroutine[Any, Any, T]) -> T:
         return finished.value  # type: ignore[no-any-return]
     raise AssertionError("the memory store waited")
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class PendingTurns:

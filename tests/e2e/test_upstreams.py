@@ -26,7 +26,7 @@ from gateway.http.keys import SETTINGS, UPSTREAMS
 from gateway.provider.cooldowns import MemoryCooldowns
 from gateway.settings.model import Settings
 from telemetry import names
-from tests.conftest import STREAM, TEST_KEY, Gateway, GatewayFactory, Script, free_port, tool_outcomes
+from tests.conftest import STREAM, TEST_KEY, Clock, Gateway, GatewayFactory, Script, free_port, tool_outcomes
 from tests.e2e.test_agents_sdk import SECRET, agent_model, final_output, lookup_secret
 
 ASKED = "Add 2 and 3."
@@ -384,15 +384,6 @@ async def test_a_messages_stream_broken_after_its_first_byte_is_not_moved(routed
 
 
 # --- cooling down, the probe, and back ----------------------------------------------------------------------
-
-class Clock:
-    """The cooldowns' clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

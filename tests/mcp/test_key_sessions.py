@@ -7,14 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.mcp.key_sessions import KeySessions, TooManySessions
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.conftest import Clock
 
 
 @pytest.fixture

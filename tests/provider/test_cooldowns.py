@@ -18,19 +18,12 @@ from gateway.provider.cooldowns import CooldownRule, Cooldowns, MemoryCooldowns
 from gateway.state import MemoryState, RedisState, StateKind
 from gateway.state.redis_connection import RedisConnection
 from gateway.state.redis_cooldowns import RedisCooldowns
-from tests.conftest import free_port
+from tests.conftest import Clock, free_port
 from tests.e2e.redis_server import RedisServer
 
 RULE = CooldownRule(failures=3, window_seconds=30.0, seconds=60.0)
 START = 1_700_000_000.0
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -44,7 +37,7 @@ class Kept:
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.slow)])
 async def kept(request: pytest.FixtureRequest) -> AsyncIterator[Kept]:
-    clock = Clock()
+    clock = Clock(START)
     if request.param == "memory":
         yield Kept(clock, lambda rule: MemoryCooldowns(rule, clock))
         return
@@ -186,7 +179,7 @@ async def test_replicas_agree_on_an_upstream_cooling_down(redis_up: RedisServer)
 @pytest.mark.parametrize("failures", [2, 3, 40])
 async def test_failures_counted_at_once_on_two_replicas_are_all_counted(redis_up: RedisServer,
                                                                        failures: int) -> None:
-    prefix, clock = f"test-{secrets.token_hex(4)}:", Clock()
+    prefix, clock = f"test-{secrets.token_hex(4)}:", Clock(START)
     rule = CooldownRule(failures=failures, window_seconds=30.0, seconds=60.0)
     connections = [RedisConnection(redis_up.url, 5.0, prefix) for _ in range(2)]
     try:
@@ -235,7 +228,7 @@ async def test_garbage_under_the_keys_is_counted_and_taken_for_no_cooldown(redis
     connection = RedisConnection(redis_up.url, 5.0, prefix, unreadable=unreadable.append)
     client = Redis.from_url(redis_up.url)
     try:
-        cooldowns = RedisCooldowns(connection, CooldownRule(failures=2), Clock())
+        cooldowns = RedisCooldowns(connection, CooldownRule(failures=2), Clock(START))
         await client.set(f"{prefix}cool:east", "soon")
         await client.set(f"{prefix}cool:west", f"{START + 99} nan")
         await client.rpush(f"{prefix}cool:local", "x")
@@ -256,7 +249,7 @@ async def test_a_redis_that_cannot_answer_takes_no_upstream_out() -> None:
     heard: list[bool] = []
     connection = RedisConnection(f"redis://127.0.0.1:{free_port()}/0", 2.0, "test:", observe=heard.append)
     try:
-        cooldowns = RedisCooldowns(connection, CooldownRule(failures=1), Clock())
+        cooldowns = RedisCooldowns(connection, CooldownRule(failures=1), Clock(START))
         assert await cooldowns.failed("east") is False
         assert await cooldowns.cooling(["east", "west"]) == {}
         await cooldowns.succeeded("east")
@@ -266,7 +259,7 @@ async def test_a_redis_that_cannot_answer_takes_no_upstream_out() -> None:
 
 
 def test_the_memory_store_keeps_cooldowns_in_memory_on_its_clock() -> None:
-    clock = Clock()
+    clock = Clock(START)
     cooldowns = MemoryState(10, 60.0, clock=clock).cooldowns(CooldownRule(failures=1))
 
     async def scenario() -> dict[str, float]:

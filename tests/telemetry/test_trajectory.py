@@ -22,16 +22,8 @@ from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, tracer_of
 from telemetry.trajectory import Trajectories, canonical
-from tests.conftest import every_outcome_registry, metric_sum
+from tests.conftest import Clock, every_outcome_registry, metric_sum
 from tests.telemetry.conftest import telemetry
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def span(n: int) -> SpanContext:
