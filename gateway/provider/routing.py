@@ -80,10 +80,12 @@ def model_not_found(model: str, offered: Iterable[str]) -> NotFound:
 
 @dataclass(frozen=True)
 class RoutingTable:
-    """The upstreams by name, in the order the configuration gives them, and the default one."""
+    """The upstreams by name, in the order the configuration gives them, the default one, and
+    fallbacks of particular models (by the client's name) that come before their upstreams' own."""
 
     upstreams: Mapping[str, UpstreamRoute]
     default: str | None
+    model_fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def route(self, model: str) -> Route | None:
         """Where `model` goes; None when no upstream serves it and there is no default."""
@@ -123,7 +125,7 @@ class RoutingTable:
         seen = {t.upstream for t in primary}
         found = []
         for target in primary:
-            for name in self.upstreams[target.upstream].fallbacks:
+            for name in (*self.model_fallbacks.get(model, ()), *self.upstreams[target.upstream].fallbacks):
                 if name not in seen:
                     seen.add(name)
                     found.append(Target(name, target.model))

@@ -172,6 +172,10 @@ class ProviderSettings(BaseModel):
                                           "aliases (client name -> provider name), fallbacks (upstream names), "
                                           "apis, timeout_seconds, proxy, ca_bundle, client_cert, client_key; a "
                                           "request's model picks one (docs/upstreams.md)")
+    model_fallbacks: dict[str, list[str]] = Field(
+        default_factory=dict, description="Fallbacks of particular models, by the name clients use: upstream names, "
+                                          "in order, tried before the fallbacks of the model's upstreams "
+                                          "(gpt-4o = [\"azure-west\", \"openai\"])")
     default_upstream: str | None = Field(
         None, description="The upstream for models no entry of `upstreams` claims; unset: `default` (the "
                           "`upstream` setting) when set, else none (such a model is a 404 model_not_found)")
@@ -215,6 +219,10 @@ class ProviderSettings(BaseModel):
                                                        "another name")
         names = {*self.upstreams, *((DEFAULT_NAME,) if self.upstream is not None else ())}
         check_table(self.upstreams, self.default_upstream, names)
+        for model, fallbacks in self.model_fallbacks.items():
+            for fallback in fallbacks:
+                if fallback not in names:
+                    raise Refused(("model_fallbacks", model), f"{fallback!r} is not an upstream")
         for name, entry in self.upstreams.items():  # read now: a variable named but unset fails at start-up
             try:
                 entry.key()
@@ -257,7 +265,7 @@ class ProviderSettings(BaseModel):
                                       tuple(entry.fallbacks), entry.served_apis())
                   for name, entry in self.upstream_entries().items()}
         default = self.default_upstream or (DEFAULT_NAME if self.upstream is not None else None)
-        return RoutingTable(routes, default)
+        return RoutingTable(routes, default, {model: tuple(names) for model, names in self.model_fallbacks.items()})
 
     def cooldown_rule(self) -> CooldownRule:
         return CooldownRule(self.cooldown_failures, self.cooldown_window_seconds, self.cooldown_seconds)

@@ -201,3 +201,15 @@ def test_upstreams_cooling_down_go_last_as_probes() -> None:
 def test_upstreams_that_do_not_speak_the_api_are_left_out(speaking: set[str]) -> None:
     found = candidates(ROUTE, Balancer(), lambda name: name in speaking, {"d": 5.0})
     assert found == ([B, Target("d", "m-d", probe=True)] if speaking else [])
+
+
+def test_a_models_own_fallbacks_come_before_its_upstreams() -> None:
+    table = RoutingTable({"east": upstream("gpt-4o", aliases={"fast": "gpt-4o-mini"}, fallbacks=("west",)),
+                          "west": upstream(), "openai": upstream(), "spare": upstream()}, None,
+                         {"fast": ("openai", "east", "west"), "gpt-4o": ("spare",)})
+    fast = table.route("fast")
+    assert fast is not None  # the primary one and duplicates are left out; the provider's name goes on
+    assert fast.fallbacks == (Target("openai", "gpt-4o-mini"), Target("west", "gpt-4o-mini"))
+    gpt = table.route("gpt-4o")
+    assert gpt is not None
+    assert gpt.fallbacks == (Target("spare", "gpt-4o"), Target("west", "gpt-4o"))

@@ -176,3 +176,13 @@ def test_a_check_over_all_settings_is_said_without_repeating_them(clean_env: pyt
                                  f'upstream_api_key = "{SECRET}"\n')
     [line] = refused(config)
     assert line == f"config file {config}: upstream_client_key is set without upstream_client_cert"
+
+
+def test_a_models_fallbacks_must_name_upstreams(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("TOOLSPAN_UPSTREAMS", json.dumps({"west": WEST}))
+    clean_env.setenv("TOOLSPAN_MODEL_FALLBACKS", json.dumps({"gpt-4o": ["west", "nowhere"]}))
+    refusal = r"^TOOLSPAN_MODEL_FALLBACKS \(at gpt-4o\): .* is not accepted: 'nowhere' is not an upstream$"
+    with pytest.raises(ValueError, match=refusal):
+        load_settings()
+    clean_env.setenv("TOOLSPAN_MODEL_FALLBACKS", json.dumps({"gpt-4o": ["west"]}))
+    assert load_settings().routing_table().model_fallbacks == {"gpt-4o": ("west",)}
