@@ -233,7 +233,8 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_post("/v1/tools/{name}/parse", tools.parse, **EXPECT)
     response_ids.mount(app)  # gateway-made response ids: GET, input_items, DELETE, cancel
     approvals.mount(app)  # /v1/approvals: pending approvals of tool calls, and their decisions
-    models.mount(app)  # /v1/models: the models the upstreams table routes, when it names any
+    if settings.routing_table().offered():  # /v1/models: the models the upstreams table names
+        models.mount(app)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough, **EXPECT)
     app.router.add_route("*", "/openai/{tail:.*}", passthrough.passthrough, **EXPECT)  # an Azure resource's others
     app.router.add_get("/metrics", health.metrics, **EXPECT)

@@ -1,7 +1,7 @@
-"""GET /v1/models and /v1/models/{model}: with an `upstreams` table that names models, the models
-this gateway routes (merged across its upstreams, those a key may use when its `models` limit it),
-in OpenAI's list shape, or Anthropic's for an Anthropic client. With no model named anywhere,
-the default upstream's own list, passed through as before."""
+"""GET /v1/models and /v1/models/{model}, mounted when the `upstreams` table names models: the
+models this gateway routes (merged across its upstreams, those a key may use when its `models`
+limit it), in OpenAI's list shape, or Anthropic's for an Anthropic client. With no model named
+anywhere, these routes are the pass-through's: the default upstream's own list, as before."""
 
 from __future__ import annotations
 
@@ -23,22 +23,17 @@ def _entry(model: str, upstream: str, anthropic: bool) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": 0, "owned_by": upstream}
 
 
-def _served(request: web.Request) -> dict[str, str] | None:
-    """The models the caller may ask for by name, each with the upstream it goes to first; None
-    when no upstream names its models (the default upstream's list is the answer then)."""
+def _served(request: web.Request) -> dict[str, str]:
+    """The models the caller may ask for by name, each with the upstream it goes to first."""
     upstreams = request.app[UPSTREAMS]
-    if not upstreams.table.offered():
-        return None
     allowed = request[CALLER].models
     return {model: upstreams.route(model).primary[0].upstream for model in upstreams.offered(allowed)}
 
 
 async def list_models(request: web.Request) -> web.StreamResponse:
     """GET /v1/models."""
-    served = _served(request)
-    if served is None:
-        return await passthrough.passthrough(request)
     passthrough.check_route(request)
+    served = _served(request)
     anthropic = "anthropic-version" in request.headers
     data = [_entry(model, upstream, anthropic) for model, upstream in served.items()]
     if anthropic:
@@ -49,10 +44,8 @@ async def list_models(request: web.Request) -> web.StreamResponse:
 
 async def retrieve_model(request: web.Request) -> web.StreamResponse:
     """GET /v1/models/{model}."""
-    served = _served(request)
-    if served is None:
-        return await passthrough.passthrough(request)
     passthrough.check_route(request)
+    served = _served(request)
     model = request.match_info["model"]
     if model not in served:
         raise model_not_found(model, served)
