@@ -6,6 +6,7 @@ responses claimed for the caller's key."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractContextManager, aclosing
 from types import TracebackType
@@ -23,9 +24,10 @@ from gateway.provider.client import Upstream
 from gateway.provider.paths import not_found_at
 from gateway.provider.routing import Target
 from gateway.provider.upstreams import Upstreams, fallback_reason, falls_back
-from gateway.state import StateStore
+from gateway.state import StateStore, StateUnavailable
 
 RoundEvent = Opened | Visible | Keepalive | ModelTurn
+log = logging.getLogger("toolspan.upstream")
 
 
 class Rounds:
@@ -51,12 +53,12 @@ class Rounds:
         # is awaited as it is (no generator between it and the run).
         alone = not plan.stream and self.upstreams.only is not None and caller.models is None
         while True:
-            shown = _Shown()  # the client saw part of this attempt's answer: a retry would repeat it
             try:
                 if alone:
                     target = Target(self.upstreams.only or "", plan.model)
                     yield await self._answered(plan, caller, body, retrying.attempt, target, None)
                     return
+                shown = _Shown()  # the client saw part of this attempt's answer: a retry would repeat it
                 async with aclosing(self._routed(plan, caller, body, round_, retrying.attempt, shown)) as asked:
                     async for event in asked:
                         yield event
@@ -64,7 +66,7 @@ class Rounds:
             except GatewayError as exc:
                 if not ran:
                     raise  # nothing ran yet: the client's own retries are harmless
-                delay = None if shown.seen else retrying.wait(exc)
+                delay = None if not alone and shown.seen else retrying.wait(exc)
                 if delay is None:
                     raise FailedAfterTools(exc, ran, retrying.attempt, await replays.keep()) from exc
             async with aclosing(self._pause(delay, plan.stream)) as pausing:
@@ -80,29 +82,45 @@ class Rounds:
         moved: tuple[str, str] | None = None  # the upstream the call moved on from, and why
         last = targets[-1]
         for target in targets:
+            self.upstreams.balancer.started(target.upstream)
             try:
-                if not plan.stream:
-                    turn = await self._answered(plan, caller, body, attempt, target, moved)
-                    await self._made(plan, caller, turn, target)
-                    yield turn
-                else:
-                    streamed = self._streamed(plan, caller, body, round_, attempt, target, moved)
-                    async with aclosing(streamed if target is last else _opening_held(streamed, plan)) as asked:
-                        async for event in asked:
-                            shown.seen = shown.seen or (isinstance(event, Visible) and not plan.api.opens(event.piece))
-                            if isinstance(event, ModelTurn):
-                                await self._made(plan, caller, event, target)
-                            yield event
+                async with aclosing(self._attempt(plan, caller, body, round_, attempt, target, moved, shown,
+                                                  target is last)) as attempted:
+                    async for event in attempted:
+                        yield event
             except GatewayError as exc:
                 if not falls_back(exc):
                     raise
                 await self.upstreams.failed(target)
-                if shown.seen or target is last:
+                if target is last:
+                    raise
+                if shown.seen:  # said to the client: the answer it began to read cannot be another's
+                    exc.message += "; it was not tried on another upstream: part of the answer had been sent"
                     raise
                 moved = target.upstream, fallback_reason(exc)
                 continue
+            finally:
+                self.upstreams.balancer.ended(target.upstream)
             await self.upstreams.answered(target)
             return
+
+    async def _attempt(self, plan: Plan, caller: Caller, body: dict[str, Any], round_: int, attempt: int,
+                       target: Target, moved: tuple[str, str] | None, shown: _Shown,
+                       last: bool) -> AsyncGenerator[RoundEvent, None]:
+        """One provider call to one target. Streamed, with another target after it, its opening is
+        held until it shows part of the answer (see _opening_held)."""
+        if not plan.stream:
+            turn = await self._answered(plan, caller, body, attempt, target, moved)
+            await self._made(plan, caller, turn, target)
+            yield turn
+            return
+        streamed = self._streamed(plan, caller, body, round_, attempt, target, moved)
+        async with aclosing(streamed if last else _opening_held(streamed, plan)) as asked:
+            async for event in asked:
+                shown.seen = shown.seen or (isinstance(event, Visible) and not plan.api.opens(event.piece))
+                if isinstance(event, ModelTurn):
+                    await self._made(plan, caller, event, target)
+                yield event
 
     async def _targets(self, plan: Plan, caller: Caller, body: dict[str, Any]) -> list[Target]:
         """Where the call may go: its model's targets; a continuation of a provider response
@@ -117,9 +135,14 @@ class Rounds:
 
     async def _made(self, plan: Plan, caller: Caller, turn: ModelTurn, target: Target) -> None:
         """With several upstreams, the upstream that made a provider response is remembered: its
-        continuations, reads and deletion go there."""
+        continuations, reads and deletion go there. Best effort: the answer is paid for and on its
+        way, and a state store that is down must not lose it (a continuation then routes by model)."""
         if self.upstreams.only is None and plan.api.continues_by_id and turn.response_id is not None:
-            await self.held.origins.put(caller.principal, {turn.response_id: target.upstream})
+            try:
+                await self.held.origins.put(caller.principal, {turn.response_id: target.upstream})
+            except StateUnavailable:
+                log.warning("the upstream of response %s was not remembered: the state store is unavailable",
+                            turn.response_id)
 
     async def _pause(self, seconds: float, stream: bool) -> AsyncGenerator[Keepalive, None]:
         """The wait before a retry; a stream is kept open through it as while tools run."""

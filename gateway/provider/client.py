@@ -93,6 +93,9 @@ class Upstream:
         the model (Chat) or the v1 surface (Responses)."""
         if self.kind != "azure" or api == "messages":
             path = API_PATHS[api]
+        elif requested.startswith("/openai/deployments/") and api == "chat":
+            # The deployment the caller named may be an alias: the model routed to names the provider's.
+            path = f"openai/deployments/{_deployment(model)}/chat/completions"
         elif requested.startswith("/openai/"):
             path = requested.removeprefix("/")
         elif api == "chat":

@@ -47,9 +47,6 @@ class UpstreamRoute:
     fallbacks: tuple[str, ...] = ()
     apis: tuple[str, ...] = ("chat", "responses")
 
-    def served_apis(self) -> tuple[str, ...]:
-        return self.apis
-
 
 class Target(NamedTuple):
     """One upstream a provider call may go to, with the provider's name for the model; `probe`:

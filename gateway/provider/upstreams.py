@@ -6,7 +6,6 @@ pass-through, the response routes and the readiness probe ask it for a client.""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from fnmatch import fnmatchcase
 
 from gateway.errors import BadRequest, GatewayError, UpstreamRefused, UpstreamTimeout, UpstreamUnavailable
 from gateway.provider.client import Upstream
@@ -20,10 +19,12 @@ from gateway.provider.routing import (
     Target,
     UpstreamRoute,
     candidates,
+    matches,
     model_not_found,
 )
 
 ROUTES_KEPT = 4096  # models whose route is kept made; past it the kept ones are dropped (a caller picks names)
+NAME_KEPT = 256  # characters of a model name whose route is kept: a longer one (a caller's) is routed each time
 API_TITLES = {"chat": "Chat Completions", "responses": "Responses", "messages": "Messages"}
 
 
@@ -46,6 +47,8 @@ def fallback_reason(error: GatewayError) -> str:
     if isinstance(error, UpstreamRefused):
         return str(error.status)
     code = error.code or ""
+    if code == "upstream_overloaded":  # Anthropic's overloaded_error, said in its stream: its 529
+        return "529"
     status = code.removeprefix("upstream_")
     return status if code.startswith("upstream_") and status.isdigit() else "connection"
 
@@ -67,10 +70,11 @@ class Upstreams:
         self._spoken = frozenset(api for entry in table.upstreams.values() for api in entry.apis)
         for name in clients:
             on_state(name, True)
-        # One upstream, the default, with nowhere to fall back to: every model goes there, with nothing
-        # to choose, count or cool down (the configuration of before issue 55, at its cost).
+        # One upstream, the default, with no aliases: every model goes there as it is named, with
+        # nothing to choose, count or cool down (the configuration of before issue 55, at its cost).
         default = table.default
-        alone = default is not None and len(clients) == 1 and default in clients
+        alone = (default is not None and len(clients) == 1 and default in clients
+                 and not table.upstreams[default].aliases)
         self.only = default if alone and default is not None else None
 
     @classmethod
@@ -97,10 +101,12 @@ class Upstreams:
     def route(self, model: str, allowed: tuple[str, ...] | None = None) -> Route:
         """Where `model` goes; a 404 model_not_found naming the models the caller may use when no
         upstream serves it, or its key may not use it (`allowed`: the key's names and patterns)."""
-        if allowed is not None and not any(fnmatchcase(model, pattern) for pattern in allowed):
+        if allowed is not None and not any(matches(model, pattern) for pattern in allowed):
             raise model_not_found(model, self.offered(allowed))
         if model in self._routes:
             found = self._routes[model]
+        elif len(model) > NAME_KEPT:
+            found = self.table.route(model)
         else:
             if len(self._routes) >= ROUTES_KEPT:
                 self._routes.clear()
@@ -109,10 +115,15 @@ class Upstreams:
             raise model_not_found(model, self.offered(allowed))
         return found
 
+    @property
+    def kept_models(self) -> tuple[str, ...]:
+        """The model names whose routes are kept made."""
+        return tuple(self._routes)
+
     def offered(self, allowed: tuple[str, ...] | None = None) -> list[str]:
         """The model names a caller may ask for by name (`allowed`: its key's names and patterns)."""
         names = self.table.offered()
-        return names if allowed is None else [m for m in names if any(fnmatchcase(m, p) for p in allowed)]
+        return names if allowed is None else [m for m in names if any(matches(m, p) for p in allowed)]
 
     async def targets(self, model: str, api: str, allowed: tuple[str, ...] | None = None) -> list[Target]:
         """The upstreams a provider call of `api` for `model` may go to, in the order to try them:
@@ -122,12 +133,14 @@ class Upstreams:
             return [Target(self.only, model)]
         route = self.route(model, allowed)
         names = {t.upstream for t in (*route.primary, *route.fallbacks)}
-        cooling = await self.cooldowns.cooling(names) if len(names) > 1 else {}
-        for name in names:
-            self._on_state(name, cooling.get(name, 0.0) <= 0)
+        cooling: dict[str, float] = {}
+        if len(names) > 1:  # one upstream alone is never passed over: its state is not read
+            cooling = await self.cooldowns.cooling(names)
+            for name in names:
+                self._on_state(name, cooling.get(name, 0.0) <= 0)
         found = candidates(route, self.balancer, lambda name: api in self.table.upstreams[name].apis, cooling)
         if not found:
-            served = ", ".join(sorted(names))
+            served = ", ".join(sorted({t.upstream for t in route.primary}))
             raise BadRequest(f"the model '{model[:200]}' is served here by {served}, which does not speak the "
                              f"{API_TITLES.get(api, api)} API: ask for it in an API that upstream speaks",
                              param="model", code="api_not_served")

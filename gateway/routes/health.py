@@ -18,8 +18,8 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """Ready once the engine is built and the provider answers on the route the engine uses (its
     proxy and TLS; a gateway that cannot reach its provider should not get traffic; `reason` says
-    why not). With several upstreams, `upstreams` says which are reachable, and the gateway is ready
-    while any upstream of the default route is (with no default, any upstream). With MCP servers
+    why not). With several upstreams, it is ready while any upstream of the default route is reachable
+    (with no default, any upstream), and `upstreams` says which of those are. With MCP servers
     configured, `mcp_servers` lists each one's state; only a server marked `required` that is not up
     makes the gateway unready: the others' tools answer that their server is unavailable, and the
     rest of the gateway works. With a shared state store (Redis), `state_store` is "up" or
@@ -34,12 +34,12 @@ async def readyz(request: web.Request) -> web.Response:
     if ENGINE not in request.app:
         return web.json_response({"status": "starting", **servers}, status=503)
     upstreams = request.app[UPSTREAMS]
-    reasons = dict(zip(upstreams.clients, await asyncio.gather(*(c.reach() for c in upstreams.clients.values())),
+    needed = upstreams.ready_with()  # ready while any of these is reachable; the others are not waited on
+    reasons = dict(zip(needed, await asyncio.gather(*(upstreams.clients[name].reach() for name in needed)),
                        strict=True))
-    if len(reasons) > 1:  # each upstream's reachability, worded as a provider call's 502 would be
+    if len(upstreams.clients) > 1:  # each one's reachability, worded as a provider call's 502 would be
         servers["upstreams"] = {name: reason or "reachable" for name, reason in reasons.items()}
-    needed = upstreams.ready_with()  # ready while any of these is reachable
-    if all(reasons[name] is not None for name in needed):
+    if all(reason is not None for reason in reasons.values()):
         reason = reasons[needed[0]] if len(needed) == 1 else "no upstream of the default route is reachable"
         return web.json_response({"status": "provider_unreachable", "reason": reason, **servers}, status=503)
     if sources.required_down():

@@ -11,7 +11,6 @@ from aiohttp import web
 
 from gateway.http.bodies import EXPECT
 from gateway.http.keys import CALLER, UPSTREAMS
-from gateway.provider.routing import model_not_found
 from gateway.routes import passthrough
 
 EPOCH = "1970-01-01T00:00:00Z"  # Anthropic's list gives each model a creation time; the gateway knows none
@@ -45,13 +44,11 @@ async def list_models(request: web.Request) -> web.StreamResponse:
 async def retrieve_model(request: web.Request) -> web.StreamResponse:
     """GET /v1/models/{model}."""
     passthrough.check_route(request)
-    served = _served(request)
     model = request.match_info["model"]
-    if model not in served:
-        raise model_not_found(model, served)
-    return web.json_response(_entry(model, served[model], "anthropic-version" in request.headers))
+    route = request.app[UPSTREAMS].route(model, request[CALLER].models)  # by pattern too; a 404 otherwise
+    return web.json_response(_entry(model, route.primary[0].upstream, "anthropic-version" in request.headers))
 
 
 def mount(app: web.Application) -> None:
     app.router.add_get("/v1/models", list_models, **EXPECT)
-    app.router.add_get("/v1/models/{model}", retrieve_model, **EXPECT)
+    app.router.add_get("/v1/models/{model:.+}", retrieve_model, **EXPECT)  # vLLM's names hold slashes

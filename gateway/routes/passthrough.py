@@ -14,7 +14,7 @@ from aiohttp import web
 
 from gateway.apis.registry import api_of_path, unserved
 from gateway.errors import BadRequest, Forbidden, GatewayError, NotFound
-from gateway.http.bodies import body_parts, check_declared_size, under
+from gateway.http.bodies import body_parts, check_declared_size, read_body, under
 from gateway.http.keys import CALLER, RECORD, STATE, TRACE, UPSTREAMS
 from gateway.instrumentation import RequestRecord
 from gateway.provider.client import Upstream
@@ -120,28 +120,47 @@ async def holder(request: web.Request, response_id: str) -> Upstream:
     return chosen
 
 
+_DEPLOYMENT = re.compile(r"/openai/deployments/([^/]+)/")
+
+
 async def destination(request: web.Request) -> tuple[Upstream, bytes | None]:
     """The upstream a request passed on goes to, and its body when it had to be read to say: a
-    stored response's holder; the default upstream, unless there is none for the route, or the key
-    is limited to models; then the model the body names routes it (a body that names none: a 400)."""
+    stored response's holder; with several upstreams, the one of the model the request names (its
+    JSON body, or an Azure deployment path); else the default upstream. A key limited to models
+    must name one of them (a 403 when the request's model cannot be read)."""
     upstreams, caller = request.app[UPSTREAMS], request[CALLER]
     stored = _STORED_RESPONSE.match(request.path)
     if stored is not None and stored.group(1) not in _RESPONSES_ACTIONS:
         return await holder(request, stored.group(1)), None
     chosen = upstreams.for_route(api_of_path(request.path))
-    if chosen is not None and (caller.models is None or request.method != "POST"):
+    readable = request.method == "POST" and request.content_type.endswith("json")  # a body that names a model
+    if caller.models is None and chosen is not None and (upstreams.only is not None or not readable):
         return chosen, None
-    if request.method != "POST":
+    if (deployment := _DEPLOYMENT.match(request.path)) is not None:  # an Azure path names its model
+        target = upstreams.route(unquote(deployment.group(1)), caller.models).primary[0]
+        return upstreams.clients[target.upstream], None
+    if not readable:
+        if caller.models is not None and request.method == "POST":
+            raise Forbidden("this key may use only some models, and the model of this request cannot be read "
+                            "(a JSON body naming it)", code="not_allowed")
+        if chosen is not None:
+            return chosen, None
         raise NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream",
                        code="invalid_path")
-    sent = await request.read()
+    return _by_model(request, chosen, await read_body(request))
+
+
+def _by_model(request: web.Request, chosen: Upstream | None, sent: bytes) -> tuple[Upstream, bytes]:
+    """The upstream of the model a JSON body names; a body that names none goes to `chosen`, when
+    the key may use any model."""
+    upstreams, caller = request.app[UPSTREAMS], request[CALLER]
     try:
         decoded = orjson.loads(sent)
     except ValueError:
         decoded = None
     model = decoded.get("model") if isinstance(decoded, dict) else None
     if not isinstance(model, str):
-        if chosen is not None:
+        if chosen is not None and caller.models is None:
             return chosen, sent
         raise BadRequest("this route goes to the upstream of the model its body names: name one", param="model")
     target = upstreams.route(model, caller.models).primary[0]

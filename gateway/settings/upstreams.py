@@ -38,7 +38,9 @@ class UpstreamEntry(BaseModel):
     url: str = Field(description="Base URL, ending in /v1 (an Azure resource: its endpoint)")
     kind: UpstreamKind = Field("openai", description="What the provider is, as upstream_kind")
     api_key: SecretStr | None = Field(None, description="Its key (better: api_key_env); unset, with no "
-                                                        "api_key_env: the caller's credentials go on")
+                                                        "api_key_env: called with no key of the gateway's (the "
+                                                        "caller's credentials go on only where no upstream has a "
+                                                        "key and there are no gateway keys)")
     api_key_env: str | None = Field(None, description="The environment variable holding its key, read at start-up")
     models: list[str] = Field(default_factory=list, description="The models it serves: names and glob patterns "
                                                                 "(gpt-4o*), matched in this order")

@@ -12,12 +12,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.demo.model import Reply, ScriptedModel
+from gateway.http.keys import UPSTREAMS
 from gateway.settings.model import Settings
 from telemetry import names
 from telemetry.store import report, report_text
@@ -173,3 +175,56 @@ async def test_with_no_default_a_request_passed_on_goes_where_its_model_routes(
     nowhere = await gateway.http.get("/v1/files")
     assert nowhere.status == 404
     assert "no default_upstream" in (await nowhere.json())["error"]["message"]
+
+
+async def test_least_in_flight_passes_over_a_deployment_busy_with_a_call(
+        scripted: UpstreamFactory, make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    (east, east_script), (west, west_script) = await scripted(), await scripted()
+    both = {"east": {"url": f"{east.base_url}/v1", "kind": "compatible", "models": ["gpt-4o"]},
+            "west": {"url": f"{west.base_url}/v1", "kind": "compatible", "models": ["gpt-4o"]}}
+    gateway = await make_gateway(Settings(port=0, upstreams=both, load_balancing="least_in_flight",
+                                          trajectory_store_path=tmp_path / "s.sqlite3"))
+    east_script.then(Reply(content="a long answer, stalled", pause_after=1))
+    west_script.then(Reply(content="second"), Reply(content="third"))
+    hi = [{"role": "user", "content": "hi"}]
+    stalled = await gateway.http.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": hi,
+                                                                    "stream": True})
+    await east.paused.wait()  # east has a call under way
+    for expected in ("second", "third"):  # round robin would give the third to east
+        answer = await gateway.client.chat.completions.create(model="gpt-4o", messages=hi)  # type: ignore[arg-type]
+        assert answer.choices[0].message.content == expected
+    assert len(east.requests) == 1
+    stalled.close()
+
+
+async def test_one_upstream_with_aliases_still_resolves_them(
+        scripted: UpstreamFactory, make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    (only, script), _ = await scripted(), None
+    table = {"oa": {"url": f"{only.base_url}/v1", "kind": "compatible", "models": ["gpt-4o"],
+                    "aliases": {"fast": "gpt-4o-mini"}}}
+    gateway = await make_gateway(Settings(port=0, upstreams=table, default_upstream="oa",
+                                          trajectory_store_path=tmp_path / "s.sqlite3"))
+    script.then(Reply(content="quick"))
+    answer = await gateway.client.chat.completions.create(model="fast", messages=[{"role": "user", "content": "hi"}])
+    assert answer.choices[0].message.content == "quick"
+    assert only.requests[-1]["model"] == "gpt-4o-mini"
+
+
+async def test_a_key_limited_to_models_names_one_on_every_route(
+        scripted: UpstreamFactory, make_gateway: GatewayFactory, tmp_path: Path) -> None:
+    (east, _), (west, _) = await scripted(), await scripted()
+    keys = {"small": {"key": "sk-small-only", "models": ["gpt-4o-mini"]}}
+    gateway = await make_gateway(Settings(port=0, upstreams=table(east, west), default_upstream="east", keys=keys,
+                                          trajectory_store_path=tmp_path / "s.sqlite3"))
+    auth = {"Authorization": "Bearer sk-small-only"}
+    form = aiohttp.FormData()  # a model that no JSON body says
+    form.add_field("model", "gpt-4o")
+    form.add_field("file", b"RIFF", filename="a.wav")
+    upload = await gateway.http.post("/v1/audio/transcriptions", data=form, headers=auth)
+    assert (upload.status, (await upload.json())["error"]["code"]) == (403, "not_allowed")
+    azure = await gateway.http.post("/openai/deployments/gpt-4o/embeddings", json={"input": "x"}, headers=auth)
+    assert (azure.status, (await azure.json())["error"]["code"]) == (404, "model_not_found")
+    long_name = "m" * 5000  # routed, not kept: a caller's names cannot fill the gateway's memory
+    refused = await gateway.http.post("/v1/embeddings", json={"model": long_name, "input": "x"}, headers=auth)
+    assert refused.status == 404
+    assert all(len(name) <= 256 for name in gateway.http.app[UPSTREAMS].kept_models)
