@@ -63,6 +63,7 @@ from gateway.routes.render import CLIENT_GONE
 from gateway.settings.load import proxy_environment
 from gateway.settings.model import Settings
 from gateway.state import StateStore
+from gateway.translate.pairs import TRANSLATED_TO
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.tools.approval_gate import Approvals
 from gateway.ui import pages as ui
@@ -156,7 +157,7 @@ async def _upstreams(app: web.Application) -> AsyncIterator[None]:
     providers = {name: entry.provider_name or PROVIDER_NAMES[entry.kind] for name, entry in entries.items()}
     instrumentation = app[INSTRUMENTATION]
     upstreams = Upstreams(settings.routing_table(), clients, providers, app[STATE].cooldowns(settings.cooldown_rule()),
-                          Balancer(settings.load_balancing), instrumentation.upstream_state)
+                          Balancer(settings.load_balancing), instrumentation.upstream_state, TRANSLATED_TO)
     app[UPSTREAMS] = upstreams
     app[ENGINE] = Engine(upstreams, app[EXECUTOR], app[STATE], instrumentation, settings.max_rounds,
                          settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check)

@@ -130,6 +130,10 @@ class ChatTrace(Protocol):
     def fell_back(self, source: str, reason: str) -> None:
         """This call went to its upstream after one to `source` failed, for `reason`, before answering."""
 
+    def translated(self, pair: str, dropped: tuple[str, ...]) -> None:
+        """This call was made in another API than its client's (`pair`: messages->chat), leaving
+        out what that API cannot say (`dropped`: the fields)."""
+
 
 class Instrumentation(ToolHooks, Protocol):
     """The observer create_app is handed: requests, provider calls and (as ToolHooks) tool calls."""
@@ -179,6 +183,9 @@ class _NoChatTrace:
         return None
 
     def fell_back(self, source: str, reason: str) -> None:
+        return None
+
+    def translated(self, pair: str, dropped: tuple[str, ...]) -> None:
         return None
 
 

@@ -272,6 +272,9 @@ class Metrics:
             names.METRIC_UPSTREAM_FALLBACKS, "Provider calls that moved on to another upstream after one failed "
             "before answering, by the upstream left, the one tried next, and why (a status, timeout, connection).",
             (names.LABEL_FROM, names.LABEL_TO, names.LABEL_REASON), registry)
+        self.translated_calls = _counter(
+            names.METRIC_TRANSLATED_CALLS, "Provider calls made in another API than their client's (the request "
+            "and its answer translated), by pair: the client's API and the provider's.", (names.LABEL_PAIR,), registry)
         self.upstream_retries = _counter(
             names.METRIC_UPSTREAM_RETRIES, "Provider calls the gateway made again itself, after a retryable failure "
             "in a request for which its tools had already run, by model.", (names.LABEL_MODEL,), registry)

@@ -57,6 +57,10 @@ ATTR_UPSTREAM_ATTEMPT: Final = "toolspan.upstream.attempt"
 ATTR_UPSTREAM: Final = "toolspan.upstream"
 ATTR_UPSTREAM_FALLBACK_FROM: Final = "toolspan.upstream.fallback.from"
 ATTR_UPSTREAM_FALLBACK_REASON: Final = "toolspan.upstream.fallback.reason"
+# A provider call made in another API than its client's (issue 56): the pair (messages->chat), and
+# what of the client's request could not be said in the provider's API and was left out.
+ATTR_TRANSLATION: Final = "toolspan.translation"
+ATTR_TRANSLATION_DROPPED: Final = "toolspan.translation.dropped"
 # On a `chat` span: how many times its request was sent again on a new connection, the kept-alive one
 # having closed unanswered (the HTTP conventions' attribute, stable; absent: sent once).
 ATTR_HTTP_RESEND_COUNT: Final = "http.request.resend_count"
@@ -137,6 +141,8 @@ METRIC_UPSTREAM_RETRIES: Final = "toolspan_upstream_retries_total"
 # connection); and each upstream's state: 1 in its routes, 0 cooling down after failures.
 METRIC_UPSTREAM_FALLBACKS: Final = "toolspan_upstream_fallbacks_total"
 METRIC_UPSTREAM_UP: Final = "toolspan_upstream_up"
+# Provider calls made in another API than their client's, by pair (messages->chat).
+METRIC_TRANSLATED_CALLS: Final = "toolspan_translated_calls_total"
 METRIC_TOKENS: Final = "toolspan_tokens_total"
 METRIC_REQUESTS: Final = "toolspan_requests_total"
 METRIC_REQUEST_DURATION: Final = "toolspan_request_duration_seconds"
@@ -178,6 +184,7 @@ LABEL_DECISION: Final = "decision"  # of the approval metrics: DECISIONS
 LABEL_UPSTREAM: Final = "upstream"  # a configured upstream's name
 LABEL_FROM: Final = "from"  # of the fallbacks: the upstream a call moved on from
 LABEL_TO: Final = "to"
+LABEL_PAIR: Final = "pair"  # of the translated calls: the client's API and the provider's (messages->chat)
 EXEMPLAR_TRACE_ID: Final = "trace_id"
 
 UNKNOWN_TOOL: Final = "__unknown__"  # every name outside the registry counts as this one

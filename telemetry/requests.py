@@ -191,7 +191,7 @@ class ChatSpan:
 
     __slots__ = ("_answer", "_attempt", "_capture", "_exemplar_trace", "_failure", "_fallback", "_metrics", "_model",
                  "_parent", "_propagation", "_provider", "_resends", "_sent", "_span", "_start", "_status", "_stream",
-                 "_tracer", "_upstream")
+                 "_tracer", "_translation", "_upstream")
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model: ChatModel, stream: bool, upstream: str,
                  provider: str, propagation: Propagation, capture: MessageCapture | None = None) -> None:
@@ -205,6 +205,7 @@ class ChatSpan:
         self._upstream = upstream
         self._provider = provider
         self._fallback: tuple[str, str] | None = None  # the upstream this call moved on from, and why
+        self._translation: tuple[str, tuple[str, ...]] | None = None  # the pair, and what was left out
         self._status: str | None = None
         self._answer: ModelAnswer | None = None
         self._failure: tuple[dict[str, Any], str] | None = None  # error attributes, status message
@@ -243,6 +244,10 @@ class ChatSpan:
 
     def resent(self) -> None:
         self._resends += 1
+
+    def translated(self, pair: str, dropped: tuple[str, ...]) -> None:
+        self._translation = pair, dropped
+        self._metrics.translated_calls.labels(pair).inc()
 
     def fell_back(self, source: str, reason: str) -> None:
         self._fallback = source, reason
@@ -290,6 +295,11 @@ class ChatSpan:
             names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
             names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream,
             names.ATTR_UPSTREAM: self._upstream}
+        if self._translation is not None:
+            pair, dropped = self._translation
+            attributes[names.ATTR_TRANSLATION] = pair
+            if dropped:
+                attributes[names.ATTR_TRANSLATION_DROPPED] = tuple(dict.fromkeys(dropped))
         if self._fallback is not None:
             source, reason = self._fallback
             attributes[names.ATTR_UPSTREAM_FALLBACK_FROM] = source

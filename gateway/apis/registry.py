@@ -40,10 +40,11 @@ def error_body_for(path: str, headers: Mapping[str, str]) -> ErrorBody:
     return ADAPTERS[api].error_body if api is not None else openai_body
 
 
-def unserved(upstreams: Upstreams, api: Api) -> BadRequest | None:
-    """The refusal of a request of `api` when no upstream speaks that API (sent on, the provider
-    would answer an opaque 404); None when one does, or may."""
-    if upstreams.spoken(api):
+def unserved(upstreams: Upstreams, api: Api, translated: bool = True) -> BadRequest | None:
+    """The refusal of a request of `api` when no upstream speaks that API, nor (`translated`: the
+    tool loop's requests) one it is translated to (sent on, the provider would answer an opaque
+    404); None when one does, or may."""
+    if upstreams.spoken(api, translated):
         return None
     kind = upstreams.only_kind
     served = SERVED_BY_KIND.get(kind or "")

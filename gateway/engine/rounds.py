@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import AbstractContextManager, aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, aclosing, nullcontext
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -20,11 +20,12 @@ from gateway.engine.retries import RetryPolicy
 from gateway.engine.turn import ModelTurn
 from gateway.errors import FailedAfterTools, GatewayError
 from gateway.instrumentation import ChatTrace, Instrumentation
-from gateway.provider.client import Upstream
+from gateway.provider.client import ProviderStream, Upstream
 from gateway.provider.paths import not_found_at
 from gateway.provider.routing import Target
 from gateway.provider.upstreams import Upstreams, fallback_reason, falls_back
 from gateway.state import StateStore, StateUnavailable
+from gateway.translate.pairs import Translation
 
 RoundEvent = Opened | Visible | Keepalive | ModelTurn
 log = logging.getLogger("toolspan.upstream")
@@ -51,7 +52,8 @@ class Rounds:
         retrying = self.retries.start()
         # One upstream and no key's limit on models: nothing to choose, and an answer not streamed
         # is awaited as it is (no generator between it and the run).
-        alone = not plan.stream and self.upstreams.only is not None and caller.models is None
+        alone = (not plan.stream and self.upstreams.only is not None and caller.models is None
+                 and plan.api.name in self.upstreams.only_speaks)
         while True:
             try:
                 if alone:
@@ -161,10 +163,10 @@ class Rounds:
             trace.sent(plan.api.genai, body)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path = upstream.path(plan.api.name, target.model, plan.query, plan.path)
-                answer, headers = await upstream.post(path, body, self._headers(upstream, caller, trace),
+                path, sent, translation = self._outgoing(plan, body, target, trace)
+                answer, headers = await upstream.post(path, sent, self._headers(upstream, caller, trace),
                                                       trace.resent)
-                turn = plan.api.read(answer, headers)
+                turn = plan.api.read(translation.answer(answer) if translation is not None else answer, headers)
             except GatewayError as exc:
                 self._failed(upstream, trace, exc, path)
             trace.answered(turn)
@@ -183,12 +185,12 @@ class Rounds:
             trace.sent(plan.api.genai, body)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path = upstream.path(plan.api.name, target.model, plan.query, plan.path)
-                async with upstream.post_stream(path, body, self._headers(upstream, caller, trace),
-                                                trace.resent) as answer:
+                path, sent, translation = self._outgoing(plan, body, target, trace)
+                async with upstream.post_stream(path, sent, self._headers(upstream, caller, trace),
+                                                trace.resent) as answer, _events(answer, translation) as events:
                     if round_ == 0:
                         yield Opened(answer.headers)
-                    async for event in answer.events:
+                    async for event in events:
                         if (piece := reader.absorb(event)) is not None:
                             if not claimed and plan.api.opens(piece):
                                 claimed = await self._claim(plan, caller, plan.api.opened_id(piece))
@@ -209,6 +211,19 @@ class Rounds:
             return False
         await self.held.owners.put(caller.principal, {response_id: True})
         return True
+
+    def _outgoing(self, plan: Plan, body: dict[str, Any], target: Target,
+                  trace: ChatTrace) -> tuple[str, dict[str, Any], Translation | None]:
+        """Where a call goes and what it sends: the client's request on the path of its API, or,
+        to an upstream that speaks another, the request translated, on that API's path (the
+        caller's query string and Azure surface are its own API's, and stay behind)."""
+        upstream = self.upstreams.clients[target.upstream]
+        if target.api is None:
+            return upstream.path(plan.api.name, target.model, plan.query, plan.path), body, None
+        translation = Translation(plan.api.name, target.api)
+        sent, dropped = translation.request(body)
+        trace.translated(translation.name, dropped)
+        return upstream.path(target.api, target.model, "", ""), sent, translation
 
     def _chat(self, plan: Plan, stream: bool, target: Target, attempt: int,
               moved: tuple[str, str] | None) -> AbstractContextManager[ChatTrace]:
@@ -280,6 +295,14 @@ async def _opening_held(events: AsyncGenerator[Opened | Visible | ModelTurn, Non
                     yield waiting
                 held = None
             yield event
+
+
+def _events(answer: ProviderStream, translation: Translation | None
+            ) -> AbstractAsyncContextManager[AsyncIterator[dict[str, Any]]]:
+    """A streamed answer's events as the client's API has them: translated, when the call was."""
+    if translation is None:
+        return nullcontext(answer.events)
+    return aclosing(translation.events(answer.events))
 
 
 def _for(body: dict[str, Any], target: Target) -> dict[str, Any]:

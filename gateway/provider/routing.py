@@ -50,11 +50,13 @@ class UpstreamRoute:
 
 class Target(NamedTuple):
     """One upstream a provider call may go to, with the provider's name for the model; `probe`:
-    it is cooling down, and this call is the one that finds out whether it is back."""
+    it is cooling down, and this call is the one that finds out whether it is back; `api`: the
+    API it is called in when it does not speak the client's (the call is translated), else None."""
 
     upstream: str
     model: str
     probe: bool = False
+    api: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,13 +172,19 @@ class Balancer:
         self.in_flight[upstream] = self.in_flight.get(upstream, 1) - 1
 
 
-def candidates(route: Route, balancer: Balancer, speaks: Callable[[str], bool],
+def candidates(route: Route, balancer: Balancer, speaks: Callable[[str], str | bool],
                cooling: Mapping[str, float]) -> list[Target]:
     """The targets of one provider call, in the order to try them: the primary ones balanced, then
-    the fallbacks, those that do not speak the request's API left out. `cooling`: the seconds each
-    upstream cooling down has left; one with time left goes last (tried only when no other
-    answered), one whose time is up keeps its place; a call to either is its probe."""
-    ordered = [t for t in (*balancer.ordered(route.primary), *route.fallbacks) if speaks(t.upstream)]
+    the fallbacks. `speaks`: True for an upstream that speaks the request's API, the API to
+    translate it to for one that speaks another it can be translated to, False for the others,
+    which are left out. `cooling`: the seconds each upstream cooling down has left; one with time
+    left goes last (tried only when no other answered), one whose time is up keeps its place; a
+    call to either is its probe."""
+    ordered = []
+    for target in (*balancer.ordered(route.primary), *route.fallbacks):
+        spoken = speaks(target.upstream)
+        if spoken:
+            ordered.append(target if spoken is True else target._replace(api=spoken))
     if not cooling:
         return ordered
     out = [t for t in ordered if cooling.get(t.upstream, 0.0) > 0]

@@ -59,15 +59,22 @@ class Upstreams:
 
     def __init__(self, table: RoutingTable, clients: Mapping[str, Upstream], providers: Mapping[str, str],
                  cooldowns: Cooldowns, balancer: Balancer,
-                 on_state: Callable[[str, bool], None] = lambda name, up: None) -> None:
+                 on_state: Callable[[str, bool], None] = lambda name, up: None,
+                 translated: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.table = table
         self.clients = clients
         self.providers = providers
         self.cooldowns = cooldowns
         self.balancer = balancer
         self._on_state = on_state
+        # The APIs a request of each API may be translated to, in the order to prefer them
+        # (gateway.translate); none: every upstream is called in its client's API.
+        self.translated = translated or {}
         self._routes: dict[str, Route | None] = {}
-        self._spoken = frozenset(api for entry in table.upstreams.values() for api in entry.apis)
+        spoken = {api for entry in table.upstreams.values() for api in entry.apis}
+        self._spoken_natively = frozenset(spoken)
+        self._spoken = frozenset(api for api in EVERY_API if api in spoken or not spoken.isdisjoint(
+            self.translated.get(api, ())))
         for name in clients:
             on_state(name, True)
         # One upstream, the default, with no aliases: every model goes there as it is named, with
@@ -76,6 +83,8 @@ class Upstreams:
         alone = (default is not None and len(clients) == 1 and default in clients
                  and not table.upstreams[default].aliases)
         self.only = default if alone and default is not None else None
+        # The APIs that one upstream speaks itself: a request of another is translated.
+        self.only_speaks = frozenset(table.upstreams[self.only].apis) if self.only is not None else frozenset()
 
     @classmethod
     def one(cls, client: Upstream, provider: str = "openai", name: str = "default") -> Upstreams:
@@ -94,9 +103,9 @@ class Upstreams:
         """The kind of the one upstream, when there is only one."""
         return self.table.upstreams[self.only].kind if self.only is not None else None
 
-    def spoken(self, api: str) -> bool:
-        """Whether any upstream speaks `api`."""
-        return api in self._spoken
+    def spoken(self, api: str, translated: bool = True) -> bool:
+        """Whether any upstream speaks `api`, or (`translated`) one it is translated to."""
+        return api in (self._spoken if translated else self._spoken_natively)
 
     def route(self, model: str, allowed: tuple[str, ...] | None = None) -> Route:
         """Where `model` goes; a 404 model_not_found naming the models the caller may use when no
@@ -129,7 +138,7 @@ class Upstreams:
         """The upstreams a provider call of `api` for `model` may go to, in the order to try them:
         the route's primary ones balanced, then its fallbacks; those cooling down last (a call to
         one is its probe), those that do not speak `api` not at all (none left: a 400)."""
-        if self.only is not None and allowed is None:
+        if self.only is not None and allowed is None and api in self.only_speaks:
             return [Target(self.only, model)]
         route = self.route(model, allowed)
         names = {t.upstream for t in (*route.primary, *route.fallbacks)}
@@ -138,13 +147,22 @@ class Upstreams:
             cooling = await self.cooldowns.cooling(names)
             for name in names:
                 self._on_state(name, cooling.get(name, 0.0) <= 0)
-        found = candidates(route, self.balancer, lambda name: api in self.table.upstreams[name].apis, cooling)
+        found = candidates(route, self.balancer, lambda name: self._speaks(name, api), cooling)
         if not found:
             served = ", ".join(sorted({t.upstream for t in route.primary}))
             raise BadRequest(f"the model '{model[:200]}' is served here by {served}, which does not speak the "
-                             f"{API_TITLES.get(api, api)} API: ask for it in an API that upstream speaks",
+                             f"{API_TITLES.get(api, api)} API, nor one it is translated to: ask for it in an API "
+                             "that upstream speaks",
                              param="model", code="api_not_served")
         return found
+
+    def _speaks(self, name: str, api: str) -> str | bool:
+        """True when upstream `name` speaks `api`; else the API it speaks that `api` is translated
+        to; else False."""
+        apis = self.table.upstreams[name].apis
+        if api in apis:
+            return True
+        return next((other for other in self.translated.get(api, ()) if other in apis), False)
 
     async def failed(self, target: Target) -> None:
         """A call to `target` failed in a way another upstream may not: counted toward its cooldown

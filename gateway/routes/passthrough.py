@@ -99,7 +99,7 @@ def check_route(request: web.Request) -> None:
         # checked here (/v1//responses/ID is /responses/ID to the provider): never send the key there.
         raise NotFound("no such route", code="invalid_path")
     api = api_of_path(request.path)
-    if api is not None and (refusal := unserved(request.app[UPSTREAMS], api)) is not None:
+    if api is not None and (refusal := unserved(request.app[UPSTREAMS], api, translated=False)) is not None:
         raise refusal
     routes = request[CALLER].routes
     if routes is not None and not any(under(request.path, prefix) for prefix in routes):

@@ -19,7 +19,7 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import AUTH, TEST_KEY, GatewayFactory, Stack
+from tests.conftest import AUTH, TEST_KEY, GatewayFactory, Stack, StackFactory
 from tests.e2e.cli_upstreams import ANTHROPIC, DECOY, OPENAI, routed_gateway
 
 CLAUDE = Path(__file__).parent / "claude" / "node_modules" / ".bin" / "claude"
@@ -90,6 +90,27 @@ async def test_a_claude_code_run_is_one_trajectory_with_its_own_tool_seen(stack:
     assert sides == {("add", "gateway"): {"ok": 1}, ("Bash", "client"): {"ok": 1}}
     shown = await (await stack.http.get(f"/ui/trajectories/{trajectory}", headers=AUTH)).text()
     assert '<strong>client tool call</strong> <code>Bash</code>' in shown
+
+
+async def test_claude_code_runs_on_an_upstream_that_speaks_only_chat_completions(
+        make_stack: StackFactory, tmp_path: Path) -> None:
+    """Claude Code on a company's own model (issue 56): the upstream is asked in Chat Completions,
+    the gateway's tool and Claude Code's Bash both run, Bash's call checked as the client's."""
+    stack = await make_stack(upstream_kind="openai")  # Chat Completions and Responses, no Messages
+    for _ in range(3):
+        stack.script.then(claude_model)
+    result = await run_claude(stack.url, tmp_path)
+    assert result["result"] == "The sum is 5. The command said: claude-code-ran"
+    assert [p.split("?")[0] for p in stack.model.request_paths] == ["/v1/chat/completions"] * 3
+    calls = [s.attributes or {} for s in stack.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
+        (names.SIDE_GATEWAY, "add", "ok"), (names.SIDE_CLIENT, "Bash", "ok")]
+    pairs = [(s.attributes or {}).get(names.ATTR_TRANSLATION) for s in stack.spans() if s.name.startswith("chat ")]
+    assert pairs == ["messages->chat"] * 3
+    asked = stack.model.requests
+    assert {tool["function"]["name"] for tool in asked[0]["tools"]} >= {"Bash", "add"}  # Claude Code's and ours
+    posts = [s for s in stack.spans() if s.parent is None and s.name == "POST /v1/messages"]
+    assert len({(s.attributes or {})[names.ATTR_CONVERSATION_ID] for s in posts}) == 1  # one trajectory
 
 
 HAIKU = "claude-haiku-4-5-20251001"  # Claude Code's small model (the pinned version's default), for subagents
