@@ -72,8 +72,8 @@ def _text(body: Mapping[str, Any], key: str) -> str:
 def read_answer(body: Mapping[str, Any]) -> Answer:
     """An Anthropic message as the neutral answer; blocks of other types (a server tool's, which a
     translated request never declares) are left out."""
-    content = body.get("content")
-    if body.get("type") == "error" or not isinstance(content, list):
+    content = body.get("content") if isinstance(body, Mapping) else None
+    if not isinstance(content, list) or body.get("type") == "error":
         raise UpstreamUnavailable("the provider sent a message of the wrong shape")
     parts: list[Text | Thinking | ToolCall] = []
     for block in content:

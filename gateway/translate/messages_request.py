@@ -203,6 +203,8 @@ def _list(body: Mapping[str, Any], key: str) -> list[Any]:
 
 def read_request(body: Mapping[str, Any]) -> Request:
     """A Messages request as the neutral request."""
+    if not isinstance(body, Mapping):
+        raise BadRequest("a Messages request is a JSON object")
     model = _typed(body, "model", str, "a string")
     if not model:
         raise _refuse("model", "must be a non-empty string")

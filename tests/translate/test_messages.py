@@ -277,8 +277,13 @@ def test_each_stop_reason_reads(reason: str, stop: str) -> None:
     assert answer.stop_sequence == ("END" if reason == "stop_sequence" else None)
 
 
+def test_a_request_that_is_no_object_is_a_400() -> None:
+    with pytest.raises(BadRequest, match="JSON object"):
+        MESSAGES.read_request([{"model": "m"}])  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("body", [
-    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, {"id": "m"},
+    [], {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, {"id": "m"},
     {"content": "hi"}, {"content": ["hi"]}, {"content": [{"type": "tool_use", "name": "f", "input": {}}]},
     {"content": [{"type": "text", "text": 3}]},
     {"content": [{"type": "tool_use", "id": "t", "name": "f", "input": 1}]}])
