@@ -63,9 +63,9 @@ from gateway.routes.render import CLIENT_GONE
 from gateway.settings.load import proxy_environment
 from gateway.settings.model import Settings
 from gateway.state import StateStore
-from gateway.translate.pairs import TRANSLATED_TO
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.tools.approval_gate import Approvals
+from gateway.translate.pairs import TRANSLATED_TO
 from gateway.ui import pages as ui
 from gateway.wire.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
 

@@ -290,24 +290,30 @@ class ChatSpan:
             log.warning("chat span: message content not captured", exc_info=True)
         return content
 
-    def _attributes(self, input_tokens: int | None, output_tokens: int | None) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
-            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
-            names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream,
-            names.ATTR_UPSTREAM: self._upstream}
+    def _route_attributes(self) -> dict[str, Any]:
+        """How the call went where it went: translated, fallen back, retried, resent."""
+        attributes: dict[str, Any] = {}
         if self._translation is not None:
             pair, dropped = self._translation
             attributes[names.ATTR_TRANSLATION] = pair
             if dropped:
                 attributes[names.ATTR_TRANSLATION_DROPPED] = tuple(dict.fromkeys(dropped))
         if self._fallback is not None:
-            source, reason = self._fallback
-            attributes[names.ATTR_UPSTREAM_FALLBACK_FROM] = source
-            attributes[names.ATTR_UPSTREAM_FALLBACK_REASON] = reason
+            attributes[names.ATTR_UPSTREAM_FALLBACK_FROM], attributes[names.ATTR_UPSTREAM_FALLBACK_REASON] = (
+                self._fallback)
         if self._attempt > 1:
             attributes[names.ATTR_UPSTREAM_ATTEMPT] = self._attempt
         if self._resends:
             attributes[names.ATTR_HTTP_RESEND_COUNT] = self._resends
+        return attributes
+
+    def _attributes(self, input_tokens: int | None, output_tokens: int | None) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
+            names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream,
+            names.ATTR_UPSTREAM: self._upstream}
+        if self._translation is not None or self._fallback is not None or self._attempt > 1 or self._resends:
+            attributes.update(self._route_attributes())
         answer = self._answer
         if answer is None:
             return attributes

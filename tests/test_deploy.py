@@ -755,6 +755,7 @@ async def _drive(registry: CollectorRegistry) -> None:
         # a provider call the gateway retried
         with instrumentation.chat("gpt-test", False, "west", "openai") as chat:
             chat.fell_back("east", "429")  # the upstream tried first answered 429
+            chat.translated("messages->chat", ("top_k",))  # a Messages client on a Chat upstream
             chat.retried(2)
             chat.answered(read_chat({"id": "chatcmpl-2", "model": "gpt-test",
                                      "choices": [{"message": {}, "finish_reason": "stop"}]}))

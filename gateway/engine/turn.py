@@ -9,8 +9,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import orjson
-
 Api = Literal["chat", "responses", "messages"]
 
 
@@ -77,13 +75,6 @@ def count(usage: Mapping[str, Any] | None, *keys: str) -> int | None:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def arguments_text(value: Any) -> str:
-    """Arguments as JSON text (some compatible providers send an object instead)."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    return orjson.dumps(value).decode()
 
 
 def usage_of(body: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -12,9 +12,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.engine.turn import arguments_text
 from gateway.errors import UpstreamUnavailable
-from gateway.translate.neutral import Answer, Stop, Text, Thinking, ToolCall, Usage
+from gateway.translate.neutral import Answer, Stop, Text, Thinking, ToolCall, Usage, arguments_text
 
 # Chat's finish reasons and the neutral stops (a Chat answer that met a stop sequence says "stop";
 # vLLM names the sequence in `stop_reason`). Mistral says model_length, some servers eos.

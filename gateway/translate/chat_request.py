@@ -15,7 +15,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.engine.turn import arguments_text
 from gateway.errors import BadRequest
 from gateway.translate.chat_answer import THINKING_FIELDS
 from gateway.translate.neutral import (
@@ -29,6 +28,7 @@ from gateway.translate.neutral import (
     ToolDecl,
     ToolResult,
     Turn,
+    arguments_text,
 )
 
 # Fields left out, named in `dropped`: without them the model is asked the same.

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.engine.turn import arguments_text
 from gateway.errors import UpstreamUnavailable
 from gateway.translate.chat_answer import THINKING_FIELDS, finish_fields, stop_of, usage_from, usage_json
 from gateway.translate.neutral import (
@@ -31,6 +30,7 @@ from gateway.translate.neutral import (
     ThinkingDelta,
     ToolCall,
     Usage,
+    arguments_text,
 )
 
 

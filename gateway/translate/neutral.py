@@ -12,13 +12,22 @@ naming the field where leaving it out would change what the model is asked."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
+
+import orjson
 
 Role = Literal["user", "assistant"]
 # Why the model stopped: its answer is whole (end), it called tools, it ran out of tokens (length),
 # it met a stop sequence, or a filter stopped it.
 Stop = Literal["end", "tool_calls", "length", "stop_sequence", "content_filter"]
 DEFAULT_MAX_TOKENS = 4096  # what a Messages request is given when its Chat client named no limit
+
+
+def arguments_text(value: Any) -> str:
+    """A tool call's arguments as JSON text (some compatible providers send an object instead)."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return orjson.dumps(value).decode()
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ everything after them see the client's API only."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ class Translation:
         """The provider's whole answer, as the client's API gives it."""
         return SIDES[self.client].write_answer(SIDES[self.provider].read_answer(body))
 
-    async def events(self, events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, events: AsyncIterator[dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
         """The provider's streamed events, as the client's API streams them."""
         reading, writing = SIDES[self.provider].stream_reading(), SIDES[self.client].stream_writing()
         async for event in events:

@@ -108,7 +108,8 @@ async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     flaky = {"url": f"http://127.0.0.1:{free_port()}/v1", "kind": "compatible", "models": ["fallible"],
              "fallbacks": ["default"]}
     return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed, "approver": True}},
-                            mcp_servers={"files": mcp}, upstreams={"flaky": flaky})
+                            mcp_servers={"files": mcp}, upstreams={"flaky": flaky},
+                            upstream_kind="openai")  # no Messages: a Messages request is translated
 
 
 async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,
@@ -200,6 +201,11 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
         # A call to an upstream that is down, answered by its fallback.
         stack.script.then(Reply(content="from the fallback"))
         await stack.client.chat.completions.create(model="fallible", messages=USER, extra_headers=trajectory)
+        # A Messages request, which the OpenAI upstream is asked in Chat Completions.
+        stack.script.then(Reply(content="translated"))
+        async with stack.http.post("/v1/messages", json={"model": "m", "max_tokens": 64, "messages": USER},
+                                   headers={**AUTH, **trajectory}) as translated:
+            assert translated.status == 200, await translated.text()
         expected = 16 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})

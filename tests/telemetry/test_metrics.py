@@ -40,6 +40,7 @@ def _ours() -> CollectorRegistry:
     series.calls.inc()
     series.duration.observe(0.001, 0xABC, now=100.0)
     metrics.upstream_fallbacks.labels("east", "west", "429").inc()
+    metrics.translated_calls.labels("messages->chat").inc()
     metrics.upstream_up.labels("west").set(1)
     metrics.in_flight.dec()
     metrics.tool_rounds.observe(2)
@@ -93,6 +94,8 @@ def _theirs() -> CollectorRegistry:
                                   registry=registry)
     fallbacks = Counter(names.METRIC_UPSTREAM_FALLBACKS, doc(names.METRIC_UPSTREAM_FALLBACKS),
                         (names.LABEL_FROM, names.LABEL_TO, names.LABEL_REASON), registry=registry)
+    translated = Counter(names.METRIC_TRANSLATED_CALLS, doc(names.METRIC_TRANSLATED_CALLS), (names.LABEL_PAIR,),
+                         registry=registry)
     Counter(names.METRIC_UPSTREAM_RETRIES, doc(names.METRIC_UPSTREAM_RETRIES), (names.LABEL_MODEL,), registry=registry)
     tokens = Counter(names.METRIC_TOKENS, doc(names.METRIC_TOKENS), (names.LABEL_MODEL, names.LABEL_TYPE),
                      registry=registry)
@@ -115,6 +118,7 @@ def _theirs() -> CollectorRegistry:
     tokens.labels("m", names.TOKEN_OUTPUT).inc(1)
     upstream.labels("default", "m", "200").inc()
     fallbacks.labels("east", "west", "429").inc()
+    translated.labels("messages->chat").inc()
     rest.upstream_up.labels("west").set(1)
     upstream_duration.labels("default", "m").observe(0.001, {names.EXEMPLAR_TRACE_ID: f"{0xABC:032x}"})
     in_flight.dec()

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.engine.turn import ModelCall, ModelTurn, arguments_text, count, usage_of
+from gateway.engine.turn import ModelCall, ModelTurn, count, usage_of
 from gateway.errors import UpstreamUnavailable
+from gateway.translate.neutral import arguments_text
 
 
 def _named(value: Any) -> dict[str, Any] | None:

@@ -14,8 +14,9 @@ from typing import Any
 
 import orjson
 
-from gateway.engine.turn import ModelCall, ModelTurn, arguments_text, count, usage_of
+from gateway.engine.turn import ModelCall, ModelTurn, count, usage_of
 from gateway.errors import UpstreamUnavailable, stream_error
+from gateway.translate.neutral import arguments_text
 
 # A message's stop reason in Chat's terms, so that telemetry and the engine read alike for every API.
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",

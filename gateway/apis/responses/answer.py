@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.engine.turn import ModelCall, ModelTurn, arguments_text, count, usage_of
+from gateway.engine.turn import ModelCall, ModelTurn, count, usage_of
 from gateway.errors import UpstreamUnavailable
+from gateway.translate.neutral import arguments_text
 
 # Responses output items that are calls for the caller's side to run (the provider runs the others:
 # web search, file search, code interpreter, MCP ...). Only a `function_call` can be the gateway's.
