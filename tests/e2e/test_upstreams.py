@@ -476,18 +476,22 @@ async def test_a_key_limited_to_models_gets_a_404_for_the_others(make_routed: Ro
     assert routed.claude.requests == []
 
 
-async def test_a_model_whose_upstream_does_not_speak_the_api_is_a_400(routed: Routed) -> None:
-    with pytest.raises(openai.BadRequestError) as chat_refused:
-        await chat(routed.gateway.client, "sonnet", False)
-    assert (chat_refused.value.code, chat_refused.value.param) == ("api_not_served", "model")
-    assert "served here by claude, which does not speak the Chat Completions API" in chat_refused.value.message
-    async with routed.anthropic() as client:
-        with pytest.raises(anthropic.BadRequestError) as messages_refused:
-            await message(client, "gpt-4o", True)
-    body: Any = messages_refused.value.body
+async def test_a_model_whose_upstream_speaks_another_api_is_translated_or_refused(
+        routed: Routed, aiohttp_server: AiohttpServer, make_gateway: GatewayFactory) -> None:
+    routed.claude.script.then(Reply(content="from claude"))
+    answer = await chat(routed.gateway.client, "sonnet", False)  # Chat, to an Anthropic upstream: translated
+    assert answer.text == "from claude"
+    assert [p.split("?")[0] for p in routed.claude.model.request_paths] == ["/v1/messages"]
+    only_responses = await scripted(aiohttp_server, ("responses",))
+    gateway = await make_gateway(Settings(port=0, trajectory_store=False, upstreams={"resp": {
+        "url": only_responses.url, "kind": "openai", "apis": ["responses"], "models": ["gpt-5"]}}))
+    async with anthropic.AsyncAnthropic(base_url=gateway.url, api_key="k", max_retries=0) as client:
+        with pytest.raises(anthropic.BadRequestError) as refused:  # Messages goes to Chat or nowhere
+            await message(client, "gpt-5", True)
+    body: Any = refused.value.body
     assert body["error"]["type"] == "invalid_request_error"
-    assert "does not speak the Messages API" in body["error"]["message"]
-    assert routed.others() == [[], [], [], []]
+    assert body["error"]["message"].startswith("no upstream of this gateway speaks Anthropic's Messages")
+    assert only_responses.model.request_paths == []
 
 
 # --- readiness ----------------------------------------------------------------------------------------------
