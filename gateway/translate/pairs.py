@@ -11,11 +11,14 @@ from typing import Any
 
 from gateway.translate.chat import CHAT
 from gateway.translate.messages import MESSAGES
+from gateway.translate.responses import RESPONSES
 from gateway.translate.sides import Side
 
-SIDES: Mapping[str, Side] = {"chat": CHAT, "messages": MESSAGES}
-# The APIs a request of each API can be sent in, in the order to prefer them.
-TRANSLATED_TO: Mapping[str, tuple[str, ...]] = {"chat": ("messages",), "messages": ("chat",)}
+SIDES: Mapping[str, Side] = {"chat": CHAT, "messages": MESSAGES, "responses": RESPONSES}
+# The APIs a request of each API can be sent in, in the order to prefer them. Responses is not
+# among the targets: every upstream that speaks it speaks Chat Completions too.
+TRANSLATED_TO: Mapping[str, tuple[str, ...]] = {"chat": ("messages",), "messages": ("chat",),
+                                                "responses": ("chat", "messages")}
 
 
 @dataclass(frozen=True)

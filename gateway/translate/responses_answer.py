@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.engine.turn import arguments_text
 from gateway.errors import UpstreamUnavailable
-from gateway.translate.neutral import Answer, Stop, Text, Thinking, ToolCall, Usage
+from gateway.translate.neutral import Answer, Stop, Text, Thinking, ToolCall, Usage, arguments_text
 
 RESPONSE_PREFIX = "resp_"
 SUMMARY_JOINER = "\n\n"  # a reasoning item's summary parts, as one thinking text

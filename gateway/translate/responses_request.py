@@ -24,7 +24,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.engine.turn import arguments_text
 from gateway.errors import BadRequest
 from gateway.translate.neutral import (
     Image,
@@ -38,6 +37,7 @@ from gateway.translate.neutral import (
     ToolDecl,
     ToolResult,
     Turn,
+    arguments_text,
 )
 
 _READ = frozenset({"model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls",

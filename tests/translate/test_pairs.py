@@ -39,7 +39,12 @@ def _both_can_say(request: Request) -> Request:
 
 
 def _as_messages_reads_it(body: dict[str, Any]) -> Request:
-    return dataclasses.replace(MESSAGES.read_request(over_the_wire(body)), dropped=(), stream_usage=False)
+    """The request as Anthropic's side reads it, each assistant turn's text before its calls: a
+    Chat message says its content before its tool calls, whatever order the model gave them."""
+    read = MESSAGES.read_request(over_the_wire(body))
+    turns = tuple(Turn(t.role, (*[p for p in t.parts if not isinstance(p, ToolCall)],
+                                *[p for p in t.parts if isinstance(p, ToolCall)])) for t in read.turns)
+    return dataclasses.replace(read, turns=turns, dropped=(), stream_usage=False)
 
 
 @settings(max_examples=200, deadline=None)
