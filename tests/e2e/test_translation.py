@@ -1,20 +1,24 @@
 """A client of one API on an upstream of another (issue 56), through the official clients: the
-`anthropic` client on an OpenAI upstream (Messages translated to Chat Completions) and the `openai`
-client's Chat Completions on an Anthropic upstream, streamed and not, with a mixed turn (the
-gateway's tool and the client's own in one answer), the client's result in the next request,
-the gateway's tool run once, and the chat spans naming the pair."""
+`anthropic` client on an OpenAI upstream (Messages translated to Chat Completions), the `openai`
+client's Chat Completions on an Anthropic upstream, and its Responses on a Chat-only upstream and
+on an Anthropic one, streamed and not, with a mixed turn (the gateway's tool and the client's own
+in one answer), the client's result in the next request, the gateway's tool run once, and the
+chat spans naming the pair."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
+from pytest_aiohttp import AiohttpServer
 
-from gateway.demo.model import Reply
+from gateway.demo.model import Reply, ScriptedModel
+from gateway.settings.model import Settings
 from telemetry import names
-from tests.conftest import STREAM, USER, StackFactory
+from tests.conftest import STREAM, USER, Gateway, GatewayFactory, Script, StackFactory, sample_registry
 
 pytestmark = pytest.mark.slow
 WEATHER = {"name": "get_weather", "description": "The weather in a city",
@@ -94,3 +98,40 @@ async def test_the_openai_client_on_an_anthropic_upstream(make_stack: StackFacto
     assert sorted(_text(r["content"]) for r in results) == ["5", "sunny"]
     assert _pairs(stack.spans()) == ["chat->messages"] * 2
     assert _ran(stack.spans(), "add") == 1
+
+
+@STREAM
+@pytest.mark.parametrize(("apis", "kind", "path", "pair"), [
+    (("chat",), "vllm", "/v1/chat/completions", "responses->chat"),
+    (("messages",), "anthropic", "/v1/messages", "responses->messages")], ids=["chat-only", "anthropic"])
+async def test_the_openai_clients_responses_on_an_upstream_that_does_not_speak_them(
+        aiohttp_server: AiohttpServer, make_gateway: GatewayFactory, tmp_path: Path, stream: bool,
+        apis: tuple[str, ...], kind: str, path: str, pair: str) -> None:
+    script = Script()
+    model = ScriptedModel(script, apis=apis)
+    model.base_url = str((await aiohttp_server(model.app())).make_url("")).rstrip("/")
+    gateway = await make_gateway(Settings(port=0, trajectory_store_path=tmp_path / "s.sqlite3", upstreams={
+        "only": {"url": f"{model.base_url}/v1", "kind": kind, "apis": list(apis), "models": ["*"]}}),
+        registry=sample_registry())
+    script.then(MIXED)
+    tools: Any = [{"type": "function", "name": "get_weather", "description": "The weather in a city",
+                   "parameters": WEATHER["input_schema"]}]
+    first = await _respond(gateway, stream, input="What is 2 + 3, and the weather in Paris?", tools=tools)
+    [call] = [item for item in first.output if item.type == "function_call"]
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
+    script.then(Reply(content="Sunny in Paris."))
+    follow_up: Any = [{"role": "user", "content": "What is 2 + 3, and the weather in Paris?"},
+                      *[item.model_dump(exclude_none=True) for item in first.output],
+                      {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]
+    second = await _respond(gateway, stream, input=follow_up, tools=tools)
+    assert second.output_text == "Sunny in Paris."
+    assert all(p.startswith(path) for p in model.request_paths)
+    assert _pairs(gateway.spans()) == [pair] * 2
+    assert _ran(gateway.spans(), "add") == 1
+
+
+async def _respond(gateway: Gateway, stream: bool, **request: Any) -> Any:
+    if not stream:
+        return await gateway.client.responses.create(model="local-model", **request)
+    async with gateway.client.responses.stream(model="local-model", **request) as streamed:
+        return await streamed.get_final_response()
