@@ -5,7 +5,9 @@ against the schema Codex declares, and marked as client calls in the report and 
 every request of the run is one trajectory (in the store and on the page), and Codex's WebSocket
 attempt is refused once, at once, instead of failing seven times over about six seconds before
 Codex falls back to HTTP. Behind a gateway with several upstreams (issue 55), its requests go to the
-upstream its model routes to (by alias or by pattern), and to no other."""
+upstream its model routes to (by alias or by pattern), and to no other. Behind a gateway whose only
+upstream speaks Chat Completions, or Anthropic's Messages, alone (issue 56), the same run goes
+through: its Responses requests translated, streamed, the answers translated back."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ import openai
 import pytest
 from pytest_aiohttp import AiohttpServer
 
-from gateway.demo.model import Reply
+from gateway.demo.model import Reply, ScriptedModel
+from gateway.settings.model import Settings
 from telemetry import names
-from tests.conftest import AUTH, GatewayFactory, Stack
+from tests.conftest import AUTH, GatewayFactory, Script, Stack
 from tests.e2e.cli_upstreams import ANTHROPIC, DECOY, OPENAI, TEAM_DEFAULT, TEAM_MODEL, routed_gateway
 
 CODEX = Path(__file__).parent / "codex" / "node_modules" / ".bin" / "codex"
@@ -130,3 +133,36 @@ async def test_a_codex_run_goes_to_the_upstream_its_model_routes_to(
         await routed.gateway.client.responses.create(model="gpt4-typo", input="hi")
     assert refused.value.code == "model_not_found"
     assert routed.models_sent() == {OPENAI: [sent] * 3, ANTHROPIC: [], DECOY: []}
+
+
+@pytest.mark.parametrize(("kind", "api", "path"), [
+    ("vllm", "chat", "/v1/chat/completions"),  # a self-hosted server that speaks Chat Completions only
+    ("anthropic", "messages", "/v1/messages"),
+], ids=["chat", "messages"])
+async def test_a_codex_run_on_an_upstream_of_another_api_is_translated(
+        aiohttp_server: AiohttpServer, make_gateway: GatewayFactory, tmp_path: Path, kind: str, api: str,
+        path: str) -> None:
+    script = Script()
+    for _ in range(3):
+        script.then(codex_model)  # the policy sees a Chat-shaped view of a Messages request too
+    model = ScriptedModel(script, apis=(api,))
+    server = await aiohttp_server(model.app())
+    upstreams = {"local": {"url": str(server.make_url("/v1")), "kind": kind, "apis": [api], "models": ["*"]}}
+    gateway = await make_gateway(Settings(port=0, upstreams=upstreams, trajectory_store_path=tmp_path / "store.db"))
+    output = await run_codex(gateway.url, tmp_path, "model_providers")
+    assert "The sum is 5." in output
+    calls = [s.attributes or {} for s in gateway.spans() if s.name == names.SPAN_TOOL_CALL]
+    assert [(a.get(names.ATTR_TOOL_SIDE), a.get(names.ATTR_TOOL_NAME), a.get(names.ATTR_OUTCOME)) for a in calls] == [
+        (names.SIDE_GATEWAY, "add", "ok"), (names.SIDE_CLIENT, "exec_command", "ok")]
+    [step] = [a for s in gateway.spans() if s.name == names.SPAN_TOOL_EXECUTE
+              and (a := s.attributes or {}).get(names.ATTR_TOOL_SIDE) == names.SIDE_CLIENT]
+    assert step[names.ATTR_TOOL_CALL_ID] == calls[1][names.ATTR_TOOL_CALL_ID]  # Codex's result found its call
+    # Both of Codex's turns and the gateway's own call between them, each in the upstream's API, streamed.
+    assert model.request_paths == [path] * 3
+    assert all(body.get("stream") for body in model.requests)
+    declared = [tool.get("name") or tool["function"]["name"] for tool in model.requests[0]["tools"]]
+    assert {"add", "exec_command"} <= set(declared)  # the gateway's tool beside Codex's own
+    chats = [s.attributes or {} for s in gateway.spans() if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")]
+    assert [a.get(names.ATTR_TRANSLATION) for a in chats] == [f"responses->{api}"] * 3
+    posts = [s for s in gateway.spans() if s.parent is None and s.name == "POST /v1/responses"]
+    assert [(s.attributes or {}).get(names.ATTR_HTTP_STATUS) for s in posts] == [200, 200]
