@@ -11,14 +11,13 @@ naming it where it would not (several choices, structured output, audio ...).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.translate.chat_answer import THINKING_FIELDS
+from gateway.translate.fields import Dropped, cannot, image_of, invalid, number, optional
 from gateway.translate.neutral import (
-    Image,
     Part,
     Request,
     Role,
@@ -45,26 +44,7 @@ _READ = frozenset({
     "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "stop", "stream", "stream_options", "user", "safety_identifier", "n", "response_format",
     "modalities"})
-_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _NO_PARAMETERS: dict[str, object] = {"type": "object", "properties": {}}
-
-
-def _cannot(param: str, what: str) -> BadRequest:
-    return BadRequest(f"{param}: {what} cannot be translated: the upstream's API cannot express it", param=param)
-
-
-def _invalid(param: str, expected: str) -> BadRequest:
-    return BadRequest(f"{param} must be {expected}", param=param)
-
-
-class Dropped:
-    """The names of what was left out, once each, in the order met (for `dropped`)."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, None] = {}
-
-    def add(self, name: str) -> None:
-        self.names[name] = None
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -76,7 +56,7 @@ def _check_fields(body: Mapping[str, Any], dropped: Dropped) -> None:
         if key in _HARMLESS:
             dropped.add(key)
         elif key in _INEXPRESSIBLE:
-            raise _cannot(key, _INEXPRESSIBLE[key])
+            raise cannot(key, _INEXPRESSIBLE[key])
         else:
             raise BadRequest(f"{key} is not a Chat Completions field that can be translated: the upstream's API "
                              "cannot express it", param=key)
@@ -89,9 +69,9 @@ def _check_choices(n: Any, dropped: Dropped) -> None:
     if n is None:
         return
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise _invalid("n", "a positive integer")
+        raise invalid("n", "a positive integer")
     if n > 1:
-        raise _cannot("n", "several choices")
+        raise cannot("n", "several choices")
     dropped.add("n")
 
 
@@ -102,18 +82,18 @@ def _check_format(response_format: Any, dropped: Dropped) -> None:
     if kind == "text":
         dropped.add("response_format")
     elif isinstance(kind, str):
-        raise _cannot("response_format", f"structured output ({kind})")
+        raise cannot("response_format", f"structured output ({kind})")
     else:
-        raise _invalid("response_format", "an object with a type")
+        raise invalid("response_format", "an object with a type")
 
 
 def _check_modalities(modalities: Any, dropped: Dropped) -> None:
     if modalities is None:
         return
     if not isinstance(modalities, list) or not all(isinstance(m, str) for m in modalities):
-        raise _invalid("modalities", "a list of strings")
+        raise invalid("modalities", "a list of strings")
     if any(m != "text" for m in modalities):
-        raise _cannot("modalities", "output other than text")
+        raise cannot("modalities", "output other than text")
     dropped.add("modalities")
 
 
@@ -122,36 +102,30 @@ def _texts(content: Any, where: str) -> list[str]:
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
-        raise _invalid(where, "text or a list of text parts")
+        raise invalid(where, "text or a list of text parts")
     texts = []
     for j, part in enumerate(content):
         text = part.get("text") if isinstance(part, Mapping) and part.get("type") == "text" else None
         if not isinstance(text, str):
-            raise _invalid(f"{where}[{j}]", "a text part")
+            raise invalid(f"{where}[{j}]", "a text part")
         texts.append(text)
     return texts
 
 
-def _image(url: str) -> Image:
-    if found := _DATA_URL.fullmatch(url):
-        return Image(data=found[2], media_type=found[1])
-    return Image(url=url)
-
-
 def _call(raw: Any, where: str) -> ToolCall:
     if not isinstance(raw, Mapping):
-        raise _invalid(where, "a tool call object")
+        raise invalid(where, "a tool call object")
     if raw.get("type", "function") != "function":
-        raise _cannot(f"{where}.type", f"a {raw.get('type')} tool call")
+        raise cannot(f"{where}.type", f"a {raw.get('type')} tool call")
     function, call_id = raw.get("function"), raw.get("id")
     name = function.get("name") if isinstance(function, Mapping) else None
     if not isinstance(call_id, str) or not call_id:
-        raise _invalid(f"{where}.id", "a non-empty string")
+        raise invalid(f"{where}.id", "a non-empty string")
     if not isinstance(function, Mapping) or not isinstance(name, str) or not name:
-        raise _invalid(f"{where}.function.name", "a non-empty string")
+        raise invalid(f"{where}.function.name", "a non-empty string")
     arguments = function.get("arguments")
     if arguments is not None and not isinstance(arguments, str | Mapping):
-        raise _invalid(f"{where}.function.arguments", "JSON text")
+        raise invalid(f"{where}.function.arguments", "JSON text")
     return ToolCall(call_id, name, arguments_text(arguments))
 
 
@@ -172,7 +146,7 @@ class _Conversation:
     def add(self, i: int, message: Any) -> None:
         where = f"messages[{i}]"
         if not isinstance(message, Mapping):
-            raise _invalid(where, "a message object")
+            raise invalid(where, "a message object")
         if message.get("name") is not None:
             self.dropped.add("messages.name")
         match message.get("role"):
@@ -185,9 +159,9 @@ class _Conversation:
             case "tool":
                 self._append("user", [self._result(message, where)])
             case "function":
-                raise _cannot(f"{where}.role", "a legacy function message (send tool messages)")
+                raise cannot(f"{where}.role", "a legacy function message (send tool messages)")
             case _:
-                raise _invalid(f"{where}.role", "system, developer, user, assistant or tool")
+                raise invalid(f"{where}.role", "system, developer, user, assistant or tool")
 
     def _append(self, role: Role, parts: list[Part]) -> None:
         if not parts:
@@ -201,7 +175,7 @@ class _Conversation:
         if isinstance(content, str):
             return [Text(content)]
         if not isinstance(content, list):
-            raise _invalid(where, "text or a list of content parts")
+            raise invalid(where, "text or a list of content parts")
         return [self._user_part(part, f"{where}[{j}]") for j, part in enumerate(content)]
 
     def _user_part(self, part: Any, where: str) -> Part:
@@ -211,24 +185,24 @@ class _Conversation:
         if kind == "image_url":
             image = part.get("image_url")
             if not isinstance(image, Mapping) or not isinstance(image.get("url"), str):
-                raise _invalid(f"{where}.image_url.url", "a URL")
+                raise invalid(f"{where}.image_url.url", "a URL")
             if image.get("detail") not in (None, "auto"):
                 self.dropped.add("image_url.detail")
-            return _image(image["url"])
+            return image_of(image["url"])
         if kind in ("input_audio", "file"):
-            raise _cannot(f"{where}.type", f"{kind} content")
-        raise _invalid(where, "a text or image_url part")
+            raise cannot(f"{where}.type", f"{kind} content")
+        raise invalid(where, "a text or image_url part")
 
     def _assistant_parts(self, message: Mapping[str, Any], where: str) -> list[Part]:
         for key in ("audio", "function_call"):
             if message.get(key) is not None:
-                raise _cannot(f"{where}.{key}", f"an assistant's {key}")
+                raise cannot(f"{where}.{key}", f"an assistant's {key}")
         if any(message.get(key) for key in THINKING_FIELDS):
             self.dropped.add("messages.reasoning_content")  # unsigned: no upstream of another API takes it back
         parts: list[Part] = [Text(text) for text in self._assistant_texts(message, where) if text]
         calls = message.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
-            raise _invalid(f"{where}.tool_calls", "a list")
+            raise invalid(f"{where}.tool_calls", "a list")
         parts.extend(_call(call, f"{where}.tool_calls[{j}]") for j, call in enumerate(calls or []))
         return parts
 
@@ -238,19 +212,19 @@ class _Conversation:
         if content is None or isinstance(content, str):
             return [content or "", *texts]
         if not isinstance(content, list):
-            raise _invalid(f"{where}.content", "text or a list of text parts")
+            raise invalid(f"{where}.content", "text or a list of text parts")
         for j, part in enumerate(content):
             kind = part.get("type") if isinstance(part, Mapping) else None
             text = part.get(kind) if kind in ("text", "refusal") else None
             if not isinstance(text, str):
-                raise _invalid(f"{where}.content[{j}]", "a text or refusal part")
+                raise invalid(f"{where}.content[{j}]", "a text or refusal part")
             texts.append(text)
         return texts
 
     def _result(self, message: Mapping[str, Any], where: str) -> ToolResult:
         call_id = message.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id:
-            raise _invalid(f"{where}.tool_call_id", "a non-empty string")
+            raise invalid(f"{where}.tool_call_id", "a non-empty string")
         return ToolResult(call_id, tuple(Text(text) for text in _texts(message.get("content"), f"{where}.content")))
 
 
@@ -258,23 +232,23 @@ def _tools(raw: Any, dropped: Dropped) -> tuple[ToolDecl, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise _invalid("tools", "a list")
+        raise invalid("tools", "a list")
     return tuple(_tool(spec, f"tools[{j}]", dropped) for j, spec in enumerate(raw))
 
 
 def _tool(spec: Any, where: str, dropped: Dropped) -> ToolDecl:
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     if kind != "function":
-        raise _cannot(f"{where}.type", f"a {kind} tool") if isinstance(kind, str) else _invalid(where, "a tool object")
+        raise cannot(f"{where}.type", f"a {kind} tool") if isinstance(kind, str) else invalid(where, "a tool object")
     function = spec.get("function")
     name = function.get("name") if isinstance(function, Mapping) else None
     if not isinstance(function, Mapping) or not isinstance(name, str) or not name:
-        raise _invalid(f"{where}.function.name", "a non-empty string")
+        raise invalid(f"{where}.function.name", "a non-empty string")
     description, parameters = function.get("description"), function.get("parameters")
     if description is not None and not isinstance(description, str):
-        raise _invalid(f"{where}.function.description", "a string")
+        raise invalid(f"{where}.function.description", "a string")
     if parameters is not None and not isinstance(parameters, Mapping):
-        raise _invalid(f"{where}.function.parameters", "a JSON Schema object")
+        raise invalid(f"{where}.function.parameters", "a JSON Schema object")
     if function.get("strict") is not None:
         dropped.add("tools.function.strict")
     return ToolDecl(name, description, dict(parameters) if parameters is not None else dict(_NO_PARAMETERS))
@@ -288,28 +262,15 @@ def _tool_choice(raw: Any) -> ToolChoice | None:
     if kind == "function" and isinstance(function, Mapping) and isinstance(name := function.get("name"), str):
         return ("tool", name)
     if isinstance(kind, str) and kind != "function":
-        raise _cannot("tool_choice", f"a tool_choice of type {kind}")
-    raise _invalid("tool_choice", '"auto", "none", "required" or a named function')
-
-
-def _optional(body: Mapping[str, Any], key: str, kinds: tuple[type, ...], expected: str) -> Any:
-    """The field, None when absent, of one of `kinds` (a boolean is no number here)."""
-    value = body.get(key)
-    if value is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
-        raise _invalid(key, expected)
-    return value
-
-
-def _number(body: Mapping[str, Any], key: str) -> float | None:
-    value = _optional(body, key, (int, float), "a number")
-    return float(value) if value is not None else None
+        raise cannot("tool_choice", f"a tool_choice of type {kind}")
+    raise invalid("tool_choice", '"auto", "none", "required" or a named function')
 
 
 def _max_tokens(body: Mapping[str, Any]) -> int | None:
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    value: int | None = _optional(body, key, (int,), "a positive integer")
+    value: int | None = optional(body, key, (int,), "a positive integer")
     if value is not None and value < 1:
-        raise _invalid(key, "a positive integer")
+        raise invalid(key, "a positive integer")
     return value
 
 
@@ -320,24 +281,24 @@ def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
     if isinstance(stop, str):
         return (stop,)
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise _invalid("stop", "a string or a list of strings")
+        raise invalid("stop", "a string or a list of strings")
     return tuple(stop)
 
 
 def _stream_usage(body: Mapping[str, Any], dropped: Dropped) -> bool:
-    options = _optional(body, "stream_options", (Mapping,), "an object") or {}
+    options = optional(body, "stream_options", (Mapping,), "an object") or {}
     for key, value in options.items():
         if key != "include_usage" and value is not None:
             dropped.add(f"stream_options.{key}")
     if not isinstance(options.get("include_usage"), bool | None):
-        raise _invalid("stream_options.include_usage", "a boolean")
+        raise invalid("stream_options.include_usage", "a boolean")
     return bool(options.get("include_usage"))
 
 
 def _user(body: Mapping[str, Any], dropped: Dropped) -> str | None:
     """Who the end user is: `user`, or the newer `safety_identifier` that replaces it."""
-    user: str | None = _optional(body, "user", (str,), "a string")
-    safety: str | None = _optional(body, "safety_identifier", (str,), "a string")
+    user: str | None = optional(body, "user", (str,), "a string")
+    safety: str | None = optional(body, "safety_identifier", (str,), "a string")
     if user is not None and safety is not None:
         dropped.add("safety_identifier")
     return user if user is not None else safety
@@ -350,16 +311,16 @@ def read_request(body: Mapping[str, Any]) -> Request:
     _check_fields(body, dropped)
     model, messages = body.get("model"), body.get("messages")
     if not isinstance(model, str) or not model:
-        raise _invalid("model", "a non-empty string")
+        raise invalid("model", "a non-empty string")
     if not isinstance(messages, list) or not messages:
-        raise _invalid("messages", "a non-empty list")
+        raise invalid("messages", "a non-empty list")
     conversation = _Conversation(dropped)
     for i, message in enumerate(messages):
         conversation.add(i, message)
     return Request(
         model=model, system=tuple(conversation.system), turns=conversation.turns(),
         tools=_tools(body.get("tools"), dropped), tool_choice=_tool_choice(body.get("tool_choice")),
-        parallel_tool_calls=_optional(body, "parallel_tool_calls", (bool,), "a boolean"), max_tokens=_max_tokens(body),
-        temperature=_number(body, "temperature"), top_p=_number(body, "top_p"), stop=_stop(body),
-        stream=bool(_optional(body, "stream", (bool,), "a boolean")), stream_usage=_stream_usage(body, dropped),
+        parallel_tool_calls=optional(body, "parallel_tool_calls", (bool,), "a boolean"), max_tokens=_max_tokens(body),
+        temperature=number(body, "temperature"), top_p=number(body, "top_p"), stop=_stop(body),
+        stream=bool(optional(body, "stream", (bool,), "a boolean")), stream_usage=_stream_usage(body, dropped),
         user=_user(body, dropped), dropped=tuple(dropped.names))

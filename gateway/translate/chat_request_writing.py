@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.translate.chat_answer import call_json
-from gateway.translate.chat_request import Dropped
+from gateway.translate.fields import Dropped
 from gateway.translate.neutral import Image, Request, Text, Thinking, ToolCall, ToolChoice, ToolResult, Turn
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.translate.fields import Dropped
 from gateway.translate.neutral import Image, Request, Text, Thinking, ToolCall, ToolChoice, ToolResult, Turn
-from gateway.translate.responses_request import Dropped
 
 
 def image_url(image: Image) -> str:

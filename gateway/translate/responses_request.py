@@ -20,11 +20,10 @@ several of its own (client_metadata, turn and thread ids).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.errors import BadRequest
+from gateway.translate.fields import Dropped, cannot, image_of, invalid, number, optional
 from gateway.translate.neutral import (
     Image,
     Part,
@@ -52,35 +51,7 @@ _REFUSED = {
 # Tools left out, named: OpenAI's hosted search (web_search, web_search_preview ...), which no other
 # upstream runs, and namespaces of functions, whose calls name their namespace (no other API can).
 _DROPPED_TOOLS = ("web_search", "namespace")
-_DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 _NO_PARAMETERS: dict[str, object] = {"type": "object", "properties": {}}
-UNSUPPORTED = "unsupported_parameter"  # the code OpenAI gives a parameter a model does not take
-
-
-def cannot(param: str, what: str) -> BadRequest:
-    """What the upstream's API cannot be asked: a 400 naming the field."""
-    return BadRequest(f"{param}: {what} cannot be translated: the upstream's API cannot express it",
-                      param=param, code=UNSUPPORTED)
-
-
-def invalid(param: str, expected: str) -> BadRequest:
-    return BadRequest(f"{param} must be {expected}", param=param, code="invalid_type")
-
-
-class Dropped:
-    """The names of what was left out, once each, in the order met (for `dropped`)."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, None] = {}
-
-    def add(self, name: str) -> None:
-        self.names[name] = None
-
-
-def image_of(url: str) -> Image:
-    if found := _DATA_URL.fullmatch(url):
-        return Image(data=found[2], media_type=found[1])
-    return Image(url=url)
 
 
 # --- content ---------------------------------------------------------------------------------------
@@ -239,9 +210,9 @@ def _check_fields(body: Mapping[str, Any], dropped: Dropped) -> None:
         if key in _REFUSED:
             raise cannot(key, _REFUSED[key])
         dropped.add(key)
-    if _optional(body, "background", (bool,), "a boolean"):
+    if optional(body, "background", (bool,), "a boolean"):
         raise cannot("background", "a response run in the background and fetched later")
-    if _optional(body, "store", (bool,), "a boolean"):
+    if optional(body, "store", (bool,), "a boolean"):
         dropped.add("store")  # nothing is kept at the upstream to fetch later
     _check_text(body.get("text"), dropped)
 
@@ -299,21 +270,8 @@ def _tool_choice(raw: Any) -> ToolChoice | None:
     raise invalid("tool_choice", '"auto", "none", "required" or {"type": "function", "name": ...}')
 
 
-def _optional(body: Mapping[str, Any], key: str, kinds: tuple[type, ...], expected: str) -> Any:
-    """The field, None when absent, of one of `kinds` (a boolean is no number here)."""
-    value = body.get(key)
-    if value is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
-        raise invalid(key, expected)
-    return value
-
-
-def _number(body: Mapping[str, Any], key: str) -> float | None:
-    value = _optional(body, key, (int, float), "a number")
-    return float(value) if value is not None else None
-
-
 def _max_tokens(body: Mapping[str, Any]) -> int | None:
-    value: int | None = _optional(body, "max_output_tokens", (int,), "a positive integer")
+    value: int | None = optional(body, "max_output_tokens", (int,), "a positive integer")
     if value is not None and value < 1:
         raise invalid("max_output_tokens", "a positive integer")
     return value
@@ -321,15 +279,15 @@ def _max_tokens(body: Mapping[str, Any]) -> int | None:
 
 def _user(body: Mapping[str, Any], dropped: Dropped) -> str | None:
     """Who the end user is: `user`, or the newer `safety_identifier` that replaces it."""
-    user: str | None = _optional(body, "user", (str,), "a string")
-    safety: str | None = _optional(body, "safety_identifier", (str,), "a string")
+    user: str | None = optional(body, "user", (str,), "a string")
+    safety: str | None = optional(body, "safety_identifier", (str,), "a string")
     if user is not None and safety is not None:
         dropped.add("safety_identifier")
     return user if user is not None else safety
 
 
 def _conversation(body: Mapping[str, Any], dropped: Dropped) -> Conversation:
-    instructions = _optional(body, "instructions", (str,), "a string")
+    instructions = optional(body, "instructions", (str,), "a string")
     conversation = Conversation([instructions] if instructions is not None else [], dropped)
     items = body.get("input")
     if isinstance(items, str):
@@ -353,11 +311,11 @@ def read_request(body: Mapping[str, Any]) -> Request:
     if not isinstance(model, str) or not model:
         raise invalid("model", "a non-empty string")
     conversation = _conversation(body, dropped)
-    stream = bool(_optional(body, "stream", (bool,), "a boolean"))
+    stream = bool(optional(body, "stream", (bool,), "a boolean"))
     return Request(
         model=model, system=tuple(conversation.system), turns=conversation.turns(),
         tools=_tools(body.get("tools"), dropped), tool_choice=_tool_choice(body.get("tool_choice")),
-        parallel_tool_calls=_optional(body, "parallel_tool_calls", (bool,), "a boolean"),
-        max_tokens=_max_tokens(body), temperature=_number(body, "temperature"), top_p=_number(body, "top_p"),
+        parallel_tool_calls=optional(body, "parallel_tool_calls", (bool,), "a boolean"),
+        max_tokens=_max_tokens(body), temperature=number(body, "temperature"), top_p=number(body, "top_p"),
         stream=stream, stream_usage=stream,  # a Responses stream always ends with its usage
         user=_user(body, dropped), dropped=tuple(dropped.names))
