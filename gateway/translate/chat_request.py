@@ -16,17 +16,15 @@ from typing import Any
 
 from gateway.errors import BadRequest
 from gateway.translate.chat_answer import THINKING_FIELDS
-from gateway.translate.fields import Dropped, cannot, image_of, invalid, number, optional
+from gateway.translate.fields import Dropped, Turns, cannot, image_of, invalid, number, optional
 from gateway.translate.neutral import (
     Part,
     Request,
-    Role,
     Text,
     ToolCall,
     ToolChoice,
     ToolDecl,
     ToolResult,
-    Turn,
     arguments_text,
 )
 
@@ -129,19 +127,13 @@ def _call(raw: Any, where: str) -> ToolCall:
     return ToolCall(call_id, name, arguments_text(arguments))
 
 
-class _Conversation:
+class _Conversation(Turns):
     """Messages read into the system prompt and the turns."""
 
     def __init__(self, dropped: Dropped) -> None:
+        super().__init__()
         self.dropped = dropped
         self.system: list[str] = []
-        self._turns: list[tuple[Role, list[Part]]] = []
-
-    def turns(self) -> tuple[Turn, ...]:
-        # A user's turn opens with its tool results (Anthropic's order; Chat's too when written).
-        return tuple(Turn(role, (*(p for p in parts if isinstance(p, ToolResult)),
-                                 *(p for p in parts if not isinstance(p, ToolResult))))
-                     for role, parts in self._turns)
 
     def add(self, i: int, message: Any) -> None:
         where = f"messages[{i}]"
@@ -162,14 +154,6 @@ class _Conversation:
                 raise cannot(f"{where}.role", "a legacy function message (send tool messages)")
             case _:
                 raise invalid(f"{where}.role", "system, developer, user, assistant or tool")
-
-    def _append(self, role: Role, parts: list[Part]) -> None:
-        if not parts:
-            return
-        if self._turns and self._turns[-1][0] == role:
-            self._turns[-1][1].extend(parts)
-        else:
-            self._turns.append((role, parts))
 
     def _user_parts(self, content: Any, where: str) -> list[Part]:
         if isinstance(content, str):

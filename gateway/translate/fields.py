@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import BadRequest
-from gateway.translate.neutral import Image
+from gateway.translate.neutral import Image, Part, Role, ToolResult, Turn
 
 UNSUPPORTED = "unsupported_parameter"  # the code OpenAI gives a parameter a model does not take
 DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
@@ -52,3 +52,25 @@ def image_of(url: str) -> Image:
     if found := DATA_URL.fullmatch(url):
         return Image(data=found[2], media_type=found[1])
     return Image(url=url)
+
+
+class Turns:
+    """Turns gathered as a request's messages are read: parts of one role in a row are one turn
+    (Anthropic needs the roles to alternate), and a user's turn opens with its tool results
+    (Anthropic's order, which the other sides write too)."""
+
+    def __init__(self) -> None:
+        self._turns: list[tuple[Role, list[Part]]] = []
+
+    def turns(self) -> tuple[Turn, ...]:
+        return tuple(Turn(role, (*(p for p in parts if isinstance(p, ToolResult)),
+                                 *(p for p in parts if not isinstance(p, ToolResult))))
+                     for role, parts in self._turns)
+
+    def _append(self, role: Role, parts: list[Part]) -> None:
+        if not parts:
+            return
+        if self._turns and self._turns[-1][0] == role:
+            self._turns[-1][1].extend(parts)
+        else:
+            self._turns.append((role, parts))

@@ -23,19 +23,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.translate.fields import Dropped, cannot, image_of, invalid, number, optional
+from gateway.translate.fields import Dropped, Turns, cannot, image_of, invalid, number, optional
 from gateway.translate.neutral import (
     Image,
-    Part,
     Request,
-    Role,
     Text,
     Thinking,
     ToolCall,
     ToolChoice,
     ToolDecl,
     ToolResult,
-    Turn,
     arguments_text,
 )
 
@@ -140,19 +137,13 @@ def reasoning_text(item: Mapping[str, Any], where: str) -> str | None:
     return "\n\n".join(texts) if texts else None
 
 
-class Conversation:
+class Conversation(Turns):
     """Input items read into the system prompt and the turns."""
 
     def __init__(self, system: list[str], dropped: Dropped) -> None:
+        super().__init__()
         self.system = system
         self.dropped = dropped
-        self._turns: list[tuple[Role, list[Part]]] = []
-
-    def turns(self) -> tuple[Turn, ...]:
-        # A user's turn opens with its tool results (Anthropic's order; the other sides' too).
-        return tuple(Turn(role, (*(p for p in parts if isinstance(p, ToolResult)),
-                                 *(p for p in parts if not isinstance(p, ToolResult))))
-                     for role, parts in self._turns)
 
     def add(self, i: int, item: Any) -> None:
         where = f"input[{i}]"
@@ -171,14 +162,6 @@ class Conversation:
                 raise cannot("input", f"a {kind} item ({where}): only the Responses API has it")
             case _:
                 raise invalid(f"{where}.type", "an input item type")
-
-    def _append(self, role: Role, parts: list[Part]) -> None:
-        if not parts:
-            return
-        if self._turns and self._turns[-1][0] == role:
-            self._turns[-1][1].extend(parts)
-        else:
-            self._turns.append((role, parts))
 
     def _message(self, item: Mapping[str, Any], where: str) -> None:
         role = item.get("role")
