@@ -51,7 +51,16 @@ def export_plan(names: str | None, endpoint: str | None = None, traces_endpoint:
     if unknown:
         raise ValueError(f"OTEL_TRACES_EXPORTER={names}: {', '.join(unknown)} is not supported "
                          f"(use {', '.join(EXPORTERS)})")
-    return ExportPlan(chosen, traces_endpoint or f"{(endpoint or 'http://localhost:4318').rstrip('/')}/v1/traces")
+    return ExportPlan(chosen, traces_endpoint or traces_url(endpoint))
+
+
+def traces_url(endpoint: str | None) -> str:
+    """Where spans go for OTEL_EXPORTER_OTLP_ENDPOINT: the base URL with /v1/traces after it (the
+    specification's rule), or, when the URL given already ends in /v1/traces (as trace backends
+    advertise their OTLP address: Phoenix's, Langfuse's), that URL as it is, rather than one with
+    the path twice, which the backend would refuse (a 405, seconds later, in the log)."""
+    base = (endpoint or "http://localhost:4318").rstrip("/")
+    return base if base.endswith("/v1/traces") else f"{base}/v1/traces"
 
 
 def exporters_for(names: str | None, endpoint: str | None = None, traces_endpoint: str | None = None,

@@ -34,6 +34,10 @@ def test_no_exporter_unless_asked_or_an_endpoint_is_set() -> None:
     ("http://collector:4318/", None, "http://collector:4318/v1/traces"),
     (None, "http://tempo:4318/custom", "http://tempo:4318/custom"),
     (None, None, "http://localhost:4318/v1/traces"),
+    # A backend's advertised OTLP address, pasted into the base variable: taken whole, not doubled.
+    ("http://127.0.0.1:6006/v1/traces", None, "http://127.0.0.1:6006/v1/traces"),
+    ("https://cloud.langfuse.com/api/public/otel/v1/traces/", None,
+     "https://cloud.langfuse.com/api/public/otel/v1/traces"),
 ])
 def test_otlp_endpoint_follows_the_otel_rules(endpoint: str | None, traces_endpoint: str | None, url: str) -> None:
     [exporter] = exporters_for("otlp", endpoint, traces_endpoint)
