@@ -163,7 +163,7 @@ class Rounds:
             trace.sent(plan.api.genai, body)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path, sent, translation = self._outgoing(plan, body, target, trace)
+                path, sent, translation = self._outgoing(plan, body, target, upstream, trace)
                 answer, headers = await upstream.post(path, sent, self._headers(upstream, caller, trace),
                                                       trace.resent)
                 turn = plan.api.read(translation.answer(answer) if translation is not None else answer, headers)
@@ -185,7 +185,7 @@ class Rounds:
             trace.sent(plan.api.genai, body)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
-                path, sent, translation = self._outgoing(plan, body, target, trace)
+                path, sent, translation = self._outgoing(plan, body, target, upstream, trace)
                 async with upstream.post_stream(path, sent, self._headers(upstream, caller, trace),
                                                 trace.resent) as answer, _events(answer, translation) as events:
                     if round_ == 0:
@@ -212,12 +212,11 @@ class Rounds:
         await self.held.owners.put(caller.principal, {response_id: True})
         return True
 
-    def _outgoing(self, plan: Plan, body: dict[str, Any], target: Target,
+    def _outgoing(self, plan: Plan, body: dict[str, Any], target: Target, upstream: Upstream,
                   trace: ChatTrace) -> tuple[str, dict[str, Any], Translation | None]:
         """Where a call goes and what it sends: the client's request on the path of its API, or,
         to an upstream that speaks another, the request translated, on that API's path (the
         caller's query string and Azure surface are its own API's, and stay behind)."""
-        upstream = self.upstreams.clients[target.upstream]
         if target.api is None:
             return upstream.path(plan.api.name, target.model, plan.query, plan.path), body, None
         translation = Translation(plan.api.name, target.api)

@@ -106,6 +106,10 @@ def check_route(request: web.Request) -> None:
         raise Forbidden(f"{request.path} is not among the routes this key may use", code="not_allowed")
 
 
+def _nowhere(request: web.Request) -> NotFound:
+    return NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream", code="invalid_path")
+
+
 async def holder(request: web.Request, response_id: str) -> Upstream:
     """The upstream that holds a provider response: the one that made it, with several upstreams
     (gateway.engine.rounds remembers it), else the Responses API's."""
@@ -116,7 +120,7 @@ async def holder(request: web.Request, response_id: str) -> Upstream:
             return origin
     chosen = upstreams.for_route("responses")
     if chosen is None:
-        raise NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream", code="invalid_path")
+        raise _nowhere(request)
     return chosen
 
 
@@ -129,6 +133,8 @@ async def destination(request: web.Request) -> tuple[Upstream, bytes | None]:
     JSON body, or an Azure deployment path); else the default upstream. A key limited to models
     must name one of them (a 403 when the request's model cannot be read)."""
     upstreams, caller = request.app[UPSTREAMS], request[CALLER]
+    if upstreams.only is not None and caller.models is None:  # one upstream: nothing to choose
+        return upstreams.clients[upstreams.only], None
     stored = _STORED_RESPONSE.match(request.path)
     if stored is not None and stored.group(1) not in _RESPONSES_ACTIONS:
         return await holder(request, stored.group(1)), None
@@ -145,8 +151,7 @@ async def destination(request: web.Request) -> tuple[Upstream, bytes | None]:
                             "(a JSON body naming it)", code="not_allowed")
         if chosen is not None:
             return chosen, None
-        raise NotFound(f"{request.path} goes to no upstream: this gateway has no default_upstream",
-                       code="invalid_path")
+        raise _nowhere(request)
     return _by_model(request, chosen, await read_body(request))
 
 

@@ -1,8 +1,7 @@
 """Helpers for the Responses side's tests: Hypothesis strategies for the neutral requests and
 answers the Responses API can express, an answer told as neutral stream events (its pieces cut at
-drawn points, its parts interleaved), neutral events assembled into the answer they say (checking
-the order gateway.translate.neutral promises), and openai-python's models to check what is
-written against."""
+drawn points, its parts interleaved), and openai-python's models to check what is written
+against. Neutral events are assembled into their answer by tests.translate.chat_streams."""
 
 from __future__ import annotations
 
@@ -193,39 +192,6 @@ def in_order(events: list[dict[str, Any]]) -> None:
 def read(events: Iterable[Mapping[str, Any]]) -> list[StreamEvent]:
     reading = SIDE.stream_reading()
     return [*(out for event in events for out in reading.read(event)), *reading.end()]
-
-
-def _grown(part: Text | Thinking | ToolCall, event: StreamEvent) -> Text | Thinking | ToolCall:
-    if isinstance(event, TextDelta) and isinstance(part, Text):
-        return Text(part.text + event.text)
-    if isinstance(event, ThinkingDelta) and isinstance(part, Thinking):
-        return Thinking(part.text + event.text, event.signature or part.signature, part.redacted)
-    if isinstance(event, ArgumentsDelta) and isinstance(part, ToolCall):
-        return ToolCall(part.call_id, part.name, part.arguments + event.json)
-    raise AssertionError(f"{event} does not fit {part}")
-
-
-def assembled(events: list[StreamEvent]) -> Answer:
-    """The answer the events say."""
-    start, finish = events[0], events[-1]
-    assert isinstance(start, Started), start
-    assert isinstance(finish, Finished), finish
-    parts: list[Text | Thinking | ToolCall] = []
-    ended: set[int] = set()
-    for event in events[1:-1]:
-        assert not isinstance(event, Started | Finished)
-        if isinstance(event, PartStarted):
-            assert event.index == len(parts), "parts are numbered in start order"
-            parts.append(event.part)
-            continue
-        assert event.index < len(parts), f"{event} before its part"
-        assert event.index not in ended, f"{event} after its part"
-        if isinstance(event, PartEnded):
-            ended.add(event.index)
-        else:
-            parts[event.index] = _grown(parts[event.index], event)
-    assert ended == set(range(len(parts))), "every part ends"
-    return Answer(start.answer_id, start.model, tuple(parts), finish.stop, finish.usage, finish.stop_sequence)
 
 
 def sse(events: Iterable[Mapping[str, Any]]) -> bytes:

@@ -32,11 +32,11 @@ from gateway.translate.neutral import (
     Usage,
 )
 from gateway.translate.responses import RESPONSES
+from tests.translate.chat_streams import assembled
 from tests.translate.responses_cases import (
     CREATED_AT,
     SIDE,
     STREAM_EVENT,
-    assembled,
     in_order,
     read,
     sse,

@@ -16,11 +16,11 @@ from openai.lib.streaming.responses import ResponseStreamState
 
 from gateway.errors import BadRequest, GatewayError, UpstreamUnavailable
 from gateway.translate.neutral import Answer, Request
+from tests.translate.chat_streams import assembled
 from tests.translate.responses_cases import (
     SIDE,
     STREAM_EVENT,
     answers,
-    assembled,
     in_order,
     read,
     requests,
