@@ -252,7 +252,7 @@ async def test_unreachable_upstream_is_a_502(unreachable: Gateway, stream: bool)
 
 @STREAM
 async def test_upstream_that_never_answers_is_a_504(make_stack: StackFactory, stream: bool) -> None:
-    stack = await make_stack(upstream_timeout_seconds=0.3)
+    stack = await make_stack(upstream_timeout_seconds=1.0)
     stack.script.then(Reply(hang=True))
     exc = await status_error(stack.client, stream)
     assert isinstance(exc, openai.InternalServerError)
