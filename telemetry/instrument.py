@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -25,10 +26,11 @@ from gateway.tools.results import ToolOrigin
 from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
+from telemetry.decisions import DecisionLog
 from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics, encoder_for
 from telemetry.propagation import Propagation, build_propagator
-from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar_trace_id
+from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar_trace_id, request_tally
 from telemetry.trajectory import Retry, Trajectories
 
 log = logging.getLogger("toolspan.telemetry")
@@ -58,7 +60,7 @@ class Telemetry:
                  trajectories: Trajectories | None = None, propagator: TextMapPropagator | None = None,
                  max_label_chars: int = 128, own_sampling: bool = False,
                  messages: MessageCapture | None = None, count_probes: bool = False,
-                 max_client_tools: int = 100) -> None:
+                 max_client_tools: int = 100, decisions: DecisionLog | None = None) -> None:
         self.tracer = tracer
         self.metrics = metrics
         self.capture = capture or ArgumentCapture()
@@ -69,6 +71,8 @@ class Telemetry:
         self.messages = messages  # message content on the chat spans: None unless opted in
         self._uncounted = frozenset() if count_probes else PROBE_ROUTES  # routes with no span and no count
         self.client_tool_labels = NameLabels(max_client_tools, max_label_chars, names.OTHER_CLIENT_TOOL)
+        self.decisions = decisions  # the decision log records: None unless a logs exporter is configured
+        self.tool_parameters = ToolParameters()
 
     def tool_call(self, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> ToolCallSpan:
         return ToolCallSpan(self, call, tool, turn, side)
@@ -141,6 +145,25 @@ def _call_attributes(tool: str, call_id: str, turn: Turn, side: str) -> dict[str
     return attributes
 
 
+class ToolParameters:
+    """Each gateway tool's parameters (its declared JSON Schema) as the JSON text a tool.call span
+    carries, made once per tool: the tools are the operator's, few, and called again and again."""
+
+    _MAX_CHARS = 8192
+
+    def __init__(self) -> None:
+        self._rendered: dict[str, tuple[object, str]] = {}  # by name: the schema rendered, and its text
+
+    def of(self, tool: Tool) -> str:
+        schema = tool.declared_schema
+        found = self._rendered.get(tool.name)
+        if found is not None and found[0] is schema:  # the same declaration (an MCP tool may be redeclared)
+            return found[1]
+        text = bounded(json.dumps(schema, ensure_ascii=False, default=str), self._MAX_CHARS)
+        self._rendered[tool.name] = schema, text
+        return text
+
+
 class NameLabels:
     """Names a caller declares (its own tools' names) as metric labels: the first `limit` distinct
     ones of at most `max_chars` characters, then `other` for the rest."""
@@ -165,7 +188,7 @@ class ToolCallSpan:
     client tool's call (`side="client"`), the span is the gateway's check of its arguments."""
 
     __slots__ = ("_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome", "_retry", "_side",
-                 "_span", "_start", "_turn", "_waiting")
+                 "_span", "_start", "_tool", "_turn", "_waiting")
 
     def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> None:
         self._inst = inst
@@ -175,6 +198,7 @@ class ToolCallSpan:
             self._label = inst.client_tool_labels.label(call.name)
         else:
             self._label = tool.name if tool is not None else names.UNKNOWN_TOOL
+        self._tool = tool
         self._origin = tool.origin if tool is not None else None
         self._turn = turn
         self._outcome: ToolOutcome | None = None
@@ -184,6 +208,10 @@ class ToolCallSpan:
         call, turn = self._call, self._turn
         attributes = _call_attributes(call.name, call.id, turn, self._side)
         attributes[names.ATTR_ROUND] = turn.round
+        attributes[names.ATTR_OPENINFERENCE_SPAN_KIND] = names.SPAN_KIND_TOOL
+        attributes[names.ATTR_OI_TOOL_NAME] = attributes[names.ATTR_TOOL_NAME]
+        if self._tool is not None:
+            attributes[names.ATTR_OI_TOOL_PARAMETERS] = self._inst.tool_parameters.of(self._tool)
         if self._origin is not None:
             attributes.update(_origin_attributes(self._origin))
         # Retries are tracked per gateway key, under the metric's tool label: names outside the
@@ -199,8 +227,11 @@ class ToolCallSpan:
         self._retry = retry
         links: tuple[Link, ...] = ()
         if retry is not None:
+            failed = retry.retries
             attributes[names.ATTR_RETRY_KIND] = retry.kind
-            links = (Link(retry.retries, {names.ATTR_RETRY_KIND: retry.kind}),)
+            attributes[names.ATTR_RETRY_OF_SPAN_ID] = "%016x" % failed.span_id  # noqa: UP031  # as traces print ids
+            attributes[names.ATTR_RETRY_OF_TRACE_ID] = "%032x" % failed.trace_id  # noqa: UP031
+            links = (Link(failed, {names.ATTR_RETRY_KIND: retry.kind}),)
         self._span = self._inst.tracer.start_span(
             names.SPAN_TOOL_CALL, kind=SpanKind.INTERNAL, attributes=attributes, links=links)
         # Not made current itself: the steps name it as their parent, and the execute step is
@@ -224,6 +255,8 @@ class ToolCallSpan:
         self._span.add_event(names.EVENT_TOOL_DECISION, {names.ATTR_EVENT_DECISION: names.DECISION_REQUIRE_APPROVAL})
         self._inst.metrics.approvals_pending.inc()
         self._waiting = True
+        if self._inst.decisions is not None:
+            self._inst.decisions.asked(self._context, self._call, self._turn, approval_id)
 
     def decided(self, decision: ApprovalDecision) -> None:
         if self._waiting:
@@ -236,6 +269,8 @@ class ToolCallSpan:
         if decision.by is not None:
             attributes[names.ATTR_DECIDED_BY] = decision.by
         self._span.set_attributes(attributes)
+        if self._inst.decisions is not None:
+            self._inst.decisions.decided(self._context, self._call, self._turn, decision)
         metrics = self._inst.metrics
         metrics.approval_decisions.labels(self._label, decision.decision).inc()
         metrics.approval_wait.labels(self._label, decision.decision).observe(decision.waited_seconds)
@@ -248,12 +283,17 @@ class ToolCallSpan:
             outcome_label = self._record(span)
         finally:
             span.end()
+        outcome = self._outcome
+        if (tally := request_tally()) is not None:
+            retried = self._retry is not None
+            tally.counted(outcome_label, retried, retried and outcome is not None and outcome.status == "ok")
+        if outcome is not None and self._inst.decisions is not None:
+            self._inst.decisions.parsed(self._context, self._call, self._side, self._turn, outcome)
         metrics = self._inst.metrics
         metrics.tool_calls.labels(self._label, outcome_label, self._side).inc()
         if self._side == "gateway":  # a client call's time is the client's (its check is the gateway's, and brief)
             metrics.tool_call_duration.labels(self._label, outcome_label).observe(now - self._start,
                                                                                  self._exemplar_trace, now)
-        outcome = self._outcome
         if outcome is not None and outcome.rejection is not None:
             metrics.tool_rejections.labels(self._label, outcome.rejection.reason, self._side).inc()
         if outcome is not None and outcome.unchecked is not None:
@@ -297,21 +337,51 @@ class ToolCallSpan:
         capture = self._inst.capture
         # A retry's arguments too: set beside the failed call's, they are what the model changed.
         if outcome.rejection is not None or capture.record_all or self._retry is not None:
-            attributes[names.ATTR_TOOL_CALL_ARGUMENTS] = utf8(render_arguments(
-                self._call.arguments, capture.max_chars, capture.redact_keys))
+            arguments = utf8(render_arguments(self._call.arguments, capture.max_chars, capture.redact_keys))
+            attributes.update({names.ATTR_TOOL_CALL_ARGUMENTS: arguments, names.ATTR_INPUT_VALUE: arguments,
+                               names.ATTR_INPUT_MIME_TYPE: names.MIME_JSON})
+        # What the model got back: the diagnostic of a failed call always, any result when opted in.
+        result = self._result(outcome, capture.max_chars) if outcome.failed or capture.record_all else None
+        if result is not None:
+            attributes.update({names.ATTR_TOOL_CALL_RESULT: result, names.ATTR_OUTPUT_VALUE: result,
+                               names.ATTR_OUTPUT_MIME_TYPE: names.MIME_TEXT})
         span.set_attributes(attributes)
         if outcome.failed:
-            span.set_status(Status(StatusCode.ERROR, self._description(outcome)))
+            span.set_status(Status(StatusCode.ERROR, self._description(outcome, result or "")))
         return outcome.status
 
-    def _description(self, outcome: ToolOutcome) -> str:
-        """The model-facing message, bounded, with the secrets of the arguments masked: a rejection
+    def _result(self, outcome: ToolOutcome, max_chars: int) -> str:
+        """The model-facing content, bounded, with the secrets of the arguments masked: a rejection
         may quote a rejected value, a tool's error may quote its arguments."""
         capture = self._inst.capture
         # Masked before the final cut, so that a secret is not cut in half and missed.
-        message = mask_message(outcome.content_text()[: 4 * _DESCRIPTION_MAX], self._call.arguments,
+        message = mask_message(outcome.content_text()[: 4 * max_chars], self._call.arguments,
                                capture.redact_keys, capture.max_chars)
-        return utf8(message[:_DESCRIPTION_MAX])
+        return utf8(message[:max_chars])
+
+    def _description(self, outcome: ToolOutcome, result: str) -> str:
+        """The status description: a first line that says why (the reason, and what the name check
+        found or the message's own first line), then the model-facing message (`result`), its line
+        breaks kept, for the trace tools that show only the status."""
+        reason = outcome.rejection.reason if outcome.rejection is not None else outcome.error_type or outcome.status
+        found = _names_found(outcome.names) if outcome.names is not None else ""
+        first_line = result.split("\n", 1)[0].strip()
+        headline = f"{reason}: {found or first_line}"
+        return utf8(f"{headline}\n\n{result}"[:_DESCRIPTION_MAX])
+
+
+def _names_found(check: NameCheck) -> str:
+    """What the check of a call's argument names found, in one line: the missing names, and the
+    unrecognised ones with the name each most likely meant."""
+    meant = dict(check.suggestions)
+    found = []
+    if check.missing:
+        found.append("missing " + ", ".join(check.missing))
+    if check.unrecognized:
+        sent = (f"{bounded(n, _NAME_MAX)} (did you mean {meant[n]}?)" if n in meant else bounded(n, _NAME_MAX)
+                for n in check.unrecognized)
+        found.append("unrecognized " + ", ".join(sent))
+    return "; ".join(found)
 
 
 def _add_name_check(attributes: dict[str, Any], check: NameCheck) -> None:

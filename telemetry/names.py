@@ -87,6 +87,23 @@ ATTR_NETWORK_TRANSPORT: Final = "network.transport"
 ATTR_MCP_SERVER: Final = "toolspan.mcp.server"
 ATTR_MCP_TOOL_NAME: Final = "toolspan.mcp.tool.name"
 ATTR_ROUND_LIMIT_REACHED: Final = "toolspan.round_limit_reached"
+# On a request span that ran the tool loop: its tool.call spans counted, in all (`.total`) and by
+# outcome (`.rejected`, ...: OUTCOMES, set when nonzero), and the retries of failed calls among them
+# (`.retried`), of which `.recovered` succeeded. A trace tool filters requests by these, the request
+# itself staying OK when it recovered. Each is this prefix and a suffix: no count's key is a prefix
+# of another's, which backends that nest dotted keys (Phoenix) could not hold.
+ATTR_TOOL_CALLS_PREFIX: Final = "toolspan.tool_calls."
+TOOL_CALLS_TOTAL: Final = "total"
+TOOL_CALLS_RETRIED: Final = "retried"
+TOOL_CALLS_RECOVERED: Final = "recovered"
+# On a retry's tool.call span, besides its link: the failed call's span, by its ids in hex, for trace
+# tools that show no links (Phoenix).
+ATTR_RETRY_OF_SPAN_ID: Final = "toolspan.retry.of.span_id"
+ATTR_RETRY_OF_TRACE_ID: Final = "toolspan.retry.of.trace_id"
+# The result the model got from a call (a tool's result, or the diagnostic of a rejection), as the
+# GenAI conventions name it (opt-in there; here on failed calls always, every call with
+# record_tool_arguments).
+ATTR_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 # A call that waited for a reviewer (gateway.tools.approvals): the approval's id, what was decided
 # (approve, deny, timeout, cancelled, shutdown), the gateway key that decided, and the wait.
 ATTR_APPROVAL_ID: Final = "toolspan.approval.id"
@@ -112,6 +129,32 @@ ATTR_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 ATTR_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 ATTR_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"  # instructions sent apart from the history
 
+# OpenInference, which Arize Phoenix reads: what a span is (its kind), its input and output as text
+# with their MIME type, a tool's name and parameters (its JSON Schema), the session (the trajectory).
+ATTR_OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+ATTR_INPUT_VALUE: Final = "input.value"
+ATTR_INPUT_MIME_TYPE: Final = "input.mime_type"
+ATTR_OUTPUT_VALUE: Final = "output.value"
+ATTR_OUTPUT_MIME_TYPE: Final = "output.mime_type"
+ATTR_OI_TOOL_NAME: Final = "tool.name"
+ATTR_OI_TOOL_PARAMETERS: Final = "tool.parameters"
+ATTR_SESSION_ID: Final = "session.id"
+SPAN_KIND_AGENT: Final = "AGENT"
+SPAN_KIND_LLM: Final = "LLM"
+SPAN_KIND_TOOL: Final = "TOOL"
+MIME_JSON: Final = "application/json"
+MIME_TEXT: Final = "text/plain"
+
+# --- log records (OTLP logs beside the spans; off unless OTEL_LOGS_EXPORTER names an exporter) ---
+# A decision the gateway took on a tool call, in the trace and span of its tool.call: its parse step
+# allowed the call or denied it (with toolspan.rejection.reason), or a reviewer was asked and then
+# allowed or denied it (toolspan.tool.decision, toolspan.tool.decided_by). Named under toolspan.
+# until the GenAI conventions settle on decision records.
+EVENT_TOOL_PARSE: Final = "toolspan.tool.parse"
+EVENT_TOOL_APPROVAL: Final = "toolspan.tool.approval"
+ATTR_DECISION: Final = "toolspan.decision"
+LOGGER_DECISIONS: Final = "toolspan.decisions"  # the instrumentation scope of the decision records
+
 # The HTTP conventions' methods; any other is "_OTHER" on the span, and "HTTP" in its name.
 HTTP_METHODS: Final = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
 HTTP_METHOD_OTHER: Final = "_OTHER"
@@ -119,6 +162,7 @@ SPAN_HTTP_OTHER: Final = "HTTP"
 
 OPERATION_CHAT: Final = "chat"
 OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+OPERATION_INVOKE_AGENT: Final = "invoke_agent"  # a request that ran the tool loop: an agent's run
 TOOL_TYPE_FUNCTION: Final = "function"
 
 # --- metrics (exposition names, prefix toolspan_) ----------------------------------------------

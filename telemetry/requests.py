@@ -28,6 +28,65 @@ from telemetry.propagation import Propagation
 
 log = logging.getLogger("toolspan.telemetry")
 
+# Where a request's context holds its RequestTally (the OpenTelemetry context's own way to hand a
+# value down to the work done under it).
+_TALLY_KEY = otel_context.create_key("toolspan.request_tally")
+
+
+class RequestTally:
+    """What the spans opened under one request tell its span: the outcomes of its tool calls and,
+    with message content captured, the first provider call's input and the last one's answer. The
+    request's span puts it in the context the request runs in, the spans under it add to it, and the
+    request's span reads it once, when it ends."""
+
+    __slots__ = ("input_messages", "model", "outcomes", "output_messages", "recovered", "retried")
+
+    def __init__(self) -> None:
+        self.model: str | None = None  # the model of its first provider call: it ran the tool loop
+        self.outcomes: dict[str, int] = {}
+        self.retried = 0
+        self.recovered = 0
+        self.input_messages: str | None = None
+        self.output_messages: str | None = None
+
+    def counted(self, outcome: str, retry: bool, recovered: bool) -> None:
+        """One tool call ended with `outcome`; it was a `retry` of a failed one, and `recovered`."""
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        self.retried += retry
+        self.recovered += recovered
+
+    def content(self, attributes: Mapping[str, str]) -> None:
+        """A provider call's captured messages: the first call's input, the latest call's answer."""
+        if self.input_messages is None:
+            self.input_messages = attributes.get(names.ATTR_INPUT_MESSAGES)
+        self.output_messages = attributes.get(names.ATTR_OUTPUT_MESSAGES, self.output_messages)
+
+    def attributes(self) -> dict[str, Any]:
+        """The request span's counts (every outcome seen, the retries), and its input and output when
+        captured, as OpenInference and the GenAI conventions name them."""
+        prefix = names.ATTR_TOOL_CALLS_PREFIX
+        attributes: dict[str, Any] = {prefix + names.TOOL_CALLS_TOTAL: sum(self.outcomes.values())}
+        for outcome, count in self.outcomes.items():
+            attributes[prefix + outcome] = count
+        if self.retried:
+            attributes[prefix + names.TOOL_CALLS_RETRIED] = self.retried
+            attributes[prefix + names.TOOL_CALLS_RECOVERED] = self.recovered
+        if self.input_messages is not None:
+            attributes.update({names.ATTR_INPUT_MESSAGES: self.input_messages,
+                               names.ATTR_INPUT_VALUE: self.input_messages,
+                               names.ATTR_INPUT_MIME_TYPE: names.MIME_JSON})
+        if self.output_messages is not None:
+            attributes.update({names.ATTR_OUTPUT_MESSAGES: self.output_messages,
+                               names.ATTR_OUTPUT_VALUE: self.output_messages,
+                               names.ATTR_OUTPUT_MIME_TYPE: names.MIME_JSON})
+        return attributes
+
+
+def request_tally(context: Context | None = None) -> RequestTally | None:
+    """The tally of the request `context` (by default the current one) belongs to, if any."""
+    found = otel_context.get_value(_TALLY_KEY, context)
+    return found if isinstance(found, RequestTally) else None
+
 
 def exemplar_trace_id(span: Span, context: SpanContext) -> int | None:
     """The trace a metric sample's exemplar may point to: `span`'s (whose context is `context`),
@@ -90,7 +149,8 @@ class RequestSpan:
     """The SERVER span of one request, current while the handler runs."""
 
     __slots__ = ("_context", "_exemplar_trace", "_handled", "_info", "_method", "_metrics", "_original_method",
-                 "_own_sampling", "_propagation", "_span", "_start", "_status", "_token", "_tracer", "trace_id")
+                 "_own_sampling", "_propagation", "_span", "_start", "_status", "_tally", "_token", "_tracer",
+                 "trace_id")
 
     def __init__(self, tracer: Tracer, metrics: Metrics, info: RequestInfo, propagation: Propagation,
                  own_sampling: bool = False) -> None:
@@ -107,7 +167,8 @@ class RequestSpan:
     def __enter__(self) -> RequestSpan:
         parent = self._propagation.extract(self._info.headers)
         self._span = span = self._open(parent)
-        self._context = trace.set_span_in_context(span, parent)
+        self._tally = tally = RequestTally()
+        self._context = otel_context.set_value(_TALLY_KEY, tally, trace.set_span_in_context(span, parent))
         self._token = otel_context.attach(self._context)
         span_context = span.get_span_context()
         trace_id, *_, valid = span_context  # its fields at once (SpanContext is a tuple)
@@ -183,6 +244,16 @@ class RequestSpan:
             attributes[names.ATTR_ROUND_LIMIT_REACHED] = record.limit_reached
         if record.held_turn_lost:
             attributes[names.ATTR_HELD_TURN] = names.HELD_TURN_LOST
+        if self._tally.model is not None:  # it called the provider: an agent's run, in the trace tools' words
+            attributes.update(self._agent_attributes(self._tally.model, attributes[names.ATTR_CONVERSATION_ID]))
+        return attributes
+
+    def _agent_attributes(self, model: str, trajectory_id: str) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            names.ATTR_OPERATION_NAME: names.OPERATION_INVOKE_AGENT,
+            names.ATTR_OPENINFERENCE_SPAN_KIND: names.SPAN_KIND_AGENT,
+            names.ATTR_REQUEST_MODEL: model, names.ATTR_SESSION_ID: trajectory_id}
+        attributes.update(self._tally.attributes())
         return attributes
 
 
@@ -216,6 +287,8 @@ class ChatSpan:
         # Attributes are set when the span is recorded (the SDK's samplers do not read them).
         self._parent = parent = otel_context.get_current()  # the request's (its baggage too)
         self._span = span = self._tracer.start_span(self._model.span_name, context=parent, kind=SpanKind.CLIENT)
+        if (tally := request_tally(parent)) is not None and tally.model is None:
+            tally.model = self._model.request_model
         self._exemplar_trace = exemplar_trace_id(span, span.get_span_context())
         self._start = perf_counter()
         return self
@@ -288,6 +361,8 @@ class ChatSpan:
                     content.update(capture.answer_attributes(view, answer.output, answer.finish_reason))
         except Exception:  # best effort: what describes a call must not fail it
             log.warning("chat span: message content not captured", exc_info=True)
+        if (tally := request_tally(self._parent)) is not None:
+            tally.content(content)
         return content
 
     def _route_attributes(self) -> dict[str, Any]:
@@ -309,7 +384,8 @@ class ChatSpan:
 
     def _attributes(self, input_tokens: int | None, output_tokens: int | None) -> dict[str, Any]:
         attributes: dict[str, Any] = {
-            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_PROVIDER_NAME: self._provider,
+            names.ATTR_OPERATION_NAME: names.OPERATION_CHAT, names.ATTR_OPENINFERENCE_SPAN_KIND: names.SPAN_KIND_LLM,
+            names.ATTR_PROVIDER_NAME: self._provider,
             names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream,
             names.ATTR_UPSTREAM: self._upstream}
         if self._translation is not None or self._fallback is not None or self._attempt > 1 or self._resends:

@@ -51,16 +51,37 @@ def export_plan(names: str | None, endpoint: str | None = None, traces_endpoint:
     if unknown:
         raise ValueError(f"OTEL_TRACES_EXPORTER={names}: {', '.join(unknown)} is not supported "
                          f"(use {', '.join(EXPORTERS)})")
-    return ExportPlan(chosen, traces_endpoint or traces_url(endpoint))
+    url = checked_signal_url("traces", traces_endpoint) if traces_endpoint else signal_url("traces", endpoint)
+    return ExportPlan(chosen, url)
 
 
-def traces_url(endpoint: str | None) -> str:
-    """Where spans go for OTEL_EXPORTER_OTLP_ENDPOINT: the base URL with /v1/traces after it (the
-    specification's rule), or, when the URL given already ends in /v1/traces (as trace backends
-    advertise their OTLP address: Phoenix's, Langfuse's), that URL as it is, rather than one with
-    the path twice, which the backend would refuse (a 405, seconds later, in the log)."""
+SIGNAL_PATHS = {"traces": "/v1/traces", "logs": "/v1/logs"}
+_SIGNAL_VARIABLES = {"traces": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "logs": "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"}
+
+
+def signal_url(signal: str, endpoint: str | None) -> str:
+    """Where one signal (traces, logs) goes for OTEL_EXPORTER_OTLP_ENDPOINT: the base URL with the
+    signal's path after it (the specification's rule). A URL given that already ends in a signal's
+    path (as trace backends advertise their OTLP address: Phoenix's, Langfuse's) is taken as that
+    signal's URL, its base the part before, rather than getting the path twice, which the backend
+    would refuse (a 405, seconds later, in the log)."""
     base = (endpoint or "http://localhost:4318").rstrip("/")
-    return base if base.endswith("/v1/traces") else f"{base}/v1/traces"
+    for path in SIGNAL_PATHS.values():
+        if base.endswith(path):
+            base = base[: -len(path)]
+    return base + SIGNAL_PATHS[signal]
+
+
+def checked_signal_url(signal: str, url: str) -> str:
+    """A signal's own endpoint variable (used as it is), refused at start-up when it ends in
+    another signal's path: spans sent to /v1/logs, or records to /v1/traces, would be refused one
+    export at a time, far from the setting that caused it."""
+    for other, path in SIGNAL_PATHS.items():
+        if other != signal and url.rstrip("/").endswith(path):
+            raise ValueError(f"{_SIGNAL_VARIABLES[signal]}={url} ends in {path}, where OTLP {other} go: give "
+                             f"{_SIGNAL_VARIABLES[signal]} the {SIGNAL_PATHS[signal]} URL, and "
+                             f"{_SIGNAL_VARIABLES[other]} this one")
+    return url
 
 
 def exporters_for(names: str | None, endpoint: str | None = None, traces_endpoint: str | None = None,

@@ -415,6 +415,8 @@ async def _serve_gateway(exits: AsyncExitStack, aiohttp_server: AiohttpServer, a
     observability = build_telemetry(settings, [SimpleSpanProcessor(exporter)])
     if observability.provider is not None:
         exits.callback(observability.provider.shutdown)
+    if observability.log_provider is not None:
+        exits.callback(observability.log_provider.shutdown)
     app = create_app(settings, registry if registry is not None else sample_registry(), observability.instrumentation,
                      observability.state, observability.trajectory_reader())
     server = await aiohttp_server(app)

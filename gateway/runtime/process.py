@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import NoOpTracerProvider
 from opentelemetry.trace import TracerProvider as AnyTracerProvider
@@ -31,6 +33,7 @@ from gateway.runtime.workers import WorkerSlot
 from gateway.settings.model import REDACT_KEYS, Settings
 from gateway.state import ApprovalBounds, Bounds, StateStore, make_store
 from gateway.tools import ToolRegistry
+from telemetry.decisions import DecisionLog, build_decision_log, log_exporter_names, logs_url
 from telemetry.instrument import ArgumentCapture, Telemetry
 from telemetry.merge import merged_page
 from telemetry.messages import MessageCapture
@@ -56,6 +59,7 @@ class Observability:
     provider: TracerProvider | None
     state: StateStore
     store: TrajectoryStore | None = None
+    log_provider: LoggerProvider | None = None  # of the decision log records, when a logs exporter is named
 
     def trajectory_reader(self) -> StoreReader | None:
         """The store as the page at /ui reads it (None when there is no store)."""
@@ -108,6 +112,7 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
         store = build_store(settings, metrics)
         processors = [*processors, store] if store is not None else processors
         tracer_provider = owned = build_provider(resource, exporters, processors)
+    log_provider, decisions = build_decisions(settings, tracer_provider)
     capture = ArgumentCapture(settings.record_tool_arguments, settings.argument_max_chars, settings.redact_keys)
     telemetry = Telemetry(tracer_of(tracer_provider), metrics, capture, settings.metrics_max_models,
                           propagator=propagator,
@@ -115,8 +120,23 @@ def build_telemetry(settings: Settings, processors: Iterable[SpanProcessor] = ()
                           own_sampling=settings.trace_sampling == "own", trajectories=Trajectories(state.failures),
                           count_probes=settings.telemetry_count_probes,
                           messages=MessageCapture(settings.message_content_max_chars, settings.redact_keys)
-                          if settings.capture_message_content else None)
-    return Observability(telemetry, owned, state, store)
+                          if settings.capture_message_content else None, decisions=decisions)
+    return Observability(telemetry, owned, state, store, log_provider)
+
+
+def build_decisions(settings: Settings, tracer_provider: AnyTracerProvider) -> tuple[LoggerProvider | None,
+                                                                                     DecisionLog | None]:
+    """The decision log records' provider and writer, when OTEL_LOGS_EXPORTER names an exporter
+    (an unknown name, or a logs URL ending in /v1/traces, fails here, at start-up). Their resource
+    is the spans' (a host's provider's own, when it brought one)."""
+    chosen = log_exporter_names(settings.otel_logs_exporter)
+    url = logs_url(settings.otel_exporter_otlp_endpoint, settings.otel_exporter_otlp_logs_endpoint)
+    if not chosen or settings.otel_sdk_disabled:
+        return None, None
+    resource = getattr(tracer_provider, "resource", None)
+    if not isinstance(resource, Resource):
+        resource = build_resource(settings.otel_service_name, settings.otel_resource_attributes)
+    return build_decision_log(chosen, url, resource)
 
 
 class CannotListen(Exception):
@@ -186,6 +206,8 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
         telemetry = build_telemetry(settings, processors, tracer_provider)
         if telemetry.provider is not None:
             stack.callback(telemetry.provider.shutdown)  # flushes the last spans
+        if telemetry.log_provider is not None:
+            stack.callback(telemetry.log_provider.shutdown)  # and the last decision records
         metrics_page: MetricsPage | None = None
         if worker is not None and worker.count > 1 and settings.telemetry:
             own = OwnMetrics(telemetry.instrumentation)

@@ -194,10 +194,19 @@ class Settings(ProviderSettings, BaseSettings):
         description="otlp, console or none (comma-separated); unset: otlp when an endpoint is set, else none")
     otel_exporter_otlp_endpoint: str | None = Field(
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_exporter_otlp_endpoint"),
-        description="OTLP over HTTP base URL (traces go to its /v1/traces), e.g. http://collector:4318")
+        description="OTLP over HTTP base URL (traces go to its /v1/traces, logs to its /v1/logs), e.g. "
+                    "http://collector:4318; a URL ending in /v1/traces is taken as the traces URL")
     otel_exporter_otlp_traces_endpoint: str | None = Field(
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel_exporter_otlp_traces_endpoint"),
         description="The full OTLP traces URL, used as it is; wins over otel_exporter_otlp_endpoint")
+    otel_logs_exporter: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_LOGS_EXPORTER", "otel_logs_exporter"),
+        description="Where the decision log records go (tool calls allowed or denied, approvals): otlp, "
+                    "console or none (comma-separated); unset: none, since trace backends take no logs")
+    otel_exporter_otlp_logs_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "otel_exporter_otlp_logs_endpoint"),
+        description="The full OTLP logs URL, used as it is; wins over otel_exporter_otlp_endpoint (whose "
+                    "/v1/logs the records go to otherwise)")
     otel_exporter_otlp_protocol: str = Field(
         "http/protobuf", validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_PROTOCOL", "otel_exporter_otlp_protocol"),
         description="OTLP protocol; only http/protobuf is supported")
@@ -278,8 +287,8 @@ class Settings(ProviderSettings, BaseSettings):
         # The OpenTelemetry rule: only "true", in any case, is true; anything else (empty too) is false.
         return value.strip().lower() == "true" if isinstance(value, str) else value
 
-    @field_validator("metrics_key", "otel_traces_exporter",
-                     "otel_exporter_otlp_endpoint",
+    @field_validator("metrics_key", "otel_traces_exporter", "otel_logs_exporter",
+                     "otel_exporter_otlp_endpoint", "otel_exporter_otlp_logs_endpoint",
                      "otel_exporter_otlp_traces_endpoint", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from telemetry import names
 from telemetry.store.sources import (
     BLANK,
+    DIAGNOSTIC,
     DURATION_MS,
     ENDED,
     MISSING,
@@ -155,7 +156,7 @@ TOOL_CALLS = Table(
     Column("retry_kind", "TEXT", text(names.ATTR_RETRY_KIND)),
     Column("retries_trace_id", "TEXT", RETRIED_TRACE_ID),
     Column("retries_span_id", "TEXT", RETRIED_SPAN_ID),
-    Column("diagnostic", "TEXT", STATUS_MESSAGE),  # what the model was told
+    Column("diagnostic", "TEXT", DIAGNOSTIC),  # what the model was told
     Column("arguments", "TEXT", text(names.ATTR_TOOL_CALL_ARGUMENTS)),
     Column("mcp_server", "TEXT", text(names.ATTR_MCP_SERVER)),
     Column("mcp_method", "TEXT", text(names.ATTR_MCP_METHOD_NAME)),

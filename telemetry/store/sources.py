@@ -167,6 +167,17 @@ ENDED = Source("record.end_ns / 1e9")
 DURATION_MS = Source("(record.end_ns - record.start_ns) / 1e6")
 # What the span's error status says (a call's diagnostic, a turn's error message).
 STATUS_MESSAGE = Source("text_of(record.status_description if record.error else None)", True, functions=(text_of,))
+
+
+def diagnostic_of(record: SpanRecord, attributes: Mapping[str, Any]) -> str:
+    """What a failed call's model was told: its result as the span names it, else (a span recorded
+    before calls had one, or imported) its error status, which once said only that."""
+    if not record.error:
+        return ""
+    return text_of(attributes.get(names.ATTR_TOOL_CALL_RESULT) or record.status_description)
+
+
+DIAGNOSTIC = derived(diagnostic_of, blank_is_null=True)
 MISSING = Source("None")  # no value (yet)
 BLANK = Source("''", blank_is_null=True)  # no text (yet)
 

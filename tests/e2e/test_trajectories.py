@@ -2,87 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
-
-import pytest
-from aiohttp import web
 from openai import AsyncOpenAI
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from gateway.demo.model import Reply
-from gateway.runtime.process import gateway, serving
+from gateway.runtime.process import gateway
 from gateway.settings.model import Settings
 from telemetry import names
 from tests.conftest import TEST_KEY, USER, Script, Stack, StackFactory, sample_registry
-
-
-@dataclass
-class Receiver:
-    """A real OTLP/HTTP endpoint: decodes the protobuf exports the gateway sends. It runs on its
-    own thread and loop, as a collector would: the SDK exports synchronously (on flush and on
-    shutdown), which must not wait on the loop the gateway runs on."""
-
-    spans: list[ProtoSpan] = field(default_factory=list)
-    received: threading.Event = field(default_factory=threading.Event)
-    content_types: list[str] = field(default_factory=list)
-
-    async def wait(self) -> None:
-        assert await asyncio.to_thread(self.received.wait, 10), "no spans arrived over OTLP"
-
-    async def traces(self, request: web.Request) -> web.Response:
-        export = ExportTraceServiceRequest()
-        export.ParseFromString(await request.read())
-        self.content_types.append(request.content_type)
-        for resource_spans in export.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                self.spans.extend(scope_spans.spans)
-        self.received.set()
-        return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
-                            content_type="application/x-protobuf")
-
-    def named(self, name: str) -> list[ProtoSpan]:
-        return sorted((s for s in self.spans if s.name == name), key=lambda s: s.start_time_unix_nano)
-
-
-def attrs(span: ProtoSpan) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kv in span.attributes:
-        value = kv.value
-        kind = value.WhichOneof("value")
-        out[kv.key] = list(v.string_value for v in value.array_value.values) if kind == "array_value" \
-            else getattr(value, kind)
-    return out
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, str]]:
-    found = Receiver()
-    app = web.Application()
-    app.router.add_post("/v1/traces", found.traces)
-    loop = asyncio.new_event_loop()
-    ready: concurrent.futures.Future[str] = concurrent.futures.Future()
-    stop = asyncio.Event()
-
-    async def serve() -> None:
-        async with serving(app, "127.0.0.1", 0) as url:
-            ready.set_result(url)
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    yield found, ready.result(timeout=10)
-    loop.call_soon_threadsafe(stop.set)
-    thread.join(timeout=10)
-    loop.close()
+from tests.e2e.otlp import Receiver, attrs
 
 
 async def chat(stack: Stack, trajectory: str) -> str:

@@ -115,7 +115,10 @@ async def test_every_outcome_gives_one_span_and_one_count(rig: Rig, case: Case) 
         assert span.status.status_code is StatusCode.UNSET
     else:
         assert span.status.status_code is StatusCode.ERROR
-        assert span.status.description == outcome.content
+        # The first line says why, in a line a trace list shows; the model's message follows, whole.
+        headline, message = (span.status.description or "").split("\n\n", 1)
+        assert headline.startswith(f"{case.reason or case.error_type}: ")
+        assert message == outcome.content == attrs[names.ATTR_TOOL_CALL_RESULT] == attrs[names.ATTR_OUTPUT_VALUE]
 
     children = [s for s in rig.exporter.get_finished_spans() if s.parent is not None]
     assert tuple(s.name for s in children) == case.children

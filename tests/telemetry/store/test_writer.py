@@ -48,7 +48,8 @@ def _expected_call(span: ReadableSpan) -> dict[str, Any]:
             "suggestions": _listed(attr(span, names.ATTR_ARGS_SUGGESTIONS)),
             "retry_kind": attr(span, names.ATTR_RETRY_KIND),
             "retries_span_id": hex_id(link.context.span_id) if link else None,
-            "diagnostic": span.status.description, "arguments": attr(span, names.ATTR_TOOL_CALL_ARGUMENTS),
+            "diagnostic": attr(span, names.ATTR_TOOL_CALL_RESULT) if span.status.description else None,
+            "arguments": attr(span, names.ATTR_TOOL_CALL_ARGUMENTS),
             "started": (span.start_time or 0) / 1e9,
             "duration_ms": ((span.end_time or 0) - (span.start_time or 0)) / 1e6}
 
