@@ -217,6 +217,10 @@ class RequestSpan:
             # work cut short (499) and a stream that failed after its 200 are.
             if status >= 500 or status == 499 or (status < 400 and error_type is not None):
                 span.set_status(Status(StatusCode.ERROR, error_type or f"HTTP {status}"))
+            elif status < 400 and self._tally.model is not None:
+                # An agent's run that answered, recovered or not: OK, as trace tools list runs (the
+                # tool_calls counts say what went wrong on the way).
+                span.set_status(Status(StatusCode.OK))
         finally:
             span.end()  # whatever the attributes did, the span is not lost
         if record.rounds is not None:
