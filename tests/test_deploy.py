@@ -42,7 +42,7 @@ from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, exporters_for, tracer_of
 from tests.conftest import every_outcome_registry
-from tests.dashboards import DASHBOARD_DIR, all_panels, load_dashboard, row_members
+from tests.dashboards import DASHBOARD_DIR, all_panels, load_dashboard, panel_querying, row_members, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -792,6 +792,18 @@ def test_panels_are_listed_in_grid_order_and_do_not_overlap(dashboard: dict[str,
             taken[cell] = panel["title"]
 
 
+def test_the_state_store_panel_tells_not_configured_from_reachable() -> None:
+    """The gateway exports toolspan_state_store_up only with a shared state store (Redis): its
+    absence reads "not configured", never "reachable" (tests/e2e/test_prometheus.py scrapes both)."""
+    panel = panel_querying(load_dashboard(DASHBOARD_DIR / "tools.json"), f"min({names.METRIC_STATE_STORE_UP})")
+    assert panel["type"] == "stat"
+    [target] = panel["targets"]
+    assert target["instant"] is True  # the state now: a gauge gone since is not shown from before
+    assert shown(panel, None) == "not configured"
+    assert shown(panel, 1) == "reachable"
+    assert shown(panel, 0) == "unavailable"
+
+
 def test_the_tools_dashboard_answers_the_operators_questions() -> None:
     tools = load_dashboard(DASHBOARD_DIR / "tools.json")
     exprs = " ".join(prom_expressions(tools))
@@ -817,7 +829,9 @@ def test_every_metric_appears_on_some_dashboard() -> None:
 async def _drive(registry: CollectorRegistry) -> None:
     """Every outcome, every rejection reason, both retry kinds and a recovery, inside one request
     with one provider call, so every metric family has samples."""
-    instrumentation = Telemetry(tracer_of(build_provider()), Metrics(registry))
+    metrics = Metrics(registry)
+    metrics.state_store_shared()  # as on Redis: the only way to have that gauge
+    instrumentation = Telemetry(tracer_of(build_provider()), metrics)
     executor = ToolExecutor(every_outcome_registry(), instrumentation)
     turn = Turn(trajectory_id="traj-deploy", request_id="req-1")
     calls = [
