@@ -308,10 +308,11 @@ class Metrics:
             names.METRIC_TRAJECTORY_STORE_DROPPED, "Spans the trajectory store could not keep, by reason "
             "(write_failed: disk full or broken, file read-only or gone; backlog: the writer fell behind).",
             (names.LABEL_REASON,), registry=registry)
+        # Registered by state_store_shared: without Redis there is no such gauge (a dashboard reads
+        # its absence as "not configured", where a 1 would say Redis is reachable).
         self.state_store_up = Gauge(
             names.METRIC_STATE_STORE_UP, "1 while the shared state store (Redis) answers, 0 after a command to it "
-            "failed or timed out (the memory store is always up).", registry=registry)
-        self.state_store_up.set(1)
+            "failed or timed out; absent without one (the memory store).", registry=None)
         self.state_store_failures = Counter(
             names.METRIC_STATE_STORE_FAILURES, "Commands to the shared state store (Redis) that failed or timed out.",
             registry=registry)
@@ -339,6 +340,12 @@ class Metrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._request_series: dict[tuple[str, int], RequestSeries] = {}
         self._upstream_series: dict[tuple[str, str, str], UpstreamSeries] = {}
+
+    def state_store_shared(self) -> None:
+        """The state is kept in a shared store (Redis): its gauge is exported from now on, at 1
+        until a command to it fails."""
+        self.state_store_up.set(1)
+        self.registry.register(self.state_store_up)
 
     def state_store_answered(self, up: bool) -> None:
         """A command to the shared state store succeeded (`up`), or failed or timed out."""

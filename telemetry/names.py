@@ -195,6 +195,7 @@ METRIC_TOOL_ROUNDS: Final = "toolspan_tool_rounds"
 METRIC_MCP_SERVER_UP: Final = "toolspan_mcp_server_up"
 METRIC_MCP_SERVER_DISCONNECTS: Final = "toolspan_mcp_server_disconnects_total"
 METRIC_TRAJECTORY_STORE_DROPPED: Final = "toolspan_trajectory_store_dropped_total"
+# Exported only with a shared state store (state_url, Redis): no series means none is configured.
 METRIC_STATE_STORE_UP: Final = "toolspan_state_store_up"
 METRIC_STATE_STORE_FAILURES: Final = "toolspan_state_store_failures_total"
 METRIC_STATE_STORE_LOSSES: Final = "toolspan_state_store_losses_total"

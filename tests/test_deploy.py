@@ -42,11 +42,11 @@ from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
 from telemetry.tracing import build_provider, exporters_for, tracer_of
 from tests.conftest import every_outcome_registry
+from tests.dashboards import DASHBOARD_DIR, all_panels, load_dashboard, panel_querying, row_members, shown
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-DASHBOARD_DIR = ROOT / "dashboards"
 DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 PROVISIONING = DASHBOARD_DIR / "provisioning"
 DEPLOY = ROOT / "deploy"
@@ -57,6 +57,8 @@ REDIS = "redis"
 
 PROM_UID = "prometheus"
 TEMPO_UID = "tempo"
+TRACE_VARIABLE = "traces"  # the dashboards' trace data source, Tempo's provisioned uid by default
+TRACES_REF = "${" + TRACE_VARIABLE + "}"
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
@@ -530,20 +532,6 @@ def test_dashboard_provider_reads_the_mounted_dashboards() -> None:
 
 # --- dashboards ------------------------------------------------------------------------------------
 
-def load_dashboard(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    assert isinstance(data, dict)
-    return data
-
-
-def all_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    panels = []
-    for panel in dashboard.get("panels", []):
-        panels.append(panel)
-        panels.extend(panel.get("panels", []))  # collapsed rows hold their panels
-    return panels
-
-
 def query_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in all_panels(dashboard) if p.get("type") != "row"]
 
@@ -631,7 +619,7 @@ def test_dashboard_is_well_formed(dashboard: dict[str, Any]) -> None:
         assert panel["targets"], panel["title"]
         panel_uid = panel.get("datasource", {}).get("uid")
         for target in panel["targets"]:
-            assert target.get("datasource", {}).get("uid") in (PROM_UID, TEMPO_UID), (panel["title"], target)
+            assert target.get("datasource", {}).get("uid") in (PROM_UID, TRACES_REF), (panel["title"], target)
             assert panel_uid in (None, target["datasource"]["uid"]), f"{panel['title']}: panel and query disagree"
             assert target.get("refId")
             query_key = "expr" if target["datasource"]["uid"] == PROM_UID else "query"
@@ -694,7 +682,7 @@ def test_trace_panels_query_defined_spans_and_attributes(dashboard: dict[str, An
     attributes = {v for k, v in vars(names).items() if k.startswith("ATTR_")}
     for panel in query_panels(dashboard):
         for target in panel["targets"]:
-            if target["datasource"]["uid"] != TEMPO_UID:
+            if target["datasource"]["uid"] != TRACES_REF:
                 continue
             query = target["query"]
             for name in re.findall(r'\bname\s*=\s*"([^"]+)"', query):
@@ -703,6 +691,117 @@ def test_trace_panels_query_defined_spans_and_attributes(dashboard: dict[str, An
                 assert attribute in attributes, f"{query!r}: no attribute {attribute!r} in telemetry/names.py"
             for value in re.findall(r'span\.toolspan\.outcome\s*=~?\s*"([^"]+)"', query):
                 assert set(value.split("|")) <= set(names.OUTCOMES), query
+
+
+def exemplar_destination() -> dict[str, Any]:
+    provisioned = load_yaml(PROVISIONING / "datasources" / "datasources.yaml")
+    [prometheus] = [d for d in provisioned["datasources"] if d["uid"] == PROM_UID]
+    [destination] = prometheus["jsonData"]["exemplarTraceIdDestinations"]
+    assert isinstance(destination, dict)
+    return destination
+
+
+def test_trace_queries_go_to_the_trace_data_source_the_dashboard_names() -> None:
+    """Every trace query goes to the data source of the dashboard's `traces` variable (a Grafana
+    whose Tempo has another uid, or several, picks it there), by default the provisioned Tempo,
+    where exemplar links lead too. No trace panel names a data source itself."""
+    traced = 0
+    for path in DASHBOARDS:
+        assert f'"uid": "{TEMPO_UID}"' not in path.read_text(encoding="utf-8"), f"{path.name} names Tempo's uid"
+        dashboard = load_dashboard(path)
+        variables = {v["name"]: v for v in dashboard.get("templating", {}).get("list", [])}
+        for panel in query_panels(dashboard):
+            for target in (t for t in panel["targets"] if t["datasource"]["type"] != "prometheus"):
+                traced += 1
+                assert panel["datasource"]["uid"] == target["datasource"]["uid"] == TRACES_REF, panel["title"]
+                variable = variables[TRACE_VARIABLE]
+                assert variable["type"] == "datasource"
+                assert variable["query"] == target["datasource"]["type"] == "tempo"  # TraceQL is Tempo's
+                assert variable["current"]["value"] == exemplar_destination()["datasourceUid"] == TEMPO_UID
+                if target.get("queryType") == "traceql":
+                    assert "Tempo only" in panel["description"], f"{panel['title']}: say that it needs Tempo"
+    assert traced, "no dashboard shows traces"
+
+
+def test_exemplar_links_are_called_what_the_panels_say() -> None:
+    """Grafana takes an exemplar's trace link from the Prometheus data source, not from the dashboard:
+    the panels quote the label provisioned there, and that label names no trace backend, as the
+    destination can be any trace data source (docs/telemetry-and-trajectories.md)."""
+    label = exemplar_destination()["urlDisplayLabel"]
+    assert "tempo" not in label.lower()
+    quoted = 0
+    for path in DASHBOARDS:
+        for panel in query_panels(load_dashboard(path)):
+            for said in re.findall(r'"(Open trace[^"]*)"', panel.get("description", "")):
+                quoted += 1
+                assert said == label, f"{panel['title']}: the link is called {label!r}"
+    assert quoted
+
+
+# Each row's topic: the metrics its panels may show (a row of none shows traces).
+ROW_TOPICS: dict[str, dict[str, set[str]]] = {
+    "toolspan-overview": {
+        "Is the gateway healthy?": {names.METRIC_REQUESTS, names.METRIC_REQUESTS_IN_FLIGHT, names.METRIC_TOOL_ROUNDS},
+        "Traffic and errors": {names.METRIC_REQUESTS, names.METRIC_UPSTREAM_REQUESTS,
+                               names.METRIC_REQUESTS_IN_FLIGHT},
+        "Latency": {names.METRIC_REQUEST_DURATION, names.METRIC_UPSTREAM_DURATION},
+        "Provider": {names.METRIC_UPSTREAM_REQUESTS, names.METRIC_UPSTREAM_RETRIES, names.METRIC_TOKENS},
+        "Upstreams": {names.METRIC_UPSTREAM_REQUESTS, names.METRIC_UPSTREAM_FALLBACKS, names.METRIC_UPSTREAM_UP,
+                      names.METRIC_UPSTREAM_DURATION, names.METRIC_TRANSLATED_CALLS},
+        "Agent loop": {names.METRIC_TOOL_ROUNDS},
+    },
+    "toolspan-tools": {
+        "Outcomes": {names.METRIC_TOOL_CALLS, names.METRIC_TOOL_REJECTIONS},
+        "Duration": {names.METRIC_TOOL_CALL_DURATION, names.METRIC_CLIENT_TOOL_ROUNDTRIP},
+        "Retries and recovery": {names.METRIC_TOOL_RETRIES, names.METRIC_TOOL_RECOVERIES},
+        "Timeouts, unknown tools and unchecked calls": {names.METRIC_TOOL_CALLS, names.METRIC_TOOL_REJECTIONS,
+                                                        names.METRIC_TOOL_UNCHECKED},
+        "Traces": set(),
+        "MCP servers": {names.METRIC_MCP_SERVER_UP, names.METRIC_MCP_SERVER_DISCONNECTS},
+        "Stores: trajectories and shared state": {
+            names.METRIC_TRAJECTORY_STORE_DROPPED, names.METRIC_STATE_STORE_UP, names.METRIC_STATE_STORE_FAILURES,
+            names.METRIC_STATE_STORE_LOSSES, names.METRIC_STATE_STORE_UNREADABLE, names.METRIC_HELD_TURNS_LOST},
+        "Approvals": {names.METRIC_APPROVAL_DECISIONS, names.METRIC_APPROVALS_PENDING, names.METRIC_APPROVAL_WAIT},
+    },
+}
+
+
+def test_each_row_holds_only_the_panels_of_its_topic(dashboard: dict[str, Any]) -> None:
+    topics = ROW_TOPICS[dashboard["uid"]]
+    members = row_members(dashboard)
+    assert list(members) == list(topics), "every panel sits under a row; the rows, in this order"
+    for row, panels in members.items():
+        assert panels, f"the row {row!r} is empty"
+        for panel in panels:
+            shows = set().union(*(metrics_of(t["expr"]) for t in panel["targets"] if "expr" in t))
+            assert shows <= topics[row], f"{panel['title']!r} (on {sorted(shows - topics[row])}) is under {row!r}"
+            if not topics[row]:
+                assert {t["datasource"]["uid"] for t in panel["targets"]} == {TRACES_REF}, panel["title"]
+
+
+def test_panels_are_listed_in_grid_order_and_do_not_overlap(dashboard: dict[str, Any]) -> None:
+    placed = [p["gridPos"] for p in dashboard["panels"]]
+    assert [(g["y"], g["x"]) for g in placed] == sorted((g["y"], g["x"]) for g in placed)
+    taken: dict[tuple[int, int], str] = {}
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for cell in ((x, y) for x in range(grid["x"], grid["x"] + grid["w"])
+                     for y in range(grid["y"], grid["y"] + grid["h"])):
+            assert cell not in taken, f"{panel['title']!r} overlaps {taken[cell]!r}"
+            taken[cell] = panel["title"]
+
+
+def test_the_state_store_panel_tells_not_configured_from_reachable() -> None:
+    """The gateway exports toolspan_state_store_up only with a shared state store (Redis): its
+    absence reads "not configured", never "reachable" (tests/e2e/test_prometheus.py scrapes both)."""
+    panel = panel_querying(load_dashboard(DASHBOARD_DIR / "tools.json"), f"min({names.METRIC_STATE_STORE_UP})")
+    assert panel["type"] == "stat"
+    [target] = panel["targets"]
+    assert target["instant"] is True  # the state now: a gauge gone since is not shown from before
+    assert shown(panel, None) == "not configured"
+    assert shown(panel, 1) == "reachable"
+    assert shown(panel, 0) == "unavailable"
 
 
 def test_the_tools_dashboard_answers_the_operators_questions() -> None:
@@ -730,7 +829,9 @@ def test_every_metric_appears_on_some_dashboard() -> None:
 async def _drive(registry: CollectorRegistry) -> None:
     """Every outcome, every rejection reason, both retry kinds and a recovery, inside one request
     with one provider call, so every metric family has samples."""
-    instrumentation = Telemetry(tracer_of(build_provider()), Metrics(registry))
+    metrics = Metrics(registry)
+    metrics.state_store_shared()  # as on Redis: the only way to have that gauge
+    instrumentation = Telemetry(tracer_of(build_provider()), metrics)
     executor = ToolExecutor(every_outcome_registry(), instrumentation)
     turn = Turn(trajectory_id="traj-deploy", request_id="req-1")
     calls = [

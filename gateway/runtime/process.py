@@ -78,12 +78,15 @@ def build_store(settings: Settings, metrics: Metrics) -> TrajectoryStore | None:
 
 def build_state(settings: Settings, metrics: Metrics | None) -> StateStore:
     """The state store the settings name; `metrics` hear whether each command to Redis worked,
-    whether Redis lost its data, and of each value read from it that was garbage."""
+    whether Redis lost its data, and of each value read from it that was garbage (and export
+    whether Redis is up only when there is a Redis)."""
     turns = Bounds(settings.pending_turn_capacity, settings.pending_turn_ttl_seconds,
                    settings.pending_turn_capacity_per_key)
     owned = Bounds(settings.owned_response_capacity, settings.owned_response_ttl_seconds,
                    settings.owned_response_capacity_per_key)
     approvals = ApprovalBounds(settings.approvals_max_pending, settings.approvals_max_pending_per_key)
+    if metrics is not None and settings.state_url is not None:
+        metrics.state_store_shared()
     return make_store(settings.state_url, turns, owned, settings.state_timeout_seconds,
                       metrics.state_store_answered if metrics else lambda up: None,
                       metrics.state_store_lost if metrics else lambda: None,

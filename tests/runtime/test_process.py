@@ -1,7 +1,7 @@
 """Running the gateway (gateway.runtime.process): the library's entry point leaves its host's garbage
 collector alone (only `toolspan serve`, a process of the gateway's own, freezes start-up's objects and
 raises the collection threshold); the event loop is uvloop's where it is installed; a bind failure is
-one clear error."""
+one clear error; the state store's up gauge is exported only when there is a shared store."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from gateway.runtime.process import CannotListen, run, serving
+from gateway.runtime.process import CannotListen, build_state, run, serving
+from gateway.settings.model import Settings
+from telemetry import names
+from telemetry.metrics import Metrics
 from tests.runtime.conftest import tiny_app
 
 HOST = """
@@ -68,3 +72,16 @@ async def test_a_port_in_use_is_one_clear_error() -> None:
 ], ids=["ipv6", "unknown-host"])
 def test_the_bind_error_names_the_address_and_the_reason(host: str, error: OSError, message: str) -> None:
     assert str(CannotListen(host, 80, error)) == message
+
+
+@pytest.mark.parametrize(("state_url", "exported"), [(None, []), ("redis://127.0.0.1:6379/0", [1.0])],
+                         ids=["memory", "redis"])
+async def test_the_state_store_gauge_is_exported_only_with_a_shared_store(state_url: str | None,
+                                                                         exported: list[float]) -> None:
+    """Without Redis the gauge is absent, which the Tools dashboard reads as "not configured" (with
+    it, 1 from the start: nothing is asked of Redis before the first request)."""
+    metrics = Metrics(CollectorRegistry())
+    state = build_state(Settings(state_url=state_url), metrics)
+    await state.aclose()
+    assert [s.value for f in metrics.registry.collect() for s in f.samples
+            if s.name == names.METRIC_STATE_STORE_UP] == exported

@@ -42,6 +42,7 @@ def worker(requests: dict[tuple[str, str], int], durations: dict[str, list[float
         for n, duration in enumerate(seconds):
             metrics.request_duration.labels(route).observe(duration, traces + n, now=0.0)
     metrics.in_flight.set(in_flight)
+    metrics.state_store_shared()  # both on one Redis
     metrics.state_store_up.set(1 if state_up else 0)
     metrics.mcp_server_up.labels("files").set(1)
     return metrics

@@ -56,6 +56,7 @@ def _ours() -> CollectorRegistry:
     metrics.approval_decisions.labels("pay", "approve").inc()
     metrics.approval_wait.labels("pay", "approve").observe(2.5)
     metrics.mcp_server_up.labels("files").set(1)
+    metrics.state_store_shared()  # as on Redis
     return metrics.registry
 
 
@@ -109,10 +110,12 @@ def _theirs() -> CollectorRegistry:
     rest = Metrics(CollectorRegistry())  # the metrics that are prometheus_client's own already
     for metric in (rest.approvals_pending, rest.upstream_up, rest.mcp_server_up, rest.mcp_server_disconnects,
                    rest.trajectory_store_dropped,
-                   rest.state_store_up, rest.state_store_failures, rest.state_store_losses,
+                   rest.state_store_failures, rest.state_store_losses,
                    rest.state_store_unreadable, rest.held_turns_lost):
         registry.register(metric)
+    registry.register(rest.state_store_up)  # last, as Metrics registers it once it hears of Redis
     rest.mcp_server_up.labels("files").set(1)
+    rest.state_store_up.set(1)
     in_flight.inc()
     tokens.labels("m", names.TOKEN_INPUT).inc(31)
     tokens.labels("m", names.TOKEN_OUTPUT).inc(1)
