@@ -16,7 +16,7 @@ from tests.conftest import page_text
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = ["index.md", "getting-started.md", "tools.md", "http-and-apis.md", "mcp.md", "settings.md",
-         "upstreams.md", "translation.md", "telemetry-and-trajectories.md", "deployment-and-scale.md",
+         "upstreams.md", "translation.md", "telemetry-and-trajectories.md", "phoenix.md", "deployment-and-scale.md",
          "limits-and-tenancy.md", "benchmarks.md"]
 
 

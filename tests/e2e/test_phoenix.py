@@ -34,11 +34,16 @@ from tests.e2e.phoenix import Phoenix, Span
 
 TRAJECTORY = "phoenix-trajectory-1"
 PROJECT = "toolspan"  # named by the resource attribute openinference.project.name
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "phoenix.md"
 # The filters docs/phoenix.md gives, in Phoenix's filter language.
 FAILED_PARSES = "span_kind == 'TOOL' and toolspan.outcome == 'rejected'"
 REQUESTS_WITH_FAILED_PARSES = "span_kind == 'AGENT' and toolspan.tool_calls.rejected > 0"
+ONE_REASON = "toolspan.rejection.reason == 'missing_arguments'"
+FAILED_CALLS = "span_kind == 'TOOL' and status_code == 'ERROR'"
 RETRIES = "toolspan.retry.kind is not None"
-STUCK_RETRIES = "toolspan.retry.kind is not None and toolspan.outcome != 'ok'"
+STUCK_RETRIES = "toolspan.retry.kind == 'verbatim'"
+FAILED_AGAIN = "toolspan.retry.kind is not None and toolspan.outcome != 'ok'"
+NESTED = "attributes['toolspan']['outcome'] == 'rejected'"
 # What the docs warn against: a dotted name as one key finds nothing (Phoenix nests the parts).
 ONE_KEY = "attributes['toolspan.outcome'] == 'rejected'"
 
@@ -155,6 +160,15 @@ async def ids_found(phoenix: Phoenix, condition: str) -> set[str]:
     return {s.span_id for s in await phoenix.spans(PROJECT, condition)}
 
 
+def test_the_docs_give_the_filters_checked_here() -> None:
+    page = DOCS.read_text(encoding="utf-8")
+    for condition in (FAILED_PARSES, REQUESTS_WITH_FAILED_PARSES, ONE_REASON, FAILED_CALLS, RETRIES, STUCK_RETRIES,
+                      FAILED_AGAIN):
+        assert f"| `{condition}` |" in page, condition
+    for accessor in ("attributes['toolspan']['outcome']", "attributes['toolspan.outcome']"):
+        assert f"`{accessor}`" in page
+
+
 async def test_a_trajectory_read_back_from_phoenix(make_stack: StackFactory, phoenix: Phoenix, browser: Browser,
                                                     clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     stack = await make_stack(registry=registry(), otel_exporter_otlp_endpoint=phoenix.traces_url,
@@ -183,10 +197,12 @@ async def test_a_trajectory_read_back_from_phoenix(make_stack: StackFactory, pho
     [approved] = [s for s in tool_calls(spans) if s.trace_id == traces[2]]
     assert (approved.kind, approved.attribute(names.ATTR_TOOL_DECISION)) == ("TOOL", "approve")
 
-    assert await ids_found(phoenix, FAILED_PARSES) == {rejected.span_id, verbatim.span_id, client_rejected.span_id}
+    failed_parses = {rejected.span_id, verbatim.span_id, client_rejected.span_id}
+    for condition in (FAILED_PARSES, ONE_REASON, FAILED_CALLS, NESTED):
+        assert await ids_found(phoenix, condition) == failed_parses, condition
     assert await ids_found(phoenix, REQUESTS_WITH_FAILED_PARSES) == {requests[0].span_id, requests[1].span_id}
     assert await ids_found(phoenix, RETRIES) == {verbatim.span_id, corrected.span_id, client_corrected.span_id}
-    assert await ids_found(phoenix, STUCK_RETRIES) == {verbatim.span_id}
+    assert await ids_found(phoenix, STUCK_RETRIES) == await ids_found(phoenix, FAILED_AGAIN) == {verbatim.span_id}
     assert await ids_found(phoenix, ONE_KEY) == set()
     assert await phoenix.session_traces(TRAJECTORY) == set(traces)
 
