@@ -111,35 +111,34 @@ def tool_calls(spans: list[Span]) -> list[Span]:
     return [s for s in spans if s.name == names.SPAN_TOOL_CALL]
 
 
-def by_id(spans: list[Span]) -> dict[str, Span]:
-    return {s.span_id: s for s in spans}
-
-
 def first_line(text: str) -> str:
     return text.split("\n", 1)[0]
 
 
 def assert_request(span: Span, counts: dict[str, int]) -> None:
     """An AGENT span with the trajectory as its session, its input and output, and these counts."""
-    assert span.kind == "AGENT"
-    assert span.attribute("gen_ai.operation.name") == "invoke_agent"
-    assert span.attribute("session.id") == span.attribute("gen_ai.conversation.id") == TRAJECTORY
+    assert span.kind == names.SPAN_KIND_AGENT
+    assert span.attribute(names.ATTR_OPERATION_NAME) == names.OPERATION_INVOKE_AGENT
+    assert span.attribute(names.ATTR_REQUEST_MODEL) == "test-model"
+    assert span.attribute(names.ATTR_SESSION_ID) == span.attribute(names.ATTR_CONVERSATION_ID) == TRAJECTORY
     assert span.status != "ERROR"  # it recovered: the counts say what happened
     assert USER[0]["content"] in json.dumps(json.loads(span.input or "null"))
     assert json.loads(span.output or "null")
-    tool_counts = span.attribute("toolspan.tool_calls")
+    tool_counts = span.attribute(names.ATTR_TOOL_CALLS_PREFIX.rstrip("."))  # nested: one key per count
     assert isinstance(tool_counts, dict)
     assert {k: v for k, v in tool_counts.items() if v} == counts
 
 
 def assert_rejected(span: Span, arguments: dict[str, Any], side: str) -> None:
     """A TOOL span with the call's arguments, the diagnostic the model got, and the reason."""
-    assert span.kind == "TOOL"
+    assert span.kind == names.SPAN_KIND_TOOL
+    assert span.attribute(names.ATTR_OI_TOOL_NAME) == span.attribute(names.ATTR_TOOL_NAME)
     assert span.attribute(names.ATTR_TOOL_SIDE) == side
     assert span.attribute(names.ATTR_OUTCOME) == "rejected"
     assert span.attribute(names.ATTR_REJECTION_REASON) == "missing_arguments"
     assert json.loads(span.input or "null") == arguments == json.loads(span.attribute(names.ATTR_TOOL_CALL_ARGUMENTS))
     assert span.output is not None
+    assert span.output == span.attribute(names.ATTR_TOOL_CALL_RESULT)
     assert "did you mean 'path'?" in span.output
     assert "\n" in span.output  # its line breaks kept
     assert span.status == "ERROR"
@@ -149,10 +148,10 @@ def assert_rejected(span: Span, arguments: dict[str, Any], side: str) -> None:
 
 
 def assert_retry(span: Span, retried: Span, kind: str, outcome: str) -> None:
-    assert span.kind == "TOOL"
+    assert span.kind == names.SPAN_KIND_TOOL
     assert (span.attribute(names.ATTR_RETRY_KIND), span.attribute(names.ATTR_OUTCOME)) == (kind, outcome)
-    assert span.attribute("toolspan.retry.of.span_id") == retried.span_id
-    assert span.attribute("toolspan.retry.of.trace_id") == retried.trace_id
+    assert span.attribute(names.ATTR_RETRY_OF_SPAN_ID) == retried.span_id
+    assert span.attribute(names.ATTR_RETRY_OF_TRACE_ID) == retried.trace_id
     assert span.input is not None  # a retry's arguments are always kept
 
 
@@ -183,19 +182,21 @@ async def test_a_trajectory_read_back_from_phoenix(make_stack: StackFactory, pho
     assert_request(requests[1], {"ok": 1, "rejected": 1, "total": 2, "retried": 1, "recovered": 1})
     assert_request(requests[2], {"ok": 1, "total": 1})
     assert "It says hello." in (requests[0].output or "")
-    assert {s.kind for s in spans if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")} == {"LLM"}
+    assert {s.kind for s in spans if s.name.startswith(names.SPAN_CHAT_PREFIX + " ")} == {names.SPAN_KIND_LLM}
 
     rejected, verbatim, corrected = [s for s in tool_calls(spans) if s.trace_id == traces[0]]
     for span in (rejected, verbatim):
         assert_rejected(span, RENAMED, names.SIDE_GATEWAY)
-        assert span.attribute("tool.parameters")["required"] == ["path"]  # the schema, which Phoenix reads as JSON
+        # The tool's JSON Schema, which Phoenix keeps parsed.
+        assert span.attribute(names.ATTR_OI_TOOL_PARAMETERS)["required"] == ["path"]
     assert_retry(verbatim, rejected, "verbatim", "rejected")
     assert_retry(corrected, verbatim, "corrected", "ok")
     client_rejected, client_corrected = [s for s in tool_calls(spans) if s.trace_id == traces[1]]
     assert_rejected(client_rejected, {"file_path": "notes.txt"}, names.SIDE_CLIENT)
     assert_retry(client_corrected, client_rejected, "corrected", "ok")
     [approved] = [s for s in tool_calls(spans) if s.trace_id == traces[2]]
-    assert (approved.kind, approved.attribute(names.ATTR_TOOL_DECISION)) == ("TOOL", "approve")
+    assert (approved.kind, approved.attribute(names.ATTR_TOOL_DECISION)) == (names.SPAN_KIND_TOOL, "approve")
+    assert (approved.input, approved.output) == (None, None)  # a first try that ran: record_tool_arguments is off
 
     failed_parses = {rejected.span_id, verbatim.span_id, client_rejected.span_id}
     for condition in (FAILED_PARSES, ONE_REASON, FAILED_CALLS, NESTED):
