@@ -81,10 +81,13 @@ class DecisionLog:
         self._emit(context, names.EVENT_TOOL_APPROVAL, False,
                    f"{bounded(call.name, _NAME_MAX)}: waiting for approval", attributes)
 
-    def decided(self, context: Context, call: ToolCall, turn: Turn, decision: ApprovalDecision) -> None:
+    def decided(self, context: Context, call: ToolCall, turn: Turn, decision: ApprovalDecision,
+                approval_id: str | None) -> None:
         """The reviewer's answer (or a timeout, a client gone, a shutdown: each a deny)."""
         allowed = decision.decision == "approve"
         attributes = _call(call, turn)
+        if approval_id is not None:
+            attributes[names.ATTR_APPROVAL_ID] = approval_id
         attributes.update({names.ATTR_DECISION: names.DECISION_ALLOW if allowed else names.DECISION_DENY,
                            names.ATTR_TOOL_DECISION: decision.decision})
         if decision.by is not None:

@@ -187,8 +187,8 @@ class ToolCallSpan:
     """One `tool.call` span, current while the call runs; ends and counts exactly once. Of a
     client tool's call (`side="client"`), the span is the gateway's check of its arguments."""
 
-    __slots__ = ("_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome", "_retry", "_side",
-                 "_span", "_start", "_tool", "_turn", "_waiting")
+    __slots__ = ("_approval_id", "_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome",
+                 "_retry", "_side", "_span", "_start", "_tool", "_turn", "_waiting")
 
     def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> None:
         self._inst = inst
@@ -203,6 +203,7 @@ class ToolCallSpan:
         self._turn = turn
         self._outcome: ToolOutcome | None = None
         self._waiting = False  # for a reviewer's approval, counted in the pending gauge
+        self._approval_id: str | None = None  # the approval it asked for, if any
 
     async def __aenter__(self) -> ToolCallSpan:
         call, turn = self._call, self._turn
@@ -251,6 +252,7 @@ class ToolCallSpan:
         self._outcome = outcome
 
     def asked(self, approval_id: str) -> None:
+        self._approval_id = approval_id
         self._span.set_attribute(names.ATTR_APPROVAL_ID, approval_id)
         self._span.add_event(names.EVENT_TOOL_DECISION, {names.ATTR_EVENT_DECISION: names.DECISION_REQUIRE_APPROVAL})
         self._inst.metrics.approvals_pending.inc()
@@ -270,7 +272,7 @@ class ToolCallSpan:
             attributes[names.ATTR_DECIDED_BY] = decision.by
         self._span.set_attributes(attributes)
         if self._inst.decisions is not None:
-            self._inst.decisions.decided(self._context, self._call, self._turn, decision)
+            self._inst.decisions.decided(self._context, self._call, self._turn, decision, self._approval_id)
         metrics = self._inst.metrics
         metrics.approval_decisions.labels(self._label, decision.decision).inc()
         metrics.approval_wait.labels(self._label, decision.decision).observe(decision.waited_seconds)

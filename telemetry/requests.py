@@ -233,8 +233,13 @@ class RequestSpan:
         info = self._info
         attributes: dict[str, Any] = {
             names.ATTR_HTTP_METHOD: self._method, names.ATTR_HTTP_ROUTE: info.route,
-            names.ATTR_URL_PATH: bounded(info.path, 512), names.ATTR_HTTP_STATUS: status,
-            names.ATTR_CONVERSATION_ID: record.trajectory_id or info.trajectory_id}
+            names.ATTR_URL_PATH: bounded(info.path, 512), names.ATTR_HTTP_STATUS: status}
+        tally = self._tally
+        # The trajectory, of a request that is part of one: it named one, or called the model or a
+        # tool. An id minted for any other (a listing, an approval) would be a run of its own in the
+        # trace tools' sessions and in the trajectory store.
+        if record.trajectory_source != "new" or tally.model is not None or tally.outcomes:
+            attributes[names.ATTR_CONVERSATION_ID] = record.trajectory_id or info.trajectory_id
         if record.principal is not None:
             attributes[names.ATTR_KEY_NAME] = record.principal
         if record.trajectory_source is not None:
@@ -248,8 +253,8 @@ class RequestSpan:
             attributes[names.ATTR_ROUND_LIMIT_REACHED] = record.limit_reached
         if record.held_turn_lost:
             attributes[names.ATTR_HELD_TURN] = names.HELD_TURN_LOST
-        if self._tally.model is not None:  # it called the provider: an agent's run, in the trace tools' words
-            attributes.update(self._agent_attributes(self._tally.model, attributes[names.ATTR_CONVERSATION_ID]))
+        if tally.model is not None:  # it called the provider: an agent's run, in the trace tools' words
+            attributes.update(self._agent_attributes(tally.model, attributes[names.ATTR_CONVERSATION_ID]))
         return attributes
 
     def _agent_attributes(self, model: str, trajectory_id: str) -> dict[str, Any]:

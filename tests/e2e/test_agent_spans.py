@@ -151,7 +151,8 @@ async def test_decisions_are_log_records_in_the_trace_and_span_of_their_call(
         assert record[names.ATTR_TOOL_CALL_ID] == (span.attributes or {})[names.ATTR_TOOL_CALL_ID]
     asked, decided = records_of(found, names.EVENT_TOOL_APPROVAL)
     assert (asked[names.ATTR_DECISION], decided[names.ATTR_DECISION]) == ("require_approval", "allow")
-    assert asked[names.ATTR_APPROVAL_ID] == (approved.attributes or {})[names.ATTR_APPROVAL_ID]
+    assert asked[names.ATTR_APPROVAL_ID] == decided[names.ATTR_APPROVAL_ID] == (
+        approved.attributes or {})[names.ATTR_APPROVAL_ID]
     assert decided[names.ATTR_TOOL_DECISION] == "approve"
     assert decided.get(names.ATTR_DECIDED_BY) == (approved.attributes or {}).get(names.ATTR_DECIDED_BY)
     assert {r["span_id"] for r in (asked, decided)} == {f"{approved.context.span_id:016x}"}
