@@ -141,9 +141,10 @@ class Instrumentation(ToolHooks, Protocol):
     def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]:
         """The scope of one request, from its arrival to its answer."""
 
-    def chat(self, model: str, stream: bool, upstream: str, provider: str) -> AbstractContextManager[ChatTrace]:
+    def chat(self, model: str, stream: bool, upstream: str, provider: str, trajectory: str | None = None,
+             principal: str | None = None) -> AbstractContextManager[ChatTrace]:
         """The scope of one provider call (a whole stream, when streamed) to a configured upstream,
-        `provider` its gen_ai.provider.name."""
+        `provider` its gen_ai.provider.name, in `trajectory` of the gateway key named `principal`."""
 
     def upstream_state(self, upstream: str, up: bool) -> None:
         """An upstream is in its routes (`up`), or cooling down after failures."""
@@ -208,7 +209,8 @@ class NoInstrumentation(NoHooks):
     def request(self, info: RequestInfo) -> AbstractContextManager[RequestTrace]:
         return untraced(info)
 
-    def chat(self, model: str, stream: bool, upstream: str, provider: str) -> AbstractContextManager[ChatTrace]:
+    def chat(self, model: str, stream: bool, upstream: str, provider: str, trajectory: str | None = None,
+             principal: str | None = None) -> AbstractContextManager[ChatTrace]:
         return nullcontext(self._chat_trace)
 
     def upstream_state(self, upstream: str, up: bool) -> None:

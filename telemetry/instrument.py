@@ -108,9 +108,10 @@ class Telemetry:
             return untraced(info)
         return RequestSpan(self.tracer, self.metrics, info, self._propagation, self._own_sampling)
 
-    def chat(self, model: str, stream: bool, upstream: str, provider: str) -> ChatSpan:
+    def chat(self, model: str, stream: bool, upstream: str, provider: str, trajectory: str | None = None,
+             principal: str | None = None) -> ChatSpan:
         return ChatSpan(self.tracer, self.metrics, self._model_label.chat_model(model), stream, upstream, provider,
-                        self._propagation, self.messages)
+                        self._propagation, self.messages, trajectory, principal)
 
     def upstream_state(self, upstream: str, up: bool) -> None:
         self.metrics.child(self.metrics.upstream_up, upstream).set(1 if up else 0)

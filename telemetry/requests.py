@@ -270,12 +270,15 @@ class ChatSpan:
     """One `chat {model}` CLIENT span around one provider call (a whole stream, when streamed)."""
 
     __slots__ = ("_answer", "_attempt", "_capture", "_exemplar_trace", "_failure", "_fallback", "_metrics", "_model",
-                 "_parent", "_propagation", "_provider", "_resends", "_sent", "_span", "_start", "_status", "_stream",
-                 "_tracer", "_translation", "_upstream")
+                 "_parent", "_principal", "_propagation", "_provider", "_resends", "_sent", "_span", "_start",
+                 "_status", "_stream", "_tracer", "_trajectory", "_translation", "_upstream")
 
     def __init__(self, tracer: Tracer, metrics: Metrics, model: ChatModel, stream: bool, upstream: str,
-                 provider: str, propagation: Propagation, capture: MessageCapture | None = None) -> None:
+                 provider: str, propagation: Propagation, capture: MessageCapture | None = None,
+                 trajectory: str | None = None, principal: str | None = None) -> None:
         self._tracer = tracer
+        self._trajectory = trajectory
+        self._principal = principal
         self._capture = capture
         self._sent: tuple[MessageView, Mapping[str, Any]] | None = None
         self._metrics = metrics
@@ -397,6 +400,10 @@ class ChatSpan:
             names.ATTR_PROVIDER_NAME: self._provider,
             names.ATTR_REQUEST_MODEL: self._model.request_model, names.ATTR_REQUEST_STREAM: self._stream,
             names.ATTR_UPSTREAM: self._upstream}
+        if self._trajectory is not None:  # as the GenAI conventions put it on inference spans (Langfuse's sessions)
+            attributes[names.ATTR_CONVERSATION_ID] = self._trajectory
+            if self._principal is not None:  # with keys, a trajectory is the key's and the id's together
+                attributes[names.ATTR_KEY_NAME] = self._principal
         if self._translation is not None or self._fallback is not None or self._attempt > 1 or self._resends:
             attributes.update(self._route_attributes())
         answer = self._answer

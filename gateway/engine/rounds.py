@@ -159,7 +159,7 @@ class Rounds:
         """One provider call, not streamed: its answer as a turn."""
         upstream = self.upstreams.clients[target.upstream]
         body = _for(body, target)
-        with self._chat(plan, False, target, attempt, moved) as trace:
+        with self._chat(plan, caller, False, target, attempt, moved) as trace:
             trace.sent(plan.api.genai, body)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
@@ -181,7 +181,7 @@ class Rounds:
         claimed = False
         upstream = self.upstreams.clients[target.upstream]
         body = _for(body, target)
-        with self._chat(plan, True, target, attempt, moved) as trace:
+        with self._chat(plan, caller, True, target, attempt, moved) as trace:
             trace.sent(plan.api.genai, body)
             path = plan.path  # until the provider's path is known (a bad model name is refused first)
             try:
@@ -224,10 +224,11 @@ class Rounds:
         trace.translated(translation.name, dropped)
         return upstream.path(target.api, target.model, "", ""), sent, translation
 
-    def _chat(self, plan: Plan, stream: bool, target: Target, attempt: int,
+    def _chat(self, plan: Plan, caller: Caller, stream: bool, target: Target, attempt: int,
               moved: tuple[str, str] | None) -> AbstractContextManager[ChatTrace]:
-        """The span of one provider call: its upstream, and how it came there."""
-        chat = self.instrumentation.chat(plan.model, stream, target.upstream, self.upstreams.providers[target.upstream])
+        """The span of one provider call: its upstream, how it came there, its trajectory."""
+        chat = self.instrumentation.chat(plan.model, stream, target.upstream, self.upstreams.providers[target.upstream],
+                                         caller.trajectory_id, caller.principal)
         return chat if attempt == 1 and moved is None else _Traced(chat, attempt, moved)
 
     def _failed(self, upstream: Upstream, trace: ChatTrace, exc: GatewayError, path: str) -> NoReturn:

@@ -150,8 +150,10 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     """Writes the rows of `records` in one transaction (the caller's, if one is open); returns how
     many rows were written. Spans of no table are skipped.
 
-    A child's trajectory is the one it names, else its request's when that is in this batch (the
-    gateway's `chat` spans name none), else '' until its request comes. So first the children kept
+    A tool call's trajectory is the one it names, else its request's when that is in this batch,
+    else '' until its request comes. A model turn's is always its request's (or '' until it comes),
+    though its `chat` span names one too: the rounds of a request's turns are counted in this batch
+    only when none was written before, which a turn kept under '' tells. So first the children kept
     under '' by earlier batches are given the trajectory of their request in this one; then the
     tool calls, the model turns (in their order: a turn's round counts the turns of its request
     before it), then the requests, which are kept only when some row of theirs exists (a request
@@ -167,7 +169,8 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
         return _trajectory(child) or trajectory_of_request.get(child.parent_span_id or _NONE, _NONE)
 
     calls = [TOOL_CALLS.row(record, trajectory(record)) for kind, record in classified if kind == "tool_call"]
-    turns = [MODEL_TURNS.row(record, trajectory(record)) for kind, record in classified if kind == "model_turn"]
+    turns = [MODEL_TURNS.row(record, trajectory_of_request.get(record.parent_span_id or _NONE, _NONE))
+             for kind, record in classified if kind == "model_turn"]
     _insert_all(db, _INSERT_TOOL_CALLS, calls)
     _write_turns(db, turns, trajectory_of_request.keys() - pending)
     parents = {row[_CALL_REQUEST] for row in calls} | {turn[_TURN_REQUEST] for turn in turns}

@@ -62,6 +62,9 @@ async def test_a_request_that_recovered_is_an_ok_agent_span_its_tool_calls_count
     assert span.status.status_code is StatusCode.OK  # it recovered: the counts, not the status, find it
     assert names.ATTR_INPUT_VALUE not in found
     assert names.ATTR_OUTPUT_VALUE not in found
+    chats = [s for s in stack.spans(trace_id) if s.name == "chat test-model"]
+    assert [(s.attributes or {})[names.ATTR_CONVERSATION_ID] for s in chats] == ["run-1"] * 3  # Langfuse's sessions
+    assert {(s.attributes or {})[names.ATTR_OPENINFERENCE_SPAN_KIND] for s in chats} == {"LLM"}
 
     rejected, retry = tool_call_spans(stack, trace_id)
     failed = dict(rejected.attributes or {})
