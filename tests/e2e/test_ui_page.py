@@ -7,6 +7,7 @@ and what the page says when messages were not captured."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -74,10 +75,10 @@ _LABELS_AND_BARS = """() => Array.from(document.querySelectorAll('.card .chart .
 })"""
 
 
-async def test_long_tool_names_stop_short_of_their_bars(long_names: Stack, browser: Browser) -> None:
+async def test_long_tool_names_stop_short_of_their_bars(long_names: Stack, browser: Browser, tmp_path: Path) -> None:
     await _long_names_session(long_names)
     page = await _open(browser, long_names, "/ui")
-    await page.screenshot(path="/tmp/u/report.png", full_page=True)
+    await page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
     rows = await page.evaluate(_LABELS_AND_BARS)
     assert len(rows) == 2
     for row in rows:
@@ -101,10 +102,10 @@ async def test_the_tools_table_fits_a_1400_pixel_window(long_names: Stack, brows
     assert await page.evaluate("document.documentElement.scrollWidth") <= WIDTH
 
 
-async def test_a_corrected_retry_shows_what_it_changed(long_names: Stack, browser: Browser) -> None:
+async def test_a_corrected_retry_shows_what_it_changed(long_names: Stack, browser: Browser, tmp_path: Path) -> None:
     headers = await _long_names_session(long_names)
     page = await _open(browser, long_names, f"/ui/trajectories/{headers['x-trajectory-id']}")
-    await page.screenshot(path="/tmp/u/timeline.png", full_page=True)
+    await page.screenshot(path=str(tmp_path / "timeline.png"), full_page=True)
     retries = page.locator("li.call", has_text="corrected retry of the failed call")
     await expect(retries).to_have_count(2)
     await expect(retries.nth(0).locator(".diff li")).to_have_text([f'- {LONG_ARGUMENT}: "Lisbon"',
@@ -143,7 +144,7 @@ async def test_without_scripts_times_are_in_utc_and_say_so(long_names: Stack, br
     assert await first.inner_text() == utc.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-async def test_messages_sent_show_what_each_turn_added(long_names: Stack, browser: Browser) -> None:
+async def test_messages_sent_show_what_each_turn_added(long_names: Stack, browser: Browser, tmp_path: Path) -> None:
     """Two requests of one trajectory: each turn shows the messages it added (the first turn its
     question, the next the tool's result, the second request's first turn the new question), and
     the whole request only collapsed."""
@@ -156,7 +157,7 @@ async def test_messages_sent_show_what_each_turn_added(long_names: Stack, browse
     await long_names.ask(False, messages=history, extra_headers={"X-Trajectory-Id": trajectory})
     await long_names.store.flushed()
     page = await _open(browser, long_names, f"/ui/trajectories/{trajectory}")
-    await page.screenshot(path="/tmp/u/messages.png", full_page=True)
+    await page.screenshot(path=str(tmp_path / "messages.png"), full_page=True)
     turns = page.locator("li.turn")
     await expect(turns).to_have_count(3)
     added = [turns.nth(index).locator(".new-messages li.message") for index in range(3)]
