@@ -29,6 +29,7 @@ from gateway.http.keys import (
     LOOP,
     MCP_SOURCES,
     METRICS_PAGE,
+    QUOTA,
     RECORD,
     REGISTRY,
     SECRET_HEADERS,
@@ -40,6 +41,7 @@ from gateway.http.keys import (
 )
 from gateway.http.metrics_page import MetricsPage, OwnMetrics
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
+from gateway.limits import Limiter
 from gateway.mcp import McpSources
 from gateway.provider import paths as provider_paths
 from gateway.provider.client import PROVIDER_NAMES, Upstream
@@ -135,6 +137,8 @@ async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
     """Every response names its trajectory and trace, streamed ones included."""
     if CALLER in request:
         response.headers.setdefault(TRAJECTORY_HEADER, request[CALLER].trajectory_id)
+    if QUOTA in request:  # what is left of the key's limits (gateway.routes.quota)
+        response.headers.update(request[QUOTA])
     if TRACE in request and (trace_id := request[TRACE].trace_id) is not None:
         response.headers[TRACE_HEADER] = trace_id  # none when there is no trace to name
 
@@ -159,9 +163,12 @@ async def _upstreams(app: web.Application) -> AsyncIterator[None]:
     upstreams = Upstreams(settings.routing_table(), clients, providers, app[STATE].cooldowns(settings.cooldown_rule()),
                           Balancer(settings.load_balancing), instrumentation.upstream_state, TRANSLATED_TO)
     app[UPSTREAMS] = upstreams
+    limiter = (Limiter(settings.default_limits, settings.keys, settings.prices, app[STATE].limit_book(),
+                       settings.limits_when_state_down, instrumentation)
+               if Limiter.configured(settings.default_limits, settings.keys) else None)
     app[ENGINE] = Engine(upstreams, app[EXECUTOR], app[STATE], instrumentation, settings.max_rounds,
-                         settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check)
-    app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], instrumentation, upstreams)
+                         settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check, limiter)
+    app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], instrumentation, upstreams, limiter)
     yield
     app[ENGINE].client_checks.close()
     await upstreams.aclose()

@@ -149,6 +149,15 @@ class Instrumentation(ToolHooks, Protocol):
     def upstream_state(self, upstream: str, up: bool) -> None:
         """An upstream is in its routes (`up`), or cooling down after failures."""
 
+    def limit_refused(self, key: str, limit: str) -> None:
+        """A limit of gateway key `key` ("" without keys) refused a request or the rest of its loop."""
+
+    def limit_usage(self, key: str, limit: str, used: int, bound: int) -> None:
+        """What `key` has used of `limit` in its window, as just checked."""
+
+    def limits_unavailable(self) -> None:
+        """A limit could not be checked (the shared state unreachable) and was let through."""
+
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics page and its content type, in the format `accept` asks for."""
 
@@ -214,6 +223,15 @@ class NoInstrumentation(NoHooks):
         return nullcontext(self._chat_trace)
 
     def upstream_state(self, upstream: str, up: bool) -> None:
+        return None
+
+    def limit_refused(self, key: str, limit: str) -> None:
+        return None
+
+    def limit_usage(self, key: str, limit: str, used: int, bound: int) -> None:
+        return None
+
+    def limits_unavailable(self) -> None:
         return None
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:

@@ -116,6 +116,17 @@ class Telemetry:
     def upstream_state(self, upstream: str, up: bool) -> None:
         self.metrics.child(self.metrics.upstream_up, upstream).set(1 if up else 0)
 
+    def limit_refused(self, key: str, limit: str) -> None:
+        self.metrics.child(self.metrics.limit_refusals, key or names.NO_KEY, limit).inc()
+
+    def limit_usage(self, key: str, limit: str, used: int, bound: int) -> None:
+        metrics = self.metrics
+        metrics.child(metrics.limit_usage, key or names.NO_KEY, limit).set(used)
+        metrics.child(metrics.limit_bound, key or names.NO_KEY, limit).set(bound)
+
+    def limits_unavailable(self) -> None:
+        self.metrics.limits_unavailable.inc()
+
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The metrics, as OpenMetrics (with exemplars) when the scraper asks for it."""
         encoder, content_type = encoder_for(accept)

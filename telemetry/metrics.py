@@ -324,6 +324,19 @@ class Metrics:
             names.METRIC_STATE_STORE_UNREADABLE, "Values read from the shared state store (Redis) that were not what "
             "the gateway wrote there (not JSON, not UTF-8, another shape or Redis type), by the kind of entry; each "
             "was treated as missing (the store's own bookkeeping: replaced).", (names.LABEL_KIND,), registry=registry)
+        self.limit_refusals = Counter(
+            names.METRIC_LIMIT_REFUSALS, "Requests (or the rest of a tool loop) a gateway key's limit refused, by "
+            "key and limit.", (names.LABEL_KEY, names.LABEL_LIMIT), registry=registry)
+        self.limit_usage = Gauge(
+            names.METRIC_LIMIT_USAGE, "What a gateway key had used of a limit in its window when this process last "
+            "checked it (money in millionths of the prices' currency).", (names.LABEL_KEY, names.LABEL_LIMIT),
+            registry=registry)
+        self.limit_bound = Gauge(
+            names.METRIC_LIMIT_BOUND, "A gateway key's limit, in the unit of toolspan_limit_usage.",
+            (names.LABEL_KEY, names.LABEL_LIMIT), registry=registry)
+        self.limits_unavailable = Counter(
+            names.METRIC_LIMITS_UNAVAILABLE, "Limit checks that could not be made (the shared state unreachable) "
+            "and were let through (limits_when_state_down = open).", registry=registry)
         self.held_turns_lost = Counter(
             names.METRIC_HELD_TURNS_LOST, "Requests that continued a turn (or a gateway response id) the gateway no "
             "longer held (expired, pushed out, lost in a restart); each went on with the client's copy of the "

@@ -185,6 +185,15 @@ METRIC_UPSTREAM_RETRIES: Final = "toolspan_upstream_retries_total"
 # connection); and each upstream's state: 1 in its routes, 0 cooling down after failures.
 METRIC_UPSTREAM_FALLBACKS: Final = "toolspan_upstream_fallbacks_total"
 METRIC_UPSTREAM_UP: Final = "toolspan_upstream_up"
+# Gateway keys' limits (gateway.limits): refusals by key and limit; what a key has used of a limit
+# and the limit itself, as last checked in this process; checks that could not be made (Redis down).
+METRIC_LIMIT_REFUSALS: Final = "toolspan_limit_refusals_total"
+METRIC_LIMIT_USAGE: Final = "toolspan_limit_usage"
+METRIC_LIMIT_BOUND: Final = "toolspan_limit_bound"
+METRIC_LIMITS_UNAVAILABLE: Final = "toolspan_limit_state_unavailable_total"
+LABEL_KEY: Final = "key"  # a configured gateway key's name (NO_KEY without keys)
+LABEL_LIMIT: Final = "limit"  # of the limit metrics: gateway.limits.gate.LimitName
+NO_KEY: Final = "__none__"
 # Provider calls made in another API than their client's, by pair (messages->chat).
 METRIC_TRANSLATED_CALLS: Final = "toolspan_translated_calls_total"
 METRIC_TOKENS: Final = "toolspan_tokens_total"

@@ -26,6 +26,7 @@ from gateway.engine.retries import RetryPolicy
 from gateway.engine.rounds import RoundEvent, Rounds
 from gateway.engine.turn import ModelCall, ModelTurn
 from gateway.instrumentation import Instrumentation
+from gateway.limits import Limiter
 from gateway.provider.upstreams import Upstreams
 from gateway.settings.parts import ClientCheckMode
 from gateway.state import StateStore
@@ -38,7 +39,8 @@ class Engine:
 
     def __init__(self, upstreams: Upstreams, executor: ToolExecutor, held: StateStore,
                  instrumentation: Instrumentation, max_rounds: int, keepalive_seconds: float,
-                 retries: RetryPolicy | None = None, client_check: ClientCheckMode = "observe") -> None:
+                 retries: RetryPolicy | None = None, client_check: ClientCheckMode = "observe",
+                 limiter: Limiter | None = None) -> None:
         self.upstreams = upstreams
         self.rounds = Rounds(upstreams, instrumentation, held, retries or RetryPolicy(), keepalive_seconds)
         self.client_checks = HandedChecks(executor.hooks, client_check)
@@ -47,10 +49,13 @@ class Engine:
         self.instrumentation = instrumentation
         self.max_rounds = max_rounds
         self.keepalive_seconds = keepalive_seconds
+        self.limiter = limiter  # the gateway keys' limits, when any is configured
 
     def run(self, plan: Plan, caller: Caller) -> AsyncGenerator[Event, None]:
         """The rounds of one request, as events."""
-        return _Run(self, plan, caller, plan.conversation, Replays(self.held, caller.principal, plan)).events()
+        limiter = self.limiter
+        rounds = self.max_rounds if limiter is None else limiter.max_rounds(caller.principal, self.max_rounds)
+        return _Run(self, plan, caller, plan.conversation, Replays(self.held, caller.principal, plan), rounds).events()
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class _Run:
     caller: Caller
     conversation: Conversation
     replays: Replays
+    max_rounds: int  # the engine's, or the lower limit of the caller's key
     turns: list[ModelTurn] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
     shown_first: bool = False
@@ -83,11 +89,13 @@ class _Run:
         for again in await self._resumed():
             yield again
         while True:
-            final = is_final(len(self.turns), self.engine.max_rounds)
+            final = is_final(len(self.turns), self.max_rounds)
+            await self._may_call()
             async with aclosing(self._asked(final)) as asked:
                 async for event in asked:
                     if self._seen(event):
                         yield event
+            await self._spent()
             decision = self._decided(self.turns[-1], len(self.turns) - 1)
             if isinstance(decision, Finish):
                 yield await self._answered(decision.finish_reason, final)
@@ -107,8 +115,23 @@ class _Run:
                                                             acted.decision.tool_choice)
 
     def _decided(self, turn: ModelTurn, tool_rounds: int) -> Decision:
-        return decide(turn, self.plan.client_names, tool_rounds, self.engine.max_rounds,
+        return decide(turn, self.plan.client_names, tool_rounds, self.max_rounds,
                       self.conversation.tool_choice, self.plan.api.relaxed_tool_choice)
+
+    async def _may_call(self) -> None:
+        """Before a provider call, with limits: refused (RateLimited) when the key has spent a
+        window, the loop ending there with its rounds kept for a retry to resume after. The call's
+        tokens are estimated as the last one's input (the conversation only grows)."""
+        if (limiter := self.engine.limiter) is not None:
+            estimate = (self.turns[-1].input_tokens or 0) if self.turns else 0
+            await limiter.before_call(self.caller.principal, estimate)
+
+    async def _spent(self) -> None:
+        """After a provider call, with limits: what it used, against the key's windows."""
+        if (limiter := self.engine.limiter) is not None:
+            turn = self.turns[-1]
+            await limiter.after_call(self.caller.principal, self.plan.model, turn.input_tokens or 0,
+                                     turn.output_tokens or 0)
 
     def _asked(self, final: bool) -> AsyncGenerator[RoundEvent, None]:
         """One provider call (gateway.engine.rounds)."""
@@ -140,6 +163,9 @@ class _Run:
                                     self.plan.api.relaxed_tool_choice)
         mine = decision.calls if isinstance(decision, RunTools) else decision.gateway_calls
         to_run = [call for call in mine if id(call) not in refused]
+        if self.engine.limiter is not None:  # the key's tool calls: the gateway's to run, the client's handed back
+            handed = len(decision.client_calls) if isinstance(decision, HandBack) else 0
+            await self.engine.limiter.tool_calls(self.caller.principal, len(to_run) + handed)
         outcomes: list[ToolOutcome] = []
         if to_run:
             async with aclosing(self._tools(to_run)) as running:

@@ -15,6 +15,7 @@ from gateway.engine.plan import Offering
 from gateway.http.browsers import BrowserRule
 from gateway.http.metrics_page import MetricsPage
 from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
+from gateway.limits import Limiter
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.sources import McpSources
 from gateway.provider.upstreams import Upstreams
@@ -36,6 +37,7 @@ class LoopParts:
     engine: Engine
     instrumentation: Instrumentation
     upstreams: Upstreams
+    limiter: Limiter | None = None  # the gateway keys' limits, when any is configured
 
     def offering(self, caller: Caller) -> Offering:
         """How the gateway's tools are offered to this caller. Hand-back mode: a client may declare
@@ -69,4 +71,5 @@ APPROVALS = web.AppKey("approvals", Approvals)  # tool calls waiting for a revie
 CALLER = web.RequestKey("caller", Caller)  # who sent the request (authenticated on /v1 routes and /mcp)
 TRACE = web.RequestKey("trace", RequestTrace)  # the request's span
 
+QUOTA = web.RequestKey("quota", dict)  # what is left of the caller's limits, as response headers
 RECORD = web.ResponseKey("record", RequestRecord)  # what the handler reports for telemetry

@@ -17,6 +17,7 @@ from gateway.client_tools import results as client_results
 from gateway.http.bodies import read_object
 from gateway.http.keys import CALLER, LOOP
 from gateway.routes import render
+from gateway.routes.quota import within_limits
 
 
 async def run_loop(request: web.Request, api: WireApi) -> web.StreamResponse:
@@ -45,7 +46,7 @@ def handler(api: WireApi) -> Callable[[web.Request], Awaitable[web.StreamRespons
     async def handle(request: web.Request) -> web.StreamResponse:
         if (refusal := unserved(request.app[LOOP].upstreams, api.name)) is not None:
             raise refusal
-        return await run_loop(request, api)
+        return await within_limits(request, lambda: run_loop(request, api))
 
     handle.__doc__ = f"POST, the tool loop in the {api.name} API."
     return handle

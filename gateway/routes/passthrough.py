@@ -19,6 +19,7 @@ from gateway.http.keys import CALLER, RECORD, STATE, TRACE, UPSTREAMS
 from gateway.instrumentation import RequestRecord
 from gateway.provider.client import Upstream
 from gateway.routes.provider_errors import provider_error
+from gateway.routes.quota import within_limits
 from gateway.routes.render import CLIENT_GONE
 from gateway.state import no_such_response
 from gateway.wire.headers import body_headers, from_provider
@@ -180,6 +181,10 @@ async def passthrough(request: web.Request) -> web.StreamResponse:
     await _check_owner(request)
     if request.method == "OPTIONS":  # a browser's preflight: the gateway's answers are not for web pages
         return web.Response(status=204, headers={"Allow": "GET, POST, DELETE"})
+    return await within_limits(request, lambda: _passed(request))
+
+
+async def _passed(request: web.Request) -> web.StreamResponse:
     upstream, sent = await destination(request)
     query = request[CALLER].provider_query(request.query_string)
     if (path := upstream.forward_path(f"{request.path}?{query}" if query else request.path)) is None:

@@ -22,7 +22,9 @@ from gateway.settings.parts import (
     ORIGIN_ENTRY,
     ClientCheckMode,
     GatewayKey,
+    Limits,
     McpServer,
+    Price,
     each_matches,
 )
 from gateway.settings.upstreams import ProviderSettings
@@ -77,6 +79,15 @@ class Settings(ProviderSettings, BaseSettings):
         default_factory=dict, description="Gateway keys by caller name (JSON in TOOLSPAN_KEYS); when set, "
                                           "every /v1 request needs one, and it never reaches the provider")
     max_rounds: int = Field(10, ge=1, description="Model turns with gateway tools before a tool-less final call")
+    default_limits: Limits = Field(default_factory=Limits, description="The limits of every key that sets none "
+                                                                       "of its own (and of the one caller, "
+                                                                       "without keys)")
+    prices: dict[str, Price] = Field(default_factory=dict, description="Price per million tokens by model (a name "
+                                                                      "or a glob pattern), for budget_per_day "
+                                                                      "and budget_per_month")
+    limits_when_state_down: Literal["open", "closed"] = Field(
+        "open", description="With limits shared in Redis (state_url) and Redis unreachable: open lets requests "
+                            "through, with a warning and toolspan_limit_state_unavailable_total; closed refuses them")
     offer_tools_on_empty_tools: bool = Field(
         False, description="Offer the gateway's tools to a request that sends `tools: []` (by default such a "
                            "request, which asks for an answer without tools, as the Codex CLI's compaction does, "

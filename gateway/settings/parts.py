@@ -16,8 +16,42 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 # client never sees the call), or off (no check at all).
 ClientCheckMode = Literal["observe", "reject", "off"]
 
-class GatewayKey(BaseModel):
-    """A key callers present as `Authorization: Bearer <key>`, and the tools it may use."""
+class Limits(BaseModel):
+    """How much one gateway key may take (gateway.limits): per minute (a sliding window of 60 s),
+    at once, per request, per day and per month (calendar days and months, UTC). Unset: no bound."""
+
+    requests_per_minute: int | None = Field(None, ge=1, description="Tool-loop and pass-through requests")
+    tokens_per_minute: int | None = Field(None, ge=1, description="Provider tokens, input and output, as the "
+                                                                  "provider's usage counts them")
+    tool_calls_per_minute: int | None = Field(None, ge=1, description="Tool calls, the gateway's and the "
+                                                                      "client's own")
+    max_concurrent_requests: int | None = Field(None, ge=1, description="Requests under way at once")
+    max_rounds: int | None = Field(None, ge=1, description="Model turns with gateway tools in one request "
+                                                           "(the lower of this and max_rounds)")
+    tokens_per_day: int | None = Field(None, ge=1, description="Provider tokens per UTC day")
+    tokens_per_month: int | None = Field(None, ge=1, description="Provider tokens per UTC month")
+    budget_per_day: float | None = Field(None, gt=0, description="Money per UTC day, in the currency of "
+                                                                 "`prices` (models without a price cost nothing)")
+    budget_per_month: float | None = Field(None, gt=0, description="Money per UTC month, as budget_per_day")
+
+    def over(self, default: Limits) -> Limits:
+        """These limits, each unset one taken from `default`."""
+        own = self.model_dump(include=set(Limits.model_fields), exclude_none=True)
+        return Limits(**{**default.model_dump(exclude_none=True), **own})
+
+
+class Price(BaseModel):
+    """What one model's tokens cost, per million, in the operator's currency."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0, description="Per million input tokens")
+    output: float = Field(ge=0, description="Per million output tokens")
+
+
+class GatewayKey(Limits):
+    """A key callers present as `Authorization: Bearer <key>`, the tools it may use, and its limits
+    (each unset one is default_limits')."""
 
     key: SecretStr = Field(min_length=8, description="The secret the caller sends (at least 8 characters)")
     operator: bool = Field(False, description="The page (/ui) shows this key every key's trajectories (and "

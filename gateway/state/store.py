@@ -1,6 +1,6 @@
 """The state store: each kind of entry the gateway keeps between requests, a typed table over one
-`OwnedMaps` (gateway.state.maps), with the failure records, the pending approvals and the upstreams'
-cooldowns beside them.
+`OwnedMaps` (gateway.state.maps), with the failure records, the pending approvals, the upstreams'
+cooldowns and the counts of the keys' limits beside them.
 A new kind is one table here; its callers use it through the table's verbs."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Collection
 
+from gateway.limits.windows import LimitBook, MemoryLimitBook
 from gateway.provider.cooldowns import CooldownRule, Cooldowns, MemoryCooldowns
 from gateway.state.approvals import ApprovalStore
 from gateway.state.base import (
@@ -102,6 +103,11 @@ class StateStore:
         """The record of upstreams cooling down by `rule`, kept where this store keeps the rest: in
         this process's memory, or (RedisState) in the Redis replicas share. Made once, at start-up."""
         return MemoryCooldowns(rule)
+
+    def limit_book(self) -> LimitBook:
+        """The counts of the gateway keys' limits, kept where this store keeps the rest: in this
+        process's memory, or (RedisState) in the Redis replicas share. Made once, at start-up."""
+        return MemoryLimitBook()
 
     async def status(self) -> str | None:
         """None for a store in memory; else "up" or "unavailable"."""

@@ -1,0 +1,198 @@
+"""Limits of gateway keys (issue 58), through the official clients: each limit refuses at its bound
+and not before, in the shape of the caller's API with the headers its SDK backs off by; concurrent
+requests are counted exactly; two keys never share a bucket; a window spent inside the tool loop
+ends it with a 429 that says why, the rounds already run kept."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from gateway.demo.model import Reply
+from gateway.tools import Param, Tool, ToolRegistry
+from telemetry import names
+from tests.conftest import TEST_KEY, USER, Stack, StackFactory
+
+OTHER_KEY = "sk-other-key-0001"
+KEYS = {"alice": {"key": TEST_KEY}, "bob": {"key": OTHER_KEY}}
+
+
+def answers(stack: Stack, count: int) -> None:
+    stack.script.then(*[Reply(content=f"answer {n}") for n in range(count)])
+
+
+def refusals(stack: Stack, limit: str, key: str = names.NO_KEY) -> float:
+    return stack.metric(names.METRIC_LIMIT_REFUSALS, key=key, limit=limit)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_requests_per_minute_refuses_past_its_bound_in_chats_shape(make_stack: StackFactory,
+                                                                         stream: bool) -> None:
+    stack = await make_stack(default_limits={"requests_per_minute": 2})
+    answers(stack, 2)
+    first = await stack.ask(stream, messages=USER)
+    second = await stack.ask(stream, messages=USER)
+    assert (first.headers["x-ratelimit-limit-requests"], first.headers["x-ratelimit-remaining-requests"]) == ("2", "1")
+    assert second.headers["x-ratelimit-remaining-requests"] == "0"
+    assert second.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    with pytest.raises(openai.RateLimitError) as refused:
+        await stack.ask(stream, messages=USER)
+    response = refused.value.response
+    assert 0 < int(response.headers["retry-after"]) <= 60
+    assert response.headers["x-ratelimit-remaining-requests"] == "0"
+    assert refused.value.code == "requests_per_minute"
+    assert "requests_per_minute (2 of 2 used)" in refused.value.message
+    assert len(stack.upstream_requests) == 2  # the refused request never reached the provider
+    assert refusals(stack, "requests_per_minute") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_responses_and_messages_are_refused_in_their_own_shapes(make_stack: StackFactory, stream: bool) -> None:
+    stack = await make_stack(default_limits={"requests_per_minute": 1})
+    answers(stack, 1)
+    await stack.respond(stream, input="hello")
+    with pytest.raises(openai.RateLimitError):
+        await stack.respond(stream, input="hello")
+    async with stack.anthropic() as client:
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            await client.messages.create(model="test-model", max_tokens=64, messages=USER, stream=stream)
+    body: Any = refused.value.body
+    assert body["error"]["type"] == "rate_limit_error"
+    assert refused.value.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
+
+
+async def test_200_concurrent_requests_against_a_limit_of_50_let_exactly_50_through(make_stack: StackFactory) -> None:
+    stack = await make_stack(default_limits={"requests_per_minute": 50})
+    answers(stack, 50)
+
+    async def one() -> bool:
+        try:
+            await stack.ask(False, messages=USER)
+        except openai.RateLimitError:
+            return False
+        return True
+
+    through = await asyncio.gather(*(one() for _ in range(200)))
+    assert sum(through) == 50
+    assert len(stack.upstream_requests) == 50
+    assert refusals(stack, "requests_per_minute") == 150
+
+
+async def test_two_keys_never_share_a_bucket(make_stack: StackFactory) -> None:
+    stack = await make_stack(keys=KEYS, default_limits={"requests_per_minute": 1})
+    answers(stack, 2)
+    await stack.ask(False, messages=USER)
+    with pytest.raises(openai.RateLimitError):
+        await stack.ask(False, messages=USER)
+    bob = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=OTHER_KEY, max_retries=0)
+    async with bob:
+        await bob.chat.completions.create(model="test-model", messages=USER)  # bob's own minute
+    assert refusals(stack, "requests_per_minute", key="alice") == 1
+    assert refusals(stack, "requests_per_minute", key="bob") == 0
+
+
+async def test_a_keys_own_limit_wins_over_the_default(make_stack: StackFactory) -> None:
+    stack = await make_stack(keys={"alice": {"key": TEST_KEY, "requests_per_minute": 3}, "bob": {"key": OTHER_KEY}},
+                             default_limits={"requests_per_minute": 1})
+    answers(stack, 3)
+    for _ in range(3):
+        await stack.ask(False, messages=USER)
+    with pytest.raises(openai.RateLimitError):
+        await stack.ask(False, messages=USER)
+
+
+def waiting_registry(release: asyncio.Event, started: asyncio.Event) -> ToolRegistry:
+    async def wait(args: dict[str, Any]) -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    return ToolRegistry([Tool(name="wait", description="Wait", function=wait, parameters=[Param("for", "string")])])
+
+
+async def test_the_sdks_own_retry_honours_retry_after(make_stack: StackFactory) -> None:
+    release, started, told_to_wait = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    stack = await make_stack(registry=waiting_registry(release, started),
+                             default_limits={"max_concurrent_requests": 1})
+    stack.script.then(Reply(tool_calls=[("wait", {"for": "me"})]), Reply(content="first"), Reply(content="second"))
+    holding = asyncio.ensure_future(stack.ask(False, messages=USER))
+    await started.wait()  # the first request is under way, in its tool
+
+    async def heard(response: httpx.Response) -> None:
+        if response.status_code == 429:
+            assert response.headers["retry-after"] == "1"
+            told_to_wait.set()
+
+    transport = httpx.AsyncClient(event_hooks={"response": [heard]})
+    patient = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=TEST_KEY, max_retries=2, http_client=transport)
+    async with patient:
+        second = asyncio.ensure_future(patient.chat.completions.create(model="test-model", messages=USER))
+        await told_to_wait.wait()  # refused once: the SDK waits the second it was told, then asks again
+        release.set()
+        answer = await asyncio.wait_for(second, 20)
+    assert answer.choices[0].message.content == "second"
+    assert (await holding).content == "first"
+    assert refusals(stack, "max_concurrent_requests") == 1
+
+
+async def test_tokens_per_day_spent_inside_the_tool_loop_ends_it_with_a_429_that_says_why(
+        make_stack: StackFactory) -> None:
+    # Each provider call uses 15 tokens (10 in, 5 out); the second would take the day past 20.
+    stack = await make_stack(default_limits={"tokens_per_day": 20})
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    with pytest.raises(openai.RateLimitError) as refused:
+        await stack.ask(False, messages=USER)
+    assert "tokens_per_day (15 of 20 used)" in refused.value.message
+    headers = refused.value.response.headers
+    assert headers["x-should-retry"] == "false"  # the day's end is too far for an SDK's retries
+    assert int(headers["retry-after"]) > 60
+    assert len(stack.upstream_requests) == 1  # the tool ran; the second call never went
+    assert stack.metric(names.METRIC_TOOL_CALLS, tool="add", outcome="ok") == 1
+    with pytest.raises(openai.RateLimitError) as again:  # nearly spent: refused before anything runs
+        await stack.ask(False, messages=USER)
+    assert again.value.code == "tokens_per_day"
+    assert len(stack.upstream_requests) == 1
+
+
+async def test_a_money_budget_counts_by_the_models_price(make_stack: StackFactory) -> None:
+    # 10 input and 5 output tokens at 1 and 2 per million: 20 millionths a call.
+    stack = await make_stack(default_limits={"budget_per_month": 0.00003},
+                             prices={"test-*": {"input": 1.0, "output": 2.0}})
+    answers(stack, 2)
+    await stack.ask(False, messages=USER)
+    await stack.ask(False, messages=USER)  # 20 of 30 spent: it may still go
+    with pytest.raises(openai.RateLimitError) as refused:
+        await stack.ask(False, messages=USER)
+    assert "budget_per_month (0.00004 of 0.00003 used)" in refused.value.message
+    assert refused.value.code == "budget_per_month"
+    assert len(stack.upstream_requests) == 2
+
+
+async def test_tool_calls_per_minute_counts_the_gateways_calls(make_stack: StackFactory) -> None:
+    stack = await make_stack(default_limits={"tool_calls_per_minute": 2})
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2}), ("add", {"a": 2, "b": 3})]),
+                      Reply(tool_calls=[("add", {"a": 3, "b": 4})]), Reply(content="done"))
+    with pytest.raises(openai.RateLimitError) as refused:
+        await stack.ask(False, messages=USER)
+    assert refused.value.code == "tool_calls_per_minute"
+    assert stack.metric(names.METRIC_TOOL_CALLS, tool="add") == 2  # the third never ran
+
+
+async def test_a_keys_max_rounds_is_the_lower_round_limit(make_stack: StackFactory) -> None:
+    stack = await make_stack(default_limits={"max_rounds": 1})
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    answer = await stack.ask(False, messages=USER)
+    assert answer.content == "3"
+    assert stack.upstream_requests[-1]["tool_choice"] == "none"  # the last call allowed no tools
+
+
+async def test_without_limits_no_quota_headers(make_stack: StackFactory) -> None:
+    stack = await make_stack()
+    answers(stack, 1)
+    answer = await stack.ask(False, messages=USER)
+    assert not any(name.startswith("x-ratelimit") for name in answer.headers)
