@@ -26,7 +26,7 @@ from gateway.engine.retries import RetryPolicy
 from gateway.engine.rounds import RoundEvent, Rounds
 from gateway.engine.turn import ModelCall, ModelTurn
 from gateway.instrumentation import Instrumentation
-from gateway.limits import Limiter
+from gateway.limits import Limiter, RateLimited
 from gateway.provider.upstreams import Upstreams
 from gateway.settings.parts import ClientCheckMode
 from gateway.state import StateStore
@@ -124,7 +124,19 @@ class _Run:
         tokens are estimated as the last one's input (the conversation only grows)."""
         if (limiter := self.engine.limiter) is not None:
             estimate = (self.turns[-1].input_tokens or 0) if self.turns else 0
-            await limiter.before_call(self.caller.principal, estimate)
+            try:
+                await limiter.before_call(self.caller.principal, estimate)
+            except RateLimited as limited:
+                raise await self._resumable(limited) from None
+
+    async def _resumable(self, refused: RateLimited) -> RateLimited:
+        """A limit reached inside the loop: the rounds done kept for the same request, sent again
+        once the limit allows, to resume after (no tool runs twice), and the refusal says so."""
+        if self.replays.rounds and await self.replays.keep():
+            ran = ", ".join(dict.fromkeys(self.ran))
+            refused.message += (f"; the gateway had already run its tools for this request ({ran}): sending the same "
+                                "request again once the limit allows resumes after them")
+        return refused
 
     async def _spent(self) -> None:
         """After a provider call, with limits: what it used, against the key's windows."""
@@ -165,7 +177,10 @@ class _Run:
         to_run = [call for call in mine if id(call) not in refused]
         if self.engine.limiter is not None:  # the key's tool calls: the gateway's to run, the client's handed back
             handed = len(decision.client_calls) if isinstance(decision, HandBack) else 0
-            await self.engine.limiter.tool_calls(self.caller.principal, len(to_run) + handed)
+            try:
+                await self.engine.limiter.tool_calls(self.caller.principal, len(to_run) + handed)
+            except RateLimited as limited:
+                raise await self._resumable(limited) from None
         outcomes: list[ToolOutcome] = []
         if to_run:
             async with aclosing(self._tools(to_run)) as running:

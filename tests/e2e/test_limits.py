@@ -6,6 +6,7 @@ ends it with a 429 that says why, the rounds already run kept."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,9 +15,11 @@ import openai
 import pytest
 
 from gateway.demo.model import Reply
+from gateway.settings.model import Settings
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
-from tests.conftest import TEST_KEY, USER, Stack, StackFactory
+from tests.conftest import TEST_KEY, USER, GatewayFactory, Stack, StackFactory, metric_sum
+from tests.e2e.redis_server import RedisServer
 
 OTHER_KEY = "sk-other-key-0001"
 KEYS = {"alice": {"key": TEST_KEY}, "bob": {"key": OTHER_KEY}}
@@ -196,3 +199,33 @@ async def test_without_limits_no_quota_headers(make_stack: StackFactory) -> None
     answers(stack, 1)
     answer = await stack.ask(False, messages=USER)
     assert not any(name.startswith("x-ratelimit") for name in answer.headers)
+
+
+async def test_the_rounds_run_before_a_limit_are_kept_for_the_request_sent_again(
+        make_stack: StackFactory, make_gateway: GatewayFactory, redis_up: RedisServer, tmp_path: Path) -> None:
+    # Two replicas on one Redis: the first's key has spent its day inside the loop, the second has
+    # no limits; the same request sent to the second goes on after the round the first ran.
+    limited = await make_stack(state_url=redis_up.url, default_limits={"tokens_per_day": 20})
+    limited.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})]), Reply(content="3"))
+    with pytest.raises(openai.RateLimitError) as refused:
+        await limited.ask(False, messages=USER)
+    assert "resumes after them" in refused.value.message
+    settings = Settings(port=0, upstream=f"{limited.model.base_url}/v1", state_url=redis_up.url,
+                        trajectory_store_path=tmp_path / "second.sqlite3", upstream_kind="compatible")
+    free = await make_gateway(settings, provider_name="toolspan.scripted")
+    answer = await free.client.chat.completions.create(model="test-model", messages=USER)
+    assert answer.choices[0].message.content == "3"
+    assert len(limited.upstream_requests) == 2  # the first round's call was not made again
+    assert limited.metric(names.METRIC_TOOL_CALLS, tool="add") == 1
+    assert free.metrics is not None
+    assert metric_sum(free.metrics, names.METRIC_TOOL_CALLS, tool="add") == 0  # the tool did not run twice
+
+
+async def test_a_stream_refused_inside_the_loop_ends_with_an_error_event(make_stack: StackFactory) -> None:
+    # The first call uses 35 tokens (30 in); the second, estimated at 30 more, would pass 50.
+    stack = await make_stack(default_limits={"tokens_per_day": 50})
+    stack.script.then(Reply(tool_calls=[("add", {"a": 1, "b": 2})], usage=(30, 5)), Reply(content="3"))
+    with pytest.raises(openai.APIError) as failed:
+        await stack.ask(True, messages=USER)
+    assert "tokens_per_day" in str(failed.value)
+    assert len(stack.upstream_requests) == 1
