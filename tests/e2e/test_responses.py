@@ -460,7 +460,8 @@ async def test_tool_call_spans_read_the_same_in_both_apis(make_stack: StackFacto
                           Reply(tool_calls=[("read_file", {"path": "a.txt"}), ("no_such_tool", {})]),
                           Reply(content="done"))
 
-    ignored = {names.ATTR_TOOL_CALL_ID, names.ATTR_CONVERSATION_ID, names.ATTR_RESPONSE_ID}
+    ignored = {names.ATTR_TOOL_CALL_ID, names.ATTR_CONVERSATION_ID, names.ATTR_RESPONSE_ID,
+               names.ATTR_RETRY_OF_SPAN_ID, names.ATTR_RETRY_OF_TRACE_ID}
     seen = []
     for api in ("chat", "responses"):
         stack = await make_stack()

@@ -130,7 +130,8 @@ async def test_malformed_trajectory_id_is_replaced(stack: Stack, sent: str) -> N
         trace_id = response.headers["X-Trace-Id"]
     assert generated != sent
     assert re.fullmatch(r"[0-9a-f]{32}", generated)
-    assert server_span(stack, trace_id).attributes[names.ATTR_CONVERSATION_ID] == generated  # type: ignore[index]
+    # A listing is part of no trajectory: its span names none (one minted for it would be a session of its own).
+    assert names.ATTR_CONVERSATION_ID not in (server_span(stack, trace_id).attributes or {})
 
 
 async def test_each_request_gets_its_own_trajectory_when_none_is_sent(stack: Stack) -> None:
