@@ -188,7 +188,7 @@ class Limiter:
         so; else the quota headers of its answer, while its place among those under way is held.
         `estimate`: the tokens its first provider call will likely take."""
         limits, key = self.of(principal), principal or ""
-        await self.before_call(principal, estimate)  # a window spent (or about to be): refused before anything
+        quota = await self.before_call(principal, estimate)  # a window spent (or about to be): refused at once
         if limits.concurrent is not None:
             now = self._clock()
             taken = await self._checked(self._book.enter(key, lease, limits.concurrent, now))
@@ -196,8 +196,9 @@ class Limiter:
                 self._observer.limit_refused(key, "max_concurrent_requests")
                 raise refusal(key, None, "max_concurrent_requests", taken, now)
         try:
-            headers = await self._take(key, limits.requests, 1) if limits.requests is not None else {}
-            yield headers
+            if limits.requests is not None:
+                quota.update(await self._take(key, limits.requests, 1))
+            yield quota
         finally:
             if limits.concurrent is not None:
                 await self._left(key, lease)
@@ -208,12 +209,16 @@ class Limiter:
         except StateUnavailable:  # the lease ends by itself in the shared store
             log.debug("a request's place among those under way not given back: the shared state is unreachable")
 
-    async def before_call(self, principal: str | None, estimate: int) -> None:
+    async def before_call(self, principal: str | None, estimate: int) -> dict[str, str]:
         """A provider call about to go: refused when its key has spent a window (with `estimate`,
-        the tokens it will likely use, a token window it would overrun)."""
+        the tokens it will likely use, a token window it would overrun); else the quota headers of
+        the per-minute ones."""
         limits, key = self.of(principal), principal or ""
+        quota: dict[str, str] = {}
         for spent in limits.spending:
-            await self._take(key, spent, max(estimate, 1) if spent.counted == "tokens" else 1, keep=False)
+            quota.update(await self._take(key, spent, max(estimate, 1) if spent.counted == "tokens" else 1,
+                                          keep=False))
+        return quota
 
     async def after_call(self, principal: str | None, model: str, input_tokens: int, output_tokens: int) -> None:
         """What an answered provider call used, counted against every window of its key's."""

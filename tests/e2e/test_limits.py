@@ -229,3 +229,52 @@ async def test_a_stream_refused_inside_the_loop_ends_with_an_error_event(make_st
         await stack.ask(True, messages=USER)
     assert "tokens_per_day" in str(failed.value)
     assert len(stack.upstream_requests) == 1
+
+
+async def ask_in(stack: Stack, api: str, stream: bool) -> None:
+    """One request in `api` through its official client, read to its end."""
+    if api == "chat":
+        await stack.ask(stream, messages=USER)
+    elif api == "responses":
+        await stack.respond(stream, input="hello")
+    else:
+        async with stack.anthropic() as client:
+            if stream:
+                async with client.messages.stream(model="test-model", max_tokens=64, messages=USER) as events:
+                    await events.get_final_message()
+            else:
+                await client.messages.create(model="test-model", max_tokens=64, messages=USER)
+
+
+SPENDING = [("tokens_per_minute", 150, {}), ("tokens_per_day", 150, {}), ("tokens_per_month", 150, {}),
+            # 100 input tokens at 1 per million: 100 millionths a call
+            ("budget_per_day", 0.00015, {"test-*": {"input": 1.0, "output": 1.0}}),
+            ("budget_per_month", 0.00015, {"test-*": {"input": 1.0, "output": 1.0}})]
+
+
+@pytest.mark.parametrize(("limit", "bound", "prices"), SPENDING, ids=[s[0] for s in SPENDING])
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_each_spending_limit_refuses_once_spent_and_not_before(
+        make_stack: StackFactory, limit: str, bound: float, prices: dict[str, Any], api: str, stream: bool) -> None:
+    stack = await make_stack(default_limits={limit: bound}, prices=prices)
+    stack.script.then(Reply(content="one", usage=(100, 0)), Reply(content="two", usage=(100, 0)))
+    await ask_in(stack, api, stream)  # 100 of 150
+    await ask_in(stack, api, stream)  # still under: it goes, and takes the window to 200
+    refused_type = anthropic.RateLimitError if api == "messages" else openai.RateLimitError
+    with pytest.raises(refused_type):
+        await ask_in(stack, api, stream)
+    assert len(stack.upstream_requests) == 2
+    assert refusals(stack, limit) == 1
+
+
+async def test_answers_say_what_is_left_of_the_minutes_tokens(make_stack: StackFactory) -> None:
+    stack = await make_stack(default_limits={"tokens_per_minute": 150})
+    stack.script.then(Reply(content="one", usage=(100, 0)), Reply(content="two", usage=(10, 0)))
+    first = await stack.ask(False, messages=USER)
+    second = await stack.ask(False, messages=USER)
+    assert first.headers["x-ratelimit-limit-tokens"] == second.headers["x-ratelimit-limit-tokens"] == "150"
+    # What was left as each was admitted: the first call's 100 tokens counted once it answered.
+    assert (first.headers["x-ratelimit-remaining-tokens"], second.headers["x-ratelimit-remaining-tokens"]) == (
+        "150", "50")
+    assert second.headers["anthropic-ratelimit-tokens-remaining"] == "50"
