@@ -111,7 +111,8 @@ def _theirs() -> CollectorRegistry:
     for metric in (rest.approvals_pending, rest.upstream_up, rest.mcp_server_up, rest.mcp_server_disconnects,
                    rest.trajectory_store_dropped,
                    rest.state_store_failures, rest.state_store_losses,
-                   rest.state_store_unreadable, rest.held_turns_lost):
+                   rest.state_store_unreadable, rest.limit_refusals, rest.limit_usage, rest.limit_bound,
+                   rest.limits_unavailable, rest.held_turns_lost):
         registry.register(metric)
     registry.register(rest.state_store_up)  # last, as Metrics registers it once it hears of Redis
     rest.mcp_server_up.labels("files").set(1)
