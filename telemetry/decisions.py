@@ -35,10 +35,11 @@ from telemetry.tracing import checked_signal_url, signal_url
 _NAME_MAX = 128
 
 
-def _call(call: ToolCall, turn: Turn) -> dict[str, Any]:
-    """What every record says of its call: the tool, the call's id, the trajectory and key."""
-    attributes: dict[str, Any] = {names.ATTR_TOOL_NAME: bounded(call.name, _NAME_MAX),
-                                  names.ATTR_TOOL_CALL_ID: bounded(call.id, _NAME_MAX)}
+def call_attributes(tool: str, call_id: str, turn: Turn) -> dict[str, Any]:
+    """What every span and record of a tool call says of it: the tool, the call's id, the
+    trajectory and the gateway key."""
+    attributes: dict[str, Any] = {names.ATTR_TOOL_NAME: bounded(tool, _NAME_MAX),
+                                  names.ATTR_TOOL_CALL_ID: bounded(call_id, _NAME_MAX)}
     if turn.trajectory_id is not None:
         attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
     if turn.principal is not None:
@@ -60,7 +61,7 @@ class DecisionLog:
 
     def parsed(self, context: Context, call: ToolCall, side: Side, turn: Turn, outcome: ToolOutcome) -> None:
         """The parse step's decision: the call went on (allow), or was refused (deny) and why."""
-        attributes = _call(call, turn)
+        attributes = call_attributes(call.name, call.id, turn)
         attributes[names.ATTR_TOOL_SIDE] = side
         rejection = outcome.rejection
         if rejection is None:
@@ -76,7 +77,7 @@ class DecisionLog:
 
     def asked(self, context: Context, call: ToolCall, turn: Turn, approval_id: str) -> None:
         """The call waits for a reviewer."""
-        attributes = _call(call, turn)
+        attributes = call_attributes(call.name, call.id, turn)
         attributes.update({names.ATTR_DECISION: names.DECISION_REQUIRE_APPROVAL, names.ATTR_APPROVAL_ID: approval_id})
         self._emit(context, names.EVENT_TOOL_APPROVAL, False,
                    f"{bounded(call.name, _NAME_MAX)}: waiting for approval", attributes)
@@ -85,7 +86,7 @@ class DecisionLog:
                 approval_id: str | None) -> None:
         """The reviewer's answer (or a timeout, a client gone, a shutdown: each a deny)."""
         allowed = decision.decision == "approve"
-        attributes = _call(call, turn)
+        attributes = call_attributes(call.name, call.id, turn)
         if approval_id is not None:
             attributes[names.ATTR_APPROVAL_ID] = approval_id
         attributes.update({names.ATTR_DECISION: names.DECISION_ALLOW if allowed else names.DECISION_DENY,

@@ -26,7 +26,7 @@ from gateway.tools.results import ToolOrigin
 from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
-from telemetry.decisions import DecisionLog
+from telemetry.decisions import DecisionLog, call_attributes
 from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics, encoder_for
 from telemetry.propagation import Propagation, build_propagator
@@ -146,14 +146,9 @@ def _origin_attributes(origin: ToolOrigin) -> dict[str, Any]:
 def _call_attributes(tool: str, call_id: str, turn: Turn, side: str) -> dict[str, Any]:
     """What every span of a tool call says of it: the GenAI tool attributes, its side, its trajectory
     and the gateway key."""
-    attributes: dict[str, Any] = {
-        names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL, names.ATTR_TOOL_NAME: bounded(tool, _NAME_MAX),
-        names.ATTR_TOOL_CALL_ID: bounded(call_id, _NAME_MAX), names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
-        names.ATTR_TOOL_SIDE: side}
-    if turn.trajectory_id is not None:
-        attributes[names.ATTR_CONVERSATION_ID] = turn.trajectory_id
-    if turn.principal is not None:
-        attributes[names.ATTR_KEY_NAME] = turn.principal
+    attributes = call_attributes(tool, call_id, turn)
+    attributes.update({names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
+                       names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION, names.ATTR_TOOL_SIDE: side})
     return attributes
 
 
