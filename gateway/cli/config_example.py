@@ -38,34 +38,39 @@ NO_DESCRIPTION = "(no description)"
 def render() -> str:
     """The whole example file: the top-level settings, then one example table per nested model."""
     parts = [HEADER]
-    nested: list[tuple[str, type[BaseModel], str]] = []
+    nested: list[tuple[str, type[BaseModel], str, bool]] = []
     for name, field in Settings.model_fields.items():
-        model = _table_model(field)
-        parts.append(_setting_block(name, field, nested=model is not None))
+        model, single = _table_model(field), _single_model(field)
+        parts.append(_setting_block(name, field, nested=model is not None, single=single is not None))
         if model is not None:
-            nested.append((name, model, _variable(name, field)))
-    for name, model, variable in nested:
-        parts.append(_table_block(name, model, variable))
+            nested.append((name, model, _variable(name, field), False))
+        if single is not None:
+            nested.append((name, single, _variable(name, field), True))
+    for name, model, variable, one in nested:
+        parts.append(_table_block(name, model, variable, one))
     return "\n".join(parts)
 
 
-def _setting_block(name: str, field: FieldInfo, *, nested: bool) -> str:
+def _setting_block(name: str, field: FieldInfo, *, nested: bool, single: bool = False) -> str:
     variable = _variable(name, field)
     lines = _comment(field.description or NO_DESCRIPTION)
-    json_note = " (JSON)" if _is_structured(field.annotation) else ""
+    json_note = " (JSON)" if _is_structured(field.annotation) or single else ""
     lines.append(f"# variable: {variable}{json_note}")
     if nested:
         lines.append(f"# none by default: one [{name}.NAME] table each, see the end of this file")
+    elif single:
+        lines.append(f"# a [{name}] table, see the end of this file")
     else:
         lines.append(_assignment(name, field))
     return "\n".join(lines) + "\n"
 
 
-def _table_block(name: str, model: type[BaseModel], variable: str) -> str:
+def _table_block(name: str, model: type[BaseModel], variable: str, one: bool = False) -> str:
     doc = " ".join((model.__doc__ or "").split())
-    lines = ["# " + "-" * (WIDTH - 2), *_comment(f"[{name}.NAME]: {doc}"),
-             *_comment(f"As a variable, all of them in one JSON object: {variable}='{{\"NAME\": {{...}}}}'."),
-             f"#[{name}.NAME]"]
+    table = name if one else f"{name}.NAME"
+    as_variable = (f"As a variable, one JSON object: {variable}='{{...}}'." if one else
+                   f"As a variable, all of them in one JSON object: {variable}='{{\"NAME\": {{...}}}}'.")
+    lines = ["# " + "-" * (WIDTH - 2), *_comment(f"[{table}]: {doc}"), *_comment(as_variable), f"#[{table}]"]
     for field_name, field in model.model_fields.items():
         lines.extend(_comment(field.description or NO_DESCRIPTION))
         lines.append(_assignment(field_name, field))
@@ -97,6 +102,12 @@ def _table_model(field: FieldInfo) -> type[BaseModel] | None:
         return None
     value = typing.get_args(field.annotation)[1]
     return value if isinstance(value, type) and issubclass(value, BaseModel) else None
+
+
+def _single_model(field: FieldInfo) -> type[BaseModel] | None:
+    """The model of a setting that is one table of its own (default_limits), else None."""
+    annotation = field.annotation
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
 def _is_structured(annotation: Any) -> bool:

@@ -40,7 +40,8 @@ def test_every_setting_is_there_with_its_variable_and_a_description() -> None:
     text = config_example.render()
     for name, field in Settings.model_fields.items():
         assert field.description, f"setting {name} has no description (the example file shows it)"
-        assert re.search(rf"^(#{name} = |# {name}: |# none by default: one \[{name}\.NAME\])", text, re.M), name
+        assert re.search(rf"^(#{name} = |# {name}: |# none by default: one \[{name}\.NAME\]|# a \[{name}\] table)",
+                         text, re.M), name
     for variable in ("TOOLSPAN_HOST", "TOOLSPAN_UPSTREAM_API_KEY", "TOOLSPAN_KEYS (JSON)", "OTEL_SERVICE_NAME",
                      "TOOLSPAN_REDACT_KEYS (JSON)"):
         assert f"# variable: {variable}\n" in text
