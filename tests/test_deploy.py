@@ -749,6 +749,8 @@ ROW_TOPICS: dict[str, dict[str, set[str]]] = {
         "Upstreams": {names.METRIC_UPSTREAM_REQUESTS, names.METRIC_UPSTREAM_FALLBACKS, names.METRIC_UPSTREAM_UP,
                       names.METRIC_UPSTREAM_DURATION, names.METRIC_TRANSLATED_CALLS},
         "Agent loop": {names.METRIC_TOOL_ROUNDS},
+        "Limits": {names.METRIC_LIMIT_REFUSALS, names.METRIC_LIMITS_UNAVAILABLE, names.METRIC_LIMIT_USAGE,
+                   names.METRIC_LIMIT_BOUND},
     },
     "toolspan-tools": {
         "Outcomes": {names.METRIC_TOOL_CALLS, names.METRIC_TOOL_REJECTIONS},
@@ -870,6 +872,9 @@ async def _drive(registry: CollectorRegistry) -> None:
         await _denied(instrumentation, turn)  # a call a reviewer refused
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
     instrumentation.upstream_state("east", False)  # an upstream cooling down
+    instrumentation.limit_usage("alice", "requests_per_minute", 60, 60)  # a key at its limit, refused
+    instrumentation.limit_refused("alice", "requests_per_minute")
+    instrumentation.limits_unavailable()  # a check let through while Redis was down
     instrumentation.mcp_server_state("files", True, disconnected=False)  # an MCP server up, then lost
     instrumentation.mcp_server_state("files", False, disconnected=True)
 

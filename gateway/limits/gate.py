@@ -24,7 +24,6 @@ from typing import Literal, Protocol
 from gateway.errors import GatewayError, Unavailable
 from gateway.limits.windows import LimitBook, Period, Taken
 from gateway.settings.parts import GatewayKey, Limits, Price
-from gateway.state.base import StateUnavailable
 
 log = logging.getLogger("toolspan.limits")
 
@@ -162,7 +161,7 @@ class Limiter:
         """One step of the book; None when the book cannot answer and the rule is to let it through."""
         try:
             found = await step
-        except StateUnavailable:
+        except Unavailable:  # the shared state's (StateUnavailable): nothing else raises it here
             if self._when_down == "closed":
                 raise Unavailable("the gateway cannot check this key's limits now (its shared state is "
                                   "unreachable)", code="limits_unavailable") from None
@@ -206,7 +205,7 @@ class Limiter:
     async def _left(self, key: str, lease: str) -> None:
         try:
             await self._book.leave(key, lease)
-        except StateUnavailable:  # the lease ends by itself in the shared store
+        except Unavailable:  # the shared state unreachable: the lease ends by itself there
             log.debug("a request's place among those under way not given back: the shared state is unreachable")
 
     async def before_call(self, principal: str | None, estimate: int) -> dict[str, str]:

@@ -121,9 +121,15 @@ async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     # one (the upstream named default): the Upstreams panels.
     flaky = {"url": f"http://127.0.0.1:{free_port()}/v1", "kind": "compatible", "models": ["fallible"],
              "fallbacks": ["default"]}
-    return await make_stack(registry=registry, keys={"tester": {"key": TEST_KEY, "tools": allowed, "approver": True}},
+    # A key of one request a minute: the Limits panels.
+    keys = {"tester": {"key": TEST_KEY, "tools": allowed, "approver": True},
+            "limited": {"key": LIMITED_KEY, "requests_per_minute": 1}}
+    return await make_stack(registry=registry, keys=keys,
                             mcp_servers={"files": mcp}, upstreams={"flaky": flaky},
                             upstream_kind="openai")  # no Messages: a Messages request is translated
+
+
+LIMITED_KEY = "sk-limited-key-001"
 
 
 async def _until(check: Any, url: str, process: asyncio.subprocess.Process | None = None, *, raw: bool = False,
@@ -220,6 +226,13 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
         async with stack.http.post("/v1/messages", json={"model": "m", "max_tokens": 64, "messages": USER},
                                    headers={**AUTH, **trajectory}) as translated:
             assert translated.status == 200, await translated.text()
+        # A key past its requests per minute: the second of these is refused (both, the second time).
+        if rounds == 0:  # within the same minute, the second time through has no request left
+            stack.script.then(Reply(content="limited"))
+        for _ in range(2):
+            async with stack.http.post("/v1/chat/completions", json={"model": "m", "messages": USER},
+                                       headers={"Authorization": f"Bearer {LIMITED_KEY}"}) as limited:
+                assert limited.status in (200, 429)
         expected = 16 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})
