@@ -12,10 +12,11 @@ from gateway.errors import NotFound, Unavailable
 # What a shared store keeps, each kind under keys of its own: held turns, the items their clients
 # saw, response aliases, response owners, failure records, the marker that tells a Redis that lost
 # its data, the sets of entries by last use (the metric of unreadable values counts by these), and
-# the client calls handed back whose results have not come yet, Messages threads, and upstreams
-# cooling down (gateway.state.redis_cooldowns).
+# the client calls handed back whose results have not come yet, Messages threads, upstreams
+# cooling down (gateway.state.redis_cooldowns), and the counts of gateway keys' limits
+# (gateway.state.redis_limits).
 StateKind = Literal["turn", "item", "resp", "own", "fail", "epoch", "lru", "link", "answer", "rounds", "sent",
-                    "thread", "cool", "origin"]
+                    "thread", "cool", "origin", "limit"]
 
 PREFIX = "tspan_"
 RESPONSE_PREFIX = f"resp_{PREFIX}"  # ids of answers the gateway gave over several provider responses

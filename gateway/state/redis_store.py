@@ -1,17 +1,20 @@
 """The state in a Redis that replicas share (`state_url`): the tables over `RedisMaps`, the failure
-records (`RedisFailures`), the approvals (`RedisApprovals`) and the upstreams' cooldowns
-(`RedisCooldowns`), all on one `RedisConnection`."""
+records (`RedisFailures`), the approvals (`RedisApprovals`), the upstreams' cooldowns
+(`RedisCooldowns`) and the counts of the gateway keys' limits (`RedisLimitBook`), all on one
+`RedisConnection`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.limits.windows import LimitBook
 from gateway.provider.cooldowns import CooldownRule, Cooldowns
 from gateway.state.approvals import PENDING_APPROVALS, ApprovalBounds, RedisApprovals
 from gateway.state.base import DEFAULT_FAILURE_BOUNDS, OWNED_RESPONSES, Bounds, FailureBounds, StateKind
 from gateway.state.redis_connection import RedisConnection
 from gateway.state.redis_cooldowns import RedisCooldowns
 from gateway.state.redis_failures import RedisFailures
+from gateway.state.redis_limits import RedisLimitBook
 from gateway.state.redis_maps import RedisMaps
 from gateway.state.store import StateStore
 
@@ -35,3 +38,6 @@ class RedisState(StateStore):
 
     def cooldowns(self, rule: CooldownRule) -> Cooldowns:
         return RedisCooldowns(self.connection, rule)
+
+    def limit_book(self) -> LimitBook:
+        return RedisLimitBook(self.connection)
