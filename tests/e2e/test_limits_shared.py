@@ -82,9 +82,8 @@ async def test_two_replicas_enforce_one_requests_per_minute_exactly(replicas: Re
     answered = await asyncio.gather(*(through(one if n % 2 else other) for n in range(100)))
     assert sum(answered) == 50
     assert len(one.upstream_requests) == 50
+    # Each replica had 50 requests, as many as the limit: counting alone, each would let all through.
     assert refusals(one, "requests_per_minute") + refusals(other, "requests_per_minute") == 50
-    assert refusals(one, "requests_per_minute") > 0  # each replica refused some: neither counted alone
-    assert refusals(other, "requests_per_minute") > 0
     with pytest.raises(openai.RateLimitError) as refused:  # the minute is spent on both
         await one.ask(False, messages=USER)
     assert refused.value.response.headers["x-ratelimit-remaining-requests"] == "0"
