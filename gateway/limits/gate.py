@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
-from typing import Literal, Protocol
+from typing import Literal, Protocol, get_args
 
 from gateway.errors import GatewayError, Unavailable
 from gateway.limits.windows import LimitBook, Period, Taken
@@ -33,6 +33,10 @@ _RETRY_AT_MOST = 60.0
 
 LimitName = Literal["requests_per_minute", "tokens_per_minute", "tool_calls_per_minute", "max_concurrent_requests",
                     "tokens_per_day", "tokens_per_month", "budget_per_day", "budget_per_month"]
+
+
+LIMIT_ORDER = get_args(LimitName)
+WhenDown = Literal["open", "closed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,35 @@ class KeyLimits:
                  if limits.tool_calls_per_minute is not None else None)
         return cls(requests, tools, limits.max_concurrent_requests, limits.max_rounds, _bounds(limits))
 
+    def windows(self) -> tuple[Bound, ...]:
+        """Every limit counted over a window (all but requests at once and rounds), in LIMIT_ORDER."""
+        found = [bound for bound in (self.requests, self.tool_calls) if bound is not None]
+        return tuple(sorted((*found, *self.spending), key=lambda bound: LIMIT_ORDER.index(bound.name)))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a key has used of one of its limits now: in the limit's window (`period`), or, for
+    requests at once (no period), under way. Money is in millionths (MICRO), as the book counts it.
+    `resets_in`: the seconds until the window no longer holds anything it holds now (0 when it
+    holds nothing; None for requests at once, which end with their requests), from `read_at`."""
+
+    limit: LimitName
+    counted: str
+    period: Period | None
+    used: int
+    bound: int
+    resets_in: float | None
+    read_at: float
+
+    @property
+    def remaining(self) -> int:
+        return max(self.bound - self.used, 0)
+
+    @property
+    def resets_at(self) -> float | None:
+        return None if self.resets_in is None else self.read_at + self.resets_in
+
 
 def _reset_text(seconds: float) -> str:
     """A wait as OpenAI's x-ratelimit-reset-* headers write it (1s, 6m0s, 1.5s)."""
@@ -137,15 +170,36 @@ class Limiter:
     """The limits of every key, over one LimitBook (memory, or the Redis replicas share)."""
 
     def __init__(self, defaults: Limits, keys: Mapping[str, GatewayKey], prices: Mapping[str, Price],
-                 book: LimitBook, when_down: Literal["open", "closed"], observer: LimitObserver,
+                 book: LimitBook, when_down: WhenDown, observer: LimitObserver,
                  clock: Callable[[], float] = time.time) -> None:
-        self._defaults = KeyLimits.of(defaults)
-        self._keys = {name: KeyLimits.of(key.over(defaults)) for name, key in keys.items()}
-        self._prices = dict(prices)
         self._book = book
-        self._when_down = when_down
         self._observer = observer
         self._clock = clock
+        self.replace(defaults, keys, prices, when_down)
+
+    def replace(self, defaults: Limits, keys: Mapping[str, GatewayKey], prices: Mapping[str, Price],
+                when_down: WhenDown) -> None:
+        """These limits in place of the ones before (the settings read again: gateway.runtime.reload).
+        The counts stay in the book: what a key has used in a window stays used under its new bound.
+        A request under way keeps the limits it started with."""
+        self._limits: dict[str | None, Limits] = {None: defaults, **{name: key.over(defaults)
+                                                                     for name, key in keys.items()}}
+        self._defaults = KeyLimits.of(defaults)
+        self._keys = {name: KeyLimits.of(limits) for name, limits in self._limits.items() if name is not None}
+        self._prices = dict(prices)
+        self._when_down = when_down
+
+    def resolved(self) -> dict[str | None, Limits]:
+        """The limits of each key (its own over the defaults), and under None the defaults."""
+        return dict(self._limits)
+
+    @property
+    def prices(self) -> dict[str, Price]:
+        return dict(self._prices)
+
+    @property
+    def when_down(self) -> WhenDown:
+        return self._when_down
 
     @staticmethod
     def configured(defaults: Limits, keys: Mapping[str, GatewayKey]) -> bool:
@@ -240,6 +294,24 @@ class Limiter:
         limits = self.of(principal)
         if limits.tool_calls is not None and count:
             await self._take(principal or "", limits.tool_calls, count)
+
+    async def usage(self, principal: str | None) -> list[Usage]:
+        """What `principal`'s key (None: the one caller, without keys) has used of each of its
+        limits now, in LIMIT_ORDER. Raises StateUnavailable when the book cannot be read."""
+        limits, key, now = self.of(principal), principal or "", self._clock()
+        found: list[Usage] = []
+        for bound in limits.windows():
+            # Whether a whole bound could be taken (taking nothing): refused while the window holds
+            # anything, and then its wait is until the window holds none of it.
+            taken = await self._book.take(key, bound.counted, bound.bound, bound.bound, bound.period, now, keep=False)
+            found.append(Usage(bound.name, bound.counted, bound.period, taken.used, bound.bound,
+                               max(taken.retry_after, 0.0) if taken.used else 0.0, now))
+        if limits.concurrent is not None:
+            # Asking to enter under a bound of 0, which no count fits: refused, with the count, and no
+            # lease taken.
+            under_way = (await self._book.enter(key, "", 0, now)).used
+            found.append(Usage("max_concurrent_requests", "requests", None, under_way, limits.concurrent, None, now))
+        return sorted(found, key=lambda usage: LIMIT_ORDER.index(usage.limit))
 
     def max_rounds(self, principal: str | None, default: int) -> int:
         own = self.of(principal).max_rounds
