@@ -52,6 +52,7 @@ from gateway.routes import (
     approvals,
     front,
     health,
+    limits,
     loop,
     mcp,
     models,
@@ -241,6 +242,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app.router.add_post("/v1/tools/{name}/parse", tools.parse, **EXPECT)
     response_ids.mount(app)  # gateway-made response ids: GET, input_items, DELETE, cancel
     approvals.mount(app)  # /v1/approvals: pending approvals of tool calls, and their decisions
+    limits.mount(app)  # /v1/limits: the keys' limits and what they have used of them
     if settings.routing_table().offered():  # /v1/models: the models the upstreams table names
         models.mount(app)
     app.router.add_route("*", "/v1/{tail:.*}", passthrough.passthrough, **EXPECT)

@@ -13,6 +13,8 @@ from typing import Any, get_args
 from aiohttp import web
 
 from gateway.http.keys import REGISTRY, SETTINGS
+from gateway.limits.gate import LIMIT_ORDER
+from gateway.limits.usage import AT_ONCE, UNITS
 from gateway.tools.results import Status
 from gateway.wire.headers import TRACE_HEADER, TRAJECTORY_HEADER
 
@@ -154,6 +156,35 @@ def _shared_schemas() -> dict[str, Any]:
                      "properties": {"object": {"const": "list"},
                                     "data": {"type": "array", "items": _ref("FunctionTool")}}},
         "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+        **_limit_schemas(),
+    }
+
+
+def _limit_schemas() -> dict[str, Any]:
+    """GET /v1/limits' answer (gateway.limits.usage)."""
+    seconds = {"type": ["number", "null"], "minimum": 0}
+    return {
+        "LimitUsage": {
+            "type": "object",
+            "required": ["limit", "window", "unit", "bound", "used", "remaining", "resets_in_seconds", "resets_at"],
+            "properties": {"limit": {"enum": list(LIMIT_ORDER)},
+                           "window": {"enum": ["minute", "day", "month", AT_ONCE]},
+                           "unit": {"enum": sorted(set(UNITS.values()))},
+                           "bound": {"type": "number", "minimum": 0}, "used": {"type": "number", "minimum": 0},
+                           "remaining": {"type": "number", "minimum": 0},
+                           "resets_in_seconds": {**seconds, "description": "Until the window holds nothing it "
+                                                                           "holds now; null for requests at once."},
+                           "resets_at": {**seconds, "description": "The same, as Unix time."}}},
+        "KeyLimits": {
+            "type": "object", "required": ["object", "key", "max_rounds", "limits"],
+            "properties": {"object": {"const": "key_limits"},
+                           "key": {"type": ["string", "null"], "description": "The gateway key's name; null "
+                                                                              "without keys."},
+                           "max_rounds": {"type": ["integer", "null"], "minimum": 1},
+                           "limits": {"type": "array", "items": _ref("LimitUsage")}}},
+        "LimitList": {"type": "object", "required": ["object", "data"],
+                      "properties": {"object": {"const": "list"}, "data": {"type": "array",
+                                                                          "items": _ref("KeyLimits")}}},
     }
 
 
@@ -201,6 +232,8 @@ def document(tool_names: list[str]) -> dict[str, Any]:
                                                            _json(_ref("ToolOutcome")), parameters=tool_parameters)},
             "/v1/tools/{name}/parse": {"post": _operation("Parse only: what the tool would receive", "ToolRequest",
                                                           _json(_ref("Parsed")), parameters=tool_parameters)},
+            "/v1/limits": {"get": _operation("This key's limits and what it has used of them (every key's, "
+                                             "for the operator's key)", None, _json(_ref("LimitList")))},
             "/metrics": {"get": _operation("Prometheus metrics (OpenMetrics when asked)", None, plain,
                                            parameters=[])},
             "/healthz": {"get": _operation("Liveness", None, _json(_ref("Status")), parameters=[])},
