@@ -21,7 +21,7 @@ import signal
 import sqlite3
 import sys
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from gateway.demo.tools import demo_registry
 from gateway.http.browsers import LOOPBACK
 from gateway.runtime.logs import configure_logging
 from gateway.runtime.process import CannotListen, gateway, run, settle_garbage_collector
+from gateway.runtime.reload import LimitsReload
 from gateway.runtime.workers import Worker, WorkerFailed, supervise
 from gateway.settings.load import load_settings
 from gateway.settings.model import Settings
@@ -204,9 +205,12 @@ def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_
                 "name at this gateway (DNS rebinding) can use its tools; set allowed_hosts, or keys"])]
 
 
-async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker | None = None) -> None:
+async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker | None = None,
+                 load: Callable[[], Settings] | None = None) -> None:
     """`toolspan serve` until SIGTERM or SIGINT; as one `worker` of several, it tells the
-    supervisor its start-up lines rather than logging them, and stops if the supervisor is gone."""
+    supervisor its start-up lines rather than logging them, and stops if the supervisor is gone.
+    On SIGHUP, the settings are read again through `load` and their limits replace the ones in
+    use (gateway.runtime.reload)."""
     if settings.tools:
         registry = load_tools(settings.tools, settings.app_dir)
     elif mcp_examples:  # the example tools, through MCP
@@ -215,11 +219,14 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
     else:  # the example tools go with the built-in model; a real provider gets none unless asked
         registry = demo_registry() if not settings.has_upstream else ToolRegistry()
     stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # from here on: a clean shutdown, even mid start-up
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop.set)
+    reload = LimitsReload(load if load is not None else lambda: settings)
+    loop.add_signal_handler(signal.SIGHUP, reload)  # not the default, which would end the process
     if worker is not None:
         worker.on_supervisor_gone(stop.set)
-    async with gateway(settings, registry, worker=worker.slot if worker else None) as (url, _, model):
+    async with gateway(settings, registry, worker=worker.slot if worker else None, reload=reload) as (url, _, model):
         settle_garbage_collector()  # the process is the gateway's own: tune its collector
         lines = startup_lines(url, settings, registry, builtin_model=model is not None)
         if worker is None:
@@ -251,11 +258,12 @@ def check_workers(settings: Settings) -> None:
         raise StartupError(f"--workers {settings.workers} needs a port: with port 0 each worker would get its own")
 
 
-def serve_worker(settings: Settings, mcp_examples: bool, worker: Worker) -> None:
-    """The main of one worker process of `toolspan serve --workers N` (gateway.runtime.workers starts it)."""
+def serve_worker(settings: Settings, mcp_examples: bool, load: Callable[[], Settings], worker: Worker) -> None:
+    """The main of one worker process of `toolspan serve --workers N` (gateway.runtime.workers
+    starts it); `load` reads the settings again on SIGHUP."""
     configure_logging(settings.log_level, settings.log_format)
     try:
-        run(_serve(settings, mcp_examples, worker))
+        run(_serve(settings, mcp_examples, worker, load))
     except OPERATOR_ERRORS as exc:
         worker.failed(without_credentials(str(exc)))
         sys.exit(2)
@@ -349,13 +357,14 @@ def _command(argv: list[str] | None) -> int:
                  "app_dir": options.app_dir, "log_level": options.log_level,
                  "log_format": options.log_format, "access_log": options.access_log,
                  "workers": options.workers}
-        settings = load_settings(flags, options.config)
+        load = functools.partial(load_settings, flags, options.config)  # again on SIGHUP, for the limits
+        settings = load()
         configure_logging(settings.log_level, settings.log_format)
         if settings.workers > 1:
             check_workers(settings)
-            work = functools.partial(serve_worker, settings, options.mcp_examples)
+            work = functools.partial(serve_worker, settings, options.mcp_examples, load)
             return run(supervise(work, settings.workers, settings.shutdown_grace_seconds))
-        run(_serve(settings, mcp_examples=options.mcp_examples))
+        run(_serve(settings, mcp_examples=options.mcp_examples, load=load))
     except (*OPERATOR_ERRORS, WorkerFailed) as exc:
         # A settings error may be several, one a line; a URL in one is said without its credentials.
         for line in without_credentials(str(exc)).splitlines():

@@ -29,6 +29,7 @@ from gateway.http.metrics_page import MetricsPage, OwnMetrics, WorkersMetrics, s
 from gateway.http.server import GatewayRunner
 from gateway.instrumentation import Instrumentation, NoInstrumentation
 from gateway.runtime.logs import ACCESS_LOGGER, access_logger
+from gateway.runtime.reload import LimitsReload
 from gateway.runtime.workers import WorkerSlot
 from gateway.settings.model import REDACT_KEYS, Settings
 from gateway.state import ApprovalBounds, Bounds, StateStore, make_store
@@ -189,11 +190,12 @@ async def serving(app: web.Application, host: str, port: int, access_log: bool =
 @contextlib.asynccontextmanager
 async def gateway(settings: Settings, registry: ToolRegistry | None = None, processors: Iterable[SpanProcessor] = (),
                   policy: Policy | None = None, tracer_provider: AnyTracerProvider | None = None,
-                  worker: WorkerSlot | None = None,
+                  worker: WorkerSlot | None = None, reload: LimitsReload | None = None,
                   ) -> AsyncIterator[tuple[str, Observability, ScriptedModel | None]]:
     """The whole gateway, with the built-in model as its upstream when none is configured. As one
     `worker` of several (`toolspan serve --workers N`), it shares its port with the others, and
-    its /metrics shows theirs too (gateway.http.metrics_page)."""
+    its /metrics shows theirs too (gateway.http.metrics_page). `reload` (SIGHUP's, in `toolspan
+    serve`) is handed the app once it serves."""
     model: ScriptedModel | None = None
     async with contextlib.AsyncExitStack() as stack:
         if not settings.has_upstream:
@@ -225,6 +227,8 @@ async def gateway(settings: Settings, registry: ToolRegistry | None = None, proc
                        reuse_port=worker is not None, redact_keys=settings.redact_keys,
                        backlog=settings.max_concurrent_requests)
         url = await stack.enter_async_context(site)
+        if reload is not None:
+            reload.serving(app)
         yield url, telemetry, model
 
 

@@ -11,6 +11,10 @@ requests their grace period and flushes its spans (gateway.cli.main._serve, gate
 and waits for them: up to the grace period, the wrap-up and STOP_MARGIN_SECONDS; a worker still
 running then is killed. The exit code is 0 when every worker stopped cleanly.
 
+On SIGHUP, once every worker listens, it passes the signal on to each of them: each reads its
+settings again and puts their limits in place (gateway.runtime.reload). A SIGHUP before then is
+only logged (a worker may not handle it yet, and it would end it).
+
 A worker that ends on its own (a crash, the OOM killer) is not restarted: the supervisor stops the
 others and exits 1, for the orchestrator (systemd, Kubernetes, compose) to restart the whole. A
 worker whose supervisor is gone (SIGKILL) stops by itself.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import signal
 import tempfile
 from collections.abc import Callable
@@ -170,11 +175,26 @@ async def _started(workers: list[_Running], stop: asyncio.Event) -> list[str] | 
     return lines
 
 
-async def _serve(workers: list[_Running], stop: asyncio.Event, grace_seconds: float) -> bool:
-    """Every worker started and running until SIGTERM or SIGINT (True), or until one ends (False)."""
+def _hang_up(workers: list[_Running], listening: asyncio.Event) -> None:
+    """SIGHUP, passed on to every worker still running, once they all listen."""
+    if not listening.is_set():
+        log.warning("SIGHUP while the workers start: nothing reloaded (they read the settings as they start)")
+        return
+    running = [worker.process.pid for worker in workers if not worker.ended.done()]
+    log.info("SIGHUP: passed on to %d workers, each to read the settings again", len(running))
+    for pid in running:
+        if pid is not None:
+            os.kill(pid, signal.SIGHUP)
+
+
+async def _serve(workers: list[_Running], stop: asyncio.Event, grace_seconds: float,
+                 listening: asyncio.Event) -> bool:
+    """Every worker started and running until SIGTERM or SIGINT (True), or until one ends (False);
+    `listening` is set once every worker listens."""
     lines = await _started(workers, stop)
     if lines is None:
         return True
+    listening.set()
     for line in lines:
         log.info("%s", line)
     log.info("workers: %d processes on the port (pids %s)", len(workers),
@@ -219,16 +239,17 @@ async def supervise(work: Callable[[Worker], None], count: int, grace_seconds: f
     the exit code: 0 when stopped by a signal and every worker stopped cleanly, else 1. Raises
     WorkerFailed when a worker cannot start (after stopping the others)."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    stop, listening = asyncio.Event(), asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    workers: list[_Running] = []
+    loop.add_signal_handler(signal.SIGHUP, _hang_up, workers, listening)
     within = grace_seconds + SHUTDOWN_WRAP_UP_SECONDS + STOP_MARGIN_SECONDS
     with tempfile.TemporaryDirectory(prefix="toolspan-workers-") as run_dir:
-        workers: list[_Running] = []
         try:
             for index in range(count):
                 workers.append(_start(work, WorkerSlot(index, count, Path(run_dir))))
-            signalled = await _serve(workers, stop, grace_seconds)
+            signalled = await _serve(workers, stop, grace_seconds, listening)
         finally:
             clean = await _stop(workers, within)
     return 0 if signalled and clean else 1

@@ -116,19 +116,22 @@ class Toolspan:
 
     async def line(self, pattern: re.Pattern[str]) -> re.Match[str]:
         """The first line `pattern` finds, once the process wrote it."""
-        def found() -> re.Match[str] | None:
-            return next((m for m in map(pattern.search, self.lines) if m), None)
+        return (await self.matches(pattern, 1))[0]
+
+    async def matches(self, pattern: re.Pattern[str], count: int) -> list[re.Match[str]]:
+        """The first `count` lines `pattern` finds, once the process wrote them."""
+        def found() -> list[re.Match[str]]:
+            return [m for m in map(pattern.search, self.lines) if m][:count]
 
         try:
             async with asyncio.timeout(START_TIMEOUT), self._new_line:
-                await self._new_line.wait_for(lambda: found() or self._reader.done())
+                await self._new_line.wait_for(lambda: len(found()) == count or self._reader.done())
         except TimeoutError:
-            pytest.fail(f"no line like {pattern.pattern!r} within {START_TIMEOUT} s: {self.output()}")
-        match = found()
-        if match is None:
-            pytest.fail(f"toolspan exited ({await self.process.wait()}) without a line like {pattern.pattern!r}: "
-                        f"{self.output()}")
-        return match
+            pytest.fail(f"not {count} lines like {pattern.pattern!r} within {START_TIMEOUT} s: {self.output()}")
+        if len(matches := found()) < count:
+            pytest.fail(f"toolspan exited ({await self.process.wait()}) without {count} lines like "
+                        f"{pattern.pattern!r}: {self.output()}")
+        return matches
 
     async def pids(self) -> tuple[int, int]:
         """The workers' process ids, from the line the supervisor logs once both listen."""
