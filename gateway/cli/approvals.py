@@ -16,23 +16,14 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.settings.load import client_key
+from gateway.cli.remote import CommandFailed, call, gateway_options
 from gateway.wire.escaping import visible, visible_lines
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-KEY_VARIABLE = "TOOLSPAN_API_KEY"  # the client's key, as the openai client reads OPENAI_API_KEY
-TIMEOUT_SECONDS = 30.0
 SAID_MAX = 400  # characters of a call's arguments, and of its message, in the table (--json: all of them)
-
-
-class ApprovalsFailed(Exception):
-    """What went wrong, for one line on stderr (exit 1)."""
 
 
 def _json(text: str) -> Any:
@@ -48,10 +39,7 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser("approvals", help="list, approve and deny tool calls waiting for a reviewer "
                                                    "(a running gateway's)")
     sub = parser.add_subparsers(dest="action", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=DEFAULT_URL, help=f"the gateway (default {DEFAULT_URL})")
-    common.add_argument("--key", help=f"a gateway key (default: ${KEY_VARIABLE}); deciding needs an approver's "
-                                      "or the operator's")
+    common = gateway_options("; deciding needs an approver's or the operator's")
     listing = sub.add_parser("list", parents=[common], help="the pending approvals this key may see, oldest first")
     listing.add_argument("--json", action="store_true", help="JSON instead of a table")
     approve = sub.add_parser("approve", parents=[common], help="approve one: the call goes on")
@@ -61,38 +49,6 @@ def add_parser(commands: Any) -> None:
         decide.add_argument("--reason", help="why (a denial's reason goes to the model)")
     approve.add_argument("--output", type=_json, metavar="JSON", default=argparse.SUPPRESS,
                          help="for a call whose tool paused (Interrupt): its result, as JSON")
-
-
-def _call(options: argparse.Namespace, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-    """One request to the gateway; its JSON answer, or ApprovalsFailed with its error's message."""
-    url = options.url.rstrip("/") + path
-    headers = {"Accept": "application/json"}
-    key = options.key if options.key is not None else client_key(KEY_VARIABLE)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    data = None
-    if body is not None:
-        data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
-    request = urllib.request.Request(url, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise ApprovalsFailed(f"{exc.code}: {_message(exc.read())}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise ApprovalsFailed(f"cannot reach the gateway at {options.url}: {reason}") from None
-    except ValueError:
-        raise ApprovalsFailed(f"{url} did not answer with JSON: is it a toolspan gateway?") from None
-
-
-def _message(body: bytes) -> str:
-    """The gateway's error message (OpenAI's shape), else the start of whatever came."""
-    try:
-        error = json.loads(body)["error"]
-        return f"{error['message']}" + (f" ({error['code']})" if error.get("code") else "")
-    except (ValueError, KeyError, TypeError):
-        return body[:200].decode("utf-8", "replace") or "(no body)"
 
 
 def _cell(value: Any, most: int) -> str:
@@ -131,10 +87,10 @@ def run_approvals(options: argparse.Namespace) -> int:
     """Runs one `toolspan approvals` subcommand; the exit status."""
     try:
         if options.action == "list":
-            answer = _call(options, "GET", "/v1/approvals")
+            answer = call(options, "GET", "/v1/approvals")
             listed = answer.get("data") if isinstance(answer, dict) else None
             if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
-                raise ApprovalsFailed(f"{options.url} did not answer with a list of approvals: is it a toolspan "
+                raise CommandFailed(f"{options.url} did not answer with a list of approvals: is it a toolspan "
                                       "gateway?")
             print(visible_lines(json.dumps(listed, indent=2, ensure_ascii=False)) if options.json
                   else "\n".join(table(listed)))
@@ -144,9 +100,9 @@ def run_approvals(options: argparse.Namespace) -> int:
             body["reason"] = options.reason
         if hasattr(options, "output"):  # given, null included
             body["output"] = options.output
-        decided = _call(options, "POST", f"/v1/approvals/{urllib.parse.quote(options.id, safe='')}", body)
+        decided = call(options, "POST", f"/v1/approvals/{urllib.parse.quote(options.id, safe='')}", body)
         print(_decided(decided if isinstance(decided, dict) else {}, options.reason))
         return 0
-    except ApprovalsFailed as exc:
+    except CommandFailed as exc:
         print(f"toolspan: {visible(str(exc))}", file=sys.stderr)
         return 1

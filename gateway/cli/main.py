@@ -7,6 +7,7 @@
     toolspan mcp-examples
     toolspan trajectories list|show|report|import|export   (see gateway.cli.trajectories)
     toolspan approvals list|approve ID|deny ID [--url URL] [--key KEY]   (see gateway.cli.approvals)
+    toolspan keys usage [--url URL] [--key KEY] [--json]   (see gateway.cli.keys)
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 
 from gateway.cli.approvals import add_parser as add_approvals_parser
 from gateway.cli.approvals import run_approvals
+from gateway.cli.keys import add_parser as add_keys_parser
+from gateway.cli.keys import run_keys
 from gateway.cli.trajectories import add_parser as add_trajectories_parser
 from gateway.cli.trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
@@ -309,6 +312,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("mcp-examples", help="serve the example tools as an MCP server over stdio")
     add_trajectories_parser(commands)
     add_approvals_parser(commands)
+    add_keys_parser(commands)
     return parser
 
 
@@ -347,6 +351,8 @@ def _command(argv: list[str] | None) -> int:
             return run_trajectories(options)
         if options.command == "approvals":
             return run_approvals(options)
+        if options.command == "keys":
+            return run_keys(options)
         if options.command == "mcp-examples":
             from gateway.demo.mcp_server import serve_examples
 
