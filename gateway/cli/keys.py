@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.cli.remote import CommandFailed, call, gateway_options
+from gateway.limits.usage import figure
 from gateway.wire.escaping import visible, visible_lines
 
 HEADER = ["key", "limit", "used", "bound", "left", "resets"]
@@ -37,14 +38,6 @@ def add_parser(commands: Any) -> None:
     usage.add_argument("--json", action="store_true", help="JSON instead of a table")
 
 
-def _amount(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "-"
-    if isinstance(value, int) or value.is_integer():
-        return f"{int(value):,}"
-    return f"{value:,.6f}".rstrip("0")  # money, to the millionth the gateway counts
-
-
 def _resets(limit: Mapping[str, Any]) -> str:
     seconds, at = limit.get("resets_in_seconds"), limit.get("resets_at")
     if not isinstance(seconds, int | float) or not isinstance(at, int | float) or seconds <= 0:
@@ -56,10 +49,10 @@ def _resets(limit: Mapping[str, Any]) -> str:
 
 def _rows(entry: Mapping[str, Any]) -> list[list[str]]:
     key = visible(str(entry.get("key") or "-"))
-    rows = [[key, visible(str(limit.get("limit"))), _amount(limit.get("used")), _amount(limit.get("bound")),
-             _amount(limit.get("remaining")), _resets(limit)] for limit in entry["limits"]]
+    rows = [[key, visible(str(limit.get("limit"))), figure(limit.get("used")), figure(limit.get("bound")),
+             figure(limit.get("remaining")), _resets(limit)] for limit in entry["limits"]]
     if (rounds := entry.get("max_rounds")) is not None:
-        rows.append([key, "max_rounds", "-", _amount(rounds), "-", "per request"])
+        rows.append([key, "max_rounds", "-", figure(rounds), "-", "per request"])
     return rows or [[key, "(no limits)", "", "", "", ""]]
 
 

@@ -49,6 +49,16 @@ def amount(usage: Usage, value: int) -> int | float:
     return value / MICRO if usage.counted == "spend" else value
 
 
+def figure(value: object) -> str:
+    """An amount as the table of `toolspan keys usage` and the page show it: whole numbers with
+    thousands separated, money to the millionth the gateway counts; "-" for what is no number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    if isinstance(value, int) or value.is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.6f}".rstrip("0")
+
+
 def usage_json(usage: Usage) -> dict[str, Any]:
     resets_at = usage.resets_at
     return {"limit": usage.limit, "window": usage.period or AT_ONCE, "unit": UNITS.get(usage.counted, usage.counted),

@@ -2,10 +2,10 @@
 embedded trajectory store, read through the `TrajectoryReader` the composition root hands in;
 a stylesheet and a small script of its own, and a Content-Security-Policy that allows nothing else.
 
-Routes: /ui (the report), /ui/trajectories (the list, with filters), /ui/trajectories/{id} (one
-timeline, a page of its requests: ?page=N, ?limit=N), /ui/approvals (the pending approvals of
-tool calls, and their decisions: see ui_approvals), /ui/login and /ui/logout (the session cookie,
-see ui_auth), /ui/assets/{name}."""
+Routes: /ui (the report, with each key's usage of its limits: see ui_limits), /ui/trajectories
+(the list, with filters), /ui/trajectories/{id} (one timeline, a page of its requests: ?page=N,
+?limit=N), /ui/approvals (the pending approvals of tool calls, and their decisions: see
+ui_approvals), /ui/login and /ui/logout (the session cookie, see ui_auth), /ui/assets/{name}."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ from gateway.ui.auth import (
     signed_in,
 )
 from gateway.ui.layout import notice, page
-from gateway.ui.markup import Html
+from gateway.ui.limits import limits_view
+from gateway.ui.markup import Html, join
 from gateway.ui.report import ListFilters, list_page, report_page
 from gateway.ui.timeline import MOST_PAGE_REQUESTS, PAGE_REQUESTS, Paging, pages, timeline_page
 
@@ -139,9 +140,10 @@ async def report_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     if not isinstance(viewer := _viewer(request), _Viewer):
         return viewer
+    limits = await limits_view(request, viewer.key)
     report = await _ask(request, "report", viewer.key)
     if report is None:
-        return html(page("Trajectory report", notice(_NO_STORE), HOME, bool(settings.keys)))
+        return html(page("Trajectory report", join([limits, notice(_NO_STORE)]), HOME, bool(settings.keys)))
     hourly = await _ask(request, "rejections_over_time", COARSE_BUCKET_SECONDS, viewer.key) or []
     starts = [row["bucket_start"] for row in hourly]
     # Less than a day of calls: minutes are the finer steps for the chart.
@@ -149,7 +151,7 @@ async def report_view(request: web.Request) -> web.Response:
         hourly = await _ask(request, "rejections_over_time", FINE_BUCKET_SECONDS, viewer.key) or []
     recent = await _ask(request, "list_trajectories", tool=None, outcome=None, since=None, model=None,
                         limit=RECENT, key=viewer.key) or []
-    body = report_page(report, hourly, recent, settings.trace_ui_url)
+    body = join([limits, report_page(report, hourly, recent, settings.trace_ui_url)])
     return html(page("Trajectory report", body, HOME, bool(settings.keys)))
 
 

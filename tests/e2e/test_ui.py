@@ -7,6 +7,7 @@ screenshots (docs/ui.png, docs/ui-trajectory.png)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,31 @@ async def test_a_key_sees_only_its_own_trajectories_and_the_operator_every_one(m
         own = await stack.http.get(f"/ui/trajectories/ops~{theirs}", headers={"Authorization": f"Bearer {key}"})
         assert own.status == 200
         assert "get_weather" in await own.text()
+
+
+async def test_the_report_shows_each_keys_usage_of_its_limits(make_stack: StackFactory, browser: Browser) -> None:
+    """The Limits section: a key sees its own limits used against their bounds; the operator every key's."""
+    stack = await make_stack(registry=demo_registry(), keys={
+        "ops": {"key": TEST_KEY, "requests_per_minute": 4}, "other": {"key": "sk-other-key"},
+        "root": {"key": "sk-root-key", "operator": True}}, default_limits={"requests_per_minute": 10,
+                                                                         "tokens_per_day": 1000})
+    await _renamed_then_corrected(stack)  # four provider calls of 15 tokens each
+    page = await _signed_in(browser, stack, "/ui")
+    rows = page.locator("#limits tbody tr")
+    await expect(rows).to_have_count(2)
+    requests = await rows.nth(0).locator("td").all_inner_texts()
+    shown = [cell.strip() for cell in requests[:6]]
+    assert shown == ["ops", "requests_per_minute", "1", "4", "3", "25%"]  # its own bound, not the default
+    assert re.fullmatch(r"in [1-6]?[0-9] s", requests[6])  # when the request leaves the sliding minute
+    tokens = await rows.nth(1).locator("td").all_inner_texts()
+    assert tokens[:5] == ["ops", "tokens_per_day", "60", "1,000", "940"]
+    assert await rows.nth(1).locator("meter").get_attribute("value") == "60"
+    assert await rows.nth(1).locator("time").get_attribute("title") is not None  # the page's script ran on it
+    for key, shown in (("sk-other-key", {"other"}), ("sk-root-key", {"ops", "other", "root"})):
+        text = await (await stack.http.get("/ui", headers={"Authorization": f"Bearer {key}"})).text()
+        assert {name for name in ("ops", "other", "root") if f'data-key="{name}"' in text} == shown
+
+
+async def test_without_limits_the_report_has_no_limits_section(keyed: Stack) -> None:
+    text = await (await keyed.http.get("/ui", headers=AUTH)).text()
+    assert 'id="limits"' not in text
