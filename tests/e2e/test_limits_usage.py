@@ -1,6 +1,8 @@
 """GET /v1/limits (issue 58): what a gateway key has used of each of its limits, against the bound,
 with what is left and when its window frees; a key sees its own only (another key cannot tell it
-exists), the operator's key every key's, and the answer fits the OpenAPI document."""
+exists), the operator's key every key's, and the answer fits the OpenAPI document. With the counts
+in a real Redis, one replica shows what another counted, and a Redis that is down is a 503 (the
+page says so)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,11 @@ import pytest
 
 from gateway.demo.model import Reply
 from tests.conftest import TEST_KEY, USER, Stack, StackFactory
+from tests.e2e.redis_server import RedisServer
 from tests.e2e.test_limits import OTHER_KEY, answers, waiting_registry
+from tests.e2e.test_limits_shared import Replicas, replicas, state_url
+
+__all__ = ["replicas", "state_url"]  # test_limits_shared's fixtures: two replicas on one Redis
 
 OPERATOR_KEY = "sk-operator-0001"
 KEYS = {"alice": {"key": TEST_KEY, "requests_per_minute": 3}, "bob": {"key": OTHER_KEY},
@@ -140,3 +146,30 @@ async def test_the_answer_fits_the_openapi_document(keyed: Stack) -> None:
     answer = await (await keyed.http.get("/v1/limits", headers={"Authorization": f"Bearer {OPERATOR_KEY}"})).json()
     schema = {"$ref": "#/components/schemas/LimitList", "components": document["components"]}
     jsonschema.Draft202012Validator(schema).validate(answer)
+
+
+async def test_a_replica_shows_what_another_counted(replicas: Replicas) -> None:
+    one, other = await replicas(keys=KEYS, default_limits=LIMITS, prices=PRICES)
+    answers(one, 2)
+    await one.ask(False, messages=USER)
+    await one.ask(False, messages=USER)
+    [seen_here], [seen_there] = await limits(one), await limits(other)
+    assert counts(seen_there) == counts(seen_here)
+    assert counts(seen_there)["requests_per_minute"] == (2, 3, 1)
+    assert counts(seen_there)["tokens_per_day"] == (30, 1000, 970)
+    assert counts(seen_there)["budget_per_month"] == (0.00004, 1, 0.99996)
+
+
+async def test_with_redis_down_the_usage_is_a_503_and_the_page_says_so(replicas: Replicas,
+                                                                      redis_up: RedisServer) -> None:
+    one, _ = await replicas(keys=KEYS, default_limits=LIMITS, state_timeout_seconds=0.5)
+    redis_up.stop()
+    try:
+        response = await one.http.get("/v1/limits", headers={"Authorization": f"Bearer {TEST_KEY}"})
+        body = await response.json()
+        page = await (await one.http.get("/ui", headers={"Authorization": f"Bearer {TEST_KEY}"})).text()
+    finally:
+        redis_up.start()
+    assert (response.status, response.headers["retry-after"]) == (503, "2")
+    assert body["error"]["code"] == "state_unavailable"
+    assert "counts cannot be read now: the shared state is unreachable" in page
