@@ -85,7 +85,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -413,13 +413,13 @@ def _check_imports(checkout: Path) -> str:
     return found[0]
 
 
-async def _wait_ready(url: str, seconds: float = 120.0) -> None:
-    """Until `url` answers PLAIN with 200."""
+async def _wait_ready(url: str, seconds: float = 120.0, headers: Mapping[str, str] | None = None) -> None:
+    """Until `url` answers PLAIN (sent with `headers`) with 200."""
     deadline = time.monotonic() + seconds
     async with aiohttp.ClientSession() as session:
         while True:
             try:
-                async with session.post(url, json=PLAIN) as response:
+                async with session.post(url, json=PLAIN, headers=headers) as response:
                     if response.status == 200:
                         return
             except aiohttp.ClientError:
@@ -464,6 +464,7 @@ WRK_SCRIPT = """\
 local file = assert(io.open(%s, "rb"))
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+%s
 wrk.body = file:read("*a")
 file:close()
 
@@ -485,14 +486,16 @@ class WrkRun:
     wrk_cpu: float  # seconds of wrk's CPU (its rusage)
 
 
-def load(url: str, body: bytes, seconds: int, connections: int) -> WrkRun:
-    """One wrk run, one thread: POST `body` to `url` over `connections` connections for `seconds`.
-    Any failed request (refused, reset, timed out, not 2xx) aborts the bench: that is not what is
-    measured."""
+def load(url: str, body: bytes, seconds: int, connections: int, headers: Mapping[str, str] | None = None) -> WrkRun:
+    """One wrk run, one thread: POST `body` to `url` over `connections` connections for `seconds`,
+    with `headers` besides the JSON content type. Any failed request (refused, reset, timed out, not
+    2xx) aborts the bench: that is not what is measured."""
+    extra = "\n".join(f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}"
+                      for name, value in (headers or {}).items())
     with tempfile.TemporaryDirectory(prefix="toolspan-bench-") as folder:
         Path(folder, "body.json").write_bytes(body)
         script = Path(folder, "post.lua")
-        script.write_text(WRK_SCRIPT % json.dumps(str(Path(folder, "body.json"))))
+        script.write_text(WRK_SCRIPT % (json.dumps(str(Path(folder, "body.json"))), extra))
         cpu = _children_cpu()
         done = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
                                "-s", str(script), url], capture_output=True, text=True, check=False)
@@ -748,11 +751,18 @@ def _line(scenario: Scenario, label: str, per_round: list[float], form: str, tar
 def verdicts(scenario: Scenario, results: Results) -> list[str]:
     """The verdict lines of one scenario (see the module's docstring for the targets)."""
     found = results[scenario.option]
-    if not {"direct", "floor", "toolspan", "toolspan-notel"} <= found.keys():
-        return []  # a subset of the targets (--targets): the bounds' table says what it can
 
     def per_round(of: Callable[[Sample, Sample], float], ours: str, theirs: str) -> list[float]:
         return [of(a, b) for a, b in zip(found[ours], found[theirs], strict=True)]
+
+    before: list[str] = []
+    if {"toolspan", "before"} <= found.keys():  # with --compare, whatever the other targets
+        before = [_line(scenario, "toolspan/before CPU per request",
+                        per_round(lambda a, b: a.cpu_us / b.cpu_us, "toolspan", "before"), "{:.2f}", None),
+                  _line(scenario, "p50 toolspan - before, c=1",
+                        per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms, "toolspan", "before"), "{:+.2f} ms", None)]
+    if not {"direct", "floor", "toolspan", "toolspan-notel"} <= found.keys():
+        return before  # a subset of the targets (--targets): the bounds' table says what it can
 
     def added(label: str, of: Callable[[Sample, Sample], float], target: float | None) -> list[str]:
         """Milliseconds toolspan adds over direct, and beside them what the floor adds (a yardstick)."""
@@ -788,13 +798,7 @@ def verdicts(scenario: Scenario, results: Results) -> list[str]:
             _line(scenario, "the trajectory store", [a - b for a, b in zip(cpu["toolspan"], cpu["toolspan-nostore"],
                                                                           strict=True)], "{:.0f} µs", None),
         ]
-    if "before" in found:
-        lines.append(_line(scenario, "toolspan/before CPU per request",
-                           per_round(lambda a, b: a.cpu_us / b.cpu_us, "toolspan", "before"), "{:.2f}", None))
-        lines.append(_line(scenario, "p50 toolspan - before, c=1",
-                           per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms, "toolspan", "before"), "{:+.2f} ms",
-                           None))
-    return lines
+    return lines + before
 
 
 def _chosen(names: str) -> list[Scenario]:

@@ -1,0 +1,307 @@
+"""What the limits of gateway keys (issue 58) cost a plain request: CPU per request of a plain Chat
+Completions request (not streamed) through a gateway key without limits, with limits counted in
+the gateway's memory, and with the same limits counted in Redis, as ratios in one run.
+
+In one run, on loopback: the built-in fast upstream (bench/proxy.py --serve upstream), a
+`redis-server` of the bench's own (Debian's package, no persistence), and one gateway process a
+target, each served by this script as bench/proxy.py serves its `toolspan` target (the demo tools,
+telemetry on, spans through a BatchSpanProcessor to an exporter that drops them, metrics, the
+trajectory store on its own file, no access log), every one with the same gateway key:
+  keys        the key and no limit: the baseline;
+  memory      the key with LIMITS (requests and tokens per minute, tokens and money per day, a price
+              for the bench's model), counted in the gateway's memory;
+  redis-keys  the key and no limit, `state_url` set (the gateway's shared state in Redis): the
+              baseline of the next;
+  redis       the key with LIMITS, `state_url` set: counted in Redis.
+Every bound is far above what a run reaches, so nothing is refused: a refusal fails the run.
+
+Before measuring, each target answers once and is checked: 200, "ok", and the quota headers on
+the answer exactly where limits are set; then 100 requests one at a time count the commands Redis
+processed for each (the redis target must send more than redis-keys: else its limits are not in
+Redis); then each is loaded for WARM_UP_SECONDS unmeasured.
+
+Method (bench/proxy.py's): wrk, one thread, 10 connections for --seconds: requests per second and
+the CPU per request of the target's process (utime + stime, all its threads) and of redis-server
+over the same run, divided by the requests answered; then one connection for --c1-seconds: the
+p50 latency. Every round measures every target, their order rotating. Reported: medians of
+per-round values, and the medians of per-round ratios and differences, each round's beside them.
+
+    python bench/limits.py [--rounds 5] [--seconds 3] [--c1-seconds 1] [--targets keys,memory,redis-keys,redis]
+
+With the defaults it takes about two minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ modules, as when run as a script
+from proxy import CHAT, PLAIN, ROOT, _free_port, _need_wrk, _start, _wait_ready, cpu_seconds, load
+from redis import Redis as RedisClient
+from scale import Redis
+
+KEY_NAME = "bench"
+SECRET = "bench-key-for-limits"
+AUTHORIZATION = {"Authorization": f"Bearer {SECRET}"}
+# Far above what a run of minutes reaches at a few thousand requests a second, so that nothing is
+# refused and every check counts whole windows.
+LIMITS = {"requests_per_minute": 1_000_000_000, "tokens_per_minute": 1_000_000_000_000,
+          "tokens_per_day": 1_000_000_000_000, "budget_per_day": 1_000_000.0}
+PRICES = {"bench": {"input": 2.5, "output": 10.0}}  # per million tokens; the bench's model
+TARGETS = ("keys", "memory", "redis-keys", "redis")
+LIMITED = {"memory", "redis"}
+QUOTA_HEADER = "x-ratelimit-remaining-requests"
+BUSY = 10  # connections of the CPU runs
+WARM_UP_SECONDS = 2
+COUNTED_REQUESTS = 100  # one at a time, for Redis's commands per request
+
+
+# --- the servers, each run as `python bench/limits.py --serve TARGET --port P --upstream URL [--state-url URL]` --
+
+def settings_of(target: str, port: int, upstream: str, state_url: str | None) -> dict[str, Any]:
+    """The settings of `target`'s gateway, as keyword arguments of Settings."""
+    key: dict[str, Any] = {"key": SECRET, **(LIMITS if target in LIMITED else {})}
+    found: dict[str, Any] = {"port": port, "upstream": upstream, "keys": {KEY_NAME: key}}
+    if target in LIMITED:
+        found["prices"] = PRICES
+    if target.startswith("redis"):
+        found["state_url"] = state_url
+    return found
+
+
+async def _serve_gateway(target: str, port: int, upstream: str, state_url: str | None) -> None:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from tool_pipeline import DropExporter
+
+    from gateway.demo.tools import demo_registry
+    from gateway.runtime.process import gateway, settle_garbage_collector
+    from gateway.settings.model import Settings
+
+    settings = Settings(**settings_of(target, port, upstream, state_url))
+    async with gateway(settings, demo_registry(), processors=[BatchSpanProcessor(DropExporter())]):
+        settle_garbage_collector()  # as `toolspan serve` does
+        await asyncio.Event().wait()
+
+
+def _start_gateway(target: str, upstream: str, state_url: str, stores: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    args = [sys.executable, str(Path(__file__).resolve()), "--serve", target, "--port", str(port),
+            "--upstream", upstream, "--state-url", state_url]
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TOOLSPAN_")}
+    env.update({"PYTHONPATH": str(ROOT), "TOOLSPAN_TRAJECTORY_STORE_PATH": str(stores / f"{target}.sqlite3")})
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL), port
+
+
+# --- checks -----------------------------------------------------------------------------------------------
+
+def ask(url: str) -> tuple[int, dict[str, str], bytes]:
+    """One plain request with the key: its status, headers (lower-cased names) and body."""
+    host, _, rest = url.removeprefix("http://").partition("/")
+    connection = http.client.HTTPConnection(host, timeout=30)
+    try:
+        connection.request("POST", "/" + rest, json.dumps(PLAIN).encode(),
+                           {"Content-Type": "application/json", **AUTHORIZATION})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def check(target: str, url: str) -> None:
+    """The target answers "ok", with the quota headers exactly when it has limits."""
+    status, headers, body = ask(url)
+    if status != 200:
+        raise RuntimeError(f"{target}: status {status}: {body[:1000]!r}")
+    said = json.loads(body)["choices"][0]["message"]["content"]
+    if said != "ok":
+        raise RuntimeError(f"{target}: answered {said!r}, expected 'ok'")
+    if (QUOTA_HEADER in headers) != (target in LIMITED):
+        raise RuntimeError(f"{target}: {QUOTA_HEADER} {'missing' if target in LIMITED else 'present'} on the answer")
+
+
+def redis_commands(target: str, url: str, redis: RedisClient) -> dict[str, float]:
+    """The commands Redis processed per plain request of `target`, by name, over COUNTED_REQUESTS
+    one at a time (the INFO that reads the counts left out)."""
+    def calls() -> dict[str, int]:
+        stats: dict[str, dict[str, int]] = redis.info("commandstats")
+        return {name.removeprefix("cmdstat_"): found["calls"] for name, found in stats.items()}
+
+    before = calls()
+    for _ in range(COUNTED_REQUESTS):
+        status, _, body = ask(url)
+        if status != 200:
+            raise RuntimeError(f"{target}: status {status}: {body[:1000]!r}")
+    after = calls()
+    after["info"] = after.get("info", 0) - 1
+    return {name: (count - before.get(name, 0)) / COUNTED_REQUESTS for name, count in sorted(after.items())
+            if count > before.get(name, 0)}
+
+
+# --- measuring --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Sample:
+    """One target in one round."""
+
+    rps: float  # at concurrency 10
+    cpu_us: float  # the gateway process's CPU per request, at concurrency 10
+    redis_us: float  # redis-server's CPU per request over the same run
+    p50_1_ms: float  # at concurrency 1
+
+
+@dataclass
+class Target:
+    name: str
+    process: subprocess.Popen[bytes]
+    url: str  # of its Chat Completions route
+
+
+def sample(target: Target, redis_pid: int, seconds: int, single_seconds: int) -> Sample:
+    body = json.dumps(PLAIN).encode()
+    cpu, redis_cpu = cpu_seconds(target.process.pid), cpu_seconds(redis_pid)
+    busy = load(target.url, body, seconds, BUSY, AUTHORIZATION)
+    cpu, redis_cpu = cpu_seconds(target.process.pid) - cpu, cpu_seconds(redis_pid) - redis_cpu
+    single = load(target.url, body, single_seconds, 1, AUTHORIZATION)
+    return Sample(busy.requests / busy.seconds, cpu / busy.requests * 1e6, redis_cpu / busy.requests * 1e6,
+                  single.p50_ms)
+
+
+Results = dict[str, list[Sample]]  # target name -> one Sample per round
+Commands = dict[str, dict[str, float]]  # target name -> Redis command -> calls a request
+
+
+def measure(targets: list[Target], redis_pid: int, rounds: int, seconds: int, single_seconds: int) -> Results:
+    body = json.dumps(PLAIN).encode()
+    for target in targets:  # unmeasured: a process's first thousand requests cost more than the rest
+        load(target.url, body, WARM_UP_SECONDS, BUSY, AUTHORIZATION)
+    results: Results = {target.name: [] for target in targets}
+    for round_ in range(rounds):
+        shift = round_ % len(targets)  # each target goes first in turn
+        for target in targets[shift:] + targets[:shift]:
+            results[target.name].append(sample(target, redis_pid, seconds, single_seconds))
+        print(f"round {round_ + 1}: " + ", ".join(f"{name} {found[-1].cpu_us:.0f} µs {found[-1].rps:.0f}/s"
+                                                  for name, found in results.items()), flush=True)
+    return results
+
+
+def run(chosen: Sequence[str], rounds: int, seconds: int, single_seconds: int) -> None:
+    redis = Redis()
+    processes: list[subprocess.Popen[Any]] = [redis.process]
+    client = RedisClient.from_url(redis.url)
+    try:
+        with tempfile.TemporaryDirectory(prefix="toolspan-bench-limits-") as stores:
+            upstream_port = _free_port()
+            upstream = f"http://127.0.0.1:{upstream_port}/v1"
+            processes.append(_start("upstream", upstream_port))
+            targets: list[Target] = []
+            for name in chosen:
+                process, port = _start_gateway(name, upstream, redis.url, Path(stores))
+                processes.append(process)
+                targets.append(Target(name, process, f"http://127.0.0.1:{port}/v1{CHAT}"))
+            for target in targets:
+                asyncio.run(_wait_ready(target.url, headers=AUTHORIZATION))
+                check(target.name, target.url)
+            commands = {target.name: redis_commands(target.name, target.url, client) for target in targets}
+            if {"redis", "redis-keys"} <= commands.keys() and commands["redis"] == commands["redis-keys"]:
+                raise RuntimeError(f"the redis target sent Redis the commands redis-keys did ({commands['redis']}): "
+                                   f"its limits are not in Redis")
+            results = measure(targets, redis.process.pid, rounds, seconds, single_seconds)
+    finally:
+        client.close()
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+    report(results, commands, rounds, seconds, single_seconds)
+
+
+# --- the report -------------------------------------------------------------------------------------------
+
+def _median(samples: list[Sample], field: str) -> float:
+    return float(statistics.median(getattr(s, field) for s in samples))
+
+
+def _line(label: str, per_round: list[float], form: str) -> str:
+    rounds = " ".join(form.format(value) for value in per_round)
+    return f"  {label:<46} {form.format(statistics.median(per_round)):>9}  [{rounds}]"
+
+
+def report(results: Results, commands: Commands, rounds: int, seconds: int, single_seconds: int) -> None:
+    print(f"\nPlain Chat request, not streamed. Medians of {rounds} round(s); wrk -t1 -c{BUSY} for {seconds} s "
+          f"(req/s, CPU per request of the gateway and of redis-server), then -c1 for {single_seconds} s (p50); "
+          f"Redis commands a request over {COUNTED_REQUESTS} requests one at a time.\n")
+    print("| target | req/s | gateway CPU/req | Redis CPU/req | p50, c=1 | Redis commands/req |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, samples in results.items():
+        print(f"| {name} | {_median(samples, 'rps'):.0f} | {_median(samples, 'cpu_us'):.0f} µs "
+              f"| {_median(samples, 'redis_us'):.0f} µs | {_median(samples, 'p50_1_ms'):.2f} ms "
+              f"| {sum(commands[name].values()):.1f} |")
+    for name, sent in commands.items():
+        if sent:
+            print(f"\n{name}: Redis commands a request, " + ", ".join(f"{command} {count:.2f}"
+                                                                  for command, count in sent.items()))
+    print("\nThe limits' cost (medians of per-round values; per round in brackets):")
+    for line in splits(results):
+        print(line)
+
+
+def splits(results: Results) -> list[str]:
+    """The ratios and differences the targets present allow."""
+    def per_round(of: Callable[[Sample, Sample], float], ours: str, theirs: str) -> list[float]:
+        return [of(a, b) for a, b in zip(results[ours], results[theirs], strict=True)]
+
+    def cpu(a: Sample, b: Sample) -> float:
+        return a.cpu_us / b.cpu_us
+
+    lines: list[str] = []
+    for ours, theirs in (("memory", "keys"), ("redis", "redis-keys"), ("redis", "keys"), ("redis-keys", "keys")):
+        if ours in results and theirs in results:
+            lines += [_line(f"{ours}/{theirs}, gateway CPU per request", per_round(cpu, ours, theirs), "{:.2f}"),
+                      _line(f"{ours} - {theirs}, gateway CPU per request",
+                            per_round(lambda a, b: a.cpu_us - b.cpu_us, ours, theirs), "{:+.0f} µs"),
+                      _line(f"{ours} - {theirs}, p50 at c=1",
+                            per_round(lambda a, b: a.p50_1_ms - b.p50_1_ms, ours, theirs), "{:+.2f} ms")]
+    if "redis" in results and "redis-keys" in results:
+        lines.append(_line("redis/redis-keys, gateway + Redis CPU per request",
+                           per_round(lambda a, b: (a.cpu_us + a.redis_us) / (b.cpu_us + b.redis_us),
+                                     "redis", "redis-keys"), "{:.2f}"))
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=3, help="length of each run at concurrency 10")
+    parser.add_argument("--c1-seconds", type=int, default=1, help="length of each run at concurrency 1")
+    parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {','.join(TARGETS)}")
+    parser.add_argument("--serve", choices=TARGETS, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    parser.add_argument("--state-url", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.serve is not None:
+        from gateway.runtime.process import run as serve  # on the event loop `toolspan serve` uses
+
+        serve(_serve_gateway(options.serve, options.port, str(options.upstream), options.state_url))
+        return
+    chosen = options.targets.split(",")
+    if unknown := set(chosen) - set(TARGETS):
+        parser.error(f"unknown target {', '.join(sorted(unknown))}")
+    _need_wrk()
+    run(chosen, options.rounds, options.seconds, options.c1_seconds)
+
+
+if __name__ == "__main__":
+    main()
