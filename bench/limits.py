@@ -42,13 +42,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ modules, as when run as a script
-from proxy import CHAT, PLAIN, ROOT, _free_port, _need_wrk, _start, _wait_ready, cpu_seconds, load
+from instructions import READY_SECONDS, _control, _instructions
+from proxy import CHAT, PLAIN, ROOT, _free_port, _need_wrk, _start, _wait_ready, cpu_seconds, load, need_program
 from redis import Redis as RedisClient
 from scale import Redis
 
@@ -62,6 +64,9 @@ LIMITS = {"requests_per_minute": 1_000_000_000, "tokens_per_minute": 1_000_000_0
 PRICES = {"bench": {"input": 2.5, "output": 10.0}}  # per million tokens; the bench's model
 TARGETS = ("keys", "memory", "redis-keys", "redis")
 LIMITED = {"memory", "redis"}
+# What the limits cost in memory, in Redis (both against a baseline of the same state), in Redis
+# against memory's baseline, and what state_url alone costs a plain request.
+PAIRS = (("memory", "keys"), ("redis", "redis-keys"), ("redis", "keys"), ("redis-keys", "keys"))
 QUOTA_HEADER = "x-ratelimit-remaining-requests"
 BUSY = 10  # connections of the CPU runs
 WARM_UP_SECONDS = 2
@@ -95,13 +100,18 @@ async def _serve_gateway(target: str, port: int, upstream: str, state_url: str |
         await asyncio.Event().wait()
 
 
-def _start_gateway(target: str, upstream: str, state_url: str, stores: Path) -> tuple[subprocess.Popen[bytes], int]:
+def _start_gateway(target: str, upstream: str, state_url: str, stores: Path,
+                   wrapper: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], int]:
+    """`target`'s gateway on a port of its own (the port returned), its trajectory store in
+    `stores`, under `wrapper` (callgrind) if given; no TOOLSPAN_* variable of the bench's own
+    environment passed on. Python's hash seed fixed, as bench/instructions.py fixes it."""
     port = _free_port()
-    args = [sys.executable, str(Path(__file__).resolve()), "--serve", target, "--port", str(port),
+    args = [*wrapper, sys.executable, str(Path(__file__).resolve()), "--serve", target, "--port", str(port),
             "--upstream", upstream, "--state-url", state_url]
     env = {name: value for name, value in os.environ.items() if not name.startswith("TOOLSPAN_")}
-    env.update({"PYTHONPATH": str(ROOT), "TOOLSPAN_TRAJECTORY_STORE_PATH": str(stores / f"{target}.sqlite3")})
-    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL), port
+    env.update({"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0",
+                "TOOLSPAN_TRAJECTORY_STORE_PATH": str(stores / f"{target}.sqlite3")})
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port
 
 
 # --- checks -----------------------------------------------------------------------------------------------
@@ -196,35 +206,102 @@ def measure(targets: list[Target], redis_pid: int, rounds: int, seconds: int, si
     return results
 
 
-def run(chosen: Sequence[str], rounds: int, seconds: int, single_seconds: int) -> None:
+def _stop(process: subprocess.Popen[Any], seconds: float) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@dataclass
+class Backends:
+    """What every target shares: the upstream, a redis-server and a client of it, a folder."""
+
+    upstream: str  # its /v1 URL
+    redis: Redis
+    client: RedisClient
+    folder: Path
+
+
+@contextmanager
+def backends() -> Iterator[Backends]:
+    """The upstream and a redis-server of the bench's own, stopped on the way out."""
     redis = Redis()
-    processes: list[subprocess.Popen[Any]] = [redis.process]
+    upstream_port = _free_port()
+    upstream = _start("upstream", upstream_port)
     client = RedisClient.from_url(redis.url)
     try:
-        with tempfile.TemporaryDirectory(prefix="toolspan-bench-limits-") as stores:
-            upstream_port = _free_port()
-            upstream = f"http://127.0.0.1:{upstream_port}/v1"
-            processes.append(_start("upstream", upstream_port))
-            targets: list[Target] = []
+        with tempfile.TemporaryDirectory(prefix="toolspan-bench-limits-") as folder:
+            yield Backends(f"http://127.0.0.1:{upstream_port}/v1", redis, client, Path(folder))
+    finally:
+        client.close()
+        _stop(upstream, 30)
+        _stop(redis.process, 30)
+
+
+def _checked_redis(commands: Commands) -> None:
+    """Raises when the redis target sends Redis what redis-keys does: its limits are elsewhere."""
+    if {"redis", "redis-keys"} <= commands.keys() and commands["redis"] == commands["redis-keys"]:
+        raise RuntimeError(f"the redis target sent Redis the commands redis-keys did ({commands['redis']}): its "
+                           f"limits are not in Redis")
+
+
+def run(chosen: Sequence[str], rounds: int, seconds: int, single_seconds: int) -> None:
+    with backends() as shared:
+        targets: list[Target] = []
+        try:
             for name in chosen:
-                process, port = _start_gateway(name, upstream, redis.url, Path(stores))
-                processes.append(process)
+                process, port = _start_gateway(name, shared.upstream, shared.redis.url, shared.folder)
                 targets.append(Target(name, process, f"http://127.0.0.1:{port}/v1{CHAT}"))
             for target in targets:
                 asyncio.run(_wait_ready(target.url, headers=AUTHORIZATION))
                 check(target.name, target.url)
-            commands = {target.name: redis_commands(target.name, target.url, client) for target in targets}
-            if {"redis", "redis-keys"} <= commands.keys() and commands["redis"] == commands["redis-keys"]:
-                raise RuntimeError(f"the redis target sent Redis the commands redis-keys did ({commands['redis']}): "
-                                   f"its limits are not in Redis")
-            results = measure(targets, redis.process.pid, rounds, seconds, single_seconds)
-    finally:
-        client.close()
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
+            commands = {target.name: redis_commands(target.name, target.url, shared.client) for target in targets}
+            _checked_redis(commands)
+            results = measure(targets, shared.redis.process.pid, rounds, seconds, single_seconds)
+        finally:
+            for target in targets:
+                _stop(target.process, 30)
     report(results, commands, rounds, seconds, single_seconds)
+
+
+def count_instructions(chosen: Sequence[str], seconds: int) -> None:
+    """Each target in turn under callgrind (bench/instructions.py's method): the instructions it
+    executes per plain request under wrk at 10 connections, all its threads, over `seconds`."""
+    need_program("valgrind", "`sudo apt-get install valgrind`")
+    body = json.dumps(PLAIN).encode()
+    counts: dict[str, float] = {}
+    commands: Commands = {}
+    with backends() as shared:
+        for name in chosen:
+            own = shared.folder / name
+            own.mkdir()
+            callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={own / name}.out", "--dump-instr=no"]
+            process, port = _start_gateway(name, shared.upstream, shared.redis.url, own, callgrind)
+            url = f"http://127.0.0.1:{port}/v1{CHAT}"
+            try:
+                asyncio.run(_wait_ready(url, READY_SECONDS, AUTHORIZATION))
+                check(name, url)
+                commands[name] = redis_commands(name, url, shared.client)
+                load(url, body, WARM_UP_SECONDS + 1, BUSY, AUTHORIZATION)
+                dumps = set(own.glob(f"{name}.out*"))
+                _control("-z", process.pid)
+                counted = load(url, body, seconds, BUSY, AUTHORIZATION)
+                _control("-d", process.pid)
+                [dump] = set(own.glob(f"{name}.out*")) - dumps
+                counts[name] = _instructions(dump) / counted.requests
+                print(f"{name}: {counts[name] / 1000:.0f} thousand instructions a request "
+                      f"({counted.requests / counted.seconds:.0f} requests a second under callgrind)", flush=True)
+            finally:
+                _stop(process, 120)
+    _checked_redis(commands)
+    print()
+    for ours, theirs in PAIRS:
+        if ours in counts and theirs in counts:
+            print(f"{ours}/{theirs}: {counts[ours] / counts[theirs]:.3f} "
+                  f"({(counts[ours] - counts[theirs]) / 1000:+.0f} thousand instructions a request)")
 
 
 # --- the report -------------------------------------------------------------------------------------------
@@ -266,7 +343,7 @@ def splits(results: Results) -> list[str]:
         return a.cpu_us / b.cpu_us
 
     lines: list[str] = []
-    for ours, theirs in (("memory", "keys"), ("redis", "redis-keys"), ("redis", "keys"), ("redis-keys", "keys")):
+    for ours, theirs in PAIRS:
         if ours in results and theirs in results:
             lines += [_line(f"{ours}/{theirs}, gateway CPU per request", per_round(cpu, ours, theirs), "{:.2f}"),
                       _line(f"{ours} - {theirs}, gateway CPU per request",
@@ -286,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=3, help="length of each run at concurrency 10")
     parser.add_argument("--c1-seconds", type=int, default=1, help="length of each run at concurrency 1")
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {','.join(TARGETS)}")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instead: each target in turn under callgrind, instructions per request over --seconds")
     parser.add_argument("--serve", choices=TARGETS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
@@ -300,7 +379,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown := set(chosen) - set(TARGETS):
         parser.error(f"unknown target {', '.join(sorted(unknown))}")
     _need_wrk()
-    run(chosen, options.rounds, options.seconds, options.c1_seconds)
+    if options.instructions:
+        count_instructions(chosen, options.seconds)
+    else:
+        run(chosen, options.rounds, options.seconds, options.c1_seconds)
 
 
 if __name__ == "__main__":
