@@ -159,6 +159,15 @@ def redis_commands(target: str, url: str, redis: RedisClient) -> dict[str, float
             if count > before.get(name, 0)}
 
 
+def redis_held(redis: RedisClient) -> str:
+    """What Redis holds of the limits (its keys named `...limit:...`), and in all."""
+    found = list(redis.scan_iter(match="*limit:*", count=1000))
+    size = sum(int(redis.memory_usage(key) or 0) for key in found)
+    used = int(redis.info("memory")["used_memory"])
+    return (f"Redis at the end: {len(found)} keys of the limits, {size / 1024:,.0f} KiB by MEMORY USAGE; "
+            f"used_memory {used / 2**20:.1f} MiB")
+
+
 # --- measuring --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -261,10 +270,12 @@ def run(chosen: Sequence[str], rounds: int, seconds: int, single_seconds: int) -
             commands = {target.name: redis_commands(target.name, target.url, shared.client) for target in targets}
             _checked_redis(commands)
             results = measure(targets, shared.redis.process.pid, rounds, seconds, single_seconds)
+            held = redis_held(shared.client)
         finally:
             for target in targets:
                 _stop(target.process, 30)
     report(results, commands, rounds, seconds, single_seconds)
+    print(f"\n{held}")
 
 
 def count_instructions(chosen: Sequence[str], seconds: int) -> None:
