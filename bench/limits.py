@@ -16,9 +16,10 @@ trajectory store on its own file, no access log), every one with the same gatewa
 Every bound is far above what a run reaches, so nothing is refused: a refusal fails the run.
 
 Before measuring, each target answers once and is checked: 200, "ok", and the quota headers on
-the answer exactly where limits are set; then 100 requests one at a time count the commands Redis
-processed for each (the redis target must send more than redis-keys: else its limits are not in
-Redis); then each is loaded for WARM_UP_SECONDS unmeasured.
+the answer exactly where limits are set; then, over 100 requests one at a time, Redis's MONITOR
+tells what each asked of Redis: the commands the gateway sent, and those its scripts ran inside
+Redis (the redis target must ask more than redis-keys: else its limits are not in Redis); then
+each is loaded for WARM_UP_SECONDS unmeasured. At the end, what Redis holds of the limits.
 
 Method (bench/proxy.py's): wrk, one thread, 10 connections for --seconds: requests per second and
 the CPU per request of the target's process (utime + stime, all its threads) and of redis-server
@@ -27,14 +28,18 @@ p50 latency. Every round measures every target, their order rotating. Reported: 
 per-round values, and the medians of per-round ratios and differences, each round's beside them.
 
     python bench/limits.py [--rounds 5] [--seconds 3] [--c1-seconds 1] [--targets keys,memory,redis-keys,redis]
+    python bench/limits.py --instructions [--seconds 5] [--targets ...]
 
-With the defaults it takes about two minutes.
+With the defaults it takes about two minutes. --instructions counts instead, as bench/instructions.py
+does, the instructions each target executes per request under callgrind (valgrind), one target at
+a time: a figure that does not move with the machine's load (some minutes a target).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import http.client
 import json
 import os
@@ -70,7 +75,7 @@ PAIRS = (("memory", "keys"), ("redis", "redis-keys"), ("redis", "keys"), ("redis
 QUOTA_HEADER = "x-ratelimit-remaining-requests"
 BUSY = 10  # connections of the CPU runs
 WARM_UP_SECONDS = 2
-COUNTED_REQUESTS = 100  # one at a time, for Redis's commands per request
+COUNTED_REQUESTS = 100  # one at a time, for what a request asks of Redis
 
 
 # --- the servers, each run as `python bench/limits.py --serve TARGET --port P --upstream URL [--state-url URL]` --
@@ -141,22 +146,40 @@ def check(target: str, url: str) -> None:
         raise RuntimeError(f"{target}: {QUOTA_HEADER} {'missing' if target in LIMITED else 'present'} on the answer")
 
 
-def redis_commands(target: str, url: str, redis: RedisClient) -> dict[str, float]:
-    """The commands Redis processed per plain request of `target`, by name, over COUNTED_REQUESTS
-    one at a time (the INFO that reads the counts left out)."""
-    def calls() -> dict[str, int]:
-        stats: dict[str, dict[str, int]] = redis.info("commandstats")
-        return {name.removeprefix("cmdstat_"): found["calls"] for name, found in stats.items()}
+@dataclass(frozen=True)
+class Traffic:
+    """What a plain request of one target asks of Redis, a request."""
 
-    before = calls()
-    for _ in range(COUNTED_REQUESTS):
-        status, _, body = ask(url)
-        if status != 200:
-            raise RuntimeError(f"{target}: status {status}: {body[:1000]!r}")
-    after = calls()
-    after["info"] = after.get("info", 0) - 1
-    return {name: (count - before.get(name, 0)) / COUNTED_REQUESTS for name, count in sorted(after.items())
-            if count > before.get(name, 0)}
+    sent: dict[str, float]  # the commands the gateway sent, by name (a pipeline sends several at once)
+    scripted: float  # the commands its Lua scripts ran inside Redis
+
+    def __str__(self) -> str:
+        sent = ", ".join(f"{name} {count:.2f}" for name, count in sorted(self.sent.items()))
+        return f"sent {sum(self.sent.values()):.1f} ({sent}); {self.scripted:.1f} more run by its scripts"
+
+
+def redis_traffic(target: str, url: str, redis: RedisClient) -> Traffic:
+    """What Redis was asked while `target` answered COUNTED_REQUESTS plain requests one at a time,
+    read from MONITOR (which tells a client's commands from those a script runs) up to an ECHO
+    this sends once they are answered."""
+    done = f"bench-counted-{target}"
+    sent: collections.Counter[str] = collections.Counter()
+    scripted = 0
+    with redis.monitor() as monitor:  # type: ignore[no-untyped-call]
+        for _ in range(COUNTED_REQUESTS):
+            status, _, body = ask(url)
+            if status != 200:
+                raise RuntimeError(f"{target}: status {status}: {body[:1000]!r}")
+        redis.echo(done)
+        for command in monitor.listen():
+            name = command["command"].split(" ", 1)[0].lower()
+            if name == "echo" and done in command["command"]:
+                break
+            if command["client_type"] == "lua":
+                scripted += 1
+            else:
+                sent[name] += 1
+    return Traffic({name: count / COUNTED_REQUESTS for name, count in sent.items()}, scripted / COUNTED_REQUESTS)
 
 
 def redis_held(redis: RedisClient) -> str:
@@ -198,7 +221,6 @@ def sample(target: Target, redis_pid: int, seconds: int, single_seconds: int) ->
 
 
 Results = dict[str, list[Sample]]  # target name -> one Sample per round
-Commands = dict[str, dict[str, float]]  # target name -> Redis command -> calls a request
 
 
 def measure(targets: list[Target], redis_pid: int, rounds: int, seconds: int, single_seconds: int) -> Results:
@@ -250,11 +272,11 @@ def backends() -> Iterator[Backends]:
         _stop(redis.process, 30)
 
 
-def _checked_redis(commands: Commands) -> None:
-    """Raises when the redis target sends Redis what redis-keys does: its limits are elsewhere."""
-    if {"redis", "redis-keys"} <= commands.keys() and commands["redis"] == commands["redis-keys"]:
-        raise RuntimeError(f"the redis target sent Redis the commands redis-keys did ({commands['redis']}): its "
-                           f"limits are not in Redis")
+def _checked_redis(traffic: dict[str, Traffic]) -> None:
+    """Raises when the redis target asks Redis what redis-keys does: its limits are elsewhere."""
+    if {"redis", "redis-keys"} <= traffic.keys() and traffic["redis"] == traffic["redis-keys"]:
+        raise RuntimeError(f"the redis target asked Redis what redis-keys did ({traffic['redis']}): its limits "
+                           f"are not in Redis")
 
 
 def run(chosen: Sequence[str], rounds: int, seconds: int, single_seconds: int) -> None:
@@ -267,14 +289,14 @@ def run(chosen: Sequence[str], rounds: int, seconds: int, single_seconds: int) -
             for target in targets:
                 asyncio.run(_wait_ready(target.url, headers=AUTHORIZATION))
                 check(target.name, target.url)
-            commands = {target.name: redis_commands(target.name, target.url, shared.client) for target in targets}
-            _checked_redis(commands)
+            traffic = {target.name: redis_traffic(target.name, target.url, shared.client) for target in targets}
+            _checked_redis(traffic)
             results = measure(targets, shared.redis.process.pid, rounds, seconds, single_seconds)
             held = redis_held(shared.client)
         finally:
             for target in targets:
                 _stop(target.process, 30)
-    report(results, commands, rounds, seconds, single_seconds)
+    report(results, traffic, rounds, seconds, single_seconds)
     print(f"\n{held}")
 
 
@@ -284,7 +306,7 @@ def count_instructions(chosen: Sequence[str], seconds: int) -> None:
     need_program("valgrind", "`sudo apt-get install valgrind`")
     body = json.dumps(PLAIN).encode()
     counts: dict[str, float] = {}
-    commands: Commands = {}
+    traffic: dict[str, Traffic] = {}
     with backends() as shared:
         for name in chosen:
             own = shared.folder / name
@@ -295,7 +317,7 @@ def count_instructions(chosen: Sequence[str], seconds: int) -> None:
             try:
                 asyncio.run(_wait_ready(url, READY_SECONDS, AUTHORIZATION))
                 check(name, url)
-                commands[name] = redis_commands(name, url, shared.client)
+                traffic[name] = redis_traffic(name, url, shared.client)
                 load(url, body, WARM_UP_SECONDS + 1, BUSY, AUTHORIZATION)
                 dumps = set(own.glob(f"{name}.out*"))
                 _control("-z", process.pid)
@@ -307,7 +329,7 @@ def count_instructions(chosen: Sequence[str], seconds: int) -> None:
                       f"({counted.requests / counted.seconds:.0f} requests a second under callgrind)", flush=True)
             finally:
                 _stop(process, 120)
-    _checked_redis(commands)
+    _checked_redis(traffic)
     print()
     for ours, theirs in PAIRS:
         if ours in counts and theirs in counts:
@@ -326,20 +348,19 @@ def _line(label: str, per_round: list[float], form: str) -> str:
     return f"  {label:<46} {form.format(statistics.median(per_round)):>9}  [{rounds}]"
 
 
-def report(results: Results, commands: Commands, rounds: int, seconds: int, single_seconds: int) -> None:
+def report(results: Results, traffic: dict[str, Traffic], rounds: int, seconds: int, single_seconds: int) -> None:
     print(f"\nPlain Chat request, not streamed. Medians of {rounds} round(s); wrk -t1 -c{BUSY} for {seconds} s "
           f"(req/s, CPU per request of the gateway and of redis-server), then -c1 for {single_seconds} s (p50); "
-          f"Redis commands a request over {COUNTED_REQUESTS} requests one at a time.\n")
-    print("| target | req/s | gateway CPU/req | Redis CPU/req | p50, c=1 | Redis commands/req |")
+          f"what Redis was asked, a request, over {COUNTED_REQUESTS} requests one at a time.\n")
+    print("| target | req/s | gateway CPU/req | Redis CPU/req | p50, c=1 | Redis commands sent/req |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, samples in results.items():
         print(f"| {name} | {_median(samples, 'rps'):.0f} | {_median(samples, 'cpu_us'):.0f} µs "
               f"| {_median(samples, 'redis_us'):.0f} µs | {_median(samples, 'p50_1_ms'):.2f} ms "
-              f"| {sum(commands[name].values()):.1f} |")
-    for name, sent in commands.items():
-        if sent:
-            print(f"\n{name}: Redis commands a request, " + ", ".join(f"{command} {count:.2f}"
-                                                                  for command, count in sent.items()))
+              f"| {sum(traffic[name].sent.values()):.1f} |")
+    print()
+    for name, found in traffic.items():
+        print(f"{name}, Redis a request: {found}")
     print("\nThe limits' cost (medians of per-round values; per round in brackets):")
     for line in splits(results):
         print(line)
