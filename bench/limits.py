@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ modules, as when run as a script
 from instructions import READY_SECONDS, _control, _instructions
-from proxy import CHAT, PLAIN, ROOT, _free_port, _need_wrk, _start, _wait_ready, cpu_seconds, load, need_program
+from proxy import CHAT, PLAIN, ROOT, TICKS, _free_port, _need_wrk, _start, _wait_ready, cpu_seconds, load, need_program
 from redis import Redis as RedisClient
 from scale import Redis
 
@@ -199,6 +199,7 @@ class Sample:
 
     rps: float  # at concurrency 10
     cpu_us: float  # the gateway process's CPU per request, at concurrency 10
+    kernel_us: float  # of which in the kernel (stime): its sockets' work, loopback's delivery included
     redis_us: float  # redis-server's CPU per request over the same run
     p50_1_ms: float  # at concurrency 1
 
@@ -210,14 +211,21 @@ class Target:
     url: str  # of its Chat Completions route
 
 
+def kernel_seconds(pid: int) -> float:
+    """stime of a process (all its threads), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / TICKS
+
+
 def sample(target: Target, redis_pid: int, seconds: int, single_seconds: int) -> Sample:
-    body = json.dumps(PLAIN).encode()
-    cpu, redis_cpu = cpu_seconds(target.process.pid), cpu_seconds(redis_pid)
+    body, pid = json.dumps(PLAIN).encode(), target.process.pid
+    cpu, kernel, redis_cpu = cpu_seconds(pid), kernel_seconds(pid), cpu_seconds(redis_pid)
     busy = load(target.url, body, seconds, BUSY, AUTHORIZATION)
-    cpu, redis_cpu = cpu_seconds(target.process.pid) - cpu, cpu_seconds(redis_pid) - redis_cpu
+    cpu, kernel = cpu_seconds(pid) - cpu, kernel_seconds(pid) - kernel
+    redis_cpu = cpu_seconds(redis_pid) - redis_cpu
     single = load(target.url, body, single_seconds, 1, AUTHORIZATION)
-    return Sample(busy.requests / busy.seconds, cpu / busy.requests * 1e6, redis_cpu / busy.requests * 1e6,
-                  single.p50_ms)
+    per = 1e6 / busy.requests
+    return Sample(busy.requests / busy.seconds, cpu * per, kernel * per, redis_cpu * per, single.p50_ms)
 
 
 Results = dict[str, list[Sample]]  # target name -> one Sample per round
@@ -352,12 +360,14 @@ def report(results: Results, traffic: dict[str, Traffic], rounds: int, seconds: 
     print(f"\nPlain Chat request, not streamed. Medians of {rounds} round(s); wrk -t1 -c{BUSY} for {seconds} s "
           f"(req/s, CPU per request of the gateway and of redis-server), then -c1 for {single_seconds} s (p50); "
           f"what Redis was asked, a request, over {COUNTED_REQUESTS} requests one at a time.\n")
-    print("| target | req/s | gateway CPU/req | Redis CPU/req | p50, c=1 | Redis commands sent/req |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| target | req/s | gateway CPU/req | of it in the kernel | Redis CPU/req | p50, c=1 "
+          "| Redis commands sent/req |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, samples in results.items():
-        print(f"| {name} | {_median(samples, 'rps'):.0f} | {_median(samples, 'cpu_us'):.0f} µs "
-              f"| {_median(samples, 'redis_us'):.0f} µs | {_median(samples, 'p50_1_ms'):.2f} ms "
-              f"| {sum(traffic[name].sent.values()):.1f} |")
+        cells = [f"{_median(samples, 'rps'):.0f}", *(f"{_median(samples, field):.0f} µs"
+                                                      for field in ("cpu_us", "kernel_us", "redis_us")),
+                 f"{_median(samples, 'p50_1_ms'):.2f} ms", f"{sum(traffic[name].sent.values()):.1f}"]
+        print(f"| {name} | " + " | ".join(cells) + " |")
     print()
     for name, found in traffic.items():
         print(f"{name}, Redis a request: {found}")
