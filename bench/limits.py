@@ -43,12 +43,13 @@ import collections
 import http.client
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,8 @@ from scale import Redis
 KEY_NAME = "bench"
 SECRET = "bench-key-for-limits"
 AUTHORIZATION = {"Authorization": f"Bearer {SECRET}"}
-# Far above what a run of minutes reaches at a few thousand requests a second, so that nothing is
-# refused and every check counts whole windows.
+# Far above what any run reaches, so that nothing is refused: every check goes all the way (found,
+# counted, its headers written) as it does for a key well within its limits.
 LIMITS = {"requests_per_minute": 1_000_000_000, "tokens_per_minute": 1_000_000_000_000,
           "tokens_per_day": 1_000_000_000_000, "budget_per_day": 1_000_000.0}
 PRICES = {"bench": {"input": 2.5, "output": 10.0}}  # per million tokens; the bench's model
@@ -116,7 +117,8 @@ def _start_gateway(target: str, upstream: str, state_url: str, stores: Path,
     env = {name: value for name, value in os.environ.items() if not name.startswith("TOOLSPAN_")}
     env.update({"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0",
                 "TOOLSPAN_TRAJECTORY_STORE_PATH": str(stores / f"{target}.sqlite3")})
-    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port
+    quiet = subprocess.DEVNULL if wrapper else None  # callgrind's own lines; a gateway's errors show
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=quiet), port
 
 
 # --- checks -----------------------------------------------------------------------------------------------
@@ -267,17 +269,14 @@ class Backends:
 @contextmanager
 def backends() -> Iterator[Backends]:
     """The upstream and a redis-server of the bench's own, stopped on the way out."""
-    redis = Redis()
-    upstream_port = _free_port()
-    upstream = _start("upstream", upstream_port)
-    client = RedisClient.from_url(redis.url)
-    try:
-        with tempfile.TemporaryDirectory(prefix="toolspan-bench-limits-") as folder:
-            yield Backends(f"http://127.0.0.1:{upstream_port}/v1", redis, client, Path(folder))
-    finally:
-        client.close()
-        _stop(upstream, 30)
-        _stop(redis.process, 30)
+    with ExitStack() as stack:
+        redis = Redis()
+        stack.callback(_stop, redis.process, 30)
+        upstream_port = _free_port()
+        stack.callback(_stop, _start("upstream", upstream_port), 30)
+        client = stack.enter_context(RedisClient.from_url(redis.url))
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="toolspan-bench-limits-"))
+        yield Backends(f"http://127.0.0.1:{upstream_port}/v1", redis, client, Path(folder))
 
 
 def _checked_redis(traffic: dict[str, Traffic]) -> None:
@@ -308,36 +307,40 @@ def run(chosen: Sequence[str], rounds: int, seconds: int, single_seconds: int) -
     print(f"\n{held}")
 
 
+def instructions_of(name: str, shared: Backends, seconds: int) -> tuple[float, Traffic]:
+    """`name`'s gateway under callgrind: the instructions it executes per plain request under wrk at
+    10 connections over `seconds` (all its threads; bench/instructions.py's method), and what a
+    request asks of Redis."""
+    body, own = json.dumps(PLAIN).encode(), shared.folder / name
+    own.mkdir()
+    callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={own / name}.out", "--dump-instr=no"]
+    process, port = _start_gateway(name, shared.upstream, shared.redis.url, own, callgrind)
+    url = f"http://127.0.0.1:{port}/v1{CHAT}"
+    try:
+        asyncio.run(_wait_ready(url, READY_SECONDS, AUTHORIZATION))
+        check(name, url)
+        traffic = redis_traffic(name, url, shared.client)
+        load(url, body, WARM_UP_SECONDS + 1, BUSY, AUTHORIZATION)
+        dumps = set(own.glob(f"{name}.out*"))
+        _control("-z", process.pid)
+        counted = load(url, body, seconds, BUSY, AUTHORIZATION)
+        _control("-d", process.pid)
+        [dump] = set(own.glob(f"{name}.out*")) - dumps
+    finally:
+        _stop(process, 120)
+    found = _instructions(dump) / counted.requests
+    print(f"{name}: {found / 1000:.0f} thousand instructions a request "
+          f"({counted.requests / counted.seconds:.0f} requests a second under callgrind)", flush=True)
+    return found, traffic
+
+
 def count_instructions(chosen: Sequence[str], seconds: int) -> None:
-    """Each target in turn under callgrind (bench/instructions.py's method): the instructions it
-    executes per plain request under wrk at 10 connections, all its threads, over `seconds`."""
+    """Each target in turn under callgrind: its instructions per request, and the ratios."""
     need_program("valgrind", "`sudo apt-get install valgrind`")
-    body = json.dumps(PLAIN).encode()
-    counts: dict[str, float] = {}
-    traffic: dict[str, Traffic] = {}
     with backends() as shared:
-        for name in chosen:
-            own = shared.folder / name
-            own.mkdir()
-            callgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={own / name}.out", "--dump-instr=no"]
-            process, port = _start_gateway(name, shared.upstream, shared.redis.url, own, callgrind)
-            url = f"http://127.0.0.1:{port}/v1{CHAT}"
-            try:
-                asyncio.run(_wait_ready(url, READY_SECONDS, AUTHORIZATION))
-                check(name, url)
-                traffic[name] = redis_traffic(name, url, shared.client)
-                load(url, body, WARM_UP_SECONDS + 1, BUSY, AUTHORIZATION)
-                dumps = set(own.glob(f"{name}.out*"))
-                _control("-z", process.pid)
-                counted = load(url, body, seconds, BUSY, AUTHORIZATION)
-                _control("-d", process.pid)
-                [dump] = set(own.glob(f"{name}.out*")) - dumps
-                counts[name] = _instructions(dump) / counted.requests
-                print(f"{name}: {counts[name] / 1000:.0f} thousand instructions a request "
-                      f"({counted.requests / counted.seconds:.0f} requests a second under callgrind)", flush=True)
-            finally:
-                _stop(process, 120)
-    _checked_redis(traffic)
+        found = {name: instructions_of(name, shared, seconds) for name in chosen}
+    _checked_redis({name: traffic for name, (_, traffic) in found.items()})
+    counts = {name: count for name, (count, _) in found.items()}
     print()
     for ours, theirs in PAIRS:
         if ours in counts and theirs in counts:
@@ -421,6 +424,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown := set(chosen) - set(TARGETS):
         parser.error(f"unknown target {', '.join(sorted(unknown))}")
     _need_wrk()
+    # Stopped by SIGTERM as by Ctrl-C: the servers it started are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     if options.instructions:
         count_instructions(chosen, options.seconds)
     else:
