@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -27,10 +26,12 @@ from telemetry import names
 from telemetry.arguments import mask_message, render_arguments
 from telemetry.bounds import bounded, utf8
 from telemetry.decisions import DecisionLog, call_attributes
+from telemetry.labels import ModelLabels, NameLabels, ToolParameters
 from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics, encoder_for
 from telemetry.propagation import Propagation, build_propagator
-from telemetry.requests import ChatSpan, ModelLabels, RequestSpan, exemplar_trace_id, request_tally
+from telemetry.requests import ChatSpan, RequestSpan, exemplar_trace_id
+from telemetry.tally import request_tally
 from telemetry.trajectory import Retry, Trajectories
 
 log = logging.getLogger("toolspan.telemetry")
@@ -150,44 +151,6 @@ def _call_attributes(tool: str, call_id: str, turn: Turn, side: str) -> dict[str
     attributes.update({names.ATTR_OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
                        names.ATTR_TOOL_TYPE: names.TOOL_TYPE_FUNCTION, names.ATTR_TOOL_SIDE: side})
     return attributes
-
-
-class ToolParameters:
-    """Each gateway tool's parameters (its declared JSON Schema) as the JSON text a tool.call span
-    carries, made once per tool: the tools are the operator's, few, and called again and again."""
-
-    _MAX_CHARS = 8192
-
-    def __init__(self) -> None:
-        self._rendered: dict[str, tuple[object, str]] = {}  # by name: the schema rendered, and its text
-
-    def of(self, tool: Tool) -> str:
-        schema = tool.declared_schema
-        found = self._rendered.get(tool.name)
-        if found is not None and found[0] is schema:  # the same declaration (an MCP tool may be redeclared)
-            return found[1]
-        text = bounded(json.dumps(schema, ensure_ascii=False, default=str), self._MAX_CHARS)
-        self._rendered[tool.name] = schema, text
-        return text
-
-
-class NameLabels:
-    """Names a caller declares (its own tools' names) as metric labels: the first `limit` distinct
-    ones of at most `max_chars` characters, then `other` for the rest."""
-
-    def __init__(self, limit: int, max_chars: int, other: str) -> None:
-        self._seen: set[str] = set()
-        self._limit = limit
-        self._max_chars = max_chars
-        self._other = other
-
-    def label(self, name: str) -> str:
-        if name in self._seen:
-            return name
-        if len(self._seen) >= self._limit or len(name) > self._max_chars or name == self._other:
-            return self._other
-        self._seen.add(name)
-        return name
 
 
 class ToolCallSpan:

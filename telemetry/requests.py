@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from time import perf_counter
 from types import TracebackType
 from typing import Any
@@ -22,71 +21,13 @@ from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind,
 from gateway.instrumentation import MessageView, ModelAnswer, RequestInfo, RequestRecord
 from telemetry import names
 from telemetry.bounds import bounded
+from telemetry.labels import ChatModel
 from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics
 from telemetry.propagation import Propagation
+from telemetry.tally import RequestTally, request_tally, tally_context
 
 log = logging.getLogger("toolspan.telemetry")
-
-# Where a request's context holds its RequestTally (the OpenTelemetry context's own way to hand a
-# value down to the work done under it).
-_TALLY_KEY = otel_context.create_key("toolspan.request_tally")
-
-
-class RequestTally:
-    """What the spans opened under one request tell its span: the outcomes of its tool calls and,
-    with message content captured, the first provider call's input and the last one's answer. The
-    request's span puts it in the context the request runs in, the spans under it add to it, and the
-    request's span reads it once, when it ends."""
-
-    __slots__ = ("input_messages", "model", "outcomes", "output_messages", "recovered", "retried")
-
-    def __init__(self) -> None:
-        self.model: str | None = None  # the model of its first provider call: it ran the tool loop
-        self.outcomes: dict[str, int] = {}
-        self.retried = 0
-        self.recovered = 0
-        self.input_messages: str | None = None
-        self.output_messages: str | None = None
-
-    def counted(self, outcome: str, retry: bool, recovered: bool) -> None:
-        """One tool call ended with `outcome`; it was a `retry` of a failed one, and `recovered`."""
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-        self.retried += retry
-        self.recovered += recovered
-
-    def content(self, attributes: Mapping[str, str]) -> None:
-        """A provider call's captured messages: the first call's input, the latest call's answer."""
-        if self.input_messages is None:
-            self.input_messages = attributes.get(names.ATTR_INPUT_MESSAGES)
-        self.output_messages = attributes.get(names.ATTR_OUTPUT_MESSAGES, self.output_messages)
-
-    def attributes(self) -> dict[str, Any]:
-        """The request span's counts (every outcome seen, the retries), and its input and output when
-        captured, as OpenInference and the GenAI conventions name them."""
-        prefix = names.ATTR_TOOL_CALLS_PREFIX
-        attributes: dict[str, Any] = {prefix + names.TOOL_CALLS_TOTAL: sum(self.outcomes.values())}
-        for outcome, count in self.outcomes.items():
-            attributes[prefix + outcome] = count
-        if self.retried:
-            attributes[prefix + names.TOOL_CALLS_RETRIED] = self.retried
-            attributes[prefix + names.TOOL_CALLS_RECOVERED] = self.recovered
-        if self.input_messages is not None:
-            attributes.update({names.ATTR_INPUT_MESSAGES: self.input_messages,
-                               names.ATTR_INPUT_VALUE: self.input_messages,
-                               names.ATTR_INPUT_MIME_TYPE: names.MIME_JSON})
-        if self.output_messages is not None:
-            attributes.update({names.ATTR_OUTPUT_MESSAGES: self.output_messages,
-                               names.ATTR_OUTPUT_VALUE: self.output_messages,
-                               names.ATTR_OUTPUT_MIME_TYPE: names.MIME_JSON})
-        return attributes
-
-
-def request_tally(context: Context | None = None) -> RequestTally | None:
-    """The tally of the request `context` (by default the current one) belongs to, if any."""
-    found = otel_context.get_value(_TALLY_KEY, context)
-    return found if isinstance(found, RequestTally) else None
-
 
 def exemplar_trace_id(span: Span, context: SpanContext) -> int | None:
     """The trace a metric sample's exemplar may point to: `span`'s (whose context is `context`),
@@ -95,42 +36,6 @@ def exemplar_trace_id(span: Span, context: SpanContext) -> int | None:
     records)."""
     trace_id, _, _, flags, _, _ = context  # its fields at once (SpanContext is a tuple)
     return trace_id if flags & TraceFlags.SAMPLED and span.is_recording() else None
-
-
-@dataclass(frozen=True, slots=True)
-class ChatModel:
-    """A requested model as a chat span and its metrics name it. Made once per distinct model
-    (ModelLabels keeps them), so a provider call makes one dict lookup rather than two bounded()
-    and the span name's f-string."""
-
-    label: str  # the metrics' model label
-    span_name: str  # `chat {model}`, bounded
-    request_model: str  # gen_ai.request.model, bounded
-
-    @classmethod
-    def of(cls, model: str, label: str) -> ChatModel:
-        return cls(label, bounded(f"{names.SPAN_CHAT_PREFIX} {model}"), bounded(model))
-
-
-class ModelLabels:
-    """Model names as metric labels: the first `limit` distinct ones of at most `max_chars`
-    characters, then one shared label, since a caller can send any string as a model. A name too
-    long to be a label takes no place among the distinct ones. The distinct ones are kept as
-    ChatModels, their span names made once."""
-
-    def __init__(self, limit: int, max_chars: int = 128) -> None:
-        self._seen: dict[str, ChatModel] = {}
-        self._limit = limit
-        self._max_chars = max_chars
-
-    def chat_model(self, model: str) -> ChatModel:
-        found = self._seen.get(model)
-        if found is not None:
-            return found
-        if len(self._seen) >= self._limit or len(model) > self._max_chars:
-            return ChatModel.of(model, names.OTHER_MODEL)
-        found = self._seen[model] = ChatModel.of(model, model)
-        return found
 
 
 def _method(method: str) -> tuple[str, str | None]:
@@ -168,7 +73,7 @@ class RequestSpan:
         parent = self._propagation.extract(self._info.headers)
         self._span = span = self._open(parent)
         self._tally = tally = RequestTally()
-        self._context = otel_context.set_value(_TALLY_KEY, tally, trace.set_span_in_context(span, parent))
+        self._context = tally_context(tally, trace.set_span_in_context(span, parent))
         self._token = otel_context.attach(self._context)
         span_context = span.get_span_context()
         trace_id, *_, valid = span_context  # its fields at once (SpanContext is a tuple)

@@ -119,11 +119,12 @@ class _Run:
                       self.conversation.tool_choice, self.plan.api.relaxed_tool_choice)
 
     async def _may_call(self) -> None:
-        """Before a provider call, with limits: refused (RateLimited) when the key has spent a
-        window, the loop ending there with its rounds kept for a retry to resume after. The call's
+        """Before a later provider call, with limits: refused (RateLimited) when the key has spent
+        a window, the loop ending there with its rounds kept for a retry to resume after. The call's
         tokens are estimated as the last one's input (the conversation only grows)."""
-        if (limiter := self.engine.limiter) is not None:
-            estimate = (self.turns[-1].input_tokens or 0) if self.turns else 0
+        # The first call's windows were checked as the request was admitted (gateway.routes.quota).
+        if (limiter := self.engine.limiter) is not None and self.turns:
+            estimate = self.turns[-1].input_tokens or 0
             try:
                 await limiter.before_call(self.caller.principal, estimate)
             except RateLimited as limited:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Literal, Protocol
 
 Period = Literal["minute", "day", "month"]
@@ -37,21 +38,31 @@ class Taken:
         return max(self.bound - self.used, 0)
 
 
+_DAY = 86400  # seconds in a UTC day: Unix time counts none of the leap seconds
+
+
+@lru_cache(maxsize=4)
+def _calendar(day: int) -> tuple[str, float, str, float]:
+    """The UTC day numbered `day` since the epoch: its id and end, and its month's id and end.
+    Made once a day rather than at every check (datetime's formatting is most of a check's cost)."""
+    start = datetime.fromtimestamp(day * _DAY, UTC)
+    year, month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
+    return (start.strftime("%Y-%m-%d"), (day + 1) * _DAY, start.strftime("%Y-%m"),
+            datetime(year, month, 1, tzinfo=UTC).timestamp())
+
+
 def period_end(period: Period, now: float) -> float:
     """When the calendar window holding `now` ends (a minute: 60 s from now, as it slides)."""
     if period == "minute":
         return now + MINUTE
-    moment = datetime.fromtimestamp(now, UTC)
-    if period == "day":
-        start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-        return start.timestamp() + 86400
-    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
-    return datetime(year, month, 1, tzinfo=UTC).timestamp()
+    _, day_end, _, month_end = _calendar(int(now // _DAY))
+    return day_end if period == "day" else month_end
 
 
 def period_id(period: Period, now: float) -> str:
     """The calendar window holding `now`: 2026-12-06 for a day, 2026-12 for a month."""
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d" if period == "day" else "%Y-%m")
+    day_id, _, month_id, _ = _calendar(int(now // _DAY))
+    return day_id if period == "day" else month_id
 
 
 class LimitBook(Protocol):

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 from gateway.instrumentation import RequestInfo, RequestRecord
 from telemetry import names
 from telemetry.instrument import Telemetry
+from telemetry.labels import ModelLabels
 from telemetry.metrics import Metrics
-from telemetry.requests import ModelLabels
 from telemetry.tracing import build_provider, tracer_of
 from tests.telemetry.conftest import telemetry, with_baggage
 
