@@ -16,6 +16,7 @@ from gateway.caller import request_ids, resolve_caller
 from gateway.engine import Engine
 from gateway.engine.retries import retry_policy
 from gateway.errors import GatewayError, error_response, from_http_exception, internal_error, log_provider_failure
+from gateway.guardrails import Guardrails
 from gateway.http.admission import Admission
 from gateway.http.bodies import EXPECT
 from gateway.http.browsers import browser_rule, check_browser
@@ -223,7 +224,7 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[APPROVALS] = Approvals(state.approvals, settings.approval_timeout_seconds, app[SECRET_HEADERS])
     gate = app[APPROVALS] if settings.interrupt_mode == "wait" else None  # hand_back: the client answers
     app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads,
-                                 gate, settings.approval_timeout_seconds)
+                                 gate, settings.approval_timeout_seconds, Guardrails.from_settings(settings, registry))
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
     app[STATE] = state
     app.on_cleanup.append(lambda app: app[STATE].aclose())

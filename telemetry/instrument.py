@@ -15,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
+from gateway.guardrails import GuardrailRecord
 from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, untraced
 from gateway.settings.model import REDACT_KEYS
 from gateway.state import StateUnavailable
@@ -246,6 +247,9 @@ class ToolCallSpan:
         metrics = self._inst.metrics
         metrics.approval_decisions.labels(self._label, decision.decision).inc()
         metrics.approval_wait.labels(self._label, decision.decision).observe(decision.waited_seconds)
+
+    def guarded(self, records: Sequence[GuardrailRecord], hidden: Sequence[str]) -> None:
+        return None  # recorded in the next commit
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:

@@ -23,6 +23,7 @@ import sqlite3
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,8 @@ def _tools_of(spec: str, module: Any, module_name: str, attr: str) -> list[Tool]
     if found is None or not all(isinstance(t, Tool) for t in found):
         raise StartupError(f"--tools {spec!r}: expected a ToolRegistry, a Tool or an iterable of tools, "
                            f"got {type(value).__name__}")
+    if isinstance(value, ToolRegistry) and value.guardrails:  # a registry's guardrails go with its tools
+        found = [replace(t, guardrails=(*value.guardrails, *t.guardrails)) for t in found]
     return found
 
 

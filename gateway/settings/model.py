@@ -101,6 +101,34 @@ class Settings(ProviderSettings, BaseSettings):
         None, min_length=1, description="A result of the client's own tool that starts with this text counts as "
                                         "a failed call (Chat and Responses flag none; Messages' is_error counts "
                                         "there); unset: every result counts as returned")
+    guardrails: list[str] = Field(
+        default_factory=list, description="Guardrails on every tool call, in order: built-in names (secrets, "
+                                          "result_size, denied_values, url_hosts, injection) and module:attr "
+                                          "paths of your own; a tool, a gateway key and an MCP server add their own")
+    tool_guardrails: dict[str, list[str]] = Field(
+        default_factory=dict, description="More guardrails for the gateway's tools by name or glob pattern "
+                                          "(fs__*), after the gateway's")
+    guardrail_timeout_seconds: float = Field(2.0, gt=0, description="Longest one guardrail may take on one call")
+    guardrail_failure: Literal["deny", "allow"] = Field(
+        "deny", description="A guardrail that raises or times out: deny (the call does not run, or its result is "
+                            "withheld, and the model is told) or allow (the call goes on); either way it is recorded")
+    client_result_guardrails: Literal["off", "observe", "mask", "block"] = Field(
+        "mask", description="The results of the client's own tools, as the next request brings them, pass the "
+                            "guardrails before the provider reads them: off, observe (decisions recorded, nothing "
+                            "changed), mask (masks applied; blocks recorded only) or block (masks and blocks applied)")
+    guardrail_max_result_bytes: int = Field(
+        1024 * 1024, ge=1, description="result_size: a tool result longer than this is cut to it")
+    guardrail_denied_values: dict[str, list[str]] = Field(
+        default_factory=dict, description="denied_values: glob patterns of argument values a tool's call may not "
+                                          "carry, by tool name or glob ('*' for every tool), e.g. "
+                                          "{\"fs__*\": [\"/etc/*\", \"*/.ssh/*\"]}")
+    guardrail_allowed_url_hosts: list[str] = Field(
+        default_factory=list, description="url_hosts: the hosts that URLs in arguments (values of arguments named "
+                                          "like url, uri, endpoint, href) may name: names, '.example.com' for it "
+                                          "and its subdomains")
+    guardrail_injection: Literal["flag", "block"] = Field(
+        "flag", description="injection: what a result with prompt-injection markers gets: flag (recorded, the "
+                            "model reads it) or block")
     interrupt_mode: InterruptMode = Field(
         "wait", description="A tool call that needs a reviewer (approval=True, or its body raised Interrupt): wait "
                             "(the request waits for a decision at /v1/approvals or /ui/approvals), or hand_back "

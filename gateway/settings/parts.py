@@ -65,6 +65,9 @@ class GatewayKey(Limits):
         None, description="client_tool_check for this key's requests; unset: the gateway's")
     models: list[str] | None = Field(
         None, description="Models this key may ask for: names and glob patterns (gpt-4o*); unset: every one")
+    guardrails: list[str] = Field(
+        default_factory=list, description="Guardrails on this key's tool calls, after the gateway's and the "
+                                          "tool's: built-in names and module:attr paths, in order")
 
     @field_validator("routes")
     @classmethod
@@ -119,6 +122,9 @@ class McpServer(BaseModel):
     required: bool = Field(False, description="GET /readyz answers 503 while this server is unavailable")
     max_tools: int = Field(256, ge=1, description="Most tools taken from it; past them, the rest of its list is "
                                                    "left out with a warning")
+    guardrails: list[str] = Field(
+        default_factory=list, description="Guardrails on calls of its tools, after the gateway's: built-in "
+                                          "names and module:attr paths, in order")
     relist_min_seconds: float = Field(
         1.0, ge=0, description="Shortest time between two listings of its tools: announcements of changed tools "
                                "(tools/list_changed) that come faster are answered by one listing")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, get_type_hints, overload
 
 from pydantic import Field, create_model
@@ -99,19 +99,20 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 def tool(*, name: str | None = None, description: str | None = None, concurrent: bool = False,
          timeout: float | None = None, display_text: str | None = None, strict: bool = False,
          options: Mapping[str, Any] | None = None, approval: bool = False,
-         approval_timeout: float | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+         approval_timeout: float | None = None,
+         guardrails: Sequence[Any] = ()) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None,
          concurrent: bool = False, timeout: float | None = None, display_text: str | None = None,
          strict: bool = False, options: Mapping[str, Any] | None = None, approval: bool = False,
-         approval_timeout: float | None = None) -> Any:
+         approval_timeout: float | None = None, guardrails: Sequence[Any] = ()) -> Any:
     """Declare a tool from a typed function. Arguments are validated against the signature
     (pydantic), so a wrong type or a renamed argument comes back to the model in one message.
     A parameter annotated `ToolContext` receives the call's context and is hidden from the model."""
     extra = {"concurrent": concurrent, "timeout": timeout, "display_text": display_text,
              "strict": strict, "options": dict(options or {}), "approval": approval,
-             "approval_timeout": approval_timeout}
+             "approval_timeout": approval_timeout, "guardrails": tuple(guardrails)}
     if fn is not None:
         return _build(fn, name, description, extra)
     return lambda f: _build(f, name, description, extra)

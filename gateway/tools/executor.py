@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
+from gateway.guardrails import GuardedCall, Guardrails, masked_content
+from gateway.guardrails.chain import Guard
 from gateway.tools.approvals import ApprovalAsk, ApprovalGate, decided_outcome
 from gateway.tools.function import Tool
 from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
@@ -31,8 +33,9 @@ class ToolExecutor:
 
     def __init__(self, registry: ToolRegistry, hooks: ToolHooks | None = None,
                  default_timeout: float | None = 30.0, threads: int = 16, gate: ApprovalGate | None = None,
-                 approval_timeout: float = 300.0) -> None:
+                 approval_timeout: float = 300.0, guardrails: Guardrails | None = None) -> None:
         self.registry = registry
+        self.guardrails = guardrails  # None: no guardrail is configured, and a call spends nothing on them
         self.hooks: ToolHooks = hooks if hooks is not None else NoHooks()
         self.default_timeout = default_timeout
         self.threads = ToolThreads(threads)
@@ -48,6 +51,8 @@ class ToolExecutor:
     async def aclose(self) -> None:
         """Take no more sync calls; bodies still running are not waited for (they cannot be stopped)."""
         self.threads.close()
+        if self.guardrails is not None:
+            self.guardrails.close()
 
     async def run_turn(self, calls: Sequence[ToolCall], turn: Turn | None = None,
                        allowed: Collection[str] | None = None) -> list[ToolOutcome]:
@@ -91,13 +96,49 @@ class ToolExecutor:
             parsed = await tool.parse_arguments(call.arguments, context)
         if isinstance(parsed, Rejection):
             return rejected(call.id, call.name, parsed)
-        outcome = await self._run_parsed(call, tool, turn, parsed, context, trace)
+        if self.guardrails is not None and (chain := self.guardrails.for_tool(tool, turn.principal)):
+            outcome = await self._guarded(call, tool, turn, parsed, context, trace, chain)
+        else:
+            outcome = await self._run_parsed(call, tool, turn, parsed, context, trace)
         # values the parse step could not check: the span says why, whatever the call's outcome
         return outcome if parsed.unchecked is None else replace(outcome, unchecked=parsed.unchecked)
 
+    async def _guarded(self, call: ToolCall, tool: Tool, turn: Turn, parsed: Parsed, context: ToolContext,
+                       trace: ToolCallTrace, chain: Sequence[Guard]) -> ToolOutcome:
+        """A call that guardrails check: its arguments before it runs, its result after."""
+        assert self.guardrails is not None
+        server = tool.origin.server if tool.origin is not None else None
+        guarded = GuardedCall(tool.name, call.id, parsed.arguments, "gateway", turn.principal, turn.trajectory_id,
+                              server)
+        before = await self.guardrails.before(chain, guarded)
+        if before.records:
+            trace.guarded(before.records, before.hidden)
+        if before.decision == "deny":
+            return rejected(call.id, call.name, Rejection("guardrail_denied", before.message or "denied"))
+        if before.arguments is not None:  # rewritten: the new arguments pass the parse step too
+            reparsed = await tool.parse_arguments(before.arguments, context)
+            if isinstance(reparsed, Rejection):
+                return rejected(call.id, call.name, Rejection(
+                    "guardrail_denied", f"Tool '{tool.name}' was not run: a guardrail rewrote its arguments into "
+                                        f"ones the tool refuses. {reparsed.message}"))
+            parsed = reparsed
+            guarded = replace(guarded, arguments=parsed.arguments)
+        outcome = await self._run_parsed(call, tool, turn, parsed, context, trace, before.decision == "ask")
+        if outcome.status not in ("ok", "error"):  # nothing of the tool's reaches the model
+            return outcome
+        after = await self.guardrails.after(chain, guarded, outcome.content_text())
+        if after.records:
+            trace.guarded(after.records, after.hidden)
+        if after.decision == "block":
+            return replace(outcome, status="error", content=after.message or "withheld", processed_content=None,
+                           error_type="guardrail_blocked")
+        if after.decision == "mask" and after.result is not None:
+            return replace(outcome, content=masked_content(outcome.content, after.result), processed_content=None)
+        return outcome
+
     async def _run_parsed(self, call: ToolCall, tool: Tool, turn: Turn, parsed: Parsed, context: ToolContext,
-                          trace: ToolCallTrace) -> ToolOutcome:
-        if tool.approval:
+                          trace: ToolCallTrace, asked: bool = False) -> ToolOutcome:
+        if tool.approval or asked:
             pending = self._asking(call, tool, parsed)
             if self.gate is None:
                 return pending  # handed back to the client, which answers in the reviewer's place

@@ -117,6 +117,8 @@ class Tool:
     approval: bool = False
     approval_timeout: float | None = None
     origin: ToolOrigin | None = None
+    # names of built-in guardrails, module:attr paths, or guardrail objects (gateway.guardrails)
+    guardrails: tuple[Any, ...] = ()
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the model is offered
     declared_schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the tool declared
     required_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -148,6 +150,7 @@ class Tool:
         setattr_("_call_arity", _positional_arity(self.function, "function", self.name))
         parser = self.parse_args
         setattr_("_parser_arity", 0 if parser is None else _positional_arity(parser, "parse_args", self.name))
+        setattr_("guardrails", tuple(self.guardrails))
         if self.parameters is not None:
             setattr_("parameters", tuple(self.parameters))
         if self.validate_schema and (self.parse_args is not None or self.args_model is not None):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from gateway.tools.results import ToolContext, ToolOutcome
 
 if TYPE_CHECKING:
+    from gateway.guardrails.verdicts import GuardrailRecord
     from gateway.tools.approvals import ApprovalDecision
     from gateway.tools.function import Tool
 
@@ -71,6 +72,10 @@ class ToolCallTrace(Protocol):
     def decided(self, decision: ApprovalDecision) -> None:
         """The wait for approval ended: the decision (or why there was none), who made it, how long it took."""
 
+    def guarded(self, records: Sequence[GuardrailRecord], hidden: Sequence[str]) -> None:
+        """Guardrails decided on the call (gateway.guardrails), at one moment; `hidden`: values they
+        found that nothing recorded of the call may show."""
+
 
 class ToolHooks(Protocol):
     """What the executor tells its observer about each tool call."""
@@ -104,6 +109,9 @@ class _NoTrace:
         return None
 
     def decided(self, decision: ApprovalDecision) -> None:
+        return None
+
+    def guarded(self, records: Sequence[GuardrailRecord], hidden: Sequence[str]) -> None:
         return None
 
 

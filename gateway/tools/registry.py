@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from gateway.tools.function import Tool
@@ -10,13 +10,16 @@ from gateway.tools.params import ToolDeclarationError
 
 
 class ToolRegistry:
-    """Tools by name, in registration order. A name can be registered once.
+    """Tools by name, in registration order. A name can be registered once. `guardrails` apply
+    to the calls of every tool registered here (gateway.guardrails).
 
     A source (an MCP server) may replace its own tools while requests are served: every change
     puts a new dict in place rather than changing the one a request may be iterating, and starts
     new spec caches."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), guardrails: Sequence[Any] = ()) -> None:
+        # guardrails of every tool registered here, before each tool's own (gateway.guardrails)
+        self.guardrails = tuple(guardrails)
         self._tools: dict[str, Tool] = {}
         self._sources: dict[str, str] = {}  # tool name -> the source that registered it
         # Specs and names by allowlist, built once: every request offers them. Any change drops them.

@@ -17,8 +17,9 @@ from gateway.tools.params import NameCheck
 Status = Literal["ok", "error", "rejected", "timeout", "interrupted", "unchecked", "denied"]
 # schema_violation: values that do not fit the declared parameters (JSON Schema); parser: a
 # parse_args or args_model refused them.
+# guardrail_denied: a guardrail refused the call before it ran (gateway.guardrails).
 RejectionReason = Literal["invalid_json", "missing_arguments", "schema_violation", "parser", "unknown_tool",
-                          "not_allowed"]
+                          "not_allowed", "guardrail_denied"]
 Content = str | list[dict[str, Any]]
 
 
