@@ -84,7 +84,8 @@ class Telemetry:
         that brought the result, from the answer that handed the call over until now, and its time
         in the metrics."""
         now_ns = time_ns()
-        started_ns = min(int(result.sent_at * 1e9), now_ns)  # another replica's clock may run ahead
+        sent_ns = int(result.sent_at * 1e9) if result.sent_at is not None else now_ns
+        started_ns = min(sent_ns, now_ns)  # another replica's clock may run ahead
         outcome = "error" if result.error else names.OUTCOME_RETURNED
         label = self.client_tool_labels.label(result.tool)
         attributes = _call_attributes(result.tool, result.call_id, turn, names.SIDE_CLIENT)
@@ -94,7 +95,8 @@ class Telemetry:
         if result.error:
             span.set_status(Status(StatusCode.ERROR, "the client's tool said the call failed"))
         span.end(end_time=now_ns)
-        self.metrics.client_tool_roundtrip.labels(label, outcome).observe((now_ns - started_ns) / 1e9)
+        if result.sent_at is not None:
+            self.metrics.client_tool_roundtrip.labels(label, outcome).observe((now_ns - started_ns) / 1e9)
 
     def mcp_server_state(self, server: str, up: bool, disconnected: bool) -> None:
         metrics = self.metrics

@@ -52,9 +52,13 @@ class ClientResult:
 
     call_id: str  # the model's, as the check of the call named it
     tool: str
-    sent_at: float  # when the answer that handed the call to the client was given (epoch seconds)
+    # when the answer that handed the call to the client was given (epoch seconds); None: not known
+    # (the gateway did not hand it over, or forgot), and the result is reported for its guardrails only
+    sent_at: float | None
     size: int  # bytes of the result as the request carried it
     error: bool  # the client said the call failed (where the configured rule says so)
+    guardrails: tuple[GuardrailRecord, ...] = ()  # what the guardrails decided on the result (gateway.guardrails)
+    hidden: tuple[str, ...] = ()  # values they found that nothing recorded of the call may show
 
 
 class ToolCallTrace(Protocol):
