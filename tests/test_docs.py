@@ -19,7 +19,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = ["index.md", "getting-started.md", "tools.md", "http-and-apis.md", "mcp.md", "settings.md",
          "upstreams.md", "translation.md", "telemetry-and-trajectories.md",
          "phoenix.md", "langfuse.md", "tempo.md", "jaeger.md",  # the section "Trace backends"
-         "deployment-and-scale.md", "limits-and-tenancy.md", "benchmarks.md"]
+         "deployment-and-scale.md", "limits-and-tenancy.md", "guardrails.md", "benchmarks.md"]
 
 
 def nav_pages(nav: list[dict[str, Any]]) -> list[str]:

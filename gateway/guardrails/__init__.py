@@ -3,7 +3,7 @@ the model reads it, for the gateway's tools, MCP servers' tools and the client's
 (docs/guardrails.md)."""
 
 from gateway.guardrails.catalog import Guardrails
-from gateway.guardrails.chain import After, Before, Chains, Guard, masked_content
+from gateway.guardrails.chain import After, Before, Chains, Guard
 from gateway.guardrails.verdicts import (
     GuardedCall,
     Guardrail,
@@ -19,4 +19,4 @@ from gateway.guardrails.verdicts import (
 )
 
 __all__ = ["After", "Before", "Chains", "Guard", "GuardedCall", "Guardrail", "GuardrailRecord", "Guardrails",
-           "Verdict", "allow", "ask", "block", "deny", "flag", "mask", "masked_content", "rewrite"]
+           "Verdict", "allow", "ask", "block", "deny", "flag", "mask", "rewrite"]

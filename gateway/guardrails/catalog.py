@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.guardrails.builtin import BUILTIN_NAMES, BuiltinOptions, make_builtin
 from gateway.guardrails.chain import After, Before, Chains, Guard, guard_of
@@ -14,10 +14,22 @@ from gateway.guardrails.verdicts import GuardedCall
 
 if TYPE_CHECKING:
     from gateway.settings.model import Settings
-    from gateway.tools.function import Tool
-    from gateway.tools.registry import ToolRegistry
 
 NO_GUARDS: tuple[Guard, ...] = ()
+
+
+class GuardedTool(Protocol):
+    """What a chain needs of a tool (gateway.tools.Tool has it): its name, its own guardrails,
+    and its origin, whose `server` names an MCP tool's server (None for any other tool)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def guardrails(self) -> tuple[Any, ...]: ...
+
+    @property
+    def origin(self) -> Any: ...
 
 
 def imported(spec: str) -> object:
@@ -48,7 +60,7 @@ class Guardrails:
                  by_key: Mapping[str, Sequence[object]] | None = None,
                  by_tool: Mapping[str, Sequence[object]] | None = None,
                  by_server: Mapping[str, Sequence[object]] | None = None,
-                 registry: ToolRegistry | None = None) -> None:
+                 registry: Iterable[GuardedTool] | None = None) -> None:
         self.chains = chains
         self._options = options if options is not None else BuiltinOptions()
         self._resolved: dict[str, Guard] = {}
@@ -63,7 +75,7 @@ class Guardrails:
             self._guards(tool.guardrails)
 
     @classmethod
-    def from_settings(cls, settings: Settings, registry: ToolRegistry) -> Guardrails | None:
+    def from_settings(cls, settings: Settings, registry: Iterable[GuardedTool]) -> Guardrails | None:
         """The gateway's guardrails; None when no list names any (then nothing is spent on a call)."""
         by_key = {name: key.guardrails for name, key in settings.keys.items() if key.guardrails}
         by_server = {name: server.guardrails for name, server in settings.mcp_servers.items() if server.guardrails}
@@ -93,7 +105,7 @@ class Guardrails:
     def _guards(self, specs: Iterable[object]) -> tuple[Guard, ...]:
         return tuple(self._guard(spec) for spec in specs)
 
-    def for_tool(self, tool: Tool, principal: str | None) -> tuple[Guard, ...]:
+    def for_tool(self, tool: GuardedTool, principal: str | None) -> tuple[Guard, ...]:
         """The chain of a call of the gateway's `tool` by the key `principal`."""
         cache_key = (tool.name, principal, id(tool))
         chain = self._tool_chains.get(cache_key)

@@ -30,7 +30,6 @@ from gateway.guardrails.verdicts import (
     Verdict,
     checked_verdict,
 )
-from gateway.tools.results import Content
 
 FailureRule = Literal["deny", "allow"]
 INLINE_MAX_CHARS = 64 * 1024  # a built-in reads a longer text on a thread, not on the event loop
@@ -196,19 +195,3 @@ def _blocked(tool: str, guard: str, reason: str | None, failed: str | None) -> s
                 "it cannot check is withheld.")
     return f"The result of tool '{tool}' was withheld by guardrail '{guard}'. {_sentence(reason)}".rstrip()
 
-
-def masked_content(content: Content, text: str) -> Content:
-    """`content` with its text replaced by `text` (a masked result): a string becomes `text`; in a
-    list of parts, the text parts give way to one holding `text`, where the first of them was."""
-    if isinstance(content, str):
-        return text
-    parts: list[dict[str, Any]] = []
-    placed = False
-    for part in content:
-        if isinstance(part, dict) and part.get("type") == "text":
-            if not placed:
-                parts.append({"type": "text", "text": text})
-                placed = True
-            continue
-        parts.append(part)
-    return parts if placed else [{"type": "text", "text": text}, *parts]

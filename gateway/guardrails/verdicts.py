@@ -16,9 +16,8 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gateway.tools.hooks import Side
-
 Moment = Literal["before", "after"]
+Side = Literal["gateway", "client"]  # whose tool: as gateway.tools.hooks.Side, which this room sits below
 Decision = Literal["allow", "deny", "rewrite", "ask", "block", "mask", "flag"]
 BEFORE_DECISIONS: frozenset[Decision] = frozenset({"allow", "deny", "rewrite", "ask", "flag"})
 AFTER_DECISIONS: frozenset[Decision] = frozenset({"allow", "block", "mask", "flag"})

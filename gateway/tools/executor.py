@@ -6,14 +6,14 @@ import asyncio
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from gateway.guardrails import GuardedCall, Guardrails, masked_content
+from gateway.guardrails import GuardedCall, Guardrails
 from gateway.guardrails.chain import Guard
 from gateway.tools.approvals import ApprovalAsk, ApprovalGate, decided_outcome
 from gateway.tools.function import Tool
 from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import suggest
 from gateway.tools.registry import ToolRegistry
-from gateway.tools.results import Parsed, Rejection, ToolContext, ToolOutcome, rejected
+from gateway.tools.results import Parsed, Rejection, ToolContext, ToolOutcome, masked_content, rejected
 from gateway.tools.threads import ToolThreads
 
 _NAME_SHOWN = 80  # a model can send any string as a tool name; quote only this much of it

@@ -251,3 +251,21 @@ def _from_tool_result(value: ToolResult, template: ToolOutcome) -> ToolOutcome:
         display_text=value.display_text or template.display_text,
         error_type=(value.error_type or "tool_error") if value.is_error else None,
     )
+
+
+def masked_content(content: Content, text: str) -> Content:
+    """`content` with its text replaced by `text`, as a guardrail masked it (gateway.guardrails): a
+    string becomes `text`; in a list of parts, the text parts give way to one holding `text`, where
+    the first of them was."""
+    if isinstance(content, str):
+        return text
+    parts: list[dict[str, Any]] = []
+    placed = False
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "text":
+            if not placed:
+                parts.append({"type": "text", "text": text})
+                placed = True
+            continue
+        parts.append(part)
+    return parts if placed else [{"type": "text", "text": text}, *parts]
