@@ -43,7 +43,7 @@ class Engine:
                  limiter: Limiter | None = None) -> None:
         self.upstreams = upstreams
         self.rounds = Rounds(upstreams, instrumentation, held, retries or RetryPolicy(), keepalive_seconds)
-        self.client_checks = HandedChecks(executor.hooks, client_check)
+        self.client_checks = HandedChecks(executor.hooks, client_check, executor.guardrails)
         self.executor = executor
         self.held = held
         self.instrumentation = instrumentation
