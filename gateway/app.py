@@ -169,7 +169,8 @@ async def _upstreams(app: web.Application) -> AsyncIterator[None]:
                        settings.limits_when_state_down, instrumentation)
                if Limiter.configured(settings.default_limits, settings.keys) else None)
     app[ENGINE] = Engine(upstreams, app[EXECUTOR], app[STATE], instrumentation, settings.max_rounds,
-                         settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check, limiter)
+                         settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check, limiter,
+                         settings.client_result_guardrails)
     app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], instrumentation, upstreams, limiter)
     yield
     app[ENGINE].client_checks.close()

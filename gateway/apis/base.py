@@ -14,6 +14,7 @@ from gateway.caller import Caller
 from gateway.engine import Event, Finished, Plan, Visible
 from gateway.engine.plan import NO_OPTIONS, Offering, Wire
 from gateway.errors import GatewayError
+from gateway.guardrails.client import ResultPlace
 from gateway.state import StateStore
 from gateway.tools import Tool, ToolRegistry
 
@@ -55,7 +56,8 @@ class Asked:
     metadata: object = None  # the request's metadata, which may name the trajectory
     call_ids: list[str] = field(default_factory=list)  # calls it answers or repeats, the latest first
     previous_response_id: str | None = None
-    # (call id, content, is_error) of the latest results of the client's calls; is_error None: the API has no flag
+    # (call id, content, is_error) of the latest results of the client's calls (those of its last
+    # turn, the latest first); is_error None: the API has no flag
     results: list[tuple[str, Any, bool | None]] = field(default_factory=list)
     trajectory_id: str | None = None  # the trajectory the metadata names, an id the gateway accepts
 
@@ -94,6 +96,10 @@ class WireApi(Wire, Protocol):
 
     def checked(self, body: dict[str, Any], params: Mapping[str, str]) -> Asked:
         """`body` checked (a 400 saying what is wrong); `params`: the path's (an Azure deployment)."""
+
+    def result_places(self, body: Mapping[str, Any]) -> list[ResultPlace]:
+        """Where each result of the client's calls sits in a checked `body`, every one (the client
+        resends them all), in the conversation's order: for the guardrails to read and mask them."""
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

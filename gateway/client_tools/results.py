@@ -5,26 +5,28 @@ Responses `function_call_output`, a Messages `tool_result` block: each API's ada
 takes that entry and reports the result: the time in between (the client's tool time plus its own
 overhead, the next request's trip included), the result's size, and whether it failed: as the
 Messages API's `is_error` says, else only where the operator's rule says so
-(`client_tool_error_prefix`; Chat and Responses flag nothing). Best effort, as trajectory links
-are: a state store that cannot answer loses the step, never the request."""
+(`client_tool_error_prefix`; Chat and Responses flag nothing), and what the guardrails decided of
+it (gateway.guardrails.client). Best effort, as trajectory links are: a state store that cannot
+answer loses the step, never the request."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gateway.caller import Caller
 from gateway.errors import Unavailable
+from gateway.guardrails.client import UNKNOWN_TOOL, GuardedResult
 from gateway.state import StateStore, split_call_id
 from gateway.tools.hooks import ClientResult, ToolHooks
 
 log = logging.getLogger("toolspan")
 
-# The latest results of a conversation that are looked up: those of the answer before are at its
-# end, and the conversation resends every earlier one, whose entries are already taken.
+# The most results of a conversation's last turn that are looked up (the conversation resends every
+# earlier one, whose entries are already taken).
 LATEST_RESULTS = 16
 
 
@@ -52,24 +54,42 @@ def _failed(content: Any, error_prefix: str | None) -> bool:
 
 
 async def report_results(state: StateStore, hooks: ToolHooks, caller: Caller,
-                         results: Sequence[tuple[str, Any, bool | None]], error_prefix: str | None) -> None:
+                         results: Sequence[tuple[str, Any, bool | None]], error_prefix: str | None,
+                         guarded: Mapping[str, GuardedResult] | None = None, look_up: bool = True) -> None:
     """Report each result whose call an earlier answer handed over (each once: the entry is taken):
-    (call id, content, is_error) each, is_error None where the API has no such flag."""
+    (call id, content, is_error) each, is_error None where the API has no such flag. `guarded`:
+    what the guardrails decided of the results, by call id, carried on each report; a result the
+    guardrails decided on whose call is not known here (not handed over by this gateway, its entry
+    lost, or not looked up: `look_up` False) is reported too, with no time, for its decisions."""
     if not results:
         return
-    try:
-        taken = await state.sent.take(caller.principal, [call_id for call_id, _, _ in results])
-    except Unavailable:
-        log.info("client calls not looked up (state store): their results are not reported")
-        return
+    taken: Mapping[str, str] = {}
+    if look_up:
+        try:
+            taken = await state.sent.take(caller.principal, [call_id for call_id, _, _ in results])
+        except Unavailable:
+            log.info("client calls not looked up (state store): their results are not reported")
+            if not guarded:
+                return
     turn = caller.turn(0)
     for call_id, content, is_error in reversed(results):  # in the conversation's order
-        record = taken.get(call_id)
-        try:
-            sent_at, tool = json.loads(record) if record is not None else (None, None)
-        except (ValueError, TypeError):  # a record of another version: not this one's to read
-            continue
-        if isinstance(sent_at, int | float) and isinstance(tool, str):
-            held = split_call_id(call_id)  # a call of a held turn travels under an id of the gateway's
-            hooks.client_result(ClientResult(held[1] if held else call_id, tool, float(sent_at), _size(content),
-                                             _failed(content, error_prefix) if is_error is None else is_error), turn)
+        decided = guarded.get(call_id) if guarded else None
+        sent_at, tool = _sent(taken.get(call_id))
+        if sent_at is None and (decided is None or not decided.records):
+            continue  # neither handed over here nor guarded: nothing to report
+        held = split_call_id(call_id)  # a call of a held turn travels under an id of the gateway's
+        hooks.client_result(ClientResult(
+            held[1] if held else call_id, tool or (decided.tool if decided else None) or UNKNOWN_TOOL, sent_at,
+            _size(content), _failed(content, error_prefix) if is_error is None else is_error,
+            decided.records if decided else (), decided.hidden if decided else ()), turn)
+
+
+def _sent(record: str | None) -> tuple[float | None, str | None]:
+    """(when, tool) of a call's "sent" entry; (None, None) without one, or one of another version."""
+    try:
+        sent_at, tool = json.loads(record) if record is not None else (None, None)
+    except (ValueError, TypeError):  # a record of another version: not this one's to read
+        return None, None
+    if isinstance(sent_at, int | float) and isinstance(tool, str):
+        return float(sent_at), tool
+    return None, None

@@ -25,6 +25,7 @@ from gateway.engine.replays import Replays
 from gateway.engine.retries import RetryPolicy
 from gateway.engine.rounds import RoundEvent, Rounds
 from gateway.engine.turn import ModelCall, ModelTurn
+from gateway.guardrails.client import ClientResultMode, ClientResults
 from gateway.instrumentation import Instrumentation
 from gateway.limits import Limiter, RateLimited
 from gateway.provider.upstreams import Upstreams
@@ -35,15 +36,18 @@ from gateway.tools import ToolCall, ToolExecutor, ToolOutcome
 
 class Engine:
     """Runs plans: the provider calls, the tool executor, the checks of the client's calls, the
-    held-turn store and the observer."""
+    held-turn store and the observer. The executor's guardrails guard the client's tools too: its
+    calls, in their check (`client_checks`), and its results, which the routes put through
+    `client_results` (None: no guardrail is configured, or `client_result_guardrails` is off)."""
 
     def __init__(self, upstreams: Upstreams, executor: ToolExecutor, held: StateStore,
                  instrumentation: Instrumentation, max_rounds: int, keepalive_seconds: float,
                  retries: RetryPolicy | None = None, client_check: ClientCheckMode = "observe",
-                 limiter: Limiter | None = None) -> None:
+                 limiter: Limiter | None = None, client_results: ClientResultMode = "mask") -> None:
         self.upstreams = upstreams
         self.rounds = Rounds(upstreams, instrumentation, held, retries or RetryPolicy(), keepalive_seconds)
         self.client_checks = HandedChecks(executor.hooks, client_check, executor.guardrails)
+        self.client_results = ClientResults.configured(executor.guardrails, client_results)
         self.executor = executor
         self.held = held
         self.instrumentation = instrumentation

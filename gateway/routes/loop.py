@@ -1,8 +1,8 @@
 """The tool loop's routes (POST /v1/chat/completions, /v1/responses, /v1/messages and the Azure-style
 paths), one handler for every wire API. A request walks down once: its body read, checked by the
-API's adapter, its trajectory found, the results of the client's calls reported, the plan made;
-then the run's events pass the API's own bookkeeping and the trajectory's links on their way to
-the answer, rendered in the API's shape."""
+API's adapter, its trajectory found, the results of the client's calls guarded (masked where the
+guardrails say) and reported, the plan made; then the run's events pass the API's own bookkeeping
+and the trajectory's links on their way to the answer, rendered in the API's shape."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ async def run_loop(request: web.Request, api: WireApi) -> web.StreamResponse:
     asked = api.checked(body, request.match_info)
     caller = await linking.joined(called, parts.state, asked.call_ids, asked.previous_response_id, asked.metadata,
                                   asked.trajectory_id)
+    # Every result of the client's tools in the body passes the guardrails before anything reads the
+    # body's content (the plan, held turns, answer records, the provider); linking reads only ids.
+    guards = parts.engine.client_results
+    guarded = (await guards.guard(api.result_places(body), caller.principal, caller.trajectory_id)
+               if guards is not None else None)
     settings = parts.settings
     plan = await api.plan(body, caller, parts.registry, parts.state, caller.provider_query(request.query_string),
                           request.path, parts.offering(caller))
@@ -34,9 +39,9 @@ async def run_loop(request: web.Request, api: WireApi) -> web.StreamResponse:
                       Keeping(plan, body, parts.state, caller.principal, settings.answer_record_max_bytes))
     checks_client = caller.client_check(settings.client_tool_check) != "off"
     events = linking.remembered(events, parts.state, caller, api, checks_client)
-    if checks_client:  # what the client's own tools did with the calls an earlier answer handed it
+    if checks_client or guarded:  # what the client's own tools did with the calls an earlier answer handed it
         await client_results.report_results(parts.state, parts.instrumentation, caller, asked.results,
-                                            settings.client_tool_error_prefix)
+                                            settings.client_tool_error_prefix, guarded, look_up=checks_client)
     return await render.answer(request, caller, api, plan, events)
 
 

@@ -1,6 +1,7 @@
 """The client's execute step (gateway.client_tools.results) on bad input: conversations of any shape
-give only well-formed results, the latest ones first and bounded; a record this version cannot
-read reports nothing and raises nothing; each result is reported once."""
+give only well-formed results, those of the last turn, the latest ones first and bounded; a record
+this version cannot read reports nothing and raises nothing; each result is reported once; a
+result the guardrails decided on is reported with their decisions, known to the state store or not."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Any
 
 from gateway.apis.chat import CHAT
 from gateway.apis.chat.request import results as chat_results
+from gateway.apis.messages.request import results as messages_results
 from gateway.apis.responses.request import results as responses_results
 from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS, keep_handed, report_results
+from gateway.guardrails import GuardrailRecord
+from gateway.guardrails.client import GuardedResult
 from gateway.state import MemoryState
 from gateway.tools.hooks import ClientResult, NoHooks, Turn
 
@@ -61,3 +65,54 @@ async def test_the_error_rule_reads_text_results_only() -> None:
     latest_first = [("c2", {"error": "as JSON"}, None), ("c1", "error: gone", None)]  # as chat_results gives them
     await report_results(state, seen, CALLER, latest_first, error_prefix="error:")
     assert [(r.call_id, r.error) for r in seen.results] == [("c1", True), ("c2", False)]
+
+
+MASKED_BY = (GuardrailRecord("credentials", "after", "mask", "a live key masked", side="client"),)
+
+
+async def test_a_guarded_result_is_reported_with_its_decisions_whether_or_not_its_call_is_known() -> None:
+    state, seen = MemoryState(100, 60.0), Seen()
+    await keep_handed(state, CALLER, [("call_known", "shell")])
+    guarded = {"call_known": GuardedResult("shell_in_body", MASKED_BY, ("sk-live-1",)),
+               "call_foreign": GuardedResult("read_env", MASKED_BY, ("sk-live-2",)),
+               "call_nameless": GuardedResult(None, MASKED_BY, ()),
+               "call_allowed": GuardedResult("t", (), ())}  # no decision: nothing to report
+    results = [("call_allowed", "x", None), ("call_nameless", "y", None), ("call_foreign", "[REDACTED]", None),
+               ("call_known", "ok", None)]
+    await report_results(state, seen, CALLER, results, None, guarded)
+    assert [(r.call_id, r.tool, r.sent_at is None, r.guardrails, r.hidden) for r in seen.results] == [
+        ("call_known", "shell", False, MASKED_BY, ("sk-live-1",)),  # the tool as the gateway handed it over
+        ("call_foreign", "read_env", True, MASKED_BY, ("sk-live-2",)),  # not handed over here: the body's tool
+        ("call_nameless", "unknown", True, MASKED_BY, ())]
+
+
+async def test_with_the_check_off_the_guarded_results_are_reported_without_a_look_up() -> None:
+    state, seen = MemoryState(100, 60.0), Seen()
+    await keep_handed(state, CALLER, [("call_known", "shell")])
+    guarded = {"call_known": GuardedResult("shell", MASKED_BY, ())}
+    await report_results(state, seen, CALLER, [("call_known", "ok", None)], None, guarded, look_up=False)
+    [result] = seen.results
+    assert result.sent_at is None
+    assert result.guardrails == MASKED_BY
+    assert await state.sent.take(None, ["call_known"]) != {}  # its entry left for a request that looks
+
+
+def test_the_latest_results_are_those_of_the_last_turn() -> None:
+    messages: list[Any] = [{"role": "assistant", "tool_calls": []},
+                           {"role": "tool", "tool_call_id": "old", "content": "1"},
+                           {"role": "assistant", "tool_calls": []},
+                           {"role": "tool", "tool_call_id": "new", "content": "2"},
+                           {"role": "user", "content": "and then?"}]
+    assert chat_results(messages) == [("new", "2", None)]
+    items = [{"type": "function_call", "call_id": "old"}, {"type": "function_call_output", "call_id": "old"},
+             {"type": "message", "role": "assistant", "content": []},
+             {"type": "function_call", "call_id": "a"}, {"type": "function_call_output", "call_id": "a", "output": 1},
+             {"type": "function_call", "call_id": "b"}, {"type": "function_call_output", "call_id": "b", "output": 2},
+             {"role": "user", "content": "go on"}]
+    assert responses_results(items) == [("b", 2, None), ("a", 1, None)]  # interleaved calls and outputs: one turn
+    blocks = [{"role": "assistant", "content": [{"type": "tool_use", "id": "old"}]},
+              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "old"}]},
+              {"role": "assistant", "content": [{"type": "tool_use", "id": "a"}, {"type": "tool_use", "id": "b"}]},
+              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "x"},
+                                           {"type": "tool_result", "tool_use_id": "b", "is_error": True}]}]
+    assert messages_results(blocks) == [("b", None, True), ("a", "x", False)]

@@ -10,7 +10,7 @@ from gateway.apis.base import Asked, Keeping, StreamRenderer
 from gateway.apis.chat.answer import ChatStreamReader, read_chat
 from gateway.apis.chat.genai import ChatMessages
 from gateway.apis.chat.render import ChatChunks, completion
-from gateway.apis.chat.request import ChatRequest, call_ids, plan_chat, results, tool_spec
+from gateway.apis.chat.request import ChatRequest, call_ids, plan_chat, result_places, results, tool_spec
 from gateway.apis.fields import validate
 from gateway.apis.tool_choice import relaxed_tool_choice
 from gateway.caller import Caller
@@ -18,6 +18,7 @@ from gateway.engine import Event, Finished, Plan
 from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import openai_body
+from gateway.guardrails.client import ResultPlace
 from gateway.state import StateStore
 from gateway.tools import Tool, ToolRegistry
 from gateway.wire.headers import named_trajectory
@@ -64,6 +65,9 @@ class ChatApi:
         chat = validate(ChatRequest, body, "a chat completion request")
         return Asked(chat.metadata, call_ids(chat.messages), None, results(chat.messages),
                      named_trajectory(chat.metadata) if chat.metadata else None)
+
+    def result_places(self, body: Mapping[str, Any]) -> list[ResultPlace]:
+        return result_places(body.get("messages"))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from itertools import islice
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -15,6 +14,7 @@ from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, check_clash, offers_tools, upstream_base
 from gateway.errors import BadRequest
+from gateway.guardrails.client import ResultPlace
 from gateway.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
 from gateway.tools import Tool, ToolRegistry
@@ -93,10 +93,39 @@ def call_ids(messages: Sequence[Any]) -> list[str]:
 
 
 def results(messages: Sequence[Any]) -> list[tuple[str, Any, bool | None]]:
-    """(call id, content, error flag: none in Chat) of the latest `tool` messages of a conversation."""
-    found = ((m["tool_call_id"], m.get("content"), None) for m in reversed(messages)
-             if isinstance(m, Mapping) and m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str))
-    return list(islice(found, LATEST_RESULTS))
+    """(call id, content, error flag: none in Chat) of the latest `tool` messages of a conversation:
+    those after its last assistant message, the latest first."""
+    found: list[tuple[str, Any, bool | None]] = []
+    for message in reversed(messages):
+        if len(found) >= LATEST_RESULTS or (isinstance(message, Mapping) and message.get("role") == "assistant"):
+            break
+        if (isinstance(message, Mapping) and message.get("role") == "tool"
+                and isinstance(call_id := message.get("tool_call_id"), str)):
+            found.append((call_id, message.get("content"), None))
+    return found
+
+
+def result_places(messages: object) -> list[ResultPlace]:
+    """Where every `tool` message of a conversation holds its result, with its call's tool and
+    arguments where an assistant message before it has the call."""
+    calls: dict[str, tuple[str | None, object]] = {}
+    places: list[ResultPlace] = []
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "assistant" and isinstance(made := message.get("tool_calls"), list):
+            for call in made:
+                if not isinstance(call, dict) or not isinstance(call_id := call.get("id"), str):
+                    continue
+                inner = call.get("function") or call.get("custom")  # a function's call, or a custom tool's
+                if isinstance(inner, dict):
+                    name = inner.get("name")
+                    calls[call_id] = (name if isinstance(name, str) else None, inner.get("arguments"))
+        elif role == "tool" and isinstance(call_id := message.get("tool_call_id"), str):
+            tool, arguments = calls.get(call_id, (None, None))
+            places.append(ResultPlace(call_id, message, "content", "text", tool, arguments))
+    return places
 
 
 async def plan_chat(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,

@@ -14,11 +14,12 @@ from gateway.apis.messages import threads
 from gateway.apis.messages.answer import OPENING, MessagesStreamReader, read_message
 from gateway.apis.messages.genai import AnthropicMessages
 from gateway.apis.messages.render import MessageEvents, error_body, message
-from gateway.apis.messages.request import MessagesRequest, call_ids, plan_messages, results, tool_spec
+from gateway.apis.messages.request import MessagesRequest, call_ids, plan_messages, result_places, results, tool_spec
 from gateway.caller import Caller
 from gateway.engine import Event, Finished, Plan
 from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
+from gateway.guardrails.client import ResultPlace
 from gateway.state import StateStore
 from gateway.tools import Tool, ToolRegistry
 from gateway.wire.headers import named_trajectory
@@ -80,6 +81,9 @@ class MessagesApi:
         checked = validate(MessagesRequest, body, "a Messages API request")
         return Asked(checked.metadata, call_ids(checked.messages), None, results(checked.messages),
                      named_trajectory(checked.metadata) if checked.metadata else None)
+
+    def result_places(self, body: Mapping[str, Any]) -> list[ResultPlace]:
+        return result_places(body.get("messages"))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

@@ -14,6 +14,7 @@ from gateway.apis.messages.history import MessagesConversation, held_tokens, nam
 from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
+from gateway.guardrails.client import ResultPlace
 from gateway.linking import LATEST_CALLS
 from gateway.state import NOTHING, StateStore
 from gateway.tools import Tool, ToolRegistry
@@ -75,10 +76,40 @@ def call_ids(messages: Sequence[Any]) -> list[str]:
 
 
 def results(messages: Sequence[Any]) -> list[tuple[str, Any, bool | None]]:
-    """(call id, content, is_error) of the latest `tool_result` blocks of a conversation."""
-    found = ((call_id, block.get("content"), block.get("is_error") is True) for call_id, block in
-             _latest_ids(messages) if block.get("type") == "tool_result")
-    return list(islice(found, LATEST_RESULTS))
+    """(call id, content, is_error) of the latest `tool_result` blocks of a conversation: those after
+    its last assistant message, the latest first."""
+    found: list[tuple[str, Any, bool | None]] = []
+    for message in reversed(messages):
+        if not isinstance(message, Mapping):
+            continue
+        if message.get("role") == "assistant":
+            break
+        content = message.get("content")
+        for block in reversed(content) if isinstance(content, list) else ():
+            if (isinstance(block, Mapping) and block.get("type") == "tool_result"
+                    and isinstance(call_id := block.get("tool_use_id"), str)):
+                found.append((call_id, block.get("content"), block.get("is_error") is True))
+    return found[:LATEST_RESULTS]
+
+
+def result_places(messages: object) -> list[ResultPlace]:
+    """Where every `tool_result` block of a conversation holds its result, with its call's tool
+    and input where an assistant message before it has the `tool_use` block."""
+    calls: dict[str, tuple[str | None, object]] = {}
+    places: list[ResultPlace] = []
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "tool_use" and isinstance(call_id := block.get("id"), str):
+                name = block.get("name")
+                calls[call_id] = (name if isinstance(name, str) else None, block.get("input"))
+            elif kind == "tool_result" and isinstance(call_id := block.get("tool_use_id"), str):
+                tool, arguments = calls.get(call_id, (None, None))
+                places.append(ResultPlace(call_id, block, "content", "text", tool, arguments))
+    return places
 
 
 async def plan_messages(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,

@@ -14,13 +14,14 @@ from gateway.apis.responses.answer import ResponsesStreamReader, opens_response,
 from gateway.apis.responses.genai import ResponsesMessages
 from gateway.apis.responses.records import remembered
 from gateway.apis.responses.render import ResponseEvents, final_response
-from gateway.apis.responses.request import ResponsesRequest, call_ids, plan_responses, results, tool_spec
+from gateway.apis.responses.request import ResponsesRequest, call_ids, plan_responses, result_places, results, tool_spec
 from gateway.apis.tool_choice import relaxed_tool_choice
 from gateway.caller import Caller
 from gateway.engine import Event, Finished, Plan
 from gateway.engine.plan import NO_OPTIONS, Offering
 from gateway.engine.turn import Api, ModelTurn, StreamReader
 from gateway.errors import openai_body
+from gateway.guardrails.client import ResultPlace
 from gateway.state import StateStore
 from gateway.tools import Tool, ToolRegistry
 from gateway.wire.headers import named_trajectory
@@ -69,6 +70,9 @@ class ResponsesApi:
         checked = validate(ResponsesRequest, body, "a Responses API request")
         return Asked(checked.metadata, call_ids(checked.input), checked.previous_response_id, results(checked.input),
                      named_trajectory(checked.metadata) if checked.metadata else None)
+
+    def result_places(self, body: Mapping[str, Any]) -> list[ResultPlace]:
+        return result_places(body.get("input"))
 
     async def plan(self, body: dict[str, Any], caller: Caller, registry: ToolRegistry, held: StateStore,
                    query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:

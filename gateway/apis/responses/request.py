@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from itertools import islice
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -15,10 +14,12 @@ from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
 from gateway.errors import BadRequest
+from gateway.guardrails.client import ResultPlace
 from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore
 from gateway.tools import Tool, ToolRegistry
 
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # input items that carry a call's result
+_CALLS = ("function_call", "custom_tool_call")  # the model's calls of the client's tools
 
 
 class _ToolSpec(BaseModel):
@@ -77,12 +78,48 @@ def call_ids(items: object) -> list[str]:
 
 
 def results(items: object) -> list[tuple[str, Any, bool | None]]:
-    """(call id, output, error flag: none in this API) of the latest call outputs of an input."""
+    """(call id, output, error flag: none in this API) of the latest call outputs of an input, the
+    latest first: those of its last turn. An input has no turns as such: the walk passes the
+    outputs, the calls they answer and the messages of others than the model, and stops at the
+    first other item (the model's text or reasoning), which ends the turn before. A client that
+    answers two turns in a row with nothing of the model's between them has both read as the latest."""
     if not isinstance(items, list):
         return []
-    found = ((i["call_id"], i.get("output"), None) for i in reversed(items)
-             if isinstance(i, Mapping) and i.get("type") in _OUTPUTS and isinstance(i.get("call_id"), str))
-    return list(islice(found, LATEST_RESULTS))
+    found: list[tuple[str, Any, bool | None]] = []
+    for item in reversed(items):
+        if len(found) >= LATEST_RESULTS or not _in_last_turn(item):
+            break
+        if item.get("type") in _OUTPUTS and isinstance(call_id := item.get("call_id"), str):
+            found.append((call_id, item.get("output"), None))
+    return found
+
+
+def _in_last_turn(item: object) -> TypeGuard[Mapping[str, Any]]:
+    """Whether an input item, read from the end, may still belong to the last turn."""
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    if kind in _OUTPUTS or kind in _CALLS:
+        return True
+    return kind in (None, "message") and item.get("role") not in ("assistant", None)
+
+
+def result_places(items: object) -> list[ResultPlace]:
+    """Where every call output of an input holds its result (`output`), with its call's tool and
+    arguments where the input has the call (or, for the tool, the output names it)."""
+    calls: dict[str, tuple[str | None, object]] = {}
+    places: list[ResultPlace] = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict) or not isinstance(call_id := item.get("call_id"), str):
+            continue
+        kind, name = item.get("type"), item.get("name")
+        if kind in _CALLS:
+            calls[call_id] = (name if isinstance(name, str) else None, item.get("arguments", item.get("input")))
+        elif kind in _OUTPUTS:
+            tool, arguments = calls.get(call_id, (None, None))
+            places.append(ResultPlace(call_id, item, "output", "input_text",
+                                      tool or (name if isinstance(name, str) else None), arguments))
+    return places
 
 
 async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
