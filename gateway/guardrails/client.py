@@ -165,10 +165,10 @@ def withheld(content: str | list[Any], message: str, text_type: str) -> str | li
 
 
 def _arguments(raw: object) -> Mapping[str, Any]:
-    """A call's arguments as a guardrail sees them: a JSON object decoded (a Messages call's input
-    as it is), anything else {}."""
+    """A call's arguments as a guardrail sees them: a JSON object decoded (a copy of a Messages
+    call's input), anything else {}."""
     if isinstance(raw, Mapping):
-        return raw
+        return dict(raw)
     if not isinstance(raw, str) or len(raw) > MAX_ARGUMENT_CHARS:
         return {}
     try:
