@@ -9,7 +9,8 @@ client chain (Guardrails.for_client) on it and writes back what the setting
 
 - observe: every decision is recorded, nothing is changed;
 - mask: masks are applied; a block is recorded, not applied (the guardrails after it still run,
-  on the text as the ones before left it, so a mask after a block is not lost);
+  on the text as the ones before left it, so a mask after a block is not lost), but for the block
+  of a guardrail that failed under guardrail_failure deny: a text nobody could check is withheld;
 - block: the chain as it stands: masks and blocks applied (a blocked result's content is replaced
   by the chain's message, which says why).
 
@@ -251,6 +252,11 @@ class ClientResults:
             after = await self.guardrails.after((guard,), call, current)
             records += after.records
             hidden += after.hidden
+            if self.mode == "mask" and after.decision == "block" and any(r.failed for r in after.records):
+                # a guardrail that could not check the text, under guardrail_failure deny: unchecked
+                # text does not reach the provider, whatever the mode (a guardrail's own block
+                # is recorded only)
+                return Checked(tuple(records), tuple(hidden), None, after.message)
             if after.decision == "mask" and after.result is not None:
                 current = after.result
         applied = current if self.mode == "mask" and current != text else None

@@ -269,3 +269,26 @@ class OnlyArguments(Guardrail):
 
     def before_execute(self, call: GuardedCall) -> Verdict | None:
         raise AssertionError("a result is no call")
+
+
+class Broken(Guardrail):
+    name = "broken"
+
+    def after_execute(self, call: GuardedCall, result: str) -> Verdict | None:
+        raise RuntimeError("the scanner is down")
+
+
+@BY_API
+async def test_mask_mode_withholds_a_text_a_failed_guardrail_could_not_check(shape: Shape) -> None:
+    results, _ = guards("mask", Broken())  # guardrail_failure deny (the default)
+    body = shape.body([[("call_b", "fetch", {}, f"only {KEY}")]])
+    guarded = await results.guard(shape.api.result_places(body), None)
+    text = shape.content(body, "call_b")
+    assert KEY not in json.dumps(text)
+    assert "could not check it" in json.dumps(text)
+    [record] = guarded["call_b"].records
+    assert (record.guardrail, record.decision, record.failed) == ("broken", "block", "RuntimeError")
+    results.guardrails.chains.failure = "allow"  # the operator's rule: let unchecked text through
+    body = shape.body([[("call_b", "fetch", {}, f"only {KEY}")]])
+    await results.guard(shape.api.result_places(body), None)
+    assert shape.content(body, "call_b") == f"only {KEY}"
