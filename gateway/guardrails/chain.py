@@ -66,7 +66,7 @@ def guard_of(value: object, name: str) -> Guard:
 @dataclass(frozen=True)
 class Before:
     """The chain's word before a call: allow (with `arguments` when rewritten), deny (`message`
-    is what the model is told) or ask."""
+    is what the model is told) or ask (`message` is what the reviewer is told)."""
 
     decision: Literal["allow", "deny", "ask"]
     arguments: Mapping[str, Any] | None = None
@@ -143,7 +143,7 @@ class Chains:
         records: list[GuardrailRecord] = []
         hidden: list[str] = []
         rewritten: Mapping[str, Any] | None = None
-        asked = False
+        asked: str | None = None  # what the reviewer is told: the first guardrail that asked, and why
         for guard in chain:
             if guard.before is None:
                 continue
@@ -158,8 +158,10 @@ class Chains:
                 rewritten = verdict.arguments
                 call = GuardedCall(call.tool, call.call_id, rewritten, call.side, call.principal,
                                    call.trajectory_id, call.server)
-            asked = asked or verdict.decision == "ask"
-        return Before("ask" if asked else "allow", rewritten, None, tuple(records), tuple(hidden))
+            if verdict.decision == "ask" and asked is None:
+                why = _sentence(verdict.reason)
+                asked = f"Guardrail '{guard.name}' asks for a reviewer" + (f": {why}" if why else ".")
+        return Before("allow" if asked is None else "ask", rewritten, asked, tuple(records), tuple(hidden))
 
     async def after(self, chain: Sequence[Guard], call: GuardedCall, result: str) -> After:
         """The chain on the text the model is about to read of `call`."""
