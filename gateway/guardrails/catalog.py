@@ -66,6 +66,13 @@ def _where(exc: BaseException) -> str:
     return f" (at {frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
+def named_in(settings: Settings) -> list[str]:
+    """Every guardrail the settings name: the gateway's, the tool globs', the keys', the MCP servers'."""
+    return [*settings.guardrails, *(name for names in settings.tool_guardrails.values() for name in names),
+            *(name for key in settings.keys.values() for name in key.guardrails),
+            *(name for server in settings.mcp_servers.values() for name in server.guardrails)]
+
+
 class Guardrails:
     """The gateway's guardrails: the gateway's list, each tool's, each MCP server's, each key's."""
 
