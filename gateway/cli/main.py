@@ -35,6 +35,7 @@ from gateway.cli.trajectories import add_parser as add_trajectories_parser
 from gateway.cli.trajectories import run_trajectories
 from gateway.demo.mcp_server import with_mcp_examples
 from gateway.demo.tools import demo_registry
+from gateway.guardrails.catalog import named_in
 from gateway.http.browsers import LOOPBACK
 from gateway.runtime.logs import configure_logging
 from gateway.runtime.process import CannotListen, gateway, run, settle_garbage_collector
@@ -224,6 +225,8 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
         settings = with_mcp_examples(settings)
     else:  # the example tools go with the built-in model; a real provider gets none unless asked
         registry = demo_registry() if not settings.has_upstream else ToolRegistry()
+    if any(":" in name for name in named_in(settings)):  # module:attr guardrails come from where tools do
+        import_path(settings.app_dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # from here on: a clean shutdown, even mid start-up

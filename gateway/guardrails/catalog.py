@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,9 +40,14 @@ def imported(spec: str) -> object:
     if not sep or not module_name or not attr:
         raise ValueError(f"guardrail {spec!r}: expected a built-in ({', '.join(BUILTIN_NAMES)}) or module:attr")
     try:
-        value: Any = getattr(importlib.import_module(module_name), attr)
+        module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"guardrail {spec!r}: cannot import {module_name!r} ({exc})") from exc
+    except Exception as exc:  # the module's own code failed: said in one line, where, not as a traceback
+        raise ValueError(f"guardrail {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+                         f"{_where(exc)}") from exc
+    try:
+        value: Any = getattr(module, attr)
     except AttributeError as exc:
         raise ValueError(f"guardrail {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
     if isinstance(value, type) or (callable(value) and not hasattr(value, "before_execute")
@@ -51,6 +57,20 @@ def imported(spec: str) -> object:
         except Exception as exc:
             raise ValueError(f"guardrail {spec!r}: calling {attr} failed ({exc})") from exc
     return value
+
+
+def _where(exc: BaseException) -> str:
+    """Where in the user's code `exc` was raised (the last frame outside the import machinery)."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith("<frozen") and frame.filename != __file__]
+    return f" (at {frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+
+
+def named_in(settings: Settings) -> list[str]:
+    """Every guardrail the settings name: the gateway's, the tool globs', the keys', the MCP servers'."""
+    return [*settings.guardrails, *(name for names in settings.tool_guardrails.values() for name in names),
+            *(name for key in settings.keys.values() for name in key.guardrails),
+            *(name for server in settings.mcp_servers.values() for name in server.guardrails)]
 
 
 class Guardrails:

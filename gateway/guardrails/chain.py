@@ -66,7 +66,7 @@ def guard_of(value: object, name: str) -> Guard:
 @dataclass(frozen=True)
 class Before:
     """The chain's word before a call: allow (with `arguments` when rewritten), deny (`message`
-    is what the model is told) or ask."""
+    is what the model is told) or ask (`message` is what the reviewer is told)."""
 
     decision: Literal["allow", "deny", "ask"]
     arguments: Mapping[str, Any] | None = None
@@ -112,38 +112,41 @@ class Chains:
     async def _verdict(self, guard: Guard, moment: Moment, fn: Callable[..., Any], args: tuple[Any, ...],
                        size: int) -> tuple[Verdict, str | None]:
         """What `fn` answered, and None; or, when it failed, the failure rule's verdict and how it failed."""
+        inline = guard.inline and size <= INLINE_MAX_CHARS
+        deadline: asyncio.Timeout | None = None
         try:
-            if guard.inline and size <= INLINE_MAX_CHARS:
-                value = fn(*args)
-            elif inspect.iscoroutinefunction(fn):
-                async with asyncio.timeout(self.timeout):
-                    value = await fn(*args)
-            else:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(GUARDRAIL_THREADS, thread_name_prefix="toolspan-guardrail")
-                async with asyncio.timeout(self.timeout):
-                    value = await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
-            if inspect.isawaitable(value):
-                async with asyncio.timeout(self.timeout):
-                    value = await value
+            value = fn(*args) if inline else None  # a built-in's bounded work: no deadline to arm
+            if not inline or inspect.isawaitable(value):
+                deadline = asyncio.timeout(self.timeout)
+                async with deadline:
+                    value = await value if inspect.isawaitable(value) else await self._called(fn, args)
             return checked_verdict(value, moment), None
-        except TimeoutError:
-            failed = f"timed out after {self.timeout:g} s"
-            kind = "timeout"
         except Exception as exc:
-            failed = f"raised {type(exc).__name__}"
-            kind = type(exc).__name__
+            # the deadline's own TimeoutError, or one the guardrail raised (its client's, say)
+            timed_out = isinstance(exc, TimeoutError) and deadline is not None and deadline.expired()
+            failed = f"timed out after {self.timeout:g} s" if timed_out else f"raised {type(exc).__name__}"
+            kind = "timeout" if timed_out else type(exc).__name__
         if self.failure == "allow":
             return Verdict("allow", f"the guardrail {failed}; guardrail_failure is allow"), kind
         decision: Decision = "deny" if moment == "before" else "block"
         return Verdict(decision, f"the guardrail {failed}; guardrail_failure is deny"), kind
+
+    async def _called(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """What `fn(*args)` answered: awaited when it is async, else run on a thread of the chain's
+        pool (and what it returned awaited, when that is awaitable)."""
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(GUARDRAIL_THREADS, thread_name_prefix="toolspan-guardrail")
+        value = await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args))
+        return await value if inspect.isawaitable(value) else value
 
     async def before(self, chain: Sequence[Guard], call: GuardedCall) -> Before:
         """The chain before `call` runs."""
         records: list[GuardrailRecord] = []
         hidden: list[str] = []
         rewritten: Mapping[str, Any] | None = None
-        asked = False
+        asked: str | None = None  # what the reviewer is told: the first guardrail that asked, and why
         for guard in chain:
             if guard.before is None:
                 continue
@@ -158,8 +161,10 @@ class Chains:
                 rewritten = verdict.arguments
                 call = GuardedCall(call.tool, call.call_id, rewritten, call.side, call.principal,
                                    call.trajectory_id, call.server)
-            asked = asked or verdict.decision == "ask"
-        return Before("ask" if asked else "allow", rewritten, None, tuple(records), tuple(hidden))
+            if verdict.decision == "ask" and asked is None:
+                why = _sentence(verdict.reason)
+                asked = f"Guardrail '{guard.name}' asks for a reviewer" + (f": {why}" if why else ".")
+        return Before("allow" if asked is None else "ask", rewritten, asked, tuple(records), tuple(hidden))
 
     async def after(self, chain: Sequence[Guard], call: GuardedCall, result: str) -> After:
         """The chain on the text the model is about to read of `call`."""

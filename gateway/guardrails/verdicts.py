@@ -12,8 +12,8 @@ the finding is recorded. Returning None is allow. Both may be sync or async.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Moment = Literal["before", "after"]
@@ -127,4 +127,15 @@ def checked_verdict(value: object, moment: Moment) -> Verdict:
         raise TypeError("rewrite needs the arguments as a dict")
     if value.decision == "mask" and not isinstance(value.result, str):
         raise TypeError("mask needs the result as text")
-    return value
+    return value if value.hidden == () else replace(value, hidden=_hidden_values(value.hidden))
+
+
+def _hidden_values(hidden: object) -> tuple[str, ...]:
+    """`hidden` as a tuple of values to mask: one string is one value (not its characters), and an
+    empty one is dropped (it would be found between any two characters)."""
+    if hidden is None:
+        return ()
+    values = (hidden,) if isinstance(hidden, str) else tuple(hidden) if isinstance(hidden, Iterable) else None
+    if values is None or not all(isinstance(found, str) for found in values):
+        raise TypeError("hidden needs the values to mask as strings")
+    return tuple(found for found in values if found)

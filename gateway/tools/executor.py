@@ -123,7 +123,8 @@ class ToolExecutor:
                                         f"ones the tool refuses. {reparsed.message}"))
             parsed = reparsed
             guarded = replace(guarded, arguments=parsed.arguments)
-        outcome = await self._run_parsed(call, tool, turn, parsed, context, trace, before.decision == "ask")
+        asked = (before.message or "") if before.decision == "ask" else None
+        outcome = await self._run_parsed(call, tool, turn, parsed, context, trace, asked)
         if outcome.status not in ("ok", "error"):  # nothing of the tool's reaches the model
             return outcome
         after = await self.guardrails.after(chain, guarded, outcome.content_text())
@@ -137,12 +138,13 @@ class ToolExecutor:
         return outcome
 
     async def _run_parsed(self, call: ToolCall, tool: Tool, turn: Turn, parsed: Parsed, context: ToolContext,
-                          trace: ToolCallTrace, asked: bool = False) -> ToolOutcome:
-        if tool.approval or asked:
+                          trace: ToolCallTrace, asked: str | None = None) -> ToolOutcome:
+        """`asked`: a guardrail asked for a reviewer, and this is what the reviewer is told."""
+        if tool.approval or asked is not None:
             pending = self._asking(call, tool, parsed)
             if self.gate is None:
                 return pending  # handed back to the client, which answers in the reviewer's place
-            decision = await self.gate.decided(ApprovalAsk(call, "before_run", parsed.arguments,
+            decision = await self.gate.decided(ApprovalAsk(call, "before_run", parsed.arguments, asked or None,
                                                            timeout=tool.approval_timeout), turn, trace)
             if decision.decision != "approve":
                 return decided_outcome(pending, decision, self._limit(tool))
