@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gateway.settings.model import Settings
 
 NO_GUARDS: tuple[Guard, ...] = ()
+MAX_CHAINS = 10_000  # chains kept, by tool, server and key
 
 
 class GuardedTool(Protocol):
@@ -89,7 +90,7 @@ class Guardrails:
         self._by_tool = {pattern: self._guards(specs) for pattern, specs in (by_tool or {}).items()}
         self._by_server = {server: self._guards(specs) for server, specs in (by_server or {}).items()}
         self._registry_guards = self._guards(getattr(registry, "guardrails", ()) or ())
-        self._tool_chains: dict[tuple[str, str | None, int], tuple[Guard, ...]] = {}
+        self._tool_chains: dict[tuple[str, str | None, str | None], tuple[Guard, ...]] = {}
         self._client_chains: dict[str | None, tuple[Guard, ...]] = {}
         for tool in registry or ():  # a tool's own list is checked at start-up, not at its first call
             self._guards(tool.guardrails)
@@ -127,12 +128,17 @@ class Guardrails:
 
     def for_tool(self, tool: GuardedTool, principal: str | None) -> tuple[Guard, ...]:
         """The chain of a call of the gateway's `tool` by the key `principal`."""
-        cache_key = (tool.name, principal, id(tool))
+        # By name and server, not by the object: an MCP server's tools are new objects at each
+        # listing, with the same chain. Bounded: a server that renames its tools for ever starts it over.
+        server = tool.origin.server if tool.origin is not None else None
+        cache_key = (tool.name, server, principal)
         chain = self._tool_chains.get(cache_key)
         if chain is None:
+            if len(self._tool_chains) >= MAX_CHAINS:
+                self._tool_chains.clear()
             own = [*self._registry_guards, *self._guards(tool.guardrails)]
-            if tool.origin is not None:
-                own += self._by_server.get(tool.origin.server, ())
+            if server is not None:
+                own += self._by_server.get(server, ())
             for pattern, guards in self._by_tool.items():
                 if fnmatch.fnmatchcase(tool.name, pattern):
                     own += guards

@@ -81,8 +81,9 @@ def once() -> dict[str, Any]:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(secret=SECRETS, before=AROUND, after=AROUND, api=APIS, stream=st.booleans(), fails=st.booleans())
 async def test_a_masked_secret_reaches_no_provider_span_record_log_or_row(
-        make_stack: StackFactory, receiver: tuple[Receiver, str], once: dict[str, Any], caplog: pytest.LogCaptureFixture,
-        secret: str, before: str, after: str, api: str, stream: bool, fails: bool) -> None:
+        make_stack: StackFactory, receiver: tuple[Receiver, str], once: dict[str, Any],
+        caplog: pytest.LogCaptureFixture, secret: str, before: str, after: str, api: str, stream: bool,
+        fails: bool) -> None:
     if not once:
         page: dict[str, Any] = {"text": "", "fails": False}
         caplog.set_level(logging.DEBUG)
@@ -106,10 +107,12 @@ async def test_a_masked_secret_reaches_no_provider_span_record_log_or_row(
     assert "[REDACTED]" in json.dumps(stack.upstream_requests[-1])  # it was there, masked
     assert not [span.name for span in stack.spans() if secret in span_text(span)]
     exported, _ = receiver
-    assert stack.observability.provider is not None and stack.observability.log_provider is not None
+    assert stack.observability.provider is not None
+    assert stack.observability.log_provider is not None
     stack.observability.provider.force_flush()
     stack.observability.log_provider.force_flush()
-    assert exported.spans and exported.records, "nothing arrived over OTLP"
+    assert exported.spans, "no spans arrived over OTLP"
+    assert exported.records, "no decision records arrived over OTLP"
     assert not [s.name for s in exported.spans if secret.encode() in s.SerializeToString()]
     assert not [r for r in exported.records if secret.encode() in r.SerializeToString()]
     # the gateway's lines (the clients' own debug lines show what they sent, the secret included)
