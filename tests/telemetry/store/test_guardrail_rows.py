@@ -1,7 +1,8 @@
 """The store keeps what guardrails decided on each tool call (issue 59): the decision that stands,
 as the call's span says it, and every decision, as its span's events say them; a client call's
 row gains the decisions on its result when a later request brings it; nothing a guardrail hid is
-stored."""
+stored. The report counts the decisions and lists the calls they stopped; the terminal timeline
+says what each guardrail did."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -21,11 +23,13 @@ from gateway.tools.hooks import ClientResult
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
+from telemetry.store import report, report_text
 from telemetry.store.records import write
-from telemetry.store.schema import connect
+from telemetry.store.rows import guardrail_words
+from telemetry.store.schema import SCHEMA, connect
 from telemetry.store.span_records import record_of
 from telemetry.tracing import build_provider, tracer_of
-from tests.telemetry.conftest import LEAKED, Session, hex_id
+from tests.telemetry.conftest import LEAKED, STORED_ACROSS, Session, attr, hex_id, stored_trajectory
 
 _STANDING = ("guardrail", "guardrail_decision", "guardrail_reason", "guardrail_moment")
 
@@ -118,3 +122,58 @@ async def test_a_denied_client_call_stands_over_an_allowed_result(tmp_path: Path
     [row] = _calls(db).values()
     assert tuple(row[c] for c in _STANDING) == ("refuses", "deny", "no shell", "before")
     assert len(json.loads(row["guardrails"])) == 2
+
+
+
+def test_the_report_counts_the_decisions_and_lists_the_calls_they_stopped(session: Session) -> None:
+    figures = report.report(session.db)
+    guardrails = figures["guardrails"]
+    assert guardrails["decisions"] == [{"guardrail": "masks_tokens", "decision": "mask", "count": 1},
+                                       {"guardrail": "no_production", "decision": "deny", "count": 1}]
+    assert (guardrails["failures"], guardrails["stopped_calls"]) == ({}, 1)
+    [stopped] = guardrails["stopped"]
+    [deploy] = [s for s in session.tool_spans() if attr(s, names.ATTR_TOOL_NAME) == "deploy"]
+    assert stopped == {"id": stored_trajectory(deploy), "key": "agent",
+                       "local_id": attr(deploy, names.ATTR_CONVERSATION_ID), "span_id": hex_id(deploy.context.span_id),
+                       "tool": "deploy", "side": "gateway", "started": pytest.approx((deploy.start_time or 0) / 1e9),
+                       "guardrail": "no_production", "decision": "deny", "moment": "before",
+                       "reason": "production is off limits; deploy to staging"}
+    lines = report_text.report(figures)
+    at = lines.index("guardrail decisions:")
+    assert lines[at:at + 3] == ["guardrail decisions:", "  masks_tokens: mask 1", "  no_production: deny 1"]
+    assert lines[-2] == "calls a guardrail stopped: 1"
+    assert lines[-1].endswith(f"{stopped['local_id']}  deploy: guardrail no_production denied the call: "
+                              "production is off limits; deploy to staging")
+
+
+def test_the_terminal_timeline_says_what_each_guardrail_did(session: Session) -> None:
+    [first] = [t for t in report.list_trajectories(session.db) if t["id"] != STORED_ACROSS]
+    lines = report_text.timeline(report.trajectory(session.db, first["id"]) or {})
+    deploy = next(i for i, line in enumerate(lines) if line.startswith("  tool call deploy:"))
+    assert lines[deploy:deploy + 2] == [
+        lines[deploy], "      guardrail no_production denied the call: production is off limits; deploy to staging"]
+    assert "(guardrail_denied)" in lines[deploy]
+    fetch = next(i for i, line in enumerate(lines) if line.startswith("  tool call fetch_page:"))
+    assert lines[fetch + 1] == "      guardrail masks_tokens masked the result: credentials masked (a GitHub token)"
+
+
+def test_a_report_of_no_guardrail_decision_says_nothing_of_them() -> None:
+    db = sqlite3.connect(":memory:")
+    db.executescript(SCHEMA)
+    figures = report.report(db)
+    assert figures["guardrails"] == {"decisions": [], "failures": {}, "stopped_calls": 0, "stopped": []}
+    assert not [line for line in report_text.report(figures) if "guardrail" in line]
+
+
+@pytest.mark.parametrize(("decision", "words"), [
+    ({"guardrail": "g", "decision": "allow", "moment": "before"}, "guardrail g allowed the call"),
+    ({"guardrail": "g", "decision": "flag", "moment": "after", "reason": "an instruction to the model"},
+     "guardrail g flagged the result: an instruction to the model"),
+    ({"guardrail": "g", "decision": "rewrite", "moment": "before"}, "guardrail g rewrote the arguments"),
+    ({"guardrail": "g", "decision": "ask", "moment": "before"}, "guardrail g asked for a reviewer's approval"),
+    ({"guardrail": "g", "decision": "block", "moment": "after", "reason": "the guardrail raised ValueError",
+      "failed": "ValueError"},
+     "guardrail g withheld the result (it failed: ValueError): the guardrail raised ValueError"),
+])
+def test_each_decision_reads_as_words(decision: dict[str, Any], words: str) -> None:
+    assert guardrail_words(decision) == words
