@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,14 +121,23 @@ async def drive(stack: Stack) -> list[str]:
     return [answer.headers["x-trace-id"] for answer in (first, *across)]
 
 
-@pytest.fixture
-async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
+@asynccontextmanager
+async def scripted_session(make_stack: StackFactory) -> AsyncIterator[Session]:
+    """The session the store tests read (and the page's, tests/ui): `drive`n through a stack."""
     stack = await make_stack(registry=guarded_registry(), keys=KEYS,
                              interrupt_mode="hand_back")  # `review` ends the request
     trace_ids = await drive(stack)
     db = sqlite3.connect(stack.store.path)
-    yield Session(stack, db, trace_ids)
-    db.close()
+    try:
+        yield Session(stack, db, trace_ids)
+    finally:
+        db.close()
+
+
+@pytest.fixture
+async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
+    async with scripted_session(make_stack) as found:
+        yield found
 
 
 # --- telemetry on its own, for the unit tests of telemetry/ -------------------------------------------
