@@ -1,5 +1,5 @@
 """Raw tool arguments, and messages about them, made safe to put on a span: secrets masked,
-length bounded.
+length bounded; and what the check of their names found, as a span says it.
 
 A key is secret when it contains one of the redact keys, in any letter case, `-` and `_` counting
 as the same character (`X-Api-Key` matches `api_key`)."""
@@ -12,7 +12,12 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
+from gateway.tools import NameCheck
+from telemetry import names
+from telemetry.bounds import bounded
+
 MASK = "[REDACTED]"
+_NAME_MAX = 128  # a model's argument names, as a span shows them
 _HUNTED_MIN = 4  # a shorter secret value is not searched for in free text: it would mask half of it
 _HUNTED_MAX = 64  # secret values searched for in one message, at most
 
@@ -220,3 +225,30 @@ def mask_message(message: str, raw_arguments: str, redact_keys: Sequence[str], m
     for secret in _hunted(raw_arguments, keys, max_chars):
         text = text.replace(secret, MASK)
     return text
+
+
+def names_found(check: NameCheck) -> str:
+    """What the check of a call's argument names found, in one line: the missing names, and the
+    unrecognised ones with the name each most likely meant."""
+    meant = dict(check.suggestions)
+    found = []
+    if check.missing:
+        found.append("missing " + ", ".join(check.missing))
+    if check.unrecognized:
+        sent = (f"{bounded(n, _NAME_MAX)} (did you mean {meant[n]}?)" if n in meant else bounded(n, _NAME_MAX)
+                for n in check.unrecognized)
+        found.append("unrecognized " + ", ".join(sent))
+    return "; ".join(found)
+
+
+def name_check_attributes(check: NameCheck) -> dict[str, Any]:
+    """What the check of a call's argument names found, as span attributes: the names missing,
+    those not recognised and the suggestions for them (a model's names bounded in length)."""
+    attributes: dict[str, Any] = {}
+    if check.missing:
+        attributes[names.ATTR_ARGS_MISSING] = tuple(check.missing)
+    if check.unrecognized:
+        attributes[names.ATTR_ARGS_UNRECOGNIZED] = tuple(bounded(n, _NAME_MAX) for n in check.unrecognized)
+    if check.suggestions:
+        attributes[names.ATTR_ARGS_SUGGESTIONS] = tuple(f"{bounded(a, _NAME_MAX)}->{b}" for a, b in check.suggestions)
+    return attributes

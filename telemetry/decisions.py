@@ -1,8 +1,8 @@
 """Decision log records: what the gateway decided about a tool call, as OTLP log records beside its
 spans, in the trace and span of the call's `tool.call` (a logs backend, Loki say, then joins a
 record to its trace). The parse step allowed a call or denied it, and why; a reviewer was asked,
-and allowed or denied it, and who. Off unless OTEL_LOGS_EXPORTER names an exporter: nothing is made
-and nothing is spent on a call when it is off.
+and allowed or denied it, and who; each guardrail decided on it (telemetry.guardrails). Off unless
+OTEL_LOGS_EXPORTER names an exporter: nothing is made and nothing is spent on a call when it is off.
 
 The GenAI conventions have proposed, not settled, how a decision is recorded (a log record, not a
 span event), so the records are named under `toolspan.` (telemetry.names).
@@ -96,6 +96,14 @@ class DecisionLog:
         by = f" by {decision.by}" if decision.by is not None else ""
         self._emit(context, names.EVENT_TOOL_APPROVAL, not allowed,
                    f"{bounded(call.name, _NAME_MAX)}: {decision.decision}{by}", attributes)
+
+    def guarded(self, context: Context, attributes: dict[str, Any], denied: bool) -> None:
+        """A guardrail's decision on a call (telemetry.guardrails): `attributes` are the call's and
+        the decision's, as its span event has them; `denied`: a deny or a block."""
+        self._emit(context, names.EVENT_TOOL_GUARDRAIL, denied,
+                   f"{attributes.get(names.ATTR_TOOL_NAME)}: {attributes.get(names.ATTR_GUARDRAIL_DECISION)} by "
+                   f"guardrail {attributes.get(names.ATTR_GUARDRAIL_NAME)} "
+                   f"({attributes.get(names.ATTR_GUARDRAIL_MOMENT)} the call ran)", attributes)
 
 
 def log_exporter_names(configured: str | None) -> tuple[str, ...]:

@@ -19,14 +19,15 @@ from gateway.guardrails import GuardrailRecord
 from gateway.instrumentation import PROBE_ROUTES, RequestInfo, RequestTrace, untraced
 from gateway.settings.model import REDACT_KEYS
 from gateway.state import StateUnavailable
-from gateway.tools import NameCheck, Step, Tool, ToolCall, ToolOutcome, Turn
+from gateway.tools import Step, Tool, ToolCall, ToolOutcome, Turn
 from gateway.tools.approvals import ApprovalDecision
 from gateway.tools.hooks import ClientResult, Side
 from gateway.tools.results import ToolOrigin
 from telemetry import names
-from telemetry.arguments import mask_message, render_arguments
-from telemetry.bounds import bounded, utf8
+from telemetry.arguments import mask_message, name_check_attributes, names_found, render_arguments
+from telemetry.bounds import utf8
 from telemetry.decisions import DecisionLog, call_attributes
+from telemetry.guardrails import GuardrailTrail
 from telemetry.labels import ModelLabels, NameLabels, ToolParameters
 from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics, encoder_for
@@ -37,7 +38,6 @@ from telemetry.trajectory import Retry, Trajectories
 
 log = logging.getLogger("toolspan.telemetry")
 
-_NAME_MAX = 128  # a model can invent any tool name; keep span attributes bounded
 _DESCRIPTION_MAX = 1024
 
 
@@ -94,6 +94,14 @@ class Telemetry:
                                       start_time=started_ns)
         if result.error:
             span.set_status(Status(StatusCode.ERROR, "the client's tool said the call failed"))
+        if result.guardrails:  # what guardrails decided on the result, before the provider read it
+            trail = GuardrailTrail()
+            trail.add(result.guardrails, result.hidden, now_ns)
+            trail.on_span(span)
+            trail.count(self.metrics, label)
+            if self.decisions is not None:
+                trail.log(self.decisions, trace.set_span_in_context(span), result.tool, result.call_id, turn,
+                          names.SIDE_CLIENT)
         span.end(end_time=now_ns)
         if result.sent_at is not None:
             self.metrics.client_tool_roundtrip.labels(label, outcome).observe((now_ns - started_ns) / 1e9)
@@ -161,7 +169,7 @@ class ToolCallSpan:
     client tool's call (`side="client"`), the span is the gateway's check of its arguments."""
 
     __slots__ = ("_approval_id", "_call", "_context", "_exemplar_trace", "_inst", "_label", "_origin", "_outcome",
-                 "_retry", "_side", "_span", "_start", "_tool", "_turn", "_waiting")
+                 "_retry", "_side", "_span", "_start", "_tool", "_trail", "_turn", "_waiting")
 
     def __init__(self, inst: Telemetry, call: ToolCall, tool: Tool | None, turn: Turn, side: Side = "gateway") -> None:
         self._inst = inst
@@ -177,6 +185,7 @@ class ToolCallSpan:
         self._outcome: ToolOutcome | None = None
         self._waiting = False  # for a reviewer's approval, counted in the pending gauge
         self._approval_id: str | None = None  # the approval it asked for, if any
+        self._trail: GuardrailTrail | None = None  # what guardrails decided on it, if any did
 
     async def __aenter__(self) -> ToolCallSpan:
         call, turn = self._call, self._turn
@@ -251,7 +260,10 @@ class ToolCallSpan:
         metrics.approval_wait.labels(self._label, decision.decision).observe(decision.waited_seconds)
 
     def guarded(self, records: Sequence[GuardrailRecord], hidden: Sequence[str]) -> None:
-        return None  # recorded in the next commit
+        """Kept until the call ends (telemetry.guardrails), then recorded with its hidden values masked."""
+        if self._trail is None:
+            self._trail = GuardrailTrail()
+        self._trail.add(records, hidden)
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
@@ -268,6 +280,11 @@ class ToolCallSpan:
         if outcome is not None and self._inst.decisions is not None:
             self._inst.decisions.parsed(self._context, self._call, self._side, self._turn, outcome)
         metrics = self._inst.metrics
+        if self._trail is not None:
+            self._trail.count(metrics, self._label)
+            if self._inst.decisions is not None:
+                self._trail.log(self._inst.decisions, self._context, self._call.name, self._call.id, self._turn,
+                                self._side)
         metrics.tool_calls.labels(self._label, outcome_label, self._side).inc()
         if self._side == "gateway":  # a client call's time is the client's (its check is the gateway's, and brief)
             metrics.tool_call_duration.labels(self._label, outcome_label).observe(now - self._start,
@@ -298,7 +315,9 @@ class ToolCallSpan:
                 metrics.tool_recoveries.labels(self._label, retry.kind, self._side).inc()
 
     def _record(self, span: Span) -> str:
-        outcome = self._outcome
+        outcome, trail = self._outcome, self._trail
+        if trail is not None:
+            trail.on_span(span)
         if outcome is None:  # the call was cancelled (client gone) or the gateway failed
             span.set_attributes({names.ATTR_OUTCOME: "cancelled", names.ATTR_ERROR_TYPE: "cancelled"})
             span.set_status(Status(StatusCode.ERROR, "the tool call did not finish"))
@@ -311,66 +330,47 @@ class ToolCallSpan:
         if outcome.unchecked is not None:
             attributes[names.ATTR_UNCHECKED_REASON] = outcome.unchecked
         if outcome.names is not None:
-            _add_name_check(attributes, outcome.names)
+            attributes.update(name_check_attributes(outcome.names))
         capture = self._inst.capture
         # A retry's arguments too: set beside the failed call's, they are what the model changed.
         if outcome.rejection is not None or capture.record_all or self._retry is not None:
-            arguments = utf8(render_arguments(self._call.arguments, capture.max_chars, capture.redact_keys))
+            raw = self._call.arguments if trail is None else trail.hide_arguments(self._call.arguments)
+            arguments = utf8(render_arguments(raw, capture.max_chars, capture.redact_keys))
             attributes.update({names.ATTR_TOOL_CALL_ARGUMENTS: arguments, names.ATTR_INPUT_VALUE: arguments,
                                names.ATTR_INPUT_MIME_TYPE: names.MIME_JSON})
         # What the model got back: the diagnostic of a failed call always, any result when opted in.
-        result = self._result(outcome, capture.max_chars) if outcome.failed or capture.record_all else None
+        result = self._result(outcome, capture.max_chars, trail) if outcome.failed or capture.record_all else None
         if result is not None:
             attributes.update({names.ATTR_TOOL_CALL_RESULT: result, names.ATTR_OUTPUT_VALUE: result,
                                names.ATTR_OUTPUT_MIME_TYPE: names.MIME_TEXT})
         span.set_attributes(attributes)
         if outcome.failed:
-            span.set_status(Status(StatusCode.ERROR, self._description(outcome, result or "")))
+            span.set_status(Status(StatusCode.ERROR, self._description(outcome, result or "", trail)))
         return outcome.status
 
-    def _result(self, outcome: ToolOutcome, max_chars: int) -> str:
-        """The model-facing content, bounded, with the secrets of the arguments masked: a rejection
-        may quote a rejected value, a tool's error may quote its arguments."""
+    def _result(self, outcome: ToolOutcome, max_chars: int, trail: GuardrailTrail | None) -> str:
+        """The model-facing content, bounded, with the secrets of the arguments and the values
+        guardrails hid masked: a rejection may quote a rejected value, a tool's error may quote its
+        arguments."""
         capture = self._inst.capture
+        text = outcome.content_text() if trail is None else trail.hide(outcome.content_text())
         # Masked before the final cut, so that a secret is not cut in half and missed.
-        message = mask_message(outcome.content_text()[: 4 * max_chars], self._call.arguments,
-                               capture.redact_keys, capture.max_chars)
+        message = mask_message(text[: 4 * max_chars], self._call.arguments, capture.redact_keys, capture.max_chars)
         return utf8(message[:max_chars])
 
-    def _description(self, outcome: ToolOutcome, result: str) -> str:
+    @staticmethod
+    def _description(outcome: ToolOutcome, result: str, trail: GuardrailTrail | None) -> str:
         """The status description: a first line that says why (the reason, and what the name check
-        found or the message's own first line), then the model-facing message (`result`), its line
-        breaks kept, for the trace tools that show only the status."""
+        found, the guardrail that stopped the call, or the message's own first line), then the
+        model-facing message (`result`), its line breaks kept, for the trace tools that show only
+        the status."""
         reason = outcome.rejection.reason if outcome.rejection is not None else outcome.error_type or outcome.status
-        found = _names_found(outcome.names) if outcome.names is not None else ""
+        found = names_found(outcome.names) if outcome.names is not None else ""
+        if trail is not None:
+            found = found or trail.headline()
         first_line = result.split("\n", 1)[0].strip()
         headline = f"{reason}: {found or first_line}"
         return utf8(f"{headline}\n\n{result}"[:_DESCRIPTION_MAX])
-
-
-def _names_found(check: NameCheck) -> str:
-    """What the check of a call's argument names found, in one line: the missing names, and the
-    unrecognised ones with the name each most likely meant."""
-    meant = dict(check.suggestions)
-    found = []
-    if check.missing:
-        found.append("missing " + ", ".join(check.missing))
-    if check.unrecognized:
-        sent = (f"{bounded(n, _NAME_MAX)} (did you mean {meant[n]}?)" if n in meant else bounded(n, _NAME_MAX)
-                for n in check.unrecognized)
-        found.append("unrecognized " + ", ".join(sent))
-    return "; ".join(found)
-
-
-def _add_name_check(attributes: dict[str, Any], check: NameCheck) -> None:
-    """What the check of a call's argument names found, as span attributes: the names missing,
-    those not recognised and the suggestions for them (a model's names bounded in length)."""
-    if check.missing:
-        attributes[names.ATTR_ARGS_MISSING] = tuple(check.missing)
-    if check.unrecognized:
-        attributes[names.ATTR_ARGS_UNRECOGNIZED] = tuple(bounded(n, _NAME_MAX) for n in check.unrecognized)
-    if check.suggestions:
-        attributes[names.ATTR_ARGS_SUGGESTIONS] = tuple(f"{bounded(a, _NAME_MAX)}->{b}" for a, b in check.suggestions)
 
 
 class StepSpan:

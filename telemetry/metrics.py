@@ -1,21 +1,19 @@
-"""The Prometheus metrics, registered on a CollectorRegistry the caller owns."""
+"""The Prometheus metrics, registered on a CollectorRegistry the caller owns. Those the event loop
+moves on every request and tool call are `telemetry.series`' LoopMetrics; the others
+prometheus_client's own."""
 
 from __future__ import annotations
 
-import time
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.samples import Exemplar, Sample
-from prometheus_client.utils import floatToGoString
 
 from telemetry import names
+from telemetry.series import CounterSeries, GaugeSeries, HistogramSeries, LoopMetric, counter, histogram
 
 TOOL_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -23,7 +21,6 @@ ROUND_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 # A client's tool runs on its side, for as long as a command or a person takes: up to an hour.
 APPROVAL_WAIT_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 CLIENT_ROUNDTRIP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-EXEMPLAR_INTERVAL = 1.0  # seconds: at most one exemplar per bucket of a series in this time
 
 
 def encoder_for(accept: str | None) -> tuple[Callable[[CollectorRegistry], bytes], str]:
@@ -34,159 +31,6 @@ def encoder_for(accept: str | None) -> tuple[Callable[[CollectorRegistry], bytes
         return choose_encoder(accept or "")
     except (TypeError, ValueError):
         return choose_encoder("")
-
-
-class CounterSeries:
-    """One series of a counter."""
-
-    __slots__ = ("created", "value")
-
-    def __init__(self) -> None:
-        self.value = 0.0
-        self.created = time.time()
-
-    def inc(self, amount: float = 1.0) -> None:
-        if amount < 0:
-            raise ValueError("a counter only goes up")
-        self.value += amount
-
-
-class GaugeSeries:
-    """One series of a gauge."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
-
-    def dec(self, amount: float = 1.0) -> None:
-        self.value -= amount
-
-    def set(self, value: float) -> None:
-        self.value = float(value)
-
-
-class HistogramSeries:
-    """One series of a histogram, linking its buckets to traces: an observation with a trace id
-    takes it as its bucket's exemplar when that bucket has taken none for EXEMPLAR_INTERVAL, and
-    is observed plainly otherwise.
-
-    Exemplars are samples: a bucket shows only its latest, and a scrape (every 15 s or so) sees
-    only that one, so at most one a second per bucket and series loses nothing a dashboard shows
-    (Grafana draws the exemplars Prometheus scraped; a scrape more often than once a second may
-    show a bucket's exemplar again), while each observation of a busy series does not pay for
-    one, the trace id formatted only when taken."""
-
-    __slots__ = ("_bounds", "_counts", "_due", "_exemplars", "_labels", "_sum", "created")
-
-    def __init__(self, bounds: tuple[float, ...], labels: tuple[str, ...]) -> None:
-        self._bounds = bounds  # the upper bounds, +Inf last
-        self._labels = labels  # the same, as the `le` label writes them
-        self._counts = [0] * len(bounds)  # per bucket, not cumulative
-        self._sum = 0.0
-        self._exemplars: list[Exemplar | None] = [None] * len(bounds)
-        self._due = [float("-inf")] * len(bounds)  # per bucket: when it may take an exemplar again
-        self.created = time.time()
-
-    def observe(self, value: float, trace_id: int | None = None, now: float = 0.0) -> None:
-        """`value` observed; `trace_id` is the trace behind it (None: a trace nobody keeps). `now`:
-        a monotonic clock in seconds (perf_counter, which the caller measured `value` with)."""
-        bucket = bisect_left(self._bounds, value)  # the first bound >= value, as Prometheus counts
-        self._counts[bucket] += 1
-        self._sum += value
-        if trace_id is not None and now >= self._due[bucket]:
-            self._due[bucket] = now + EXEMPLAR_INTERVAL
-            self._exemplars[bucket] = Exemplar({names.EXEMPLAR_TRACE_ID: format(trace_id, "032x")}, value, time.time())
-
-    def buckets(self) -> list[tuple[str, float] | tuple[str, float, Exemplar]]:
-        """The cumulative buckets as prometheus_client's families take them."""
-        found: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
-        total = 0
-        for label, count, exemplar in zip(self._labels, self._counts, self._exemplars, strict=True):
-            total += count
-            found.append((label, float(total)) if exemplar is None else (label, float(total), exemplar))
-        return found
-
-    @property
-    def sum(self) -> float:
-        return self._sum
-
-
-Series = TypeVar("Series", CounterSeries, GaugeSeries, HistogramSeries)
-
-
-class LoopMetric(Generic[Series]):
-    """A metric family whose series only the event loop's thread moves, so that moving one is a
-    plain addition with no lock, several times cheaper than prometheus_client's metrics (a lock,
-    and checks, each). Registered on the registry as a collector, so the page, both its formats
-    and the exemplars are prometheus_client's own. A metric without labels is its one series."""
-
-    def __init__(self, kind: str, name: str, documentation: str, labelnames: Sequence[str],
-                 make: Callable[[], Series], registry: CollectorRegistry) -> None:
-        self._kind = kind
-        self._name = name.removesuffix("_total") if kind == "counter" else name
-        self._documentation = documentation
-        self._labelnames = tuple(labelnames)
-        self._make: Callable[[], Series] = make
-        self._series: dict[tuple[str, ...], Series] = {}
-        if not self._labelnames:
-            self._series[()] = make()
-        registry.register(self)
-
-    def labels(self, *values: str) -> Series:
-        """The series of these label values, made on first use (the callers' labels are bounded)."""
-        found = self._series.get(values)
-        if found is None:
-            if len(values) != len(self._labelnames):
-                raise ValueError(f"{self._name} takes the labels {', '.join(self._labelnames)}")
-            found = self._series[values] = self._make()
-        return found
-
-    @property
-    def series(self) -> Series:
-        """The one series of a metric without labels."""
-        return self._series[()]
-
-    def describe(self) -> Iterable[Metric]:
-        return [self._family()]
-
-    def collect(self) -> Iterable[Metric]:
-        family = self._family()
-        for values, series in self._series.items():
-            if isinstance(series, CounterSeries):
-                assert isinstance(family, CounterMetricFamily)
-                family.add_metric(values, series.value, created=series.created)
-            elif isinstance(series, GaugeSeries):
-                assert isinstance(family, GaugeMetricFamily)
-                family.add_metric(values, series.value)
-            else:
-                assert isinstance(family, HistogramMetricFamily)
-                family.add_metric(values, series.buckets(), series.sum)
-                family.samples.append(Sample(f"{self._name}_created", dict(zip(self._labelnames, values, strict=True)),
-                                             series.created))
-        return [family]
-
-    def _family(self) -> CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily:
-        if self._kind == "counter":
-            return CounterMetricFamily(self._name, self._documentation, labels=self._labelnames)
-        if self._kind == "gauge":
-            return GaugeMetricFamily(self._name, self._documentation, labels=self._labelnames)
-        return HistogramMetricFamily(self._name, self._documentation, labels=self._labelnames)
-
-
-def _counter(name: str, documentation: str, labels: Sequence[str], registry: CollectorRegistry
-             ) -> LoopMetric[CounterSeries]:
-    return LoopMetric("counter", name, documentation, labels, CounterSeries, registry)
-
-
-def _histogram(name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float],
-               registry: CollectorRegistry) -> LoopMetric[HistogramSeries]:
-    bounds = (*buckets, float("inf"))
-    written = tuple(floatToGoString(bound) for bound in bounds)  # type: ignore[no-untyped-call]
-    return LoopMetric("histogram", name, documentation, labels, lambda: HistogramSeries(bounds, written), registry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,68 +72,76 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         # What every request and tool call moves: metrics of the event loop's thread (LoopMetric).
-        self.tool_calls = _counter(
+        self.tool_calls = counter(
             names.METRIC_TOOL_CALLS, "Tool calls handled, by tool, outcome and side (gateway: run by the gateway; "
             "client: a call of the client's own tool, checked and handed to the client).",
             (names.LABEL_TOOL, names.LABEL_OUTCOME, names.LABEL_SIDE), registry)
-        self.tool_call_duration = _histogram(
+        self.tool_call_duration = histogram(
             names.METRIC_TOOL_CALL_DURATION, "Time from lookup to outcome of one tool call.",
             (names.LABEL_TOOL, names.LABEL_OUTCOME), TOOL_DURATION_BUCKETS, registry)
-        self.tool_rejections = _counter(
+        self.tool_rejections = counter(
             names.METRIC_TOOL_REJECTIONS, "Tool calls refused before the body ran (or, of a client tool, "
             "found not to fit its declaration), by reason and side.",
             (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry)
-        self.tool_unchecked = _counter(
+        self.tool_unchecked = counter(
             names.METRIC_TOOL_UNCHECKED, "Tool calls whose arguments were not checked against the tool's schema "
             "(a client tool's calls of outcome unchecked; a gateway tool's whose values were not), by tool, reason "
             "and side.", (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry)
-        self.tool_retries = _counter(
+        self.tool_retries = counter(
             names.METRIC_TOOL_RETRIES, "Calls that retry a failed call of the same tool in the trajectory, by kind "
             "(verbatim: same arguments; corrected: changed arguments) and side.",
             (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE), registry)
-        self.tool_recoveries = _counter(
+        self.tool_recoveries = counter(
             names.METRIC_TOOL_RECOVERIES, "Retries that succeeded (of a client tool: passed the check), by tool, "
             "retry kind and side.",
             (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE), registry)
-        self.client_tool_roundtrip = _histogram(
+        self.client_tool_roundtrip = histogram(
             names.METRIC_CLIENT_TOOL_ROUNDTRIP, "Time from the answer that handed a call of the client's own tool "
             "over to the request that brought its result: the client's tool time plus its own overhead.",
             (names.LABEL_TOOL, names.LABEL_OUTCOME), CLIENT_ROUNDTRIP_BUCKETS, registry)
-        self.approval_decisions = _counter(
+        self.approval_decisions = counter(
             names.METRIC_APPROVAL_DECISIONS, "Tool calls a reviewer was asked to approve, by tool and what became of "
             "it (approve, deny, timeout, cancelled: the client left, shutdown).",
             (names.LABEL_TOOL, names.LABEL_DECISION), registry)
-        self.approval_wait = _histogram(
+        self.approval_wait = histogram(
             names.METRIC_APPROVAL_WAIT, "Time a tool call waited for its reviewer's decision.",
             (names.LABEL_TOOL, names.LABEL_DECISION), APPROVAL_WAIT_BUCKETS, registry)
-        self.upstream_requests = _counter(
+        self.guardrail_decisions = counter(
+            names.METRIC_GUARDRAIL_DECISIONS, "Guardrails' decisions on tool calls, allow included, by guardrail, "
+            "tool and decision (allow, deny, rewrite, ask before a call runs; allow, block, mask on its result; "
+            "flag at either).", (names.LABEL_GUARDRAIL, names.LABEL_TOOL, names.LABEL_DECISION), registry)
+        self.guardrail_failures = counter(
+            names.METRIC_GUARDRAIL_FAILURES, "Guardrails that failed on a tool call, by guardrail and kind (timeout; "
+            "error: it raised, or answered no verdict); guardrail_failure decided in their place.",
+            (names.LABEL_GUARDRAIL, names.LABEL_KIND), registry)
+        self.upstream_requests = counter(
             names.METRIC_UPSTREAM_REQUESTS, "Calls to the provider, by upstream, model and HTTP status (or error).",
             (names.LABEL_UPSTREAM, names.LABEL_MODEL, names.LABEL_STATUS), registry)
-        self.upstream_duration = _histogram(
+        self.upstream_duration = histogram(
             names.METRIC_UPSTREAM_DURATION, "Time of one provider call, a whole stream included, by upstream and "
             "model.", (names.LABEL_UPSTREAM, names.LABEL_MODEL), REQUEST_DURATION_BUCKETS, registry)
-        self.upstream_fallbacks = _counter(
+        self.upstream_fallbacks = counter(
             names.METRIC_UPSTREAM_FALLBACKS, "Provider calls that moved on to another upstream after one failed "
             "before answering, by the upstream left, the one tried next, and why (a status, timeout, connection).",
             (names.LABEL_FROM, names.LABEL_TO, names.LABEL_REASON), registry)
-        self.translated_calls = _counter(
+        self.translated_calls = counter(
             names.METRIC_TRANSLATED_CALLS, "Provider calls made in another API than their client's (the request "
             "and its answer translated), by pair: the client's API and the provider's.", (names.LABEL_PAIR,), registry)
-        self.upstream_retries = _counter(
+        self.upstream_retries = counter(
             names.METRIC_UPSTREAM_RETRIES, "Provider calls the gateway made again itself, after a retryable failure "
             "in a request for which its tools had already run, by model.", (names.LABEL_MODEL,), registry)
-        self.tokens = _counter(
+        self.tokens = counter(
             names.METRIC_TOKENS, "Tokens the provider reported, by model and type (input/output).",
             (names.LABEL_MODEL, names.LABEL_TYPE), registry)
-        self.requests = _counter(
+        self.requests = counter(
             names.METRIC_REQUESTS, "Requests answered, by route and HTTP status.",
             (names.LABEL_ROUTE, names.LABEL_STATUS), registry)
-        self.request_duration = _histogram(
+        self.request_duration = histogram(
             names.METRIC_REQUEST_DURATION, "Time to answer one request, tool rounds included.",
             (names.LABEL_ROUTE,), REQUEST_DURATION_BUCKETS, registry)
         self.in_flight = LoopMetric("gauge", names.METRIC_REQUESTS_IN_FLIGHT, "Requests being handled now.", (),
                                     GaugeSeries, registry).series
-        self.tool_rounds = _histogram(names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.", (),
+        self.tool_rounds = histogram(names.METRIC_TOOL_ROUNDS, "Model turns (provider calls) per chat request.", (),
                                       ROUND_BUCKETS, registry).series
         # Moved now and then, from any thread (the trajectory store's writer counts its losses).
         self.approvals_pending = Gauge(

@@ -117,6 +117,23 @@ ATTR_EVENT_DECISION: Final = "gen_ai.tool.call.decision"
 DECISION_REQUIRE_APPROVAL: Final = "require_approval"
 DECISION_ALLOW: Final = "allow"
 DECISION_DENY: Final = "deny"
+# Guardrails (gateway.guardrails), on a tool.call span and on a client call's execute step: the
+# guardrail whose decision stands (the strongest of the call's, GUARDRAIL_STRENGTH; of equals, the
+# later; all allowed: the last of the chain), its decision, reason and moment (before the call runs,
+# after: on its result). Each decision, allow included, is an event of the span too, with the same
+# attributes and, of a guardrail that raised or timed out, how it failed. No key is a prefix of
+# another: Phoenix nests dotted keys.
+ATTR_GUARDRAIL_NAME: Final = "toolspan.guardrail.name"
+ATTR_GUARDRAIL_DECISION: Final = "toolspan.guardrail.decision"
+ATTR_GUARDRAIL_REASON: Final = "toolspan.guardrail.reason"
+ATTR_GUARDRAIL_MOMENT: Final = "toolspan.guardrail.moment"
+ATTR_GUARDRAIL_FAILED: Final = "toolspan.guardrail.failed"
+EVENT_GUARDRAIL: Final = "toolspan.guardrail"
+# What a guardrail's hidden values (a credential it found) become in whatever is recorded of the call.
+GUARDRAIL_HIDDEN_MASK: Final = "[REDACTED]"
+# The error type of a call whose result a guardrail withheld (outcome error); a call a guardrail
+# denied is rejected, for the reason guardrail_denied (REJECTION_REASONS).
+ERROR_GUARDRAIL_BLOCKED: Final = "guardrail_blocked"
 # A request continuing a turn the gateway no longer held (expired, pushed out, lost in a restart):
 # "lost", and the model saw the client's copy of the conversation, without the gateway's rounds.
 ATTR_HELD_TURN: Final = "toolspan.held_turn"
@@ -153,6 +170,9 @@ MIME_TEXT: Final = "text/plain"
 EVENT_TOOL_PARSE: Final = "toolspan.tool.parse"
 EVENT_TOOL_APPROVAL: Final = "toolspan.tool.approval"
 ATTR_DECISION: Final = "toolspan.decision"
+# A guardrail's decision on a tool call, one record each (allow included), with the attributes of its
+# span event; WARN for deny and block.
+EVENT_TOOL_GUARDRAIL: Final = "toolspan.tool.guardrail"
 LOGGER_DECISIONS: Final = "toolspan.decisions"  # the instrumentation scope of the decision records
 
 # The HTTP conventions' methods; any other is "_OTHER" on the span, and "HTTP" in its name.
@@ -215,6 +235,10 @@ METRIC_HELD_TURNS_LOST: Final = "toolspan_held_turns_lost_total"
 METRIC_APPROVALS_PENDING: Final = "toolspan_approvals_pending"
 METRIC_APPROVAL_DECISIONS: Final = "toolspan_approval_decisions_total"
 METRIC_APPROVAL_WAIT: Final = "toolspan_approval_wait_seconds"
+# Guardrails' decisions, by guardrail, tool and decision (GUARDRAIL_DECISIONS): every one, allow
+# included; and the guardrails that failed (raised: error; timed out: timeout), by guardrail and kind.
+METRIC_GUARDRAIL_DECISIONS: Final = "toolspan_guardrail_decisions_total"
+METRIC_GUARDRAIL_FAILURES: Final = "toolspan_guardrail_failures_total"
 # The routes of the tool loop, whose held turns can be lost (the Azure-style paths count apart).
 TOOL_LOOP_ROUTES: Final = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
@@ -234,7 +258,8 @@ LABEL_TYPE: Final = "type"
 LABEL_ROUTE: Final = "route"
 LABEL_KIND: Final = "kind"
 LABEL_SERVER: Final = "server"  # a configured MCP server's name
-LABEL_DECISION: Final = "decision"  # of the approval metrics: DECISIONS
+LABEL_DECISION: Final = "decision"  # of the approval metrics: DECISIONS; of the guardrails': GUARDRAIL_DECISIONS
+LABEL_GUARDRAIL: Final = "guardrail"  # a configured guardrail's name (a built-in's, an import path, its own name)
 LABEL_UPSTREAM: Final = "upstream"  # a configured upstream's name
 LABEL_FROM: Final = "from"  # of the fallbacks: the upstream a call moved on from
 LABEL_TO: Final = "to"
@@ -256,6 +281,14 @@ SIDE_CLIENT: Final = "client"
 # A client tool's name past the configured number of distinct ones (or too long), as a metric label.
 OTHER_CLIENT_TOOL: Final = "__other__"
 REJECTION_REASONS: Final = get_args(RejectionReason)
+# gateway.guardrails.verdicts' Decision and Moment (tests/telemetry/test_guardrails.py holds them equal;
+# gateway.guardrails imports the tools, which import this module).
+GUARDRAIL_DECISIONS: Final = ("allow", "deny", "rewrite", "ask", "block", "mask", "flag")
+GUARDRAIL_MOMENTS: Final = ("before", "after")
+# Which decision of a call's guardrails stands: the strongest.
+GUARDRAIL_STRENGTH: Final = {"allow": 0, "flag": 1, "rewrite": 2, "mask": 2, "ask": 3, "deny": 4, "block": 4}
+GUARDRAIL_FAILURE_TIMEOUT: Final = "timeout"  # the `kind` of a guardrail that timed out; one that raised:
+GUARDRAIL_FAILURE_ERROR: Final = "error"
 # Why the trajectory store lost spans: a write failed (disk full or broken, file read-only or
 # gone), or the writer fell too far behind.
 STORE_DROP_WRITE: Final = "write_failed"

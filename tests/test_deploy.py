@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from ruamel.yaml import YAML
 
 from gateway.apis.chat.answer import read_chat
+from gateway.guardrails import Chains, GuardedCall, Guardrail, Guardrails, Verdict, deny
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings.model import Settings
 from gateway.state.approvals import MemoryApprovals
@@ -764,6 +765,7 @@ ROW_TOPICS: dict[str, dict[str, set[str]]] = {
             names.METRIC_TRAJECTORY_STORE_DROPPED, names.METRIC_STATE_STORE_UP, names.METRIC_STATE_STORE_FAILURES,
             names.METRIC_STATE_STORE_LOSSES, names.METRIC_STATE_STORE_UNREADABLE, names.METRIC_HELD_TURNS_LOST},
         "Approvals": {names.METRIC_APPROVAL_DECISIONS, names.METRIC_APPROVALS_PENDING, names.METRIC_APPROVAL_WAIT},
+        "Guardrails": {names.METRIC_GUARDRAIL_DECISIONS, names.METRIC_GUARDRAIL_FAILURES},
     },
 }
 
@@ -870,6 +872,7 @@ async def _drive(registry: CollectorRegistry) -> None:
             checked.finish(ToolOutcome("call_c", "grammar", "unchecked", "", unchecked="not_a_function"))
         instrumentation.client_result(ClientResult("call_c", "grammar", time.time() - 1.5, 2, error=False), turn)
         await _denied(instrumentation, turn)  # a call a reviewer refused
+        await _guarded(instrumentation, turn)  # a call a guardrail denied, a result a failed guardrail withheld
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
     instrumentation.upstream_state("east", False)  # an upstream cooling down
     instrumentation.limit_usage("alice", "requests_per_minute", 60, 60)  # a key at its limit, refused
@@ -895,6 +898,24 @@ async def _denied(instrumentation: Telemetry, turn: Turn) -> None:
             await changed.wait()
 
     await asyncio.gather(gated.run_turn([ToolCall("call_p", "pay", "{}")], turn), reviewer())
+
+
+class _NoProduction(Guardrail):
+    name = "no_production"
+
+    def before_execute(self, call: GuardedCall) -> Verdict | None:
+        return deny("production is off limits") if call.arguments.get("host") == "prod" else None
+
+    def after_execute(self, call: GuardedCall, result: str) -> Verdict | None:
+        raise ValueError("a guardrail with a bug")
+
+
+async def _guarded(instrumentation: Telemetry, turn: Turn) -> None:
+    """A call a guardrail denies, and one whose guardrail raises on its result (withheld)."""
+    guarded = ToolExecutor(ToolRegistry([Tool(name="deploy", function=lambda args: "deployed")]), instrumentation,
+                           guardrails=Guardrails(Chains(), gateway=[_NoProduction()]))
+    for host in ("prod", "staging"):
+        await guarded.run_turn([ToolCall(f"call_{host}", "deploy", json.dumps({"host": host}))], turn)
 
 
 def classic_exposition() -> tuple[CollectorRegistry, bytes]:

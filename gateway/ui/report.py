@@ -25,6 +25,7 @@ from gateway.ui.layout import (
     when_at,
 )
 from gateway.ui.markup import EMPTY, Html, join, render, when
+from telemetry.store.rows import guardrail_words
 
 CHART_BUCKETS = 24
 TRACES_SHOWN = 5  # trace links in a trajectory's row of the list
@@ -139,6 +140,28 @@ def _stuck(stuck: Sequence[Mapping[str, Any]]) -> Html:
                   ("verbatim retries in a row", True)], rows, "stuck")
 
 
+def _guardrails(guardrails: Mapping[str, Any] | None) -> Html:
+    """What guardrails decided (none: nothing), by guardrail and decision, and the calls they stopped."""
+    if not guardrails or not guardrails.get("decisions"):
+        return EMPTY
+    failures = guardrails.get("failures") or {}
+    counts = [render('<tr data-guardrail="{name}"><td><code>{shown}</code></td><td>{decision}</td>{count}{failed}</tr>',
+                     name=item["guardrail"], shown=breakable(item["guardrail"]), decision=tag(item["decision"]),
+                     count=number(item["count"]), failed=number(failures.get(item["guardrail"], 0)))
+              for item in guardrails["decisions"]]
+    stopped = [render('<tr><td>{link}</td><td>{when}</td><td><code>{tool}</code></td><td>{words}</td></tr>',
+                      link=trajectory_link(str(call["id"]), call.get("local_id")), when=when_at(call["started"]),
+                      tool=breakable(call["tool"]), words=guardrail_words(dict(call)))
+               for call in guardrails.get("stopped") or ()]
+    listed = when(stopped, render(
+        '<h3>Calls a guardrail stopped ({n})</h3>{table}', n=f"{guardrails['stopped_calls']:,}",
+        table=table([("trajectory", False), ("when", False), ("tool", False), ("what the guardrail did", False)],
+                    stopped, "guardrail-stopped")))
+    return render('<section class="card"><h2>Guardrails</h2>{counts}{listed}</section>', listed=listed,
+                  counts=table([("guardrail", False), ("decision", False), ("decisions", True),
+                                ("guardrail failures", True)], counts, "guardrails"))
+
+
 def _totals(report: Mapping[str, Any]) -> Html:
     overall = report["overall"]
     items = [("trajectories", f"{report['trajectories']:,}"), ("tool calls", f"{report['tool_calls']:,}"),
@@ -160,9 +183,10 @@ def report_page(report: Mapping[str, Any], over_time: Sequence[Mapping[str, Any]
         '<p class="muted">Argument names the models sent that the tool does not accept, and the name '
         'the diagnostic suggested.</p>{renames}</section>'
         '<section class="card"><h2>Stuck in verbatim retries</h2>{stuck}</section></div>'
-        '<section class="card"><h2>Models</h2>{models}</section>'
+        '<section class="card"><h2>Models</h2>{models}</section>{guardrails}'
         '<section class="card"><h2>Latest trajectories</h2>{recent}<p><a href="/ui/trajectories">All '
         'trajectories</a></p></section>',
+        guardrails=_guardrails(report.get("guardrails")),
         totals=_totals(report), tools=_tools_table(report["tools"], chart_buckets(over_time)),
         renames=_renames(report["tools"]), stuck=_stuck(report["stuck"]), models=_models_table(report["models"]),
         recent=trajectory_table(recent, trace_ui))

@@ -16,6 +16,7 @@ from gateway.ui.diff import arguments_diff
 from gateway.ui.layout import escape_all, ms, notice, plural, tag, trace_link, when_at
 from gateway.ui.markup import EMPTY, Html, join, render, when
 from gateway.ui.messages import answer, capture_off, sent_messages
+from telemetry.store.rows import guardrail_decisions, guardrail_words
 
 FAILED = frozenset({"error", "rejected", "timeout", "cancelled"})
 # Requests a page shows unless its address asks (?limit=) for another number, and the most it may
@@ -102,6 +103,20 @@ def _decided(call: Mapping[str, Any]) -> Html:
                              said=said))
 
 
+def _guarded(call: Mapping[str, Any]) -> Html:
+    """What guardrails decided on the call, next to it: each decision but an allow in words, and the
+    guardrails that only allowed it in one line."""
+    decisions = guardrail_decisions(dict(call))
+    said = [render('<div class="guardrail" data-decision="{d}">{words}</div>', d=d.get("decision"),
+                   words=guardrail_words(d)) for d in decisions if d.get("decision") != "allow"]
+    acted = {d.get("guardrail") for d in decisions if d.get("decision") != "allow"}
+    allowed = list(dict.fromkeys(str(d.get("guardrail")) for d in decisions if d.get("guardrail") not in acted))
+    if allowed:
+        said.append(render('<div class="guardrail muted" data-decision="allow">{which} {names} allowed it</div>',
+                           which="guardrail" if len(allowed) == 1 else "guardrails", names=", ".join(allowed)))
+    return join(said)
+
+
 def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str]) -> Html:
     outcome = call.get("outcome") or "unknown"
     failed = outcome in FAILED
@@ -116,7 +131,7 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         '<li id="{anchor}" class="call {state}{side}" data-side="{whose}"><div><strong>{kind}</strong> '
         '<code>{tool}</code> '
         '{outcome}{reason} <span class="muted">round {round} · {duration}{server}{result}</span></div>'
-        '{decided}{names}{retry}{details}</li>',
+        '{decided}{guarded}{names}{retry}{details}</li>',
         anchor=_anchor(call["span_id"]), state="failed" if failed else outcome, tool=call["tool"],
         side=" client" if client else "", whose="client" if client else "gateway",
         kind="client tool call" if client else "tool call",
@@ -126,7 +141,8 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         result=when(call.get("client_ms") is not None, render(
             " · result {o}, {b} bytes, {t} on the client's side", o=call.get("result_outcome"),
             b=call.get("result_bytes"), t=ms(call.get("client_ms")))),
-        decided=_decided(call), names=_names(call), retry=_retry(call, paging, sent), details=join(details))
+        decided=_decided(call), guarded=_guarded(call), names=_names(call), retry=_retry(call, paging, sent),
+        details=join(details))
 
 
 def _upstream(turn: Mapping[str, Any]) -> Html:

@@ -26,6 +26,7 @@ from telemetry.store.sources import (
     DIAGNOSTIC,
     DURATION_MS,
     ENDED,
+    GUARDRAILS,
     MISSING,
     PARENT,
     RETRIED_SPAN_ID,
@@ -50,7 +51,7 @@ from telemetry.store.sources import (
 )
 
 BASE_VERSION = 2  # the oldest layout a store is migrated through (version 1 is rebuilt into it)
-SCHEMA_VERSION = 5  # the version of the tables below: a column `since` a later one raises it
+SCHEMA_VERSION = 6  # the version of the tables below: a column `since` a later one raises it
 MAX_COUNT = 2**31 - 1  # rounds, tokens, a status code: more is no real span's
 
 
@@ -176,7 +177,16 @@ TOOL_CALLS = Table(
     # asked no one.
     Column("decision", "TEXT", text(names.ATTR_TOOL_DECISION), since=4),
     Column("decided_by", "TEXT", text(names.ATTR_DECIDED_BY), since=4),
-    Column("approval_wait_ms", "REAL", duration(names.ATTR_APPROVAL_WAIT_MS), since=4))
+    Column("approval_wait_ms", "REAL", duration(names.ATTR_APPROVAL_WAIT_MS), since=4),
+    # Version 6: what guardrails decided on the call (gateway.guardrails): the decision that stands
+    # (its guardrail, decision, reason and moment, as the span's attributes say) and every decision,
+    # allow included, as a JSON array (telemetry.store.sources.guardrails_of); of a client call,
+    # those on its result too, when a later request brings it. NULL where no guardrail decided.
+    Column("guardrail", "TEXT", text(names.ATTR_GUARDRAIL_NAME), since=6),
+    Column("guardrail_decision", "TEXT", text(names.ATTR_GUARDRAIL_DECISION), since=6),
+    Column("guardrail_reason", "TEXT", text(names.ATTR_GUARDRAIL_REASON), since=6),
+    Column("guardrail_moment", "TEXT", text(names.ATTR_GUARDRAIL_MOMENT), since=6),
+    Column("guardrails", "TEXT", GUARDRAILS, since=6))
 
 TABLES = (TRAJECTORIES, REQUESTS, MODEL_TURNS, TOOL_CALLS)
 

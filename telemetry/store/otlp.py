@@ -18,7 +18,8 @@ from opentelemetry.trace import SpanKind
 from telemetry import names
 from telemetry.store.columns import MODEL_TURNS, REQUESTS, TOOL_CALLS, Column, Table, attribute_problem
 from telemetry.store.records import split_stored_id, write
-from telemetry.store.span_records import Link, SpanRecord
+from telemetry.store.sources import GUARDRAIL_FIELDS
+from telemetry.store.span_records import Link, SpanEvent, SpanRecord
 
 _KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER}
 _KIND_NUMBERS = {kind: number for number, kind in _KINDS.items()}
@@ -88,7 +89,15 @@ def _span(raw: dict[str, Any]) -> SpanRecord:
         raise ValueError(f"span {raw['spanId']}: {problem}")
     return SpanRecord(raw["name"], _kind(raw.get("kind")), raw["traceId"].lower(), raw["spanId"].lower(),
                       raw.get("parentSpanId", "").lower() or None, start, end, attributes,
-                      code in (_STATUS_ERROR, "STATUS_CODE_ERROR"), status.get("message") or None, links)
+                      code in (_STATUS_ERROR, "STATUS_CODE_ERROR"), status.get("message") or None, links,
+                      [_event(event) for event in raw.get("events") or ()])
+
+
+def _event(raw: dict[str, Any]) -> SpanEvent:
+    if not isinstance(raw.get("name"), str):
+        raise ValueError("an event's name is not a string")
+    return SpanEvent(raw["name"], _attributes(raw.get("attributes")),
+                     _int64(raw.get("timeUnixNano", 0), "an event's time"))
 
 
 def read_spans(lines: Iterable[str]) -> Iterator[SpanRecord]:
@@ -147,6 +156,10 @@ def _otlp_span(record: SpanRecord) -> dict[str, Any]:
         span["links"] = [{"traceId": link.trace_id, "spanId": link.span_id,
                           "attributes": [{"key": k, "value": _any(v)} for k, v in link.attributes.items()]}
                          for link in record.links]
+    if record.events:
+        span["events"] = [{"timeUnixNano": str(event.time_ns), "name": event.name,
+                           "attributes": [{"key": k, "value": _any(v)} for k, v in event.attributes.items()]}
+                          for event in record.events]
     return span
 
 
@@ -189,7 +202,16 @@ def _call_record(row: sqlite3.Row) -> SpanRecord:
     return SpanRecord(names.SPAN_TOOL_CALL, SpanKind.INTERNAL, row["trace_id"], row["span_id"],
                       row["request_span_id"], _ns(row["started"]), _ns(row["started"], row["duration_ms"]),
                       {k: v for k, v in attributes.items() if v is not None}, row["diagnostic"] is not None,
-                      row["diagnostic"], links)
+                      row["diagnostic"], links, _guardrail_events(row["guardrails"], _ns(row["started"])))
+
+
+def _guardrail_events(stored: str | None, at: int) -> list[SpanEvent]:
+    """A call's guardrail decisions as the span events they were read from (the store keeps no
+    time of its own for them: the call's start)."""
+    decisions = _listed(stored) or []
+    return [SpanEvent(names.EVENT_GUARDRAIL, {key: decision[field] for field, key in GUARDRAIL_FIELDS.items()
+                                              if decision.get(field) is not None}, at)
+            for decision in decisions if isinstance(decision, dict)]
 
 
 def _turn_record(row: sqlite3.Row) -> SpanRecord:

@@ -18,8 +18,9 @@ from itertools import chain
 from typing import Any
 
 from telemetry import names
+from telemetry.guardrails import standing_index
 from telemetry.store.columns import MODEL_TURNS, REQUESTS, TOOL_CALLS, TRAJECTORIES, Table, parameters
-from telemetry.store.sources import compiled
+from telemetry.store.sources import compiled, guardrails_of, json_array, text_of
 from telemetry.store.span_records import SpanRecord, kind_of
 
 _NONE = ""  # no trajectory (yet): a child kept until its request comes
@@ -70,6 +71,13 @@ _RESULT_COLUMNS = [column for column in TOOL_CALLS.columns if column.of_result i
 _CLIENT_RESULT = (f"UPDATE tool_calls SET {', '.join(f'{column.name} = ?' for column in _RESULT_COLUMNS)} "
                   "WHERE trajectory_id = ? AND call_id = ? AND side = 'client'")
 _RESULT_OF = compiled([column.of_result for column in _RESULT_COLUMNS if column.of_result is not None])
+# The guardrails' decisions on a client call's result, merged into its row (`_guarded_result`).
+_CALL_GUARDRAILS = ("SELECT span_id, guardrails FROM tool_calls WHERE trajectory_id = ? AND call_id = ? "
+                    "AND side = 'client'")
+_STANDING = ("guardrail", "decision", "reason", "moment")  # a decision's fields, as the columns below hold them
+_SET_GUARDRAILS = ("UPDATE tool_calls SET guardrail = NULLIF(?, ''), guardrail_decision = NULLIF(?, ''), "
+                   "guardrail_reason = NULLIF(?, ''), guardrail_moment = NULLIF(?, ''), guardrails = ? "
+                   "WHERE trajectory_id = ? AND span_id = ?")
 
 
 KEY_SEPARATOR = "~"  # in no gateway key's name nor any trajectory id the gateway takes from a caller
@@ -123,10 +131,38 @@ def _insert_all(db: sqlite3.Connection, statement: tuple[str, str, str], rows: l
             done += size
 
 
+def _call_id(record: SpanRecord) -> str:
+    return str(record.attributes.get(names.ATTR_TOOL_CALL_ID, ""))
+
+
 def _client_result_row(record: SpanRecord) -> list[Any]:
     """_CLIENT_RESULT's parameters for a client call's execute step."""
     trajectory = _trajectory(record)
-    return [*_RESULT_OF(record, trajectory), trajectory, str(record.attributes.get(names.ATTR_TOOL_CALL_ID, ""))]
+    return [*_RESULT_OF(record, trajectory), trajectory, _call_id(record)]
+
+
+def _guarded_result(db: sqlite3.Connection, record: SpanRecord) -> None:
+    """The guardrails' decisions on a client call's result, on the call's row: they take the place
+    of any decisions on its result the row held (the same result written twice changes nothing),
+    after those on the call itself, and the decision that stands is the strongest of them all."""
+    found = guardrails_of(record)
+    if not found:
+        return
+    on_result = json.loads(found)
+    trajectory = _trajectory(record)
+    for span_id, stored in db.execute(_CALL_GUARDRAILS, (trajectory, _call_id(record))).fetchall():
+        decisions = [d for d in _decoded_list(stored) if d.get("moment") != "after"] + on_result
+        standing = decisions[standing_index([str(d.get("decision")) for d in decisions])]
+        db.execute(_SET_GUARDRAILS, (*(text_of(standing.get(field)) for field in _STANDING),
+                                     json_array(decisions), trajectory, span_id))
+
+
+def _decoded_list(text: str | None) -> list[dict[str, Any]]:
+    try:
+        found = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
 def _turn_rounds(turns: list[list[Any]]) -> list[list[Any]]:
@@ -176,8 +212,11 @@ def write(db: sqlite3.Connection, records: Iterable[SpanRecord]) -> int:
     parents = {row[_CALL_REQUEST] for row in calls} | {turn[_TURN_REQUEST] for turn in turns}
     kept = _write_requests(db, requests, trajectory_of_request, parents)
     # Last: a result the client brought back fast may be in the batch of its call's own row.
-    results = [_client_result_row(record) for kind, record in classified if kind == "client_result"]
-    completed = sum(db.execute(_CLIENT_RESULT, row).rowcount for row in results)
+    results = [record for kind, record in classified if kind == "client_result"]
+    completed = sum(db.execute(_CLIENT_RESULT, _client_result_row(record)).rowcount for record in results)
+    for record in results:
+        if record.events:  # guardrails decided on the result
+            _guarded_result(db, record)
     return len(calls) + len(turns) + kept + completed
 
 

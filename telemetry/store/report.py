@@ -30,12 +30,23 @@ from pathlib import Path
 from typing import Any
 
 from telemetry.store.records import key_range, split_stored_id
-from telemetry.store.rows import CALL_COLUMNS, FAILED, TURN_COLUMNS, named, rows, selected, suggestions
+from telemetry.store.rows import (
+    CALL_COLUMNS,
+    FAILED,
+    TURN_COLUMNS,
+    guardrail_decisions,
+    named,
+    rows,
+    selected,
+    suggestions,
+)
 from telemetry.store.timeline import trajectory  # one trajectory's timeline, a page at a time
 
 STUCK_VERBATIM = 2  # as telemetry.trajectory warns: the second verbatim retry of one failure
-__all__ = ["FAILED", "STUCK_VERBATIM", "figures", "list_trajectories", "open_readonly", "rejections_over_time",
-           "report", "trajectory"]
+STOPPING = ("deny", "block")  # the guardrail decisions that stop a call (its result, for a block)
+STOPPED_SHOWN = 50  # the calls a guardrail stopped that the report lists
+__all__ = ["FAILED", "STOPPED_SHOWN", "STOPPING", "STUCK_VERBATIM", "figures", "guardrail_figures",
+           "list_trajectories", "open_readonly", "rejections_over_time", "report", "trajectory"]
 
 
 def _of_key(column: str, key: str | None) -> tuple[str, tuple[str, ...]]:
@@ -113,7 +124,11 @@ def report(db: sqlite3.Connection, *, since: float | None = None, key: str | Non
     gateway key named `key`, when given):
     {"trajectories", "tool_calls", "model_turns", "input_tokens", "output_tokens",
      "overall": figures, "tools": [{"tool", "side", **figures}], "models": [{"model", **figures}],
-     "stuck": [{"trajectory_id", "key", "local_id", "tool", "model", "verbatim_retries"}]}, where figures is
+     "stuck": [{"trajectory_id", "key", "local_id", "tool", "model", "verbatim_retries"}],
+     "guardrails": {"decisions": [{"guardrail", "decision", "count"}], "failures": {guardrail: n},
+                    "stopped_calls", "stopped": [{"id", "key", "local_id", "span_id", "tool", "side", "started",
+                                                  "guardrail", "decision", "moment", "reason"}]}}, where
+    figures is
     {"calls", "outcomes": {outcome: n}, "failed", "rejections", "rejection_rate",
      "rejections_by_reason": {reason: {"count", "rate"}}, "renames": [{"from", "to", "count"}],
      "retries": {"verbatim", "corrected", "verbatim_rate", "corrected_rate"},
@@ -138,7 +153,8 @@ def report(db: sqlite3.Connection, *, since: float | None = None, key: str | Non
     tools = [{**group, "side": by_tool[group["tool"]][0]["side"]} for group in _grouped(by_tool, "tool")]
     return {"trajectories": len(ids), "tool_calls": len(calls), "model_turns": turn_count,
             "input_tokens": input_tokens, "output_tokens": output_tokens, "overall": figures(calls),
-            "tools": tools, "models": _grouped(by_model, "model"), "stuck": _stuck(calls)}
+            "tools": tools, "models": _grouped(by_model, "model"), "stuck": _stuck(calls),
+            "guardrails": guardrail_figures(calls)}
 
 
 def _grouped(groups: dict[str, list[dict[str, Any]]], key: str) -> list[dict[str, Any]]:
@@ -180,6 +196,29 @@ def figures(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "rounds_to_recover": {"mean": sum(recovered) / len(recovered), "max": max(recovered)} if recovered
             else None,
             "stuck_trajectories": sorted({s["trajectory_id"] for s in _stuck(calls)})}
+
+
+def guardrail_figures(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What guardrails decided on some tool calls (in order): every decision counted by guardrail and
+    decision, most first; the failed ones by guardrail; the calls a guardrail stopped (denied, or
+    whose result it withheld), the newest STOPPED_SHOWN of them, newest first."""
+    decided: Counter[tuple[str, str]] = Counter()
+    failed: Counter[str] = Counter()
+    for call in calls:
+        for decision in guardrail_decisions(call):
+            decided[(str(decision.get("guardrail")), str(decision.get("decision")))] += 1
+            if decision.get("failed"):
+                failed[str(decision.get("guardrail"))] += 1
+    stopped = [call for call in calls if call["guardrail_decision"] in STOPPING]
+    stopped.sort(key=lambda call: call["started"], reverse=True)
+    return {"decisions": [{"guardrail": guardrail, "decision": decision, "count": n} for (guardrail, decision), n
+                          in sorted(decided.items(), key=lambda item: (-item[1], item[0]))],
+            "failures": dict(failed.most_common()), "stopped_calls": len(stopped),
+            "stopped": [{**named(call["trajectory_id"] or ""), "span_id": call["span_id"], "tool": call["tool"],
+                         "side": call["side"], "started": call["started"], "guardrail": call["guardrail"],
+                         "decision": call["guardrail_decision"], "moment": call["guardrail_moment"],
+                         "reason": call["guardrail_reason"]}
+                        for call in stopped[:STOPPED_SHOWN]]}
 
 
 def _rate(part: int, whole: int) -> float | None:

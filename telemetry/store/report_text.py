@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.tools.approval_text import decision_text
 from gateway.wire.escaping import visible, visible_lines
+from telemetry.store.rows import guardrail_decisions, guardrail_words
 
 _SEVERAL_LINES = frozenset({"diagnostic", "content", "response"})  # fields whose line breaks are the text's
 
@@ -113,7 +114,8 @@ def _tool_call(event: dict[str, Any]) -> list[str]:
                  f" {event['client_ms'] / 1000:.2f} s on the client's side]")
     if (decided := decision_text(event)) is not None:  # it waited for a reviewer's approval
         line += f" [{decided}]"
-    lines = [line, *_quoted(event["diagnostic"])]
+    lines = [line, *(f"      {guardrail_words(d)}" for d in guardrail_decisions(event) if d.get("decision") != "allow"),
+             *_quoted(event["diagnostic"])]
     if event["arguments"] is not None and event["outcome"] != "ok":
         lines.append(f"      arguments sent: {event['arguments']}")
     return lines
@@ -200,4 +202,24 @@ def report(figures: dict[str, Any]) -> list[str]:
         lines += ["", "stuck in verbatim retries:"]
         lines += [f"  {s['trajectory_id']}  {s['tool']} re-sent {s['verbatim_retries']} times"
                   for s in figures["stuck"]]
+    return lines + _guardrails(figures.get("guardrails") or {})
+
+
+def _guardrails(guardrails: dict[str, Any]) -> list[str]:
+    """The guardrails' decisions by guardrail, and the calls they stopped (none: no lines)."""
+    if not guardrails.get("decisions"):
+        return []
+    by_guardrail: dict[str, list[str]] = {}
+    for item in guardrails["decisions"]:
+        by_guardrail.setdefault(item["guardrail"], []).append(f"{item['decision']} {item['count']}")
+    failures = guardrails.get("failures") or {}
+    lines = ["", "guardrail decisions:"]
+    lines += [f"  {name}: {', '.join(counts)}" + (f" (failed {failures[name]} times)" if name in failures else "")
+              for name, counts in by_guardrail.items()]
+    if guardrails["stopped_calls"]:
+        lines += ["", f"calls a guardrail stopped: {guardrails['stopped_calls']}"
+                      + (f" (the newest {len(guardrails['stopped'])})"
+                         if guardrails["stopped_calls"] > len(guardrails["stopped"]) else "")]
+        lines += [f"  {_when(c['started'])}  {c.get('local_id') or c['id']}  {c['tool']}: {guardrail_words(c)}"
+                  for c in guardrails["stopped"]]
     return lines

@@ -60,6 +60,29 @@ def suggestions(pairs: Iterable[str] | None) -> dict[str, str]:
     return dict(pair.rsplit("->", 1) for pair in pairs or () if "->" in pair)
 
 
+_DONE = {("allow", "before"): "allowed the call", ("allow", "after"): "allowed the result",
+         ("flag", "before"): "flagged the call", ("flag", "after"): "flagged the result",
+         ("deny", "before"): "denied the call", ("rewrite", "before"): "rewrote the arguments",
+         ("ask", "before"): "asked for a reviewer's approval", ("block", "after"): "withheld the result",
+         ("mask", "after"): "masked the result"}
+
+
+def guardrail_words(decision: dict[str, Any]) -> str:
+    """One stored guardrail decision (an element of a call's `guardrails`) in words: "guardrail
+    secrets masked the result: credentials masked (a GitHub token)"."""
+    said, moment = str(decision.get("decision")), str(decision.get("moment"))
+    done = _DONE.get((said, moment), f"decided {said}")
+    failed = f" (it failed: {decision['failed']})" if decision.get("failed") else ""
+    reason = f": {decision['reason']}" if decision.get("reason") else ""
+    return f"guardrail {decision.get('guardrail')} {done}{failed}{reason}"
+
+
+def guardrail_decisions(call: dict[str, Any]) -> list[dict[str, Any]]:
+    """A call's guardrail decisions as the store holds them (none where no guardrail decided)."""
+    found = call.get("guardrails")
+    return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+
+
 def named(stored: str) -> dict[str, Any]:
     """How a trajectory is named: its id in the store, the gateway key that made it (None without
     keys) and the id its caller knows it by."""

@@ -56,11 +56,7 @@ def names_of(value: Any) -> str:
     refuses, is written as JSON escapes it."""
     if not isinstance(value, list | tuple) or not value:
         return ""
-    listed = [str(v) for v in value]
-    try:
-        return orjson.dumps(listed).decode()
-    except orjson.JSONEncodeError:
-        return json.dumps(listed)
+    return json_array([str(v) for v in value])
 
 
 def integer_of(value: Any) -> int | None:
@@ -178,6 +174,34 @@ def diagnostic_of(record: SpanRecord, attributes: Mapping[str, Any]) -> str:
 
 
 DIAGNOSTIC = derived(diagnostic_of, blank_is_null=True)
+
+# A guardrail decision as the store keeps it (an element of a call's `guardrails`), by the attribute
+# of the span's event that holds each field.
+GUARDRAIL_FIELDS = {"guardrail": names.ATTR_GUARDRAIL_NAME, "moment": names.ATTR_GUARDRAIL_MOMENT,
+                    "decision": names.ATTR_GUARDRAIL_DECISION, "reason": names.ATTR_GUARDRAIL_REASON,
+                    "failed": names.ATTR_GUARDRAIL_FAILED}
+
+
+def guardrails_of(record: SpanRecord) -> str:
+    """Every guardrail decision on a call, from its span's events in their order, as a JSON array
+    of {"guardrail", "moment", "decision", "reason", "failed"} (None where the event has none)."""
+    found = [{field: None if event.attributes.get(key) is None else text_of(event.attributes[key])
+              for field, key in GUARDRAIL_FIELDS.items()}
+             for event in record.events if event.name == names.EVENT_GUARDRAIL]
+    return json_array(found) if found else ""
+
+
+def json_array(items: list[Any]) -> str:
+    """`items` as JSON text (orjson: far cheaper than json.dumps), as JSON escapes a lone
+    surrogate an imported file carried, which orjson refuses."""
+    try:
+        return orjson.dumps(items).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(items)
+
+
+# Most spans have no event: their rows pay no call.
+GUARDRAILS = Source("guardrails_of(record) if record.events else ''", True, json=True, functions=(guardrails_of,))
 MISSING = Source("None")  # no value (yet)
 BLANK = Source("''", blank_is_null=True)  # no text (yet)
 

@@ -21,6 +21,14 @@ class Link(NamedTuple):
     attributes: Mapping[str, Any] = MappingProxyType({})
 
 
+class SpanEvent(NamedTuple):
+    """An event of a span: the store reads the guardrails' decisions of a tool call from them."""
+
+    name: str
+    attributes: Mapping[str, Any]
+    time_ns: int = 0
+
+
 class SpanRecord(NamedTuple):
     """A finished span, whichever way it came: from this process's SDK or from an OTLP file.
 
@@ -38,6 +46,7 @@ class SpanRecord(NamedTuple):
     error: bool = False
     status_description: str | None = None
     links: Sequence[Link] = ()
+    events: Sequence[SpanEvent] = ()
 
 
 def attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
@@ -63,10 +72,12 @@ def record_of(span: ReadableSpan) -> SpanRecord:
     # Most spans have none: asking the SDK's own list first spares the copy `links` makes under its lock.
     links = [Link(format(link.context.trace_id, "032x"), format(link.context.span_id, "016x"), link.attributes or {})
              for link in span.links] if getattr(span, "_links", True) else []
+    events = [SpanEvent(event.name, event.attributes or {}, event.timestamp) for event in span.events] \
+        if getattr(span, "_events", True) else []
     return SpanRecord(span.name, span.kind, format(context.trace_id, "032x"), format(context.span_id, "016x"),
                       format(parent.span_id, "016x") if parent is not None else None, span.start_time or 0,
                       span.end_time or 0, attributes_of(span), status.status_code is StatusCode.ERROR,
-                      status.description, links)
+                      status.description, links, events)
 
 
 def _gateway_record(span: GatewaySpan) -> SpanRecord:
@@ -78,11 +89,14 @@ def _gateway_record(span: GatewaySpan) -> SpanRecord:
              for link in span._links] if span._links else []
     error, description = (False, None) if status is UNSET_STATUS else (status.status_code is StatusCode.ERROR,
                                                                        status.description)
+    # Most spans have none; a tool call a guardrail saw has one a decision.
+    events = [SpanEvent(event.name, event.attributes or {}, event.timestamp) for event in span._events] \
+        if span._events else ()
     # tuple.__new__: a named tuple's own __new__ is Python code, a call more.
     return tuple.__new__(SpanRecord, (span._name, span._kind, "%032x" % trace_id, "%016x" % span_id,  # noqa: UP031
                                       "%016x" % parent.span_id if parent is not None else None,  # noqa: UP031
                                       span._start_time or 0, span._end_time or 0, span.recorded_attributes, error,
-                                      description, links))
+                                      description, links, events))
 
 
 def kind_of(record: SpanRecord) -> str | None:

@@ -24,7 +24,9 @@ import aiohttp
 import pytest
 
 from gateway.demo.model import Reply
+from gateway.guardrails import GuardedCall, Guardrail, Verdict, deny
 from gateway.http.keys import APPROVALS
+from gateway.tools import Tool
 from telemetry import names
 from tests.conftest import AUTH, TEST_KEY, USER, Stack, StackFactory, every_outcome_registry, free_port
 from tests.dashboards import DASHBOARD_DIR, all_panels, load_dashboard, panel_querying, shown
@@ -68,7 +70,9 @@ def substitute(expr: str) -> str:
 SESSION = [
     Reply(tool_calls=[("read_file", {"file_path": "a"}), ("crash", {}), ("locked", {}), ("slow", {}),
                       ("strict", {"path": "a"}), ("add", "{oops"), ("nope", {}), ("admin", {}),
-                      ("checked", {"n": "many"})],  # the last: schema_violation
+                      ("checked", {"n": "many"}),  # schema_violation
+                      # guardrail_denied; then a result whose guardrail raises: withheld (a guardrail failure)
+                      ("deploy", {"host": "prod"}), ("deploy", {"host": "staging"})],
           usage=(40, 12)),
     Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # verbatim retry: rejected again
     # corrected retries, recovered; and a tool that pauses for review: the request waits for the reviewer
@@ -111,9 +115,22 @@ async def prometheus(tmp_path: Path, stack_with_tools: Stack) -> AsyncIterator[s
         yield url
 
 
+class NoProduction(Guardrail):
+    """Denies a deploy to production; fails on every result (a bug of its own): the Guardrails panels."""
+
+    name = "no_production"
+
+    def before_execute(self, call: GuardedCall) -> Verdict | None:
+        return deny("production is off limits") if call.arguments.get("host") == "prod" else None
+
+    def after_execute(self, call: GuardedCall, result: str) -> Verdict | None:
+        raise ValueError("a guardrail with a bug")
+
+
 @pytest.fixture
 async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     registry = every_outcome_registry()
+    registry.register(Tool(name="deploy", function=lambda args: "deployed", guardrails=(NoProduction(),)))
     allowed = [name for name in registry.names() if name != "admin"]  # so that not_allowed happens too
     # An MCP server too, for the MCP panels (test_every_dashboard_query_returns_data loses it once).
     mcp = stdio_server(Recorded(tmp_path / "mcp.jsonl"), reconnect_min_seconds=0.05, ping_interval_seconds=0)
@@ -233,7 +250,7 @@ async def run_session(stack: Stack, prometheus: str) -> set[str]:
             async with stack.http.post("/v1/chat/completions", json={"model": "m", "messages": USER},
                                        headers={"Authorization": f"Bearer {LIMITED_KEY}"}) as limited:
                 assert limited.status in (200, 429)
-        expected = 16 * (rounds + 1)
+        expected = 18 * (rounds + 1)
         await _until(lambda body, n=expected: total(body) >= n, prometheus + "/api/v1/query",
                      params={"query": f"sum({names.METRIC_TOOL_CALLS})"})
     return traces

@@ -1,10 +1,12 @@
 """Scripted sessions for the trajectory store and report tests: every outcome, every rejection
-reason, a verbatim-retry loop and a trajectory spanning two requests, all through the gateway."""
+reason, a verbatim-retry loop, a trajectory spanning two requests and the decisions of guardrails
+(a call denied, a result masked), all through the gateway."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from gateway.demo.model import Reply
+from gateway.guardrails import GuardedCall, Guardrail, Verdict, deny, mask
+from gateway.tools import Tool, ToolRegistry
 from telemetry import names
 from telemetry.instrument import Telemetry
 from telemetry.metrics import Metrics
@@ -24,10 +28,40 @@ from telemetry.store.records import stored_id
 from telemetry.tracing import build_provider, tracer_of
 from tests.conftest import TEST_KEY, USER, Stack, StackFactory, every_outcome_registry
 
-ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict", "checked"]  # not "admin": not_allowed
+ALLOWED = ["read_file", "add", "locked", "crash", "slow", "review", "strict", "checked", "deploy",
+           "fetch_page"]  # not "admin": not_allowed
 KEYS = {"agent": {"key": TEST_KEY, "tools": ALLOWED}}
 ACROSS = "traj-across-requests"  # the X-Trajectory-Id two requests share
 STORED_ACROSS = stored_id("agent", ACROSS)  # the store's id of that trajectory: the key's and the id's
+
+LEAKED = "ghp_" + "k3" * 18  # a credential the guardrails below find, and hide
+
+
+class NoProduction(Guardrail):
+    name = "no_production"
+
+    def before_execute(self, call: GuardedCall) -> Verdict | None:
+        if call.arguments.get("host") == "prod":
+            return deny("production is off limits; deploy to staging", hidden=(LEAKED,))
+        return None
+
+
+class MasksTokens(Guardrail):
+    name = "masks_tokens"
+
+    def after_execute(self, call: GuardedCall, result: str) -> Verdict | None:
+        return mask(result.replace(LEAKED, "[masked]"), "credentials masked (a GitHub token)", hidden=(LEAKED,))
+
+
+def guarded_registry() -> ToolRegistry:
+    """every_outcome_registry() and two tools with guardrails of their own: `deploy` (denied on the
+    production host) and `fetch_page` (its result masked)."""
+    registry = every_outcome_registry()
+    registry.register(Tool(name="deploy", function=lambda args: "deployed", guardrails=(NoProduction(),)))
+    registry.register(Tool(name="fetch_page", function=lambda args: f"a page holding {LEAKED}",
+                           guardrails=(MasksTokens(),)))
+    return registry
+
 
 # Each round's calls; the comment says what the span will say.
 EVERY_OUTCOME: list[list[tuple[str, Any]]] = [
@@ -36,9 +70,11 @@ EVERY_OUTCOME: list[list[tuple[str, Any]]] = [
      ("strict", {"path": "relative"}),  # rejected: parser
      ("checked", {"n": "many"}),  # rejected: schema_violation
      ("no_such_tool", {}),  # rejected: unknown_tool
-     ("admin", {})],  # rejected: not_allowed
+     ("admin", {}),  # rejected: not_allowed
+     ("deploy", {"host": "prod", "note": f"with {LEAKED}"})],  # rejected: guardrail_denied, LEAKED hidden
     [("read_file", {"path": "/a"}),  # ok: a corrected retry, the recovery
-     ("locked", {"password": "hunter22"})],  # error (ToolError); its password masked
+     ("locked", {"password": "hunter22"}),  # error (ToolError); its password masked
+     ("fetch_page", {})],  # ok: its result masked by a guardrail
     [("locked", {"password": "hunter22"})],  # error: verbatim retry 1
     [("locked", {"password": "hunter22"})],  # error: verbatim retry 2 -> stuck
     [("crash", {}), ("slow", {})],  # error (exception), timeout
@@ -85,14 +121,23 @@ async def drive(stack: Stack) -> list[str]:
     return [answer.headers["x-trace-id"] for answer in (first, *across)]
 
 
-@pytest.fixture
-async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
-    stack = await make_stack(registry=every_outcome_registry(), keys=KEYS,
+@asynccontextmanager
+async def scripted_session(make_stack: StackFactory) -> AsyncIterator[Session]:
+    """The session the store tests read (and the page's, tests/ui): `drive`n through a stack."""
+    stack = await make_stack(registry=guarded_registry(), keys=KEYS,
                              interrupt_mode="hand_back")  # `review` ends the request
     trace_ids = await drive(stack)
     db = sqlite3.connect(stack.store.path)
-    yield Session(stack, db, trace_ids)
-    db.close()
+    try:
+        yield Session(stack, db, trace_ids)
+    finally:
+        db.close()
+
+
+@pytest.fixture
+async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
+    async with scripted_session(make_stack) as found:
+        yield found
 
 
 # --- telemetry on its own, for the unit tests of telemetry/ -------------------------------------------

@@ -1,4 +1,4 @@
-"""The metrics the event loop moves (telemetry.metrics.LoopMetric): the page shows what
+"""The metrics the event loop moves (telemetry.series.LoopMetric): the page shows what
 prometheus_client's own metrics would show for the same updates, in both formats; the request
 duration's exemplars are sampled at most once per bucket per second of each series."""
 
@@ -15,12 +15,12 @@ from telemetry import names
 from telemetry.metrics import (
     APPROVAL_WAIT_BUCKETS,
     CLIENT_ROUNDTRIP_BUCKETS,
-    EXEMPLAR_INTERVAL,
     REQUEST_DURATION_BUCKETS,
     ROUND_BUCKETS,
     TOOL_DURATION_BUCKETS,
     Metrics,
 )
+from telemetry.series import EXEMPLAR_INTERVAL
 
 CHAT = "/v1/chat/completions"
 
@@ -55,6 +55,8 @@ def _ours() -> CollectorRegistry:
     metrics.client_tool_roundtrip.labels("shell", "returned").observe(4.2)
     metrics.approval_decisions.labels("pay", "approve").inc()
     metrics.approval_wait.labels("pay", "approve").observe(2.5)
+    metrics.guardrail_decisions.labels("secrets", "fetch", "mask").inc()
+    metrics.guardrail_failures.labels("slow_check", "timeout").inc()
     metrics.mcp_server_up.labels("files").set(1)
     metrics.state_store_shared()  # as on Redis
     return metrics.registry
@@ -88,6 +90,10 @@ def _theirs() -> CollectorRegistry:
                         registry=registry)
     approval_wait = Histogram(names.METRIC_APPROVAL_WAIT, doc(names.METRIC_APPROVAL_WAIT), decided,
                               buckets=APPROVAL_WAIT_BUCKETS, registry=registry)
+    guardrail_decisions = Counter(names.METRIC_GUARDRAIL_DECISIONS, doc(names.METRIC_GUARDRAIL_DECISIONS),
+                                  (names.LABEL_GUARDRAIL, names.LABEL_TOOL, names.LABEL_DECISION), registry=registry)
+    guardrail_failures = Counter(names.METRIC_GUARDRAIL_FAILURES, doc(names.METRIC_GUARDRAIL_FAILURES),
+                                 (names.LABEL_GUARDRAIL, names.LABEL_KIND), registry=registry)
     upstream = Counter(names.METRIC_UPSTREAM_REQUESTS, doc(names.METRIC_UPSTREAM_REQUESTS),
                        (names.LABEL_UPSTREAM, names.LABEL_MODEL, names.LABEL_STATUS), registry=registry)
     upstream_duration = Histogram(names.METRIC_UPSTREAM_DURATION, doc(names.METRIC_UPSTREAM_DURATION),
@@ -139,6 +145,8 @@ def _theirs() -> CollectorRegistry:
     roundtrip.labels("shell", "returned").observe(4.2)
     decisions.labels("pay", "approve").inc()
     approval_wait.labels("pay", "approve").observe(2.5)
+    guardrail_decisions.labels("secrets", "fetch", "mask").inc()
+    guardrail_failures.labels("slow_check", "timeout").inc()
     return registry
 
 

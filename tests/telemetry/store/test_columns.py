@@ -22,12 +22,18 @@ def _layout(db: sqlite3.Connection) -> dict[str, Any]:
     return {"tables": tables, "indexes": indexes}
 
 
-def test_the_derived_schema_is_version_4s_with_version_5s_columns(tmp_path: Path) -> None:
+def test_the_derived_schema_is_version_4s_with_the_later_versions_columns(tmp_path: Path) -> None:
     written = sqlite3.connect(tmp_path / "v4.sqlite3", isolation_level=None)
     written.executescript(f"{V4_SCHEMA}\nPRAGMA user_version = 4;")
     # Version 5 added the upstream of each model turn (issue 55), and where its call fell back from.
     written.executescript("ALTER TABLE model_turns ADD COLUMN upstream TEXT;"
                           "ALTER TABLE model_turns ADD COLUMN fallback_from TEXT;")
+    # Version 6 added what guardrails decided on each tool call (issue 59).
+    written.executescript("ALTER TABLE tool_calls ADD COLUMN guardrail TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN guardrail_decision TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN guardrail_reason TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN guardrail_moment TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN guardrails TEXT;")
     expected = _layout(written)
     written.close()
     fresh = sqlite3.connect(":memory:", isolation_level=None)
@@ -39,7 +45,7 @@ def test_the_derived_schema_is_version_4s_with_version_5s_columns(tmp_path: Path
     older.close()
     migrated = connect(str(tmp_path / "old.sqlite3"))  # a version 4 store gains the columns
     assert _layout(migrated) == expected
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
 
 
 def test_a_later_versions_columns_come_last_and_can_be_added_to_an_older_store() -> None:

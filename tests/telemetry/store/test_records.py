@@ -1,5 +1,5 @@
 """The store's keys: children written before their request learn its trajectory whatever the
-batches, a version 1 store is migrated whole, a version 2 or 3 store gains its new columns, a newer
+batches, a version 1 store is migrated whole, a version 2, 3 or 5 store gains its new columns, a newer
 one is refused, and the gateway's own
 trajectory ids grow with time (so that the store's inserts append)."""
 
@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind
 from gateway.caller import request_ids
 from telemetry import names
 from telemetry.store import writer as store_module
+from telemetry.store.columns import TABLES, TOOL_CALLS
 from telemetry.store.records import write
 from telemetry.store.schema import SCHEMA, SCHEMA_VERSION, connect
 from telemetry.store.span_records import SpanRecord, record_of
@@ -44,12 +45,15 @@ def _stored(db: sqlite3.Connection) -> dict[str, Any]:
             for table in ("trajectories", "requests", "model_turns", "tool_calls")}
 
 
-def _before_v5(db: sqlite3.Connection) -> sqlite3.Connection:
-    """A copy of `db` as a store from before version 5 holds it once migrated: no model turn names
-    its upstream."""
+def _before(version: int, db: sqlite3.Connection) -> sqlite3.Connection:
+    """A copy of `db` as a store of `version` holds it once migrated: before version 5 no model
+    turn names its upstream; before version 6 no guardrail decided on a tool call."""
     copy = sqlite3.connect(":memory:", isolation_level=None)
     db.backup(copy)
-    copy.execute("UPDATE model_turns SET upstream = NULL, fallback_from = NULL")
+    if version < 5:
+        copy.execute("UPDATE model_turns SET upstream = NULL, fallback_from = NULL")
+    copy.execute("UPDATE tool_calls SET guardrail = NULL, guardrail_decision = NULL, guardrail_reason = NULL, "
+                 "guardrail_moment = NULL, guardrails = NULL")
     return copy
 
 
@@ -98,8 +102,8 @@ def test_a_version_1_store_is_migrated_whole(session: Session, tmp_path: Path) -
             FROM new.tool_calls;""", 1)
     migrated = connect(str(path))
     assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
-    assert _stored(migrated) == _stored(_before_v5(session.db))
-    assert _everything(migrated) == _everything(_before_v5(session.db))
+    assert _stored(migrated) == _stored(_before(4, session.db))
+    assert _everything(migrated) == _everything(_before(4, session.db))
     indexes = {row[0] for row in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
                                                   "AND name NOT LIKE 'sqlite_%'")}
     assert indexes == {"trajectories_ended", "requests_key", "model_turns_key", "tool_calls_key",
@@ -119,10 +123,10 @@ def test_a_version_2_store_gains_the_side_of_its_calls(session: Session, tmp_pat
             retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms
             FROM new.tool_calls;""".replace("{V4_TURN_COLUMNS}", V4_TURN_COLUMNS), 2)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
     # every call stored before is the gateway's (side NULL)
-    assert _stored(migrated) == _stored(_before_v5(session.db))
-    assert _everything(migrated) == _everything(_before_v5(session.db))
+    assert _stored(migrated) == _stored(_before(4, session.db))
+    assert _everything(migrated) == _everything(_before(4, session.db))
     assert {row[0] for row in migrated.execute("SELECT side FROM tool_calls")} == {None}
 
 
@@ -137,15 +141,35 @@ def test_a_version_3_store_gains_the_decisions_of_its_calls(session: Session, tm
             retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, side, client_ms,
             result_bytes, result_outcome FROM new.tool_calls;""".replace("{V4_TURN_COLUMNS}", V4_TURN_COLUMNS), 3)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
     # no call stored before waited for a reviewer (NULLs)
-    assert _stored(migrated) == _stored(_before_v5(session.db))
-    assert _everything(migrated) == _everything(_before_v5(session.db))
+    assert _stored(migrated) == _stored(_before(4, session.db))
+    assert _everything(migrated) == _everything(_before(4, session.db))
     assert set(migrated.execute("SELECT decision, decided_by, approval_wait_ms FROM tool_calls")) == {
         (None, None, None)}
     columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
     assert columns == [row[1] for row in session.db.execute("PRAGMA table_info(tool_calls)")]
-    assert columns[-3:] == ["decision", "decided_by", "approval_wait_ms"]
+    assert columns[-8:-5] == ["decision", "decided_by", "approval_wait_ms"]
+
+
+def test_a_version_5_store_gains_the_guardrail_decisions_of_its_calls(session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "v5.sqlite3"
+    v5 = [column.name for column in TOOL_CALLS.columns if column.since <= 5]
+    _older_store(path, "\n".join(table.create(5) for table in TABLES), session, f"""
+        INSERT INTO trajectories SELECT * FROM new.trajectories;
+        INSERT INTO requests SELECT * FROM new.requests;
+        INSERT INTO model_turns SELECT * FROM new.model_turns;
+        INSERT INTO tool_calls SELECT {', '.join(v5)} FROM new.tool_calls;""", 5)
+    migrated = connect(str(path))
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+    # no guardrail decided on a call stored before (NULLs)
+    assert _stored(migrated) == _stored(_before(5, session.db))
+    assert _everything(migrated) == _everything(_before(5, session.db))
+    assert set(migrated.execute("SELECT guardrail, guardrail_decision, guardrails FROM tool_calls")) == {
+        (None, None, None)}
+    columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
+    assert columns == [row[1] for row in session.db.execute("PRAGMA table_info(tool_calls)")]
+    assert columns[-5:] == ["guardrail", "guardrail_decision", "guardrail_reason", "guardrail_moment", "guardrails"]
 
 
 def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:

@@ -50,6 +50,10 @@ def _expected_call(span: ReadableSpan) -> dict[str, Any]:
             "retries_span_id": hex_id(link.context.span_id) if link else None,
             "diagnostic": attr(span, names.ATTR_TOOL_CALL_RESULT) if span.status.description else None,
             "arguments": attr(span, names.ATTR_TOOL_CALL_ARGUMENTS),
+            "guardrail": attr(span, names.ATTR_GUARDRAIL_NAME),
+            "guardrail_decision": attr(span, names.ATTR_GUARDRAIL_DECISION),
+            "guardrail_reason": attr(span, names.ATTR_GUARDRAIL_REASON),
+            "guardrail_moment": attr(span, names.ATTR_GUARDRAIL_MOMENT),
             "started": (span.start_time or 0) / 1e9,
             "duration_ms": ((span.end_time or 0) - (span.start_time or 0)) / 1e6}
 
@@ -57,7 +61,7 @@ def _expected_call(span: ReadableSpan) -> dict[str, Any]:
 def test_every_tool_call_is_stored_as_its_span_says(session: Session) -> None:
     rows = _rows(session.db, "tool_calls")
     spans = session.tool_spans()
-    assert len(spans) == 15
+    assert len(spans) == 17
     assert set(rows) == {hex_id(s.context.span_id) for s in spans}
     for span in spans:
         row = rows[hex_id(span.context.span_id)]
@@ -68,6 +72,7 @@ def test_every_tool_call_is_stored_as_its_span_says(session: Session) -> None:
     assert outcomes == {"ok", "rejected", "error", "timeout", "interrupted"}
     assert {row["rejection_reason"] for row in rows.values()} == set(names.REJECTION_REASONS) | {None}
     assert {row["retry_kind"] for row in rows.values()} == {"verbatim", "corrected", None}
+    assert {row["guardrail_decision"] for row in rows.values()} == {"deny", "mask", None}
 
 
 def test_failed_calls_keep_their_masked_arguments(session: Session) -> None:
