@@ -7,8 +7,7 @@ iterative, so depth costs no recursion, and it visits each value once."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -17,9 +16,9 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 SHOWN_NAME = 40  # a caller chooses argument names: a reason quotes at most this much of each
 
 
-@dataclass(frozen=True)
-class Found:
-    """One string of the arguments: its `path` and whether it is a key (an argument's name) or a value."""
+class Found(NamedTuple):
+    """One string of the arguments: its `path` and whether it is a key (an argument's name) or a
+    value. (A tuple: made for every string of every call, it must cost little.)"""
 
     path: Path
     text: str

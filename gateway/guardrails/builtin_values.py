@@ -41,7 +41,7 @@ SHOWN_HOSTS = 10  # and names at most this many of the allowed hosts
 def normalised_path(value: str) -> str | None:
     """`value` as the path it names once `.`, `..` and repeated slashes are resolved
     ('/etc/../etc/passwd' is '/etc/passwd'), when that differs from it; None otherwise."""
-    if "/" not in value:
+    if "/." not in value and "//" not in value and "./" not in value:  # nothing to resolve
         return None
     resolved = posixpath.normpath(value)
     if resolved.startswith("//"):  # normpath keeps two leading slashes (POSIX leaves them open); a file system does not
@@ -54,31 +54,36 @@ def normalised_path(value: str) -> str | None:
 class DeniedValues(Guardrail):
     """Denies a call that carries, anywhere in its arguments, a string value matching one of the
     glob patterns listed for its tool (fnmatch, case-sensitive: `*`, `?`, `[...]`). Values are
-    matched as they are and, when they hold a `/`, as the path they resolve to."""
+    matched as they are and, when they hold `.` or `//` segments, as the path they resolve to."""
 
     name = "denied_values"
     inline = True
 
     def __init__(self, denied: Mapping[str, Sequence[str]]) -> None:
-        self._denied = tuple((tools, tuple((pattern, re.compile(fnmatch.translate(pattern))) for pattern in patterns))
+        # for each entry: its tools, its patterns, and one regex matching what any of them matches
+        self._denied = tuple((_glob(tools), tuple(patterns), _glob(*patterns))
                              for tools, patterns in denied.items() if patterns)
 
-    def _patterns(self, tool: str) -> list[tuple[str, re.Pattern[str]]]:
-        return [pattern for tools, patterns in self._denied if fnmatch.fnmatchcase(tool, tools) for pattern in patterns]
-
     def before_execute(self, call: GuardedCall) -> Verdict | None:
-        patterns = self._patterns(call.tool)
-        if not patterns:
+        entries = [(patterns, any_of) for tools, patterns, any_of in self._denied if tools.match(call.tool)]
+        if not entries:
             return None
         for place in argument_strings(call.arguments):
-            candidates = [place.text]
-            if (resolved := normalised_path(place.text)) is not None:
-                candidates.append(resolved)
-            for pattern, regex in patterns:
-                if any(regex.match(candidate) for candidate in candidates):
-                    return deny(f"argument '{shown_path(place.path)}' is '{shown(place.text, SHOWN_VALUE)}', which "
-                                f"the denied pattern '{pattern}' of tool '{call.tool}' forbids. Use another value.")
+            text = place.text
+            resolved = normalised_path(text)
+            for patterns, any_of in entries:
+                if any_of.match(text) or (resolved is not None and any_of.match(resolved)):
+                    pattern = next(pattern for pattern in patterns for candidate in (text, resolved or text)
+                                   if fnmatch.fnmatchcase(candidate, pattern))
+                    return deny(f"argument '{shown_path(place.path)}' is '{shown(text, SHOWN_VALUE)}', which the "
+                                f"denied pattern '{pattern}' of tool '{call.tool}' forbids. Use another value.")
         return None
+
+
+def _glob(*patterns: str) -> re.Pattern[str]:
+    """One regex matching what any of the glob `patterns` matches (fnmatch's translation, which
+    does not backtrack without bound)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(pattern)})" for pattern in patterns))
 
 
 _URL_WORDS = ("url", "uri", "href", "link", "endpoint", "src", "website", "homepage")
@@ -93,6 +98,7 @@ _HOST_FIRST = re.compile(r"^(?:[^\s/?#:@]+@)?(?:[A-Za-z0-9\-_~%]+\.[A-Za-z0-9\-_
                          r"(?::[0-9]*)?(?:[/?#]|$)", re.IGNORECASE)
 _HOST_NAME = re.compile(r"^[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*$")
 _CONTROL = "".join(chr(code) for code in range(0x21))
+_TABS_AND_BREAKS = str.maketrans("", "", "\t\n\r")
 
 
 def url_named(name: str | None) -> bool:
@@ -107,10 +113,16 @@ class BadUrl(ValueError):
 def url_host(value: str) -> str | None:
     """The host `value` names (normalised as the module's docstring says); None when it names
     none. BadUrl when it cannot be read."""
-    text = value.strip(_CONTROL).replace("\t", "").replace("\n", "").replace("\r", "").replace("\\", "/")
+    text = value.strip(_CONTROL)
+    if "\t" in text or "\n" in text or "\r" in text:
+        text = text.translate(_TABS_AND_BREAKS)
+    if "\\" in text:
+        text = text.replace("\\", "/")
     if not text or (text[0] in "/?#." and not text.startswith("//")):
         return None
-    text = _SPECIAL_SLASHES.sub(lambda match: match.group(1) + "://", text, count=1)
+    special = _SPECIAL_SLASHES.match(text)
+    if special is not None and special.end() != len(special.group(1)) + 3:  # not already scheme://
+        text = special.group(1) + "://" + text[special.end():]
     if not _ABSOLUTE.match(text) and not text.startswith("//"):
         if _OPAQUE.match(text) or not _HOST_FIRST.match(text):
             return None
@@ -128,10 +140,11 @@ def normalised_host(host: str) -> str:
     """`host` lower-cased, without brackets or a trailing dot, IDNA-encoded, an IP address in its
     canonical form. BadUrl when it is none of these."""
     host = host.strip("[]").lower().rstrip(".")
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
+    if ":" in host or host[-1:].isdigit():  # only these can be IP addresses: skip the exception otherwise
+        try:
+            return str(ipaddress.ip_address(host))
+        except ValueError:
+            pass
     if not host.isascii():
         try:
             host = host.encode("idna").decode("ascii")

@@ -198,3 +198,11 @@ def test_a_call_without_credentials_is_allowed() -> None:
 
 def test_two_strings_that_only_make_a_credential_together_are_not_one() -> None:
     assert before({"first": "password", "second": "=hunter2hunter2"}) == (None, ())
+
+
+def test_a_text_dense_with_credentials_is_masked_from_the_first_on() -> None:
+    tokens = [f"ghp_{i:036d}" for i in range(300)]
+    masked, reason, hidden = after("intro kept\n" + "\n".join(tokens))
+    assert masked == f"intro kept\n{MASK}"
+    assert reason == "credentials masked (more than 256 credentials)"
+    assert "\n".join(tokens) in hidden
