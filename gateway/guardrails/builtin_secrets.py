@@ -56,7 +56,6 @@ MIN_VALUE = 4  # shorter values are not taken for secrets (a hidden value is rep
 PLACEHOLDERS = frozenset({"null", "none", "nil", "true", "false", "undefined", "string", "password", "secret",
                           "token", "redacted", "changeme", "example", "xxxx", "****"})
 MAX_FOUND = 256  # credentials told apart in one text (see credentials())
-HINTED_TEXT = 2048  # up to this long, a text is searched for a pattern's hints before its regex runs
 EVERYWHERE_VALUES = 16  # at most this many values found are replaced wherever else they are
 SECRET_KEY_WORDS = ("api", "access", "private", "secret", "signing", "encryption", "master", "account")
 
@@ -79,12 +78,10 @@ class Pattern:
     """One kind of credential: `regex` (made by _token) finds it, read in the text with A-Z
     lowered when `lowered`; `classify`, when set, names its kind from the match and the text (or
     None: not a credential), else it is `kind`. The first of `groups` that took part is the
-    credential, the whole match when none did. Every match holds one of `hints`: in a short
-    text, looking for them is cheaper than starting the regex."""
+    credential, the whole match when none did."""
 
     kind: str
     regex: re.Pattern[str]
-    hints: tuple[str, ...]
     groups: tuple[int | str, ...] = (0,)
     lowered: bool = False
     classify: Classify | None = None
@@ -153,25 +150,22 @@ _VALUE_GROUPS = ("dq", "sq", "bare")
 
 
 def _assignment(literal: str, rest: str = "", classify: Classify = _assigned, boundary: str = "a-z0-9") -> Pattern:
-    return Pattern("", _token(literal, rest + _ASSIGNED, boundary), (literal,), _VALUE_GROUPS, True, classify)
+    return Pattern("", _token(literal, rest + _ASSIGNED, boundary), _VALUE_GROUPS, True, classify)
 
 
 PATTERNS: tuple[Pattern, ...] = (
-    Pattern("an AWS access key id", _token("A", r"(?:KI|SI)A[A-Z0-9]{16}(?![A-Z0-9])"), ("AKIA", "ASIA")),
-    Pattern("a GitHub token", _token("gh", r"[pousr]_[A-Za-z0-9]{30,251}+", "A-Za-z0-9_"), ("gh",)),
-    Pattern("a GitHub token", _token("github_pat_", r"[A-Za-z0-9_]{22,244}+", "A-Za-z0-9_"), ("github_pat_",)),
-    Pattern("a GitLab token", _token("glpat-", r"[A-Za-z0-9_\-]{20,249}+", r"A-Za-z0-9_\-"), ("glpat-",)),
-    Pattern("a Slack token", _token("xox", r"[abceoprs]-[A-Za-z0-9\-]{10,251}+", r"A-Za-z0-9\-"), ("xox",)),
-    Pattern("a Stripe key", _token("rk_", r"(?:live|test)_[A-Za-z0-9]{16,247}+", "A-Za-z0-9_"), ("rk_",)),
+    Pattern("an AWS access key id", _token("A", r"(?:KI|SI)A[A-Z0-9]{16}(?![A-Z0-9])")),
+    Pattern("a GitHub token", _token("gh", r"[pousr]_[A-Za-z0-9]{30,251}+", "A-Za-z0-9_")),
+    Pattern("a GitHub token", _token("github_pat_", r"[A-Za-z0-9_]{22,244}+", "A-Za-z0-9_")),
+    Pattern("a GitLab token", _token("glpat-", r"[A-Za-z0-9_\-]{20,249}+", r"A-Za-z0-9_\-")),
+    Pattern("a Slack token", _token("xox", r"[abceoprs]-[A-Za-z0-9\-]{10,251}+", r"A-Za-z0-9\-")),
+    Pattern("a Stripe key", _token("rk_", r"(?:live|test)_[A-Za-z0-9]{16,247}+", "A-Za-z0-9_")),
     Pattern("", _token("sk", r"(?:_(?:live|test)_[A-Za-z0-9]{16,247}+|-[A-Za-z0-9_\-]{20,252}+)", r"A-Za-z0-9_\-"),
-            ("sk_", "sk-"), classify=_sk),
-    Pattern("a Google API key", _token("AIza", r"[A-Za-z0-9_\-]{33,40}+(?![A-Za-z0-9_\-])", r"A-Za-z0-9_\-"),
-            ("AIza",)),
+            classify=_sk),
+    Pattern("a Google API key", _token("AIza", r"[A-Za-z0-9_\-]{33,40}+(?![A-Za-z0-9_\-])", r"A-Za-z0-9_\-")),
     Pattern("a JSON web token", _token(
-        "eyJ", r"[A-Za-z0-9_\-]{8,4096}+\.ey[A-Za-z0-9_\-]{2,16384}+\.[A-Za-z0-9_\-]{0,4096}+", r"A-Za-z0-9_\-"),
-        ("eyJ",)),
-    Pattern("", _token("://", r"[^\s/:@?#]{0,256}+:([^\s/@?#]{4,256}+)@", ""), ("://",), (1,),
-            classify=_url_password),
+        "eyJ", r"[A-Za-z0-9_\-]{8,4096}+\.ey[A-Za-z0-9_\-]{2,16384}+\.[A-Za-z0-9_\-]{0,4096}+", r"A-Za-z0-9_\-")),
+    Pattern("", _token("://", r"[^\s/:@?#]{0,256}+:([^\s/@?#]{4,256}+)@", ""), (1,), classify=_url_password),
     _assignment("pass", "(?:word|wd|phrase)"),
     _assignment("pwd"),
     _assignment("secret"),
@@ -179,33 +173,23 @@ PATTERNS: tuple[Pattern, ...] = (
     _assignment("key", classify=_key_assigned, boundary=""),  # the words before it decide (apikey, api_key)
     Pattern("an Authorization header", _token(
         "authorization", r"[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?:(?:bearer|basic|token|bot)\s{1,4})?"
-        r"([a-z0-9._~+/\-]{8,4096}+=*)", "a-z0-9"), ("authorization",), (1,), lowered=True),
-    Pattern("", _token("bearer", r"\s{1,4}([a-z0-9._~+/\-]{16,4096}+=*)", "a-z0-9"), ("bearer",), (1,),
-            lowered=True, classify=_bearer),
+        r"([a-z0-9._~+/\-]{8,4096}+=*)", "a-z0-9"), (1,), lowered=True),
+    Pattern("", _token("bearer", r"\s{1,4}([a-z0-9._~+/\-]{16,4096}+=*)", "a-z0-9"), (1,), lowered=True,
+            classify=_bearer),
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")
 _PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 
 
-def _hinted(text: str, hints: tuple[str, ...]) -> bool:
-    for hint in hints:  # noqa: SIM110 (a loop, not any() over a generator: this runs for every pattern and string)
-        if hint in text:
-            return True
-    return False
-
-
 def _matches(text: str) -> Iterator[Credential]:
     """What PATTERNS find, overlapping matches included (a value quoted after `password="` is
     looked at even when a longer match swallowed its start)."""
     lower: str | None = None
-    short = len(text) <= HINTED_TEXT
     for pattern in PATTERNS:
         haystack = text
         if pattern.lowered:
             lower = haystack = lowered(text) if lower is None else lower
-        if short and not _hinted(haystack, pattern.hints):
-            continue
         position = 0
         while (match := pattern.regex.search(haystack, position)) is not None:
             position = match.start() + 1
