@@ -21,6 +21,8 @@ per call, and the medians over the repeats of what a target adds to `none` in th
 
     python bench/guardrails.py [--calls 2000] [--repeats 11] [--targets none,secrets,...]
     python bench/guardrails.py --instructions [--calls 200] [--before REV]
+    python bench/guardrails.py --detect-secrets
+
 
 --instructions counts instead the instructions per call under callgrind (valgrind), a figure that
 does not move with the machine's load: one process runs every target and size in turn, and
@@ -28,6 +30,13 @@ callgrind dumps its counts at each os.getppid() the bench calls around a target'
 `none` also runs on the gateway as it was before guardrails (--before, by default the commit
 before the first of issue 59's; unpacked with `git archive` into a temporary folder): what a call
 cost then, against what it costs now without guardrails configured.
+
+--detect-secrets compares `secrets` with the library made for the job, detect-secrets (Yelp; not
+a dependency: `pip install --no-deps --target DIR detect-secrets`, then PYTHONPATH=.:DIR): what
+each reports of a few samples (ordinary text, and credentials whose value a mask needs), then, on
+the same texts as above, CPU per scan of its `scan_line` with every plugin, without its two entropy
+plugins, and of the plugins' own `analyze_string` (no settings, no filters), against
+`builtin_secrets.credentials`.
 """
 
 from __future__ import annotations
@@ -200,6 +209,75 @@ def instructions(chosen: Sequence[str], calls: int, before: str) -> None:
                   f"{found / then[('none', size)]:6.2f} of none before")
 
 
+# --- --detect-secrets --------------------------------------------------------------------------------
+
+def cpu_per_scan(scan: Callable[[str], object], text: str) -> float:
+    """The median CPU seconds of `scan(text)` over enough scans to take a second or so."""
+    scan(text)
+    start = time.process_time()
+    scan(text)
+    count = max(3, min(2000, int(0.2 / max(time.process_time() - start, 1e-6))))
+    runs = []
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(count):
+            scan(text)
+        runs.append((time.process_time() - start) / count)
+    return statistics.median(runs)
+
+
+SAMPLES = {
+    "git SHA": "commit 3f786850e387550fdab836ed7e6dc881de23001b fixed the parser",
+    "UUID": "request 12345678-1234-5678-1234-567812345678 done",
+    "base64 image": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwAD"
+                    "hgGAWjR9awAAAABJRU5ErkJggg==",
+    "prose": "The quick brown fox jumps over the lazy dog; the password reset link was sent.",
+    "GitHub token": "token ghp_R8vK2mQ9xZ4tL7wN1pC5sD3fG6hJ0kB2aE4y",
+    "private key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAq7Lp2Rm9Zt4Kw1Nv8Bc3Yd6Hf0Ju5Ge2Sa7Ti9Ox\n"
+                   "-----END RSA PRIVATE KEY-----",
+    "JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTQyIn0.Xq7Lp2Rm9Zt4Kw1Nv8Bc3Yd6Hf0Ju5Ge2Sa7Ti9Ox",
+}
+
+
+def shortened(value: str) -> str:
+    return repr(value if len(value) <= 24 else value[:21] + "...")
+
+
+def against_detect_secrets() -> None:
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.core.scan import scan_line
+    from detect_secrets.settings import default_settings, transient_settings
+
+    from gateway.guardrails.builtin_secrets import credentials
+
+    with default_settings():
+        for label, sample in SAMPLES.items():
+            theirs = list(scan_line(sample))
+            named = [f"{found.type}: {shortened(found.secret_value or '')}" for found in theirs
+                     if "Entropy" not in found.type]
+            entropy = len(theirs) - len(named)
+            print(f"{label:13s} detect-secrets: {', '.join(named) or 'none'}; {entropy} by its entropy plugins")
+            print(f"{'':13s} secrets:        "
+                  f"{', '.join(f'{item.kind}: {shortened(item.value)}' for item in credentials(sample)) or 'none'}")
+    plugins = [kind.__name__ for kind in get_mapping_from_secret_type_to_class().values()]
+    no_entropy = [name for name in plugins if "Entropy" not in name]
+    instances = [kind() for kind in get_mapping_from_secret_type_to_class().values() if kind.__name__ in no_entropy]
+    for size in SIZES:
+        text = result_text(size)[:size]
+        ours = cpu_per_scan(credentials, text)
+        with default_settings():
+            every = cpu_per_scan(lambda line: list(scan_line(line)), text)
+        with transient_settings({"plugins_used": [{"name": name} for name in no_entropy]}):
+            quiet = cpu_per_scan(lambda line: list(scan_line(line)), text)
+        direct = cpu_per_scan(lambda line: [list(plugin.analyze_string(line)) for plugin in instances], text)
+        print(f"\nresult of {size // 1024} KiB: CPU per scan")
+        for name, seconds in (("secrets (builtin_secrets.credentials)", ours),
+                              (f"detect-secrets scan_line, {len(plugins)} plugins", every),
+                              (f"detect-secrets scan_line, {len(no_entropy)} (no entropy)", quiet),
+                              ("detect-secrets plugins' analyze_string", direct)):
+            print(f"  {name:44s} {seconds * 1e6:10.1f} µs  {seconds / ours:7.1f} x secrets")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=None, help="calls a run (default 2000; 200 counted)")
@@ -207,11 +285,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {','.join(TARGETS)}")
     parser.add_argument("--instructions", action="store_true", help="instead: instructions per call, callgrind")
     parser.add_argument("--before", default=BEFORE_GUARDRAILS, help="with --instructions: the gateway before")
+    parser.add_argument("--detect-secrets", action="store_true", help="instead: secrets against detect-secrets")
     parser.add_argument("--count", help=argparse.SUPPRESS)  # target:size,... in the process callgrind runs
     options = parser.parse_args(argv)
     if options.count is not None:
         plan = [(item.split(":")[0], int(item.split(":")[1])) for item in options.count.split(",")]
         asyncio.run(counted(plan, options.calls))
+        return
+    if options.detect_secrets:
+        against_detect_secrets()
         return
     chosen = options.targets.split(",")
     if unknown := set(chosen) - set(TARGETS):
