@@ -21,6 +21,7 @@ per call, and the medians over the repeats of what a target adds to `none` in th
 
     python bench/guardrails.py [--calls 2000] [--repeats 11] [--targets none,secrets,...]
     python bench/guardrails.py --instructions [--calls 200] [--before REV]
+    python bench/guardrails.py --worst
     python bench/guardrails.py --detect-secrets
 
 
@@ -30,6 +31,10 @@ callgrind dumps its counts at each os.getppid() the bench calls around a target'
 `none` also runs on the gateway as it was before guardrails (--before, by default the commit
 before the first of issue 59's; unpacked with `git archive` into a temporary folder): what a call
 cost then, against what it costs now without guardrails configured.
+
+--worst times instead the scans of `secrets` and `injection` on 64 KiB texts made to be costly
+(runs of what starts a pattern, texts dense with credentials or zero-width characters): the bound
+of a built-in on the event loop.
 
 --detect-secrets compares `secrets` with the library made for the job, detect-secrets (Yelp; not
 a dependency: `pip install --no-deps --target DIR detect-secrets`, then PYTHONPATH=.:DIR): what
@@ -209,6 +214,33 @@ def instructions(chosen: Sequence[str], calls: int, before: str) -> None:
                   f"{found / then[('none', size)]:6.2f} of none before")
 
 
+# --- --worst -----------------------------------------------------------------------------------------
+
+def worst_texts(size: int) -> dict[str, str]:
+    """Texts of `size` characters made to cost the scans the most."""
+    def repeated(unit: str) -> str:
+        return (unit * (size // len(unit) + 1))[:size]
+
+    return {"eyJ run": repeated("eyJ"), "JWT-like, dense": repeated("eyJ" + "a" * 20 + "."),
+            "sk- run": repeated("sk-"), "password= run": repeated("password="), "api_key= run": repeated("api_key="),
+            "quoted values": repeated('password="'), "AWS key ids": repeated("AKIA" + "B" * 16 + " "),
+            "Authorization": repeated("authorization:"), "URL userinfo": repeated("://a:"),
+            "ignore all": repeated("ignore all all all "), "<| run": repeated("<|"),
+            "zero-width": repeated("\u200d"), "zero-width, apart": repeated("\u200da"),
+            "tag characters": repeated("\U000e0041"), "ordinary text": result_text(size)[:size]}
+
+
+def worst() -> None:
+    from gateway.guardrails.builtin_injection import marker
+    from gateway.guardrails.builtin_secrets import credentials, masked
+
+    print(f"CPU per scan of 64 KiB, median of 5 runs\n  {'text':20s} {'secrets':>10s} {'injection':>10s}")
+    for label, text in worst_texts(64 * 1024).items():
+        secrets = cpu_per_scan(lambda text: masked(text, credentials(text)), text)
+        injection = cpu_per_scan(marker, text)
+        print(f"  {label:20s} {secrets * 1e3:7.2f} ms {injection * 1e3:7.2f} ms")
+
+
 # --- --detect-secrets --------------------------------------------------------------------------------
 
 def cpu_per_scan(scan: Callable[[str], object], text: str) -> float:
@@ -285,6 +317,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {','.join(TARGETS)}")
     parser.add_argument("--instructions", action="store_true", help="instead: instructions per call, callgrind")
     parser.add_argument("--before", default=BEFORE_GUARDRAILS, help="with --instructions: the gateway before")
+    parser.add_argument("--worst", action="store_true", help="instead: scans of texts made to be costly")
     parser.add_argument("--detect-secrets", action="store_true", help="instead: secrets against detect-secrets")
     parser.add_argument("--count", help=argparse.SUPPRESS)  # target:size,... in the process callgrind runs
     options = parser.parse_args(argv)
@@ -292,8 +325,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         plan = [(item.split(":")[0], int(item.split(":")[1])) for item in options.count.split(",")]
         asyncio.run(counted(plan, options.calls))
         return
-    if options.detect_secrets:
-        against_detect_secrets()
+    if options.detect_secrets or options.worst:
+        against_detect_secrets() if options.detect_secrets else worst()
         return
     chosen = options.targets.split(",")
     if unknown := set(chosen) - set(TARGETS):

@@ -64,7 +64,6 @@ MARKERS: tuple[Marker, ...] = (
     Marker(re.compile(r"\[/?inst\]")),
 )
 _ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
-_AS_ONE_ZERO_WIDTH = {ord(char): _ZERO_WIDTH[0] for char in _ZERO_WIDTH}
 _ZERO_WIDTH_RUN = re.compile(f"[{_ZERO_WIDTH}]{{3,}}")
 _TAG_RUN = re.compile("[\U000e0000-\U000e007f]+")
 # England's, Scotland's and Wales's flags are a black flag, tag letters and a cancel tag: not hidden text
@@ -73,13 +72,13 @@ Span = tuple[int, int, str]  # where a marker starts and ends, and what to call 
 
 
 def _zero_width(text: str) -> Span | None:
-    """The first run of three or more zero-width characters. Counted first (fast); only a text
-    with three or more has them all made one character, then searched for three in a row (a regex
-    of a class of characters would read every character, slowly)."""
+    """The first run of three or more zero-width characters: counted first (fast), then looked for
+    by the regex from the first of them on (a regex of a class of characters reads every
+    character, slowly, so it starts where one is known to be)."""
     if sum(map(text.count, _ZERO_WIDTH)) < 3:
         return None
-    position = text.translate(_AS_ONE_ZERO_WIDTH).find(_ZERO_WIDTH[0] * 3)
-    run = _ZERO_WIDTH_RUN.match(text, position) if position != -1 else None
+    first = min(position for position in map(text.find, _ZERO_WIDTH) if position != -1)
+    run = _ZERO_WIDTH_RUN.search(text, first)
     if run is None:
         return None
     return run.start(), run.end(), f"invisible text ({run.end() - run.start()} zero-width characters)"
