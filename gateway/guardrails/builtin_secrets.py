@@ -281,9 +281,10 @@ def kinds(found: list[Credential]) -> str:
 
 def _findings(arguments: Mapping[str, Any]) -> list[tuple[Path, bool, list[Credential]]]:
     """(where, is a name, what) for each string of the arguments that holds a credential. The
-    strings are scanned together first, one to a line (no pattern reads across a line break but
-    a private key's, whose block is then looked for in each string alone): a call's many short
-    strings cost one scan, and only those of a call that holds a credential are scanned alone."""
+    strings are scanned together first, one to a line: a line break is part of no credential and
+    bounds one as a string's start or end does, so whatever one string holds, the joined text
+    holds too, and a call's many short strings cost one scan. Only when it finds something is each
+    string scanned alone (what the joined text finds across two strings is in neither)."""
     places = list(argument_strings(arguments, keys=True))
     if not places or not credentials("\n".join(place.text for place in places)):
         return []
