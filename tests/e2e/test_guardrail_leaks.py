@@ -34,7 +34,7 @@ def token(prefix: str, alphabet: str, size: int) -> st.SearchStrategy[str]:
 
 
 # Credentials of the shapes providers issue (made up here: none of them is live).
-SECRETS_ALL = st.one_of(
+SECRETS = st.one_of(
     token("AKIA", UPPER, 16),  # an AWS access key id
     token("ghp_", ALNUM, 36),  # a GitHub personal access token
     token("github_pat_", ALNUM + "_", 82),  # a fine-grained GitHub token
@@ -42,7 +42,6 @@ SECRETS_ALL = st.one_of(
     token("sk_live_", ALNUM, 24),  # a Stripe secret key
     token("glpat-", ALNUM, 20),  # a GitLab token
 )
-SECRETS = token("AKIA", UPPER, 16)  # TEMP
 # Words around the credential; a line of its own, so that the text cannot run into it.
 AROUND = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=30)
 APIS = st.sampled_from(sorted(CONVERSATIONS))
