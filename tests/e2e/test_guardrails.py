@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -458,3 +459,51 @@ async def test_a_guardrail_in_the_current_folder_is_imported_as_tools_are(tmp_pa
             process.terminate()
         await process.wait()
     assert "listening on" in seen[-1], seen
+
+
+# --- every decision recorded ----------------------------------------------------------------------------
+
+@EVERY_WAY
+async def test_every_decision_is_on_the_span_in_the_metrics_the_store_and_the_page(
+        make_stack: StackFactory, api: str, stream: bool) -> None:
+    ran: list[str] = []
+    registry = deploy_registry(ran)
+    registry.register(config_tool("read_config"))
+    stack = await make_stack(registry=registry, guardrails=["secrets", "tests.e2e.guards:no_prod_hosts"])
+    stack.script.then(Reply(tool_calls=[("deploy", {"host": PROD_HOST})]),
+                      Reply(tool_calls=[("read_config", {"file": "prod"})]),
+                      Reply(content="Read it."))
+    _, trace_id = await converse(stack, api, stream)
+    denied, masked = tool_call_spans(stack, trace_id)
+    for span, guardrail, decision, moment in ((denied, "no_prod_hosts", "deny", "before"),
+                                              (masked, "secrets", "mask", "after")):
+        found = dict(span.attributes or {})
+        assert (found[names.ATTR_GUARDRAIL_NAME], found[names.ATTR_GUARDRAIL_DECISION],
+                found[names.ATTR_GUARDRAIL_MOMENT]) == (guardrail, decision, moment)
+        assert str(found[names.ATTR_GUARDRAIL_REASON])
+        said = [(dict(e.attributes or {})[names.ATTR_GUARDRAIL_NAME], dict(e.attributes or {})[
+            names.ATTR_GUARDRAIL_DECISION]) for e in span.events if e.name == names.EVENT_GUARDRAIL]
+        assert (guardrail, decision) in said
+        assert ("secrets", "allow") in said  # each decision, allow included (secrets allows the arguments)
+    assert "AWS access key id" in str((masked.attributes or {})[names.ATTR_GUARDRAIL_REASON])
+
+    assert stack.metric(names.METRIC_GUARDRAIL_DECISIONS, guardrail="no_prod_hosts", tool="deploy",
+                        decision="deny") == 1
+    assert stack.metric(names.METRIC_GUARDRAIL_DECISIONS, guardrail="secrets", tool="read_config",
+                        decision="mask") == 1
+    assert stack.metric(names.METRIC_GUARDRAIL_DECISIONS, guardrail="secrets", tool="deploy",
+                        decision="allow") == 1
+
+    await stack.store.flushed()
+    with sqlite3.connect(stack.store.path) as db:
+        rows = db.execute("SELECT tool, guardrail, guardrail_decision, guardrail_moment FROM tool_calls "
+                          "ORDER BY started").fetchall()
+    assert rows == [("deploy", "no_prod_hosts", "deny", "before"), ("read_config", "secrets", "mask", "after")]
+
+    trajectory = stack.spans(trace_id)[0].attributes or {}
+    page = await stack.http.get(f"/ui/trajectories/{trajectory[names.ATTR_CONVERSATION_ID]}")
+    shown = await page.text()
+    assert page.status == 200
+    assert "guardrail no_prod_hosts denied the call" in shown
+    assert "guardrail secrets masked the result" in shown
+    assert AWS_KEY not in shown
