@@ -194,6 +194,19 @@ def upstream_lines(settings: Settings, builtin_model: bool) -> list[str]:
     return [f"upstreams: {len(table.upstreams)}, a request's model picks one{default}", *table.describe()]
 
 
+def guardrail_lines(settings: Settings) -> list[str]:
+    """The guardrails every call passes, and what the client's results get; nothing when no list
+    names any (gateway.guardrails)."""
+    others = bool(settings.tool_guardrails or any(k.guardrails for k in settings.keys.values())
+                  or any(s.guardrails for s in settings.mcp_servers.values()))
+    if not settings.guardrails and not others:
+        return []
+    every = ", ".join(settings.guardrails) if settings.guardrails else "none for every call"
+    more = "; more on some tools, keys or MCP servers" if others else ""
+    return [f"guardrails: {every}{more} (client results: {settings.client_result_guardrails}, "
+            f"failure: {settings.guardrail_failure})"]
+
+
 def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_model: bool) -> list[str]:
     """What an operator wants to see once the gateway listens: where, in front of what, with which
     tools, and where its traces and metrics go."""
@@ -201,6 +214,7 @@ def startup_lines(url: str, settings: Settings, registry: ToolRegistry, builtin_
     return [f"listening on {url}/v1",
             *upstream_lines(settings, builtin_model),
             f"tools: {describe_tools(registry)}",
+            *guardrail_lines(settings),
             f"traces: {describe_traces(settings)}",
             f"metrics: {url}/metrics" if settings.telemetry else "metrics: off (telemetry = false)",
             f"trajectories: {settings.store_path()} (toolspan trajectories"

@@ -135,6 +135,20 @@ def test_startup_lines_with_a_provider(clean_env: pytest.MonkeyPatch) -> None:
         "tools: none (every tool call goes back to the client)")
 
 
+def test_startup_lines_name_the_guardrails_only_when_some_are_set(clean_env: pytest.MonkeyPatch) -> None:
+    guarded = Settings(telemetry=False, guardrails=["secrets", "injection"])
+    assert startup_lines("http://h:1", guarded, ToolRegistry(), builtin_model=False)[3] == (
+        "guardrails: secrets, injection (client results: mask, failure: deny)")
+    keyed = Settings(telemetry=False, client_result_guardrails="block",
+                     keys={"ci": {"key": "sk-ci-key-0001", "guardrails": ["url_hosts"]}})
+    assert startup_lines("http://h:1", keyed, ToolRegistry(), builtin_model=False)[3] == (
+        "guardrails: none for every call; more on some tools, keys or MCP servers (client results: block, "
+        "failure: deny)")
+    plain = Settings(telemetry=False)
+    assert not [line for line in startup_lines("http://h:1", plain, ToolRegistry(), builtin_model=False)
+                if line.startswith("guardrails")]
+
+
 
 def test_startup_lines_print_the_routing_table(clean_env: pytest.MonkeyPatch) -> None:
     settings = Settings(upstream="https://api.openai.com/v1", telemetry=False, upstreams={
