@@ -10,10 +10,13 @@ client sees one ordinary answer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
+
+from pydantic_core import to_jsonable_python
 
 from gateway.tools.approval_text import denial
 from gateway.tools.hooks import ToolCall, ToolCallTrace, Turn
@@ -57,6 +60,15 @@ class ApprovalGate(Protocol):
     async def decided(self, ask: ApprovalAsk, turn: Turn, trace: ToolCallTrace) -> ApprovalDecision:
         """Wait for the decision on `ask`; whatever ends the wait (a decision, the time limit, the
         client leaving, a shutdown), no approval of it is left pending."""
+
+
+def arguments_digest(tool: str, arguments: Mapping[str, Any]) -> str:
+    """The hex SHA-256 naming one call's exact arguments: what an approval approves. Keys are sorted
+    and the separators fixed, so the same arguments always give the same digest whatever their
+    order; parsed (pydantic) values are made plain JSON first, as the approval record shows them."""
+    plain = to_jsonable_python({"tool": tool, "arguments": arguments}, fallback=repr)
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _output(value: Any) -> str:
