@@ -22,6 +22,7 @@ from gateway.tools.approval_text import denial
 from gateway.tools.hooks import ToolCall, ToolCallTrace, Turn
 from gateway.tools.results import ToolOutcome
 
+DIGEST_HEAD = 32  # the fewest hex digits of an arguments_digest that name the arguments approved
 Kind = Literal["before_run", "interrupt"]  # asked before the body runs, or because the body paused
 # What became of an approval: a reviewer's approve or deny; or no decision in time, the client gone
 # while it waited, the gateway shutting down, or no approval could be asked (the state store full
@@ -52,6 +53,24 @@ class ApprovalDecision:
     reason: str | None = None
     output: Any = None  # the reviewer's result of an Interrupt's call
     has_output: bool = False
+
+
+@dataclass(frozen=True)
+class ClientDecision:
+    """The client's answer to a call it was asked to approve (a Responses `mcp_approval_response`):
+    it approves, or denies, the call with the arguments its approval names, and only those."""
+
+    call_id: str  # the model's id of the call
+    approve: bool
+    digest: str  # the arguments approved: their arguments_digest, or the head of it the approval's id carries
+    reason: str | None = None
+    copy_digest: str | None = None  # the digest of the client's resent copy of the request, when it sent one
+    token: str = ""  # the held turn the approval names
+
+    def approves(self, digest: str) -> bool:
+        """It approves a call whose arguments have `digest`: nothing else runs on it."""
+        named = len(self.digest) >= DIGEST_HEAD and digest.startswith(self.digest)
+        return self.approve and named and self.copy_digest in (None, digest)
 
 
 class ApprovalGate(Protocol):
