@@ -18,11 +18,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic_core import to_jsonable_python
 
+from gateway.state.base import DIGEST_HEAD  # the fewest hex digits of a digest that name the arguments approved
 from gateway.tools.approval_text import denial
 from gateway.tools.hooks import ToolCall, ToolCallTrace, Turn
 from gateway.tools.results import ToolOutcome
 
-DIGEST_HEAD = 32  # the fewest hex digits of an arguments_digest that name the arguments approved
 Kind = Literal["before_run", "interrupt"]  # asked before the body runs, or because the body paused
 # What became of an approval: a reviewer's approve or deny; or no decision in time, the client gone
 # while it waited, the gateway shutting down, or no approval could be asked (the state store full
