@@ -33,6 +33,7 @@ from gateway.http.keys import (
     QUOTA,
     RECORD,
     REGISTRY,
+    RESPONSES_MCP_SOURCES,
     SECRET_HEADERS,
     SETTINGS,
     STATE,
@@ -233,6 +234,11 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     # MCP servers' tools join the registry at start-up, and follow their servers while it runs.
     app[MCP_SOURCES] = McpSources(settings.mcp_servers, registry, instrumentation, settings.mcp_max_message_bytes)
     app.cleanup_ctx.append(app[MCP_SOURCES].lifetime)
+    # The servers a Responses request may declare: connected at start-up too, as the operator listed them
+    # (a request never makes the gateway connect anywhere); their tools are offered only on request.
+    app[RESPONSES_MCP_SOURCES] = McpSources(settings.responses_mcp_servers, registry, instrumentation,
+                                            settings.mcp_max_message_bytes, on_request=True)
+    app.cleanup_ctx.append(app[RESPONSES_MCP_SOURCES].lifetime)
     app.on_response_prepare.append(_stamp)
     for api in ADAPTERS.values():  # each wire API's tool loop, on the paths it names
         for path in api.paths:

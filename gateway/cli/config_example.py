@@ -72,6 +72,8 @@ def _table_block(name: str, model: type[BaseModel], variable: str, one: bool = F
                    f"As a variable, all of them in one JSON object: {variable}='{{\"NAME\": {{...}}}}'.")
     lines = ["# " + "-" * (WIDTH - 2), *_comment(f"[{table}]: {doc}"), *_comment(as_variable), f"#[{table}]"]
     for field_name, field in model.model_fields.items():
+        if field.exclude:  # a parent's field this table refuses
+            continue
         lines.extend(_comment(field.description or NO_DESCRIPTION))
         lines.append(_assignment(field_name, field))
     return "\n".join(lines) + "\n"

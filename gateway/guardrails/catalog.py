@@ -71,7 +71,8 @@ def named_in(settings: Settings) -> list[str]:
     """Every guardrail the settings name: the gateway's, the tool globs', the keys', the MCP servers'."""
     return [*settings.guardrails, *(name for names in settings.tool_guardrails.values() for name in names),
             *(name for key in settings.keys.values() for name in key.guardrails),
-            *(name for server in settings.mcp_servers.values() for name in server.guardrails)]
+            *(name for server in settings.mcp_servers.values() for name in server.guardrails),
+            *(name for server in settings.responses_mcp_servers.values() for name in server.guardrails)]
 
 
 class Guardrails:
@@ -99,7 +100,8 @@ class Guardrails:
     def from_settings(cls, settings: Settings, registry: Iterable[GuardedTool]) -> Guardrails | None:
         """The gateway's guardrails; None when no list names any (then nothing is spent on a call)."""
         by_key = {name: key.guardrails for name, key in settings.keys.items() if key.guardrails}
-        by_server = {name: server.guardrails for name, server in settings.mcp_servers.items() if server.guardrails}
+        servers = {**settings.mcp_servers, **settings.responses_mcp_servers}  # their names never clash
+        by_server = {name: server.guardrails for name, server in servers.items() if server.guardrails}
         declared = any(tool.guardrails for tool in registry) or bool(getattr(registry, "guardrails", ()))
         if not (settings.guardrails or by_key or by_server or settings.tool_guardrails or declared):
             return None

@@ -62,6 +62,9 @@ UPSTREAMS = web.AppKey("upstreams", Upstreams)  # every upstream, by name, and t
 ENGINE = web.AppKey("engine", Engine)
 LOOP = web.AppKey("loop", LoopParts)  # the tool loop's parts, together
 MCP_SOURCES = web.AppKey("mcp_sources", McpSources)  # the MCP servers whose tools are in the registry
+# the MCP servers a Responses request may declare (responses_mcp_servers): their tools are registered,
+# and offered only to the requests that declare them
+RESPONSES_MCP_SOURCES = web.AppKey("responses_mcp_sources", McpSources)
 MCP_ENDPOINT = web.AppKey("mcp_endpoint", McpEndpoint)  # the registry as an MCP server, at /mcp
 METRICS_PAGE = web.AppKey("metrics_page", MetricsPage)  # what GET /metrics answers
 BROWSERS = web.AppKey("browsers", BrowserRule)  # the Host and Origin a request may come with

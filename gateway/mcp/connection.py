@@ -45,9 +45,11 @@ class McpConnection:
     unavailable rather than that no such tool exists; they are listed afresh on reconnecting."""
 
     def __init__(self, name: str, config: McpServer, registry: ToolRegistry, hooks: ToolHooks,
-                 client_info: mcp_types.Implementation, max_message_bytes: int = MCP_MAX_MESSAGE_BYTES) -> None:
+                 client_info: mcp_types.Implementation, max_message_bytes: int = MCP_MAX_MESSAGE_BYTES,
+                 on_request: bool = False) -> None:
         self.name = name
         self.config = config
+        self.on_request = on_request  # its tools are offered only to the requests that declare it
         self.max_message_bytes = max_message_bytes
         self.state: State = "connecting"
         self.error: str | None = None  # why it is not up, when it is not
@@ -208,7 +210,7 @@ class McpConnection:
         self._listed_at = time.monotonic()
         registered = [self._registry.get(name) for name in self.tools]
         if len(registered) != len(tools) or any(old is not new for old, new in zip(registered, tools, strict=True)):
-            for name in self._registry.replace_source(self.source, tools):
+            for name in self._registry.replace_source(self.source, tools, on_request=self.on_request):
                 self._warnings.warn(f"tool {name!r} left out: a tool of that name is already registered")
             # What it has in the registry now (a server may list a name twice: the first one counts).
             self.tools = tuple(name for name in dict.fromkeys(t.name for t in tools)
@@ -221,8 +223,10 @@ class McpConnection:
         return screened_message(item, self.protocol_version, self._warnings, self.config.max_tools + 1)
 
     def _build_tool(self, listed: mcp_types.Tool) -> Tool:
+        hints = listed.annotations
+        annotations = hints.model_dump(by_alias=True, exclude_none=True) if hints is not None else None
         origin = ToolOrigin("mcp", self.name, METHOD_CALL_TOOL, listed.name, self.transport_name,
-                            self.protocol_version)
+                            self.protocol_version, hints.read_only_hint if hints is not None else None, annotations)
         return build_tool(origin, listed, self.call, self.config.concurrent, self.config.timeout_seconds)
 
     async def _on_message(self, message: Any) -> None:

@@ -235,7 +235,8 @@ class McpEndpoint:
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         allowed = _caller_of(ctx).allowed
         return types.ListToolsResult(tools=[
-            listed_tool(tool) for tool in self.registry if allowed is None or tool.name in allowed])
+            listed_tool(tool) for tool in self.registry
+            if (allowed is None or tool.name in allowed) and not self.registry.on_request(tool.name)])
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:

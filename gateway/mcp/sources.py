@@ -37,9 +37,11 @@ class McpSources:
     that answered are registered before the first request; the others join when they come up."""
 
     def __init__(self, servers: Mapping[str, McpServer], registry: ToolRegistry, hooks: ToolHooks,
-                 max_message_bytes: int = MCP_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = MCP_MAX_MESSAGE_BYTES, on_request: bool = False) -> None:
+        """`on_request`: the servers' tools are registered but offered only to a request that declares
+        the server (responses_mcp_servers), never to every request."""
         info = _client_info()
-        self.connections = {name: McpConnection(name, config, registry, hooks, info, max_message_bytes)
+        self.connections = {name: McpConnection(name, config, registry, hooks, info, max_message_bytes, on_request)
                             for name, config in servers.items()}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -77,6 +79,13 @@ class McpSources:
         return [{"name": c.name, "state": c.state, "required": c.config.required, "transport": c.transport_name,
                  "tools": len(c.tools), "disconnects": c.disconnects, **({"error": c.error} if c.error else {})}
                 for c in self.connections.values()]
+
+    def why_down(self, name: str) -> str | None:
+        """Why server `name` is not up (None: it is up, or there is no such server)."""
+        connection = self.connections.get(name)
+        if connection is None or connection.state == "up":
+            return None
+        return connection.error or connection.state
 
     def required_down(self) -> list[str]:
         """The servers marked `required` that are not up."""

@@ -8,7 +8,7 @@ import hmac
 from aiohttp import web
 
 from gateway.errors import Unauthorized
-from gateway.http.keys import ENGINE, MCP_SOURCES, METRICS_PAGE, SETTINGS, STATE, UPSTREAMS
+from gateway.http.keys import ENGINE, MCP_SOURCES, METRICS_PAGE, RESPONSES_MCP_SOURCES, SETTINGS, STATE, UPSTREAMS
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -20,14 +20,17 @@ async def readyz(request: web.Request) -> web.Response:
     proxy and TLS; a gateway that cannot reach its provider should not get traffic; `reason` says
     why not). With several upstreams, it is ready while any upstream of the default route is reachable
     (with no default, any upstream), and `upstreams` says which of those are. With MCP servers
-    configured, `mcp_servers` lists each one's state; only a server marked `required` that is not up
+    configured, `mcp_servers` lists each one's state (`responses_mcp_servers` those of the servers
+    Responses requests may declare); only a server marked `required` that is not up
     makes the gateway unready: the others' tools answer that their server is unavailable, and the
     rest of the gateway works. With a shared state store (Redis), `state_store` is "up" or
     "unavailable"; while it is unavailable the status is "degraded", still 200: every replica shares
     that store, and the requests that do not continue a held turn work (those that do get a 503 with
     retry-after)."""
-    sources = request.app[MCP_SOURCES]
+    sources, declarable = request.app[MCP_SOURCES], request.app[RESPONSES_MCP_SOURCES]
     servers: dict[str, object] = {"mcp_servers": sources.status()} if sources.connections else {}
+    if declarable.connections:
+        servers["responses_mcp_servers"] = declarable.status()
     state = await request.app[STATE].status()
     if state is not None:
         servers["state_store"] = state
@@ -42,7 +45,7 @@ async def readyz(request: web.Request) -> web.Response:
     if all(reason is not None for reason in reasons.values()):
         reason = reasons[needed[0]] if len(needed) == 1 else "no upstream of the default route is reachable"
         return web.json_response({"status": "provider_unreachable", "reason": reason, **servers}, status=503)
-    if sources.required_down():
+    if sources.required_down() or declarable.required_down():
         return web.json_response({"status": "mcp_server_unavailable", **servers}, status=503)
     return web.json_response({"status": "degraded" if state == "unavailable" else "ready", **servers})
 

@@ -266,5 +266,5 @@ def document(tool_names: list[str]) -> dict[str, Any]:
 async def openapi(request: web.Request) -> web.Response:
     """The document; with gateway keys set, it names no tools (which tools a key may use is for
     that key's GET /v1/tools to say)."""
-    names = [] if request.app[SETTINGS].keys else sorted(request.app[REGISTRY].names())
+    names = [] if request.app[SETTINGS].keys else sorted(request.app[REGISTRY].offered_names())
     return web.json_response(document(names))

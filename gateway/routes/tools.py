@@ -36,8 +36,9 @@ def _arguments(body: dict[str, Any]) -> str:
 
 def _tool(request: web.Request, caller: Caller) -> Tool:
     name = request.match_info["name"]
-    tool = request.app[REGISTRY].get(name)
-    if tool is None:
+    registry = request.app[REGISTRY]
+    tool = registry.get(name)
+    if tool is None or registry.on_request(name):  # a tool only a Responses request's declaration offers
         raise NotFound(f"there is no tool named '{name}'", param="name", code="unknown_tool")
     if caller.allowed is not None and name not in caller.allowed:
         raise Forbidden(f"tool '{name}' is not available to this caller", param="name", code="not_allowed")

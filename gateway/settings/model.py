@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.settings.parts import (
@@ -25,9 +25,12 @@ from gateway.settings.parts import (
     Limits,
     McpServer,
     Price,
+    ResponsesMcpServer,
     each_matches,
 )
+from gateway.settings.text import Refused
 from gateway.settings.upstreams import ProviderSettings
+from gateway.wire.urls import comparable_url
 
 InterruptMode = Literal["wait", "hand_back"]
 # Argument keys whose values are masked on spans (the one list; `-` and `_` match each other).
@@ -59,6 +62,16 @@ class Settings(ProviderSettings, BaseSettings):
     mcp_servers: dict[str, McpServer] = Field(
         default_factory=dict, description="MCP servers whose tools join the registry, by name (the prefix of "
                                           "their tools' names); JSON in TOOLSPAN_MCP_SERVERS")
+    responses_mcp_servers: dict[str, ResponsesMcpServer] = Field(
+        default_factory=dict, description="MCP servers a Responses request may declare as `mcp` tools, by name (the "
+                                          "prefix of their tools' names): the only servers such a request can name, "
+                                          "by url or label; the gateway connects to them at start-up, and offers "
+                                          "their tools only to the requests that declare them; JSON in "
+                                          "TOOLSPAN_RESPONSES_MCP_SERVERS")
+    responses_mcp_runner: Literal["gateway", "provider"] = Field(
+        "gateway", description="Who runs a Responses request's `mcp` tools: the gateway (for every upstream), or the "
+                               "provider, for a model whose every upstream is of kind openai (the request passes "
+                               "through unchanged)")
     mcp_endpoint: bool = Field(True, description="Serve the tool registry to MCP clients at /mcp (streamable "
                                                   "HTTP), authenticated and allowlisted by the gateway keys")
     mcp_max_sessions: int = Field(1000, ge=1, description="/mcp sessions open at once, all keys together; "
@@ -297,13 +310,30 @@ class Settings(ProviderSettings, BaseSettings):
                                              "with no path, such as https://app.example.com or http://localhost:3000")
         return origins
 
-    @field_validator("mcp_servers")
+    @field_validator("mcp_servers", "responses_mcp_servers")
     @classmethod
     def _mcp_server_names(cls, servers: dict[str, McpServer]) -> dict[str, McpServer]:
         for name in servers:
             if len(name) > 32 or not MCP_SERVER_NAME.fullmatch(name):
                 raise ValueError(f"MCP server name {name!r}: use up to 32 letters, digits, '-' or single '_'")
         return servers
+
+    @model_validator(mode="after")
+    def _responses_mcp_servers(self) -> Settings:
+        labels: dict[str, str] = {}
+        urls: dict[str, str] = {}
+        for name, server in self.responses_mcp_servers.items():
+            at = ("responses_mcp_servers", name)
+            if name in self.mcp_servers:
+                raise Refused(at, "mcp_servers has a server of that name too: both prefix their tools' names with "
+                                  "it, so give one of them another name")
+            label, url = server.server_label(name), comparable_url(server.url)
+            if label in labels:
+                raise Refused(at, f"its label {label!r} is {labels[label]}'s too: a request could not tell them apart")
+            if url in urls:
+                raise Refused(at, f"its url is {urls[url]}'s too: a request could not tell them apart")
+            labels[label] = urls[str(url)] = name
+        return self
 
     @field_validator("trace_ui_url", mode="before")
     @classmethod

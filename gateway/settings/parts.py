@@ -4,11 +4,14 @@ reads them as fields of `Settings`."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from gateway.wire.urls import comparable_url
 
 # What the gateway does with a model's call of the client's own tool that does not fit the schema the
 # request declared (gateway.client_tools.check): observe (spans and metrics say so; the client gets the call
@@ -81,6 +84,7 @@ class GatewayKey(Limits):
 
 KEY_NAME = re.compile(r"[A-Za-z0-9._:@+-]{1,64}")
 MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")  # no "__": that separates server and tool
+SERVER_LABEL = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a Responses `mcp` tool's server_label
 MCP_MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # the default of mcp_max_message_bytes
 # An allowed_hosts entry: "*", a name or IPv4 address (a leading "." for its subdomains), or an IPv6 address.
 HOST_ENTRY = re.compile(r"\*|\.?[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[?[0-9A-Fa-f.]*(?::[0-9A-Fa-f.]*){2,}\]?")
@@ -134,3 +138,54 @@ class McpServer(BaseModel):
         if (self.command is None) == (self.url is None):
             raise ValueError("an MCP server needs exactly one of `command` (stdio) or `url` (HTTP)")
         return self
+
+
+class ResponsesMcpServer(McpServer):
+    """An MCP server a Responses request may declare as an `mcp` tool (by its URL or its label): the
+    gateway connects to it at start-up, and offers its tools only to the requests that declare it."""
+
+    # McpServer's stdio fields, refused here (and left out of the example config)
+    command: str | None = Field(None, exclude=True)
+    args: list[str] = Field(default_factory=list, exclude=True)
+    env: dict[str, SecretStr] = Field(default_factory=dict, exclude=True)
+    cwd: str | None = Field(None, exclude=True)
+    url: str = Field(description="Endpoint of the MCP server over HTTP; a request's server_url must equal it "
+                                 "(scheme and host in any case, a default port and a trailing '/' aside)")
+    label: str | None = Field(None, description="The server_label a request may name it by instead of its URL; "
+                                                "unset: its name in the table")
+    headers_env: dict[str, str] = Field(
+        default_factory=dict, description="HTTP headers sent to `url` whose values are read from environment "
+                                          "variables at start-up, header name to variable name")
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, label: str | None) -> str | None:
+        if label is not None and not SERVER_LABEL.fullmatch(label):
+            raise ValueError(f"label {label!r}: use up to 64 letters, digits, '_' or '-'")
+        return label
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ResponsesMcpServer:  # in place of McpServer's: only a url here
+        given = [name for name in ("command", "args", "env", "cwd") if getattr(self, name)]
+        if given:
+            raise ValueError(f"{given[0]} is for mcp_servers: a server of responses_mcp_servers is reached at its url")
+        if comparable_url(self.url) is None:
+            raise ValueError(f"url {self.url!r}: give an http(s) URL with a host and no user info, query or "
+                             "fragment (credentials go in headers_env)")
+        return self
+
+    @model_validator(mode="after")
+    def _read_headers_env(self) -> ResponsesMcpServer:
+        # Read once, at start-up: a variable that is not set stops the gateway with its name.
+        for header, variable in self.headers_env.items():
+            if header in self.headers:
+                raise ValueError(f"header {header!r} is given in both headers and headers_env")
+            value = os.environ.get(variable, "")
+            if not value:
+                raise ValueError(f"headers_env names {variable} for header {header!r}, and it is not set")
+            self.headers[header] = SecretStr(value)
+        return self
+
+    def server_label(self, name: str) -> str:
+        """The label requests name it by (`name`: its key in the table)."""
+        return self.label if self.label is not None else name

@@ -39,8 +39,10 @@ from gateway.state.base import (
     HeldTurn,
     StateKind,
     StateUnavailable,
+    approval_id,
     client_call_id,
     no_such_response,
+    split_approval_id,
     split_call_id,
 )
 from gateway.state.maps import OwnedMap, OwnedMaps, Table
@@ -51,7 +53,7 @@ from gateway.state.store import StateStore
 __all__ = ["NOTHING", "OWNED_RESPONSES", "PREFIX", "RESPONSE_PREFIX", "ApprovalBounds", "Bounds", "FailureBook",
            "FailureBounds", "FailureRecords", "Found", "HeldTurn", "MemoryState", "OwnedMap", "OwnedMaps",
            "RedisState", "StateKind", "StateStore", "StateUnavailable", "Table",
-           "client_call_id", "make_store", "no_such_response", "split_call_id"]
+           "approval_id", "client_call_id", "make_store", "no_such_response", "split_approval_id", "split_call_id"]
 
 
 def make_store(url: str | None, turns: Bounds, owned: Bounds, timeout_seconds: float,

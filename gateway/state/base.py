@@ -46,6 +46,29 @@ def split_call_id(call_id: object) -> tuple[str, str] | None:
     return (token, original) if sep and token else None
 
 
+APPROVAL_PREFIX = "mcpr_"  # a Responses mcp_approval_request's id
+DIGEST_HEAD = 32  # hex digits of the arguments' digest an approval id carries
+
+
+def approval_id(token: str, call_id: str, digest: str) -> str:
+    """The id of the client's approval of a held call: it names the held turn (`token`), the call,
+    and the arguments approved (the head of their digest), so an edited id approves nothing."""
+    return APPROVAL_PREFIX + client_call_id(token, f"{digest[:DIGEST_HEAD]}_{call_id}")
+
+
+def split_approval_id(value: object) -> tuple[str, str, str] | None:
+    """(token, call id, digest head) of an id made by `approval_id`, else None."""
+    if not isinstance(value, str) or not value.startswith(APPROVAL_PREFIX):
+        return None
+    found = split_call_id(value[len(APPROVAL_PREFIX):])
+    if found is None:
+        return None
+    token, rest = found
+    digest, sep, call_id = rest.partition("_")
+    hex_digits = len(digest) == DIGEST_HEAD and all(c in "0123456789abcdef" for c in digest)
+    return (token, call_id, digest) if sep and call_id and hex_digits else None
+
+
 @dataclass(frozen=True)
 class Bounds:
     """How many entries of one kind a store keeps: in all, and for any one gateway key (past it the

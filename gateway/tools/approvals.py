@@ -10,11 +10,15 @@ client sees one ordinary answer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
+from pydantic_core import to_jsonable_python
+
+from gateway.state.base import DIGEST_HEAD  # the fewest hex digits of a digest that name the arguments approved
 from gateway.tools.approval_text import denial
 from gateway.tools.hooks import ToolCall, ToolCallTrace, Turn
 from gateway.tools.results import ToolOutcome
@@ -51,12 +55,39 @@ class ApprovalDecision:
     has_output: bool = False
 
 
+@dataclass(frozen=True)
+class ClientDecision:
+    """The client's answer to a call it was asked to approve (a Responses `mcp_approval_response`):
+    it approves, or denies, the call with the arguments its approval names, and only those."""
+
+    call_id: str  # the model's id of the call
+    approve: bool
+    digest: str  # the arguments approved: their arguments_digest, or the head of it the approval's id carries
+    reason: str | None = None
+    copy_digest: str | None = None  # the digest of the client's resent copy of the request, when it sent one
+    token: str = ""  # the held turn the approval names
+
+    def approves(self, digest: str) -> bool:
+        """It approves a call whose arguments have `digest`: nothing else runs on it."""
+        named = len(self.digest) >= DIGEST_HEAD and digest.startswith(self.digest)
+        return self.approve and named and self.copy_digest in (None, digest)
+
+
 class ApprovalGate(Protocol):
     """Where the executor waits for decisions (gateway.tools.approval_gate.Approvals)."""
 
     async def decided(self, ask: ApprovalAsk, turn: Turn, trace: ToolCallTrace) -> ApprovalDecision:
         """Wait for the decision on `ask`; whatever ends the wait (a decision, the time limit, the
         client leaving, a shutdown), no approval of it is left pending."""
+
+
+def arguments_digest(tool: str, arguments: Mapping[str, Any]) -> str:
+    """The hex SHA-256 naming one call's exact arguments: what an approval approves. Keys are sorted
+    and the separators fixed, so the same arguments always give the same digest whatever their
+    order; parsed (pydantic) values are made plain JSON first, as the approval record shows them."""
+    plain = to_jsonable_python({"tool": tool, "arguments": arguments}, fallback=repr)
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _output(value: Any) -> str:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from gateway.guardrails import GuardedCall, Guardrails
 from gateway.guardrails.chain import Guard
-from gateway.tools.approvals import ApprovalAsk, ApprovalGate, decided_outcome
+from gateway.tools.approvals import ApprovalAsk, ApprovalDecision, ApprovalGate, arguments_digest, decided_outcome
 from gateway.tools.function import Tool
 from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import suggest
@@ -81,7 +81,7 @@ class ToolExecutor:
 
     async def run_call(self, call: ToolCall, turn: Turn, allowed: Collection[str] | None = None) -> ToolOutcome:
         """One call: lookup, allowlist, parse, execute, inside its trace."""
-        tool = self.registry.get(call.name)
+        tool = self._found(call.name, turn)
         async with self.hooks.tool_call(call, tool, turn) as trace:
             outcome = await self._handle(call, tool, turn, allowed, trace)
             trace.finish(outcome)
@@ -90,7 +90,7 @@ class ToolExecutor:
     async def _handle(self, call: ToolCall, tool: Tool | None, turn: Turn,
                       allowed: Collection[str] | None, trace: ToolCallTrace) -> ToolOutcome:
         if tool is None or (allowed is not None and tool.name not in allowed):
-            return rejected(call.id, call.name, self._refusal(call.name, tool, allowed))
+            return rejected(call.id, call.name, self._refusal(call.name, tool, turn, allowed))
         context = turn.context(call.id)
         with trace.step("parse"):
             parsed = await tool.parse_arguments(call.arguments, context)
@@ -140,6 +140,8 @@ class ToolExecutor:
     async def _run_parsed(self, call: ToolCall, tool: Tool, turn: Turn, parsed: Parsed, context: ToolContext,
                           trace: ToolCallTrace, asked: str | None = None) -> ToolOutcome:
         """`asked`: a guardrail asked for a reviewer, and this is what the reviewer is told."""
+        if tool.name in turn.asks_client and (held := self._client_held(call, tool, turn, parsed)) is not None:
+            return held  # not approved by the client (yet): the operator's gate comes only after the client's
         if tool.approval or asked is not None:
             pending = self._asking(call, tool, parsed)
             if self.gate is None:
@@ -167,8 +169,37 @@ class ToolExecutor:
                            arguments=parsed.arguments, interrupt_data={"arguments": parsed.arguments},
                            display_text=tool.display_text)
 
-    def _refusal(self, name: str, tool: Tool | None, allowed: Collection[str] | None) -> Rejection:
-        available = [n for n in self.registry.names() if allowed is None or n in allowed]
+    def _client_held(self, call: ToolCall, tool: Tool, turn: Turn, parsed: Parsed) -> ToolOutcome | None:
+        """The outcome of a call the client is to approve, when it does not run: paused (no decision,
+        or an approval of other arguments than these: the client is asked anew about what would
+        run), or denied. None: the client approved these very arguments."""
+        digest = arguments_digest(tool.name, parsed.arguments)
+        decision = turn.decided.get(call.id)
+        if decision is None or (decision.approve and not decision.approves(digest)):
+            return self._asking_client(call, tool, parsed, digest)
+        if not decision.approve:
+            return decided_outcome(self._asking_client(call, tool, parsed, digest),
+                                   ApprovalDecision("deny", 0.0, reason=decision.reason), self._limit(tool))
+        return None
+
+    @staticmethod
+    def _asking_client(call: ToolCall, tool: Tool, parsed: Parsed, digest: str) -> ToolOutcome:
+        """A call the client is to approve before it runs: paused, and handed back to the client with
+        the digest of the arguments its approval must name."""
+        return ToolOutcome(call.id, tool.name, "interrupted", f"Tool '{tool.name}' needs the client's approval.",
+                           arguments=parsed.arguments, interrupt_data={"client_approval": digest},
+                           display_text=tool.display_text)
+
+    def _found(self, name: str, turn: Turn) -> Tool | None:
+        """The tool a call names, as this turn knows it: one offered only on request exists only for
+        a turn that declared it (so no request learns of another's servers)."""
+        if name not in turn.declared and self.registry.on_request(name):
+            return None
+        return self.registry.get(name)
+
+    def _refusal(self, name: str, tool: Tool | None, turn: Turn, allowed: Collection[str] | None) -> Rejection:
+        available = [n for n in self.registry.names() if (allowed is None or n in allowed)
+                     and (n in turn.declared or not self.registry.on_request(n))]
         return refusal(name, available, known=tool is not None)
 
 

@@ -11,7 +11,7 @@ from gateway.tools.results import ToolContext, ToolOutcome
 
 if TYPE_CHECKING:
     from gateway.guardrails.verdicts import GuardrailRecord
-    from gateway.tools.approvals import ApprovalDecision
+    from gateway.tools.approvals import ApprovalDecision, ClientDecision
     from gateway.tools.function import Tool
 
 Step = Literal["parse", "execute"]
@@ -38,6 +38,13 @@ class Turn:
     principal: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     round: int = 1
+    # The tools offered only on request (gateway.mcp.declared) that this request declared: any other of
+    # them is, to this turn, no tool at all.
+    declared: frozenset[str] = frozenset()
+    # Of those, the tools whose calls wait for the client's own approval (a Responses mcp tool's
+    # require_approval), and the client's decisions so far, by the model's call id.
+    asks_client: frozenset[str] = frozenset()
+    decided: Mapping[str, ClientDecision] = field(default_factory=dict)
 
     def context(self, tool_call_id: str) -> ToolContext:
         """What a tool (and its parser) is told about one call of this turn."""

@@ -22,6 +22,8 @@ class ToolRegistry:
         self.guardrails = tuple(guardrails)
         self._tools: dict[str, Tool] = {}
         self._sources: dict[str, str] = {}  # tool name -> the source that registered it
+        self._request_sources: frozenset[str] = frozenset()  # sources whose tools only a request's declaration offers
+        self._on_request: frozenset[str] = frozenset()  # the names of those sources' tools
         # Specs and names by allowlist, built once: every request offers them. Any change drops them.
         self._specs: dict[tuple[str, frozenset[str] | None], list[dict[str, Any]]] = {}
         self._names: dict[frozenset[str] | None, frozenset[str]] = {}
@@ -37,9 +39,13 @@ class ToolRegistry:
         self._swap({**self._tools, tool.name: tool})
         return tool
 
-    def replace_source(self, source: str, tools: Iterable[Tool]) -> list[str]:
+    def replace_source(self, source: str, tools: Iterable[Tool], on_request: bool = False) -> list[str]:
         """Make `tools` the whole set of `source`'s tools (none: it has no tools now). Returns the
-        names it could not take because a tool of another origin already has them."""
+        names it could not take because a tool of another origin already has them. `on_request`: the
+        source's tools are kept (and run) like any, but never offered to every caller: a request
+        offers them when it declares their source (gateway.mcp.declared)."""
+        if on_request:
+            self._request_sources |= {source}
         kept = {name: t for name, t in self._tools.items() if self._sources.get(name) != source}
         sources = {name: s for name, s in self._sources.items() if s != source}
         refused = []
@@ -57,8 +63,17 @@ class ToolRegistry:
         """The source that registered tool `name`; None for a tool registered by itself."""
         return self._sources.get(name)
 
+    def on_request(self, name: str) -> bool:
+        """Tool `name` is offered only to the requests that declare its source."""
+        return name in self._on_request
+
+    def tools_of(self, source: str) -> list[Tool]:
+        """The tools `source` registered, in registration order."""
+        return [tool for name, tool in self._tools.items() if self._sources.get(name) == source]
+
     def _swap(self, tools: dict[str, Tool]) -> None:
         self._tools = tools
+        self._on_request = frozenset(name for name in tools if self._sources.get(name) in self._request_sources)
         self._specs = {}
         self._names = {}
 
@@ -66,6 +81,7 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def names(self) -> list[str]:
+        """Every registered name, those offered only on request included."""
         return list(self._tools)
 
     def __iter__(self) -> Iterator[Tool]:
@@ -93,7 +109,8 @@ class ToolRegistry:
         return frozenset(t.name for t in self._select(allowed) if t.approval)
 
     def _select(self, allowed: Collection[str] | None) -> list[Tool]:
-        return [t for t in self._tools.values() if allowed is None or t.name in allowed]
+        hidden = self._on_request
+        return [t for t in self._tools.values() if t.name not in hidden and (allowed is None or t.name in allowed)]
 
     def specs(self, shape: str, make: Callable[[Tool], dict[str, Any]],
               allowed: Collection[str] | None = None) -> list[dict[str, Any]]:

@@ -65,6 +65,8 @@ class ToolOrigin:
     remote_name: str  # the tool's name on that server
     transport: str  # "pipe" (stdio) or "tcp"
     protocol_version: str | None = None
+    read_only: bool | None = None  # the server's readOnlyHint for it; None: it gave none
+    annotations: Mapping[str, Any] | None = None  # its annotations as the server listed them (MCP's names)
 
 
 @dataclass(frozen=True)

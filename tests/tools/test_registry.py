@@ -139,3 +139,32 @@ def test_responses_tools_use_the_flat_shape(registry: ToolRegistry) -> None:
 def test_allowed_filters_both_shapes(registry: ToolRegistry, allowed: Any, names: list[str]) -> None:
     assert [spec["function"]["name"] for spec in registry.specs("chat", CHAT.tool_spec, allowed)] == names
     assert [spec["name"] for spec in registry.specs("responses", RESPONSES.tool_spec, allowed)] == names
+
+
+def test_tools_offered_on_request_are_kept_but_never_offered(registry: ToolRegistry) -> None:
+    registry.replace_source("mcp:own", [make("own__list")])
+    registry.replace_source("mcp:files", [make("files__read", approval=True), make("files__write")],
+                            on_request=True)
+
+    assert [t.name for t in registry.tools_of("mcp:files")] == ["files__read", "files__write"]
+    assert registry.get("files__read") is not None
+    assert "files__read" in registry.names()
+    assert (registry.on_request("files__read"), registry.on_request("own__list"),
+            registry.on_request("ping"), registry.on_request("nope")) == (True, False, False, False)
+    every = {"read_file", "calculator", "ping", "own__list"}
+    for allowed in (None, frozenset(every | {"files__read", "files__write"})):
+        assert registry.offered_names(allowed) == every
+        assert {spec["function"]["name"] for spec in registry.specs("chat", CHAT.tool_spec, allowed)} == every
+        assert {spec["name"] for spec in registry.specs("responses", RESPONSES.tool_spec, allowed)} == every
+        assert registry.approval_names(allowed) == frozenset()
+
+
+def test_a_source_offered_on_request_stays_so_when_its_tools_change(registry: ToolRegistry) -> None:
+    registry.replace_source("mcp:files", [make("files__read")], on_request=True)
+    registry.offered_names()  # cached: a change must not leave the new tool offered
+    registry.replace_source("mcp:files", [make("files__read"), make("files__new")], on_request=True)
+
+    assert registry.on_request("files__new")
+    assert registry.offered_names() == {"read_file", "calculator", "ping"}
+    registry.replace_source("mcp:files", [])
+    assert (registry.tools_of("mcp:files"), registry.on_request("files__read")) == ([], False)
