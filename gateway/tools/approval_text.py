@@ -54,7 +54,7 @@ def decision_text(call: Mapping[str, Any]) -> str | None:
     if decision == "shutdown":
         return f"no decision: the gateway shut down after {wait} s"
     if decision == "arguments_changed":
-        return f"not run: approved{by} for other arguments than the call's"
+        return f"not run: approved{by} for other arguments"
     if decision == "unavailable":
         return "no approval could be asked (the state store was full or unavailable)"
     return f"{decision}{by}"  # a decision a newer gateway wrote
