@@ -2,8 +2,10 @@
 
 GET /v1/approvals lists the caller's pending approvals (every key's, for the operator's key, or
 without keys); GET /v1/approvals/{id} shows one; POST /v1/approvals/{id} decides it:
-`{"decision": "approve" | "deny", "reason": "...", "output": ...}`, where `output` (any JSON) is
-the call's result when the call waits because its body raised Interrupt."""
+`{"decision": "approve" | "deny", "reason": "...", "output": ..., "arguments_sha256": "..."}`, where
+`output` (any JSON) is the call's result when the call waits because its body raised Interrupt, and
+`arguments_sha256` (optional) is the approval's as it was shown: a decision naming other arguments
+is a 409 `arguments_changed`, and the approval stays pending."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from gateway.settings.parts import GatewayKey
 from gateway.tools.approval_gate import Viewer
 
 REASON_MAX = 2000  # characters of a decision's reason, here and on the page (routes.ui_approvals)
+DIGEST_PATTERN = "^[0-9a-f]{64}$"  # an arguments_sha256: SHA-256 in lower-case hex
 
 
 class Decision(BaseModel):
@@ -27,6 +30,7 @@ class Decision(BaseModel):
     decision: Literal["approve", "deny"]
     reason: str | None = Field(None, max_length=REASON_MAX)
     output: Any = None
+    arguments_sha256: str | None = Field(None, pattern=DIGEST_PATTERN)
 
 
 def viewer(principal: str | None, keys: dict[str, GatewayKey]) -> Viewer:
@@ -58,7 +62,8 @@ async def decide_approval(request: web.Request) -> web.Response:
     decision = validate(Decision, body, "a decision")
     decided = await request.app[APPROVALS].decide(request.match_info["id"], _viewer(request), decision.decision,
                                                   reason=decision.reason, output=decision.output,
-                                                  has_output="output" in body)
+                                                  has_output="output" in body,
+                                                  arguments_sha256=decision.arguments_sha256)
     return json_answer(decided, {})
 
 

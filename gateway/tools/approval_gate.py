@@ -5,7 +5,10 @@ stream keeps alive meanwhile), and the routes list and decide the pending ones.
 Pending approvals are in the state store, so a decision made on one replica reaches a call
 waiting on another: the waiting call looks for it every `poll_seconds` (at once when it was made in
 this process). Whatever ends the wait (a decision, its time limit, the client hanging up, the
-gateway shutting down), the approval is no longer pending afterwards. Each belongs to the gateway
+gateway shutting down), the approval is no longer pending afterwards. Each names the exact arguments
+it asks about by their digest (`arguments_sha256`, gateway.tools.approvals.arguments_digest): a
+decision may name it too, and one naming other arguments is refused (a 409 while the approval is
+pending; a decision of other arguments that reaches the waiting call anyway runs nothing). Each belongs to the gateway
 key whose request asked it: another key cannot see that it exists; the operator's key sees all,
 and a key marked `approver` (or the operator's) may decide. Arguments and data are shown with
 their secrets masked, by the redact list's rule.
@@ -101,7 +104,7 @@ class Approvals:
             trace.asked(approval_id)
             woken = self._woken[approval_id] = asyncio.Event()
             self._changed()
-            decision = await self._waited(approval_id, woken, started, started + limit)
+            decision = await self._waited(approval_id, woken, started, started + limit, ask.digest)
         finally:
             self._woken.pop(approval_id, None)
             if decision.decision == "cancelled":
@@ -116,6 +119,7 @@ class Approvals:
         now = time.time()
         record = {"id": approval_id, "tool": ask.call.name, "call_id": ask.call.id, "kind": ask.kind,
                   "arguments": _masked(to_jsonable_python(ask.arguments, fallback=repr), self.secret),
+                  "arguments_sha256": ask.digest,
                   "message": ask.message, "data": _masked(to_jsonable_python(ask.data, fallback=repr), self.secret),
                   "principal": turn.principal, "trajectory_id": turn.trajectory_id, "created_at": now,
                   "expires_at": now + limit}
@@ -124,12 +128,12 @@ class Approvals:
         except Unavailable:
             return False
 
-    async def _waited(self, approval_id: str, woken: asyncio.Event, started: float,
-                      deadline: float) -> ApprovalDecision:
+    async def _waited(self, approval_id: str, woken: asyncio.Event, started: float, deadline: float,
+                      digest: str) -> ApprovalDecision:
         while True:
             found = await self._decision(approval_id)
             if found is not None:
-                return self._read(found, approval_id, time.monotonic() - started)
+                return self._read(found, approval_id, time.monotonic() - started, digest)
             ending: Decided | None = "shutdown" if self._ending else "timeout" if time.monotonic() >= deadline else None
             if ending is not None:  # unless a reviewer decided at the same moment: the first decision counts
                 if await self._settle(approval_id, ending):
@@ -155,10 +159,13 @@ class Approvals:
             return True
 
     @staticmethod
-    def _read(found: Mapping[str, Any], approval_id: str, waited: float) -> ApprovalDecision:
+    def _read(found: Mapping[str, Any], approval_id: str, waited: float, digest: str) -> ApprovalDecision:
         said = found.get("decision")
         # "unavailable": the store pushed the approval out for another key's (gateway.state.approvals).
         decision: Decided = said if said in ("approve", "deny", "timeout", "shutdown", "unavailable") else "deny"
+        named = found.get("arguments_sha256", digest)  # a decision written without one approves what was asked
+        if decision == "approve" and named != digest:  # e.g. made on another replica from a stale listing
+            decision = "arguments_changed"
         by, reason = found.get("by"), found.get("reason")
         return ApprovalDecision(decision, waited, approval_id, by if isinstance(by, str) else None,
                                 reason if isinstance(reason, str) else None, found.get("output"),
@@ -184,8 +191,8 @@ class Approvals:
 
     @staticmethod
     def _shown(record: Mapping[str, Any], decision: Mapping[str, Any] | None, viewer: Viewer) -> dict[str, Any]:
-        shown = {k: record.get(k) for k in ("id", "tool", "call_id", "kind", "arguments", "message", "data",
-                                            "trajectory_id", "created_at", "expires_at")}
+        shown = {k: record.get(k) for k in ("id", "tool", "call_id", "kind", "arguments", "arguments_sha256",
+                                            "message", "data", "trajectory_id", "created_at", "expires_at")}
         said = decision.get("decision") if decision is not None else None
         shown.update(object="tool.approval", status=_STATUS.get(str(said), "pending") if said else "pending")
         if viewer.sees_all and record.get("principal") is not None:
@@ -213,8 +220,10 @@ class Approvals:
         return self._shown(record, _loaded(found[1]), viewer)
 
     async def decide(self, approval_id: str, viewer: Viewer, decision: str, *, reason: str | None = None,
-                     output: Any = None, has_output: bool = False) -> dict[str, Any]:
-        """Decide one pending approval; a 409 when it was decided (or ended) already."""
+                     output: Any = None, has_output: bool = False,
+                     arguments_sha256: str | None = None) -> dict[str, Any]:
+        """Decide one pending approval; a 409 when it was decided (or ended) already, or when the
+        decision names (by `arguments_sha256`) other arguments than the approval's, which then stays pending."""
         shown = await self.one(approval_id, viewer)
         if has_output and shown.get("kind") != "interrupt":
             raise BadRequest("an output is the result of a call whose tool paused (kind interrupt); this call asks "
@@ -222,9 +231,17 @@ class Approvals:
         if not viewer.may_decide:
             raise Forbidden("this gateway key may not decide approvals: it needs `approver` (or `operator`)",
                             code="not_an_approver")
+        if shown["status"] != "pending":
+            raise Conflict(f"approval '{approval_id}' was decided already", code="approval_decided")
+        if arguments_sha256 is not None and arguments_sha256 != shown.get("arguments_sha256"):
+            raise Conflict(f"approval '{approval_id}' asks about other arguments than the ones this decision names "
+                           "(its arguments_sha256 differs): read it again and decide on what it shows",
+                           param="arguments_sha256", code="arguments_changed")
         said = {"decision": decision, "by": viewer.principal, "reason": reason, "output": output,
                 "has_output": has_output}
-        if shown["status"] != "pending" or not await self.store.decide(approval_id, json.dumps(said)):
+        if isinstance(shown.get("arguments_sha256"), str):  # the waiting call checks it is the one it asked about
+            said["arguments_sha256"] = shown["arguments_sha256"]
+        if not await self.store.decide(approval_id, json.dumps(said)):
             raise Conflict(f"approval '{approval_id}' was decided already", code="approval_decided")
         if (woken := self._woken.get(approval_id)) is not None:
             woken.set()

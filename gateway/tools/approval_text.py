@@ -53,6 +53,8 @@ def decision_text(call: Mapping[str, Any]) -> str | None:
         return f"no decision: the client left after {wait} s"
     if decision == "shutdown":
         return f"no decision: the gateway shut down after {wait} s"
+    if decision == "arguments_changed":
+        return f"not run: approved{by} for other arguments"
     if decision == "unavailable":
         return "no approval could be asked (the state store was full or unavailable)"
     return f"{decision}{by}"  # a decision a newer gateway wrote

@@ -26,8 +26,8 @@ from gateway.tools.results import ToolOutcome
 Kind = Literal["before_run", "interrupt"]  # asked before the body runs, or because the body paused
 # What became of an approval: a reviewer's approve or deny; or no decision in time, the client gone
 # while it waited, the gateway shutting down, or no approval could be asked (the state store full
-# or unavailable).
-Decided = Literal["approve", "deny", "timeout", "cancelled", "shutdown", "unavailable"]
+# or unavailable); or an approval of other arguments than the call's (arguments_changed).
+Decided = Literal["approve", "deny", "timeout", "cancelled", "shutdown", "unavailable", "arguments_changed"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class ApprovalAsk:
     message: str | None = None  # an Interrupt's message (what the model would have been told)
     data: Any = None  # an Interrupt's data: for the reviewer, never for the model
     timeout: float | None = None  # the tool's own; None: the gateway's
+    digest: str = ""  # arguments_digest of the tool's name and `arguments` (unmasked): what a decision approves
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,11 @@ def decided_outcome(template: ToolOutcome, decision: ApprovalDecision, limit: fl
         message = (f"Tool '{name}' needed a reviewer's approval, and nobody decided within {limit:g} s: the call "
                    "was not approved. Do not call it again unless the user asks.")
         return replace(template, status="timeout", content=message, error_type="approval_timeout",
+                       interrupt_data=None)
+    if decision.decision == "arguments_changed":
+        message = (f"Tool '{name}' was approved for other arguments than this call's, so it did not run. Call it "
+                   "again if it is still needed: a reviewer approves that call.")
+        return replace(template, status="error", content=message, error_type="approval_arguments_changed",
                        interrupt_data=None)
     if decision.decision == "unavailable":
         message = (f"Tool '{name}' needs a reviewer's approval, and the gateway could not ask for it now (too many "

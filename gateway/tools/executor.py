@@ -147,7 +147,9 @@ class ToolExecutor:
             if self.gate is None:
                 return pending  # handed back to the client, which answers in the reviewer's place
             decision = await self.gate.decided(ApprovalAsk(call, "before_run", parsed.arguments, asked or None,
-                                                           timeout=tool.approval_timeout), turn, trace)
+                                                           timeout=tool.approval_timeout,
+                                                           digest=arguments_digest(tool.name, parsed.arguments)),
+                                               turn, trace)
             if decision.decision != "approve":
                 return decided_outcome(pending, decision, self._limit(tool))
         with trace.step("execute"):
@@ -155,7 +157,8 @@ class ToolExecutor:
         if outcome.status != "interrupted" or self.gate is None:
             return outcome
         decision = await self.gate.decided(ApprovalAsk(call, "interrupt", parsed.arguments, outcome.content_text(),
-                                                       outcome.interrupt_data, tool.approval_timeout), turn, trace)
+                                                       outcome.interrupt_data, tool.approval_timeout,
+                                                       arguments_digest(tool.name, parsed.arguments)), turn, trace)
         return decided_outcome(outcome, decision, self._limit(tool))
 
     def _limit(self, tool: Tool) -> float:

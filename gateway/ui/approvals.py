@@ -1,6 +1,7 @@
 """/ui/approvals: the tool calls waiting for a reviewer (gateway.tools.approval_gate) that the signed-in
-viewer may see, each with its tool, what it asks, its arguments and data, its trajectory and when
-it expires; and Approve / Deny, for a viewer who may decide.
+viewer may see, each with its tool, what it asks, its arguments (and their digest) and data, its
+trajectory and when it expires; and Approve / Deny, for a viewer who may decide. The form posts the
+digest it showed: a decision is taken only for the arguments the reviewer saw.
 
 Behind the page's authorisation (ui_auth): with gateway keys, a signed-in key sees its own
 requests' approvals (every key's, for an operator's key) and decides them if it is an approver or
@@ -29,7 +30,7 @@ from aiohttp import web
 from gateway.errors import Conflict, Forbidden, NotFound
 from gateway.http.bodies import EXPECT
 from gateway.http.keys import APPROVALS, SETTINGS
-from gateway.routes.approvals import REASON_MAX, viewer
+from gateway.routes.approvals import DIGEST_PATTERN, REASON_MAX, viewer
 from gateway.tools.approval_gate import APPROVAL_PREFIX, Viewer
 from gateway.ui.answers import html, read_form, redirect, sign_in_page
 from gateway.ui.auth import same_origin, session_token, signed_in
@@ -46,10 +47,13 @@ _KINDS = {"before_run": "asked before the call runs", "interrupt": "the tool pau
 _DONE = {"approved": "Approved: the call goes on, and its request with it.",
          "denied": "Denied: the model is told so, with the reason given."}
 _MISSED = {"approval_decided": "That approval was decided already, by another reviewer or by its time running out.",
+           "arguments_changed": "That approval asks about other arguments than the ones you decided on: nothing was "
+                                "decided. Read it again below.",
            "approval_not_found": "That approval is no longer pending: it was decided, timed out, or its request "
                                  "ended."}
 FORM_COOKIE = "toolspan_ui_form"  # without gateway keys: the tokens' key, a random value of the browser's
 _FORM_SECRET = re.compile(r"[0-9a-f]{64}")
+_DIGEST = re.compile(DIGEST_PATTERN)
 
 
 class _Refused(Exception):
@@ -104,17 +108,19 @@ def _trajectory(shown: Mapping[str, Any]) -> Html:
     return trajectory_link(stored_id(key if isinstance(key, str) and key else None, trajectory_id), trajectory_id)
 
 
-def _decide_form(approval_id: str, kind: str, token: str) -> Html:
+def _decide_form(approval_id: str, kind: str, digest: Any, token: str) -> Html:
     output = when(kind == "interrupt", render(
         '<label>Output (optional: JSON, or text; the call\'s result the model gets)'
         '<textarea name="output" rows="3" cols="50"></textarea></label>'))
     return render(
         '<form class="filters decide" method="post" action="{action}">'
-        '<input type="hidden" name="token" value="{token}">'
+        '<input type="hidden" name="token" value="{token}">{digest}'
         '<label>Reason (optional; a denial\'s goes to the model)<input name="reason" maxlength="{most}" size="50">'
         '</label>{output}<button type="submit" name="decision" value="approve">Approve</button> '
         '<button type="submit" name="decision" value="deny">Deny</button></form>',
-        action=f"{PATH}/{quote(approval_id, safe='')}", token=token, most=REASON_MAX, output=output)
+        action=f"{PATH}/{quote(approval_id, safe='')}", token=token, most=REASON_MAX, output=output,
+        digest=when(isinstance(digest, str) and _DIGEST.fullmatch(digest),
+                    render('<input type="hidden" name="arguments_sha256" value="{d}">', d=digest)))
 
 
 def _moment(seconds: Any) -> Html:
@@ -130,13 +136,15 @@ def _approval(shown: Mapping[str, Any], form: Html) -> Html:
         '<section class="card approval" id="{id}" data-id="{id}"><h2>Tool <code class="tool">{tool}</code> {kind} '
         '<span class="muted">{kind_said}</span></h2>'
         '<p class="muted">asked {asked} · expires {expires}{key} · trajectory {trajectory} · call <code>{call}</code>'
-        ' · <code>{id}</code></p>{message}{arguments}{data}{form}</section>',
+        ' · <code>{id}</code></p>{message}{arguments}{digest}{data}{form}</section>',
         id=shown.get("id"), tool=shown.get("tool"), kind=tag(kind, "interrupted"), kind_said=_KINDS.get(kind, ""),
         asked=_moment(shown.get("created_at")), expires=_moment(shown.get("expires_at")),
         key=when(shown.get("key"), render(" · gateway key {k}", k=shown.get("key"))),
         trajectory=_trajectory(shown), call=shown.get("call_id") or "-",
         message=when(message, _block("message", str(message), "message")),
         arguments=_block("arguments", _pretty(arguments), "arguments"),
+        digest=when(shown.get("arguments_sha256"), render('<p class="muted">arguments_sha256 <code class="digest">'
+                                                          '{d}</code></p>', d=shown.get("arguments_sha256"))),
         data=when(data is not None, _block("data", _pretty(data), "data")), form=form)
 
 
@@ -168,8 +176,9 @@ async def approvals_view(request: web.Request) -> web.Response:
     secret = form_secret(request, name)
     fresh = secrets.token_hex(32) if secret is None else None  # a browser's first visit, without keys
     key = secret if secret is not None else str(fresh).encode()
-    cards = [_approval(shown, _decide_form(str(shown["id"]), str(shown.get("kind")), token_for(key, str(shown["id"])))
-                       if who.may_decide else EMPTY) for shown in listed]
+    cards = [_approval(shown, _decide_form(str(shown["id"]), str(shown.get("kind")), shown.get("arguments_sha256"),
+                                           token_for(key, str(shown["id"]))) if who.may_decide else EMPTY)
+             for shown in listed]
     body = render('{said}{refusal}{intro}{cards}', said=_said(request.query),
                   refusal=when(not who.may_decide, _refusal(name)),
                   intro=notice("No approval is pending." if not listed else
@@ -227,9 +236,12 @@ async def decide_view(request: web.Request) -> web.Response:
             raise _refused(400, "A decision is Approve or Deny.")
         if reason is not None and len(reason) > REASON_MAX:
             raise _refused(400, f"The reason is longer than {REASON_MAX:,} characters.")
+        digest = form.get("arguments_sha256") or None
+        if digest is not None and not _DIGEST.fullmatch(digest):
+            raise _refused(400, "The arguments' digest is not a SHA-256 in hex: reload the page and decide again.")
         output, has_output = _output(form) if decision == "approve" else (None, False)
         await request.app[APPROVALS].decide(approval_id, who, decision, reason=reason, output=output,
-                                            has_output=has_output)
+                                            has_output=has_output, arguments_sha256=digest)
     except _Refused as refused:
         return refused.response
     except Forbidden as exc:

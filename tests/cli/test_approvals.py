@@ -6,6 +6,7 @@ with the gateway's own message. What a model chose is printed with its control c
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.demo.model import Reply
+from gateway.tools.approvals import arguments_digest
 from tests.conftest import (
     AGENT,
     AGENT_AND_BOSS,
@@ -68,8 +70,10 @@ async def test_list_shows_the_waiting_call_and_approve_lets_it_run(make_stack: S
                                                                       approvals("list", "--json", "--url", stack.url))
         assert (code, err) == (0, "")
         header, row = out.splitlines()
-        assert header.split() == ["id", "tool", "kind", "expires", "trajectory", "arguments", "/", "message"]
+        assert header.split() == ["id", "tool", "kind", "expires", "trajectory", "arguments_sha256", "arguments",
+                                  "/", "message"]
         assert row.split()[:3] == [approval["id"], "pay", "before_run"]
+        assert f" {approval['arguments_sha256']}  " in row
         assert approval["trajectory_id"] in row
         assert row.endswith('{"to": "ACME", "amount": 12.5}')
         assert (as_json, json.loads(listed)) == (0, [approval])
@@ -183,3 +187,31 @@ async def test_what_a_model_chose_is_printed_with_its_control_characters_visible
         assert (code, out) == (0, f"denied {approval['id']} (pay): no\\u001b[2J\n")
 
     await while_asking(lambda: stack.ask(False, messages=USER), reviewer)
+
+
+async def test_a_decision_naming_other_arguments_is_refused_and_the_call_still_waits(make_stack: StackFactory) -> None:
+    """--arguments-sha256: the digest the list showed; another is a 409 (the call stays pending), one
+    that is not a digest an error of the command line."""
+    stack = await waiting_stack(make_stack)
+    PAID.clear()
+    stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 3})]), Reply(content="Paid."))
+    other = hashlib.sha256(b"other arguments").hexdigest()
+
+    async def reviewer() -> None:
+        approval = await first_pending(stack)
+        assert approval["arguments_sha256"] == arguments_digest("pay", {"to": "ACME", "amount": 3})
+        code, _, err = await approvals("approve", approval["id"], "--arguments-sha256", "ABC", "--url", stack.url)
+        assert (code, "is not a SHA-256 in hex" in err) == (2, True)
+        code, out, err = await approvals("approve", approval["id"], "--arguments-sha256", other, "--url", stack.url)
+        assert (code, out) == (1, "")
+        assert err.startswith("toolspan: 409: ")
+        assert err.endswith("(arguments_changed)\n")
+        assert [a["status"] for a in await pending(stack)] == ["pending"]
+        assert PAID == []
+        code, out, _ = await approvals("approve", approval["id"], "--arguments-sha256", approval["arguments_sha256"],
+                                       "--url", stack.url)
+        assert (code, out) == (0, f"approved {approval['id']} (pay)\n")
+
+    answer = await while_asking(lambda: stack.ask(False, messages=USER), reviewer)
+    assert answer.content == "Paid."
+    assert PAID == [{"to": "ACME", "amount": 3}]

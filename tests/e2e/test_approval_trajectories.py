@@ -7,6 +7,7 @@ reviewer decides at /v1/approvals (or nobody does)."""
 from __future__ import annotations
 
 import io
+import json
 import re
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -105,6 +106,22 @@ async def test_a_denial_shows_who_denied_and_why(make_stack: StackFactory) -> No
     printed, page = await _shown(stack, answer)
     assert printed == "denied by boss: over the <b>limit</b>"
     assert page == "denied by boss: over the &lt;b&gt;limit&lt;/b&gt;"  # the reviewer's words, as text
+
+
+async def test_an_approval_of_other_arguments_shows_that_the_call_did_not_run(make_stack: StackFactory) -> None:
+    """A decision naming another digest than the call's, written straight into the state store (a
+    stale listing on another replica): the call does not run, and the views say why."""
+    stack = await _keyed(make_stack)
+
+    async def stale(approval: dict[str, Any]) -> None:
+        said = {"decision": "approve", "by": "boss", "arguments_sha256": "0" * 64}
+        assert await stack.observability.state.approvals.decide(approval["id"], json.dumps(said))
+
+    answer = await _waited(stack, stale)
+    outcome, decision, by, _ = _row(stack)
+    assert (outcome, decision, by) == ("error", "arguments_changed", "boss")
+    printed, page = await _shown(stack, answer)
+    assert printed == page == "not run: approved by boss for other arguments"
 
 
 async def test_a_decision_survives_an_export_and_an_import(make_stack: StackFactory, tmp_path: Any) -> None:

@@ -15,6 +15,7 @@ from pydantic import SecretStr
 
 from gateway.demo.model import Reply
 from gateway.settings.parts import GatewayKey
+from gateway.tools.approvals import arguments_digest
 from gateway.ui.approvals import token_for
 from gateway.ui.auth import SESSION_COOKIE, session_token
 from tests.conftest import (
@@ -294,3 +295,40 @@ async def test_the_page_is_in_the_navigation_and_says_only_its_own_notices(stack
     assert "No approval is pending." in page
     report = await stack.http.get("/ui")
     assert '<a href="/ui/approvals">Approvals</a>' in await report.text()
+
+
+async def test_the_page_shows_the_arguments_digest_and_its_form_decides_only_those_arguments(
+        make_stack: StackFactory) -> None:
+    """The form posts the digest the page showed; a post naming other arguments decides nothing and
+    comes back with a notice, and a value that is no digest is refused."""
+    stack = await make_stack(registry=approval_registry())
+    PAID.clear()
+    stack.script.then(Reply(tool_calls=[("pay", {"to": "ACME", "amount": 8})]), Reply(content="Paid."))
+
+    async def reviewer() -> None:
+        approval = await first_pending(stack)
+        digest = arguments_digest("pay", {"to": "ACME", "amount": 8})
+        page = await shown(stack)
+        assert f'<code class="digest">{digest}</code>' in page
+        assert f'<input type="hidden" name="arguments_sha256" value="{digest}">' in page
+        path, token = f"{PAGE}/{approval['id']}", token_on(page, approval["id"])
+        other = arguments_digest("pay", {"to": "ACME", "amount": 800})
+        moved = await stack.http.post(path, data={"token": token, "decision": "approve", "arguments_sha256": other},
+                                      headers={"Origin": stack.url}, allow_redirects=False)
+        assert (moved.status, moved.headers["Location"]) == (
+            303, f"{PAGE}?missed=arguments_changed&id={approval['id']}")
+        assert "other arguments than the ones you decided on" in await shown(
+            stack, params={"missed": "arguments_changed", "id": approval["id"]})
+        refused = await stack.http.post(path, data={"token": token, "decision": "approve", "arguments_sha256": "x1"},
+                                        headers={"Origin": stack.url}, allow_redirects=False)
+        assert refused.status == 400
+        assert "not a SHA-256" in await refused.text()
+        assert [a["status"] for a in await pending(stack)] == ["pending"]
+        assert PAID == []
+        decided = await stack.http.post(path, data={"token": token, "decision": "approve", "arguments_sha256": digest},
+                                        headers={"Origin": stack.url}, allow_redirects=False)
+        assert (decided.status, decided.headers["Location"]) == (303, f"{PAGE}?done=approved&id={approval['id']}")
+
+    answer = await while_asking(lambda: stack.ask(False, messages=USER), reviewer)
+    assert answer.content == "Paid."
+    assert PAID == [{"to": "ACME", "amount": 8}]
