@@ -14,14 +14,16 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.apis.chat import CHAT
 from gateway.apis.responses import RESPONSES
+from gateway.apis.responses.answer import read_response
 from gateway.caller import Caller
 from gateway.demo.model import Reply, ScriptedModel
 from gateway.engine import Engine, Event, Finished, Keepalive, Opened, Plan, ToolsRan, ToolsStarted, Visible
+from gateway.engine.replays import Replays
 from gateway.instrumentation import NoInstrumentation
 from gateway.provider.client import Upstream
 from gateway.provider.upstreams import Upstreams
 from gateway.state import MemoryState
-from gateway.tools import Tool, ToolExecutor, ToolRegistry
+from gateway.tools import Tool, ToolExecutor, ToolOutcome, ToolRegistry
 from tests.conftest import Script, sample_registry
 
 API = pytest.mark.parametrize("api", ["chat", "responses"])
@@ -153,3 +155,21 @@ async def test_closing_a_streamed_run_closes_the_provider_call(build: Build, api
     await asyncio.wait_for(model.paused.wait(), 10)
     await events.aclose()
     await asyncio.wait_for(model.dropped.wait(), 10)
+
+
+async def test_a_replay_names_the_calls_it_resumes_after(build: Build) -> None:
+    """A request replayed after gateway tools ran resumes after them: its answer still names those
+    calls, in the round they came in, with the outcomes the failed run had."""
+    engine, model, held = await build(Reply(content="three"))
+    plan = await plan_for("responses", False, sample_registry(), held)
+    call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "add", "arguments": '{"a":1,"b":2}'}
+    first = read_response({"id": "resp_1", "object": "response", "status": "completed", "output": [call]})
+    failed = Replays(held, CALLER.principal, plan)
+    failed.done(first, [ToolOutcome("call_1", "add", "ok", "3")], [])
+    assert await failed.keep()
+    *_, finished = [e async for e in engine.run(plan, CALLER)]
+    assert isinstance(finished, Finished)
+    assert (finished.rounds, len(model.requests)) == (2, 1)  # only the round after the tool's
+    [(round_, ran, outcome)] = finished.tool_runs
+    assert (round_, ran.id, ran.name, outcome.call_id, outcome.status, outcome.content) == \
+        (0, "call_1", "add", "call_1", "ok", "3")
