@@ -200,7 +200,8 @@ class _Run:
             done = iter(outcomes)
             outcomes = [refused[id(call)] if id(call) in refused else next(done) for call in mine]
         self.ran += [call.name for call in to_run]
-        self.tool_runs += _runs(len(self.turns) - 1, mine, outcomes)
+        if mine:
+            self.tool_runs += _runs(len(self.turns) - 1, mine, outcomes)
         yield _Acted(after_tools(decision, turn, outcomes) if mine else decision, mine, outcomes)
 
     async def _refused(self, calls: Sequence[ModelCall], final: bool) -> dict[int, ToolOutcome]:
@@ -296,5 +297,5 @@ class _Run:
 
 
 def _runs(round_: int, calls: Sequence[ModelCall], outcomes: Sequence[ToolOutcome]) -> tuple[ToolRun, ...]:
-    """The gateway's answers to `calls` of one round (empty when it answered none)."""
+    """The gateway's answers to `calls` of one round."""
     return tuple(ToolRun(round_, call, outcome) for call, outcome in zip(calls, outcomes, strict=True))
