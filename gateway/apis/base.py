@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from gateway.caller import Caller
-from gateway.engine import Event, Finished, Plan, Visible
+from gateway.engine import Event, Finished, Plan, ToolsRan, ToolsStarted, Visible
 from gateway.engine.plan import NO_OPTIONS, Offering, Wire
 from gateway.errors import GatewayError
 from gateway.guardrails.client import ResultPlace
@@ -25,6 +25,12 @@ class StreamRenderer(Protocol):
     """How one API shows engine events in a stream."""
 
     def visible(self, event: Visible) -> Iterable[Frame]: ...
+
+    def started(self, event: ToolsStarted) -> Iterable[Frame]:
+        """What to show of the gateway's calls as they start (most APIs keep them from the client)."""
+
+    def ran(self, event: ToolsRan) -> Iterable[Frame]:
+        """What to show of the gateway's calls once they ran."""
 
     def waiting(self) -> Iterable[Frame]:
         """What to send before the stream waits for the gateway's tools."""

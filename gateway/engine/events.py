@@ -1,13 +1,15 @@
 """What a run of the tool loop gives its route, in order: the stream opened, pieces the client may
-see at once, keepalives while tools run or a retry waits, and the end."""
+see at once, the gateway's calls of a round as they start and once they ran (streams only),
+keepalives while tools run or a retry waits, and the end."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from gateway.engine.turn import ModelTurn
+from gateway.engine.turn import ModelCall, ModelTurn
+from gateway.tools import ToolOutcome
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,35 @@ class Keepalive:
 
 
 @dataclass(frozen=True)
+class ToolsStarted:
+    """The gateway is about to run these calls of round `round`'s turn (streams only: an answer not
+    streamed shows them from Finished.tool_runs)."""
+
+    round: int
+    calls: tuple[ModelCall, ...]
+    turn: ModelTurn  # the round's answer, where each call's item sits
+
+
+@dataclass(frozen=True)
+class ToolsRan:
+    """The gateway ran these calls of round `round`: their outcomes, in the same order (streams only)."""
+
+    round: int
+    calls: tuple[ModelCall, ...]
+    outcomes: tuple[ToolOutcome, ...]
+    turn: ModelTurn
+
+
+class ToolRun(NamedTuple):
+    """One call of the model's that the gateway answered, in the round it came in, and how it ended
+    (a call paused for review ends `interrupted`)."""
+
+    round: int
+    call: ModelCall
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True)
 class Finished:
     """The loop is over: every round's answer, and what the client gets beyond what it saw."""
 
@@ -40,6 +71,7 @@ class Finished:
     limit_reached: bool  # the last call was the one the round limit allows, with no tools
     response_id: str | None = None  # Responses: the id the client knows the answer by
     held_turn_lost: bool = False  # it continued a turn the gateway no longer held (engine.plan.Plan)
+    tool_runs: tuple[ToolRun, ...] = ()  # every call the gateway answered, a replay's earlier rounds' too
 
     @property
     def rounds(self) -> int:
@@ -47,4 +79,4 @@ class Finished:
         return len(self.turns)
 
 
-Event = Opened | Visible | Keepalive | Finished
+Event = Opened | Visible | Keepalive | ToolsStarted | ToolsRan | Finished

@@ -2,9 +2,9 @@
 
 Each round calls the provider (gateway.engine.rounds), reads its answer as a ModelTurn (passing on,
 when streamed, what the client may see at once), asks `decide` what next, and runs the gateway's
-calls. The routes render the events: Visible pieces as they come, Keepalive while tools run, then
-Finished. One request's loop is one `_Run`: what it has done so far lives there, not in long lists
-of parameters.
+calls. The routes render the events: Visible pieces as they come, the gateway's calls as they start
+and once they ran, Keepalive while tools run, then Finished. One request's loop is one `_Run`: what
+it has done so far lives there, not in long lists of parameters.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, TypeGuard
 from gateway.caller import Caller
 from gateway.client_tools.handed import HandedChecks
 from gateway.engine.decide import Decision, Finish, HandBack, RunTools, after_tools, decide, enforced, is_final
-from gateway.engine.events import Event, Finished, Keepalive, Opened, Visible
+from gateway.engine.events import Event, Finished, Keepalive, Opened, ToolRun, ToolsRan, ToolsStarted, Visible
 from gateway.engine.history import Conversation
 from gateway.engine.plan import Plan
 from gateway.engine.replays import Replays
@@ -88,6 +88,7 @@ class _Run:
     ran: list[str] = field(default_factory=list)
     shown_first: bool = False
     pieces: list[Mapping[str, Any]] = field(default_factory=list)  # what the client saw of this round
+    tool_runs: tuple[ToolRun, ...] = ()  # the gateway's answers to the model's calls, for Finished
 
     async def events(self) -> AsyncGenerator[Event, None]:
         for again in await self._resumed():
@@ -107,10 +108,10 @@ class _Run:
             acted = _Acted(decision, (), [])
             async with aclosing(self._acted(decision, final)) as acting:
                 async for done in acting:
-                    if isinstance(done, Keepalive):
-                        yield done
-                    else:
+                    if isinstance(done, _Acted):
                         acted = done
+                    else:
+                        yield done
             if isinstance(acted.decision, HandBack):
                 yield await self._handed_back(acted, final)
                 return
@@ -167,10 +168,11 @@ class _Run:
             self.shown_first = self.shown_first or (event.round == 0 and not self.plan.api.opens(event.piece))
         return True
 
-    async def _acted(self, decision: RunTools | HandBack, final: bool) -> AsyncGenerator[Keepalive | _Acted, None]:
-        """The checks of the client's calls handed back and the gateway's calls run (keepalives
-        meanwhile, for a stream); last, the decision once they are done and the gateway's outcomes,
-        in the model's order."""
+    async def _acted(self, decision: RunTools | HandBack,
+                     final: bool) -> AsyncGenerator[ToolsStarted | Keepalive | ToolsRan | _Acted, None]:
+        """The checks of the client's calls handed back and the gateway's calls run (for a stream,
+        with their start, keepalives meanwhile and their end); last, the decision once they are done
+        and the gateway's outcomes, in the model's order."""
         turn = self.turns[-1]
         refused: dict[int, ToolOutcome] = {}
         if isinstance(decision, HandBack):
@@ -190,14 +192,16 @@ class _Run:
         if to_run:
             async with aclosing(self._tools(to_run)) as running:
                 async for ran in running:
-                    if isinstance(ran, Keepalive):
-                        yield ran
-                    else:
+                    if isinstance(ran, list):
                         outcomes = ran
+                    else:
+                        yield ran
         if refused:  # in the model's order, the check's rejections among the gateway's outcomes
             done = iter(outcomes)
             outcomes = [refused[id(call)] if id(call) in refused else next(done) for call in mine]
         self.ran += [call.name for call in to_run]
+        if mine:
+            self.tool_runs += _runs(len(self.turns) - 1, mine, outcomes)
         yield _Acted(after_tools(decision, turn, outcomes) if mine else decision, mine, outcomes)
 
     async def _refused(self, calls: Sequence[ModelCall], final: bool) -> dict[int, ToolOutcome]:
@@ -208,20 +212,26 @@ class _Run:
             len(self.turns), final)
         return {id(call): outcome for call, outcome in zip(calls, checked, strict=True) if outcome is not None}
 
-    async def _tools(self, calls: Sequence[ModelCall]) -> AsyncGenerator[Keepalive | list[ToolOutcome], None]:
-        """The outcomes of the gateway's calls of one turn; while a stream waits, a Keepalive every
-        few seconds first, so that proxies keep the line open."""
+    async def _tools(self, calls: Sequence[ModelCall]
+                     ) -> AsyncGenerator[ToolsStarted | Keepalive | ToolsRan | list[ToolOutcome], None]:
+        """The outcomes of the gateway's calls of one turn. For a stream, first that they start,
+        then a Keepalive every few seconds while it waits, so that proxies keep the line open, and
+        that they ran."""
         batch = [ToolCall(c.id, c.name, c.arguments) for c in calls]
-        running = self.engine.executor.run_turn(batch, self.caller.turn(len(self.turns)), self.caller.allowed)
+        executor, turn = self.engine.executor, self.caller.turn(len(self.turns))
         if not self.plan.stream:
-            yield await running
+            yield await executor.run_turn(batch, turn, self.caller.allowed)
             return
-        task = asyncio.ensure_future(running)
+        round_, answer, shown = len(self.turns) - 1, self.turns[-1], tuple(calls)
+        yield ToolsStarted(round_, shown, answer)
+        task = asyncio.ensure_future(executor.run_turn(batch, turn, self.caller.allowed))
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self.engine.keepalive_seconds)
                 if done:
-                    yield task.result()
+                    outcomes = task.result()
+                    yield ToolsRan(round_, shown, tuple(outcomes), answer)
+                    yield outcomes
                     return
                 yield Keepalive()
         finally:
@@ -258,7 +268,7 @@ class _Run:
             answer_id = answer_id if self.shown_first and answer_id else plan.answer_id
             if answer_id and turns[-1].response_id and answer_id != turns[-1].response_id:
                 await self.engine.held.aliases.put(self.caller.principal, {answer_id: turns[-1].response_id})
-        return Finished(tuple(turns), calls, finish_reason, final, answer_id, plan.held_turn_lost)
+        return Finished(tuple(turns), calls, finish_reason, final, answer_id, plan.held_turn_lost, self.tool_runs)
 
     async def _resumed(self) -> list[Opened | Visible]:
         """Where a request starts: afresh, or, replaying one that failed after gateway tools ran,
@@ -275,9 +285,17 @@ class _Run:
             decision = after_tools(decision, done.turn, list(done.outcomes))
             choice = decision.tool_choice if isinstance(decision, RunTools) else self.conversation.tool_choice
             self.conversation = self.conversation.continued(done.turn, done.outcomes, choice)
+            by_id = {call.id: call for call in done.turn.calls}
+            self.tool_runs += tuple(ToolRun(len(self.turns), by_id[o.call_id], o) for o in done.outcomes
+                                    if o.call_id in by_id)
             self.turns.append(done.turn)
             self.ran += [outcome.tool_name for outcome in done.outcomes]
         # The client saw output of the first provider response as it streamed.
         self.shown_first = any(isinstance(e, Visible) and e.round == 0 and not self.plan.api.opens(e.piece)
                                for e in shown)
         return shown
+
+
+def _runs(round_: int, calls: Sequence[ModelCall], outcomes: Sequence[ToolOutcome]) -> tuple[ToolRun, ...]:
+    """The gateway's answers to `calls` of one round."""
+    return tuple(ToolRun(round_, call, outcome) for call, outcome in zip(calls, outcomes, strict=True))

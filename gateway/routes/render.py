@@ -17,7 +17,7 @@ from aiohttp import web
 
 from gateway.apis.base import Frame, StreamRenderer, WireApi
 from gateway.caller import Caller
-from gateway.engine import Event, Finished, Keepalive, Opened, Plan, Visible
+from gateway.engine import Event, Finished, Keepalive, Opened, Plan, ToolsRan, ToolsStarted, Visible
 from gateway.errors import GatewayError, internal_error, log_provider_failure
 from gateway.http.keys import RECORD, TRACE
 from gateway.instrumentation import RequestRecord
@@ -122,6 +122,10 @@ async def _shown(writer: SseWriter, renderer: StreamRenderer, event: Event) -> F
     elif isinstance(event, Keepalive):
         await writer.frames(renderer.waiting())
         await writer.comment("toolspan: running tools")
+    elif isinstance(event, ToolsStarted):
+        await writer.frames(renderer.started(event))
+    elif isinstance(event, ToolsRan):
+        await writer.frames(renderer.ran(event))
     else:
         await writer.frames(renderer.finished(event))
         return event

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.apis.base import Frame
 from gateway.apis.chat.answer import annotates, says_nothing
-from gateway.engine import Finished, Plan, Visible
+from gateway.engine import Finished, Plan, ToolsRan, ToolsStarted, Visible
 from gateway.engine.turn import summed_usage
 from gateway.errors import GatewayError
 
@@ -87,6 +87,12 @@ class ChatChunks:
                 return []
             chunk["choices"] = [{**choice, "delta": delta}]
         return self._named(chunk)  # one answer, named alike in every chunk
+
+    def started(self, event: ToolsStarted) -> Iterable[Frame]:
+        return []  # Chat has no item for a call its client does not run
+
+    def ran(self, event: ToolsRan) -> Iterable[Frame]:
+        return []
 
     def waiting(self) -> Iterable[Frame]:
         return []

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from gateway.apis.base import Frame, RoundIndexes
-from gateway.engine import Finished, Plan, Visible
+from gateway.engine import Finished, Plan, ToolsRan, ToolsStarted, Visible
 from gateway.engine.turn import ModelTurn, summed_usage
 from gateway.errors import GatewayError
 
@@ -97,7 +97,7 @@ class MessageEvents:
     summed usage, one `message_stop`. While the gateway's tools run, `ping` events keep it open."""
 
     plan: Plan
-    started: bool = False
+    begun: bool = False  # message_start sent
     index: RoundIndexes = field(default_factory=RoundIndexes)
     closing: bytes = b""
 
@@ -105,20 +105,26 @@ class MessageEvents:
         piece = dict(event.piece)
         kind = str(piece.get("type"))
         if kind == "message_start":
-            if self.started:
+            if self.begun:
                 return []  # one message, however many rounds
-            self.started = True
+            self.begun = True
         elif "index" in piece:
             piece["index"] = self.index(event.round, piece["index"])
         return [(kind, piece)]
 
+    def started(self, event: ToolsStarted) -> Iterable[Frame]:
+        return []  # the gateway's calls stay out of the client's message
+
+    def ran(self, event: ToolsRan) -> Iterable[Frame]:
+        return []
+
     def waiting(self) -> Iterable[Frame]:
-        return [("ping", {"type": "ping"})] if self.started else []
+        return [("ping", {"type": "ping"})] if self.begun else []
 
     def finished(self, event: Finished) -> Iterable[Frame]:
         frames: list[Frame] = []
-        if not self.started:  # nothing of the answer streamed (a replay that showed nothing yet)
-            self.started = True
+        if not self.begun:  # nothing of the answer streamed (a replay that showed nothing yet)
+            self.begun = True
             opening = {**event.turns[0].body, "content": [], "stop_reason": None, "stop_sequence": None}
             frames.append(("message_start", {"type": "message_start", "message": opening}))
         for i, call in enumerate(event.client_calls):

@@ -8,9 +8,20 @@ from typing import Any
 
 from gateway.apis.base import Frame, RoundIndexes
 from gateway.apis.responses.answer import CALL_ITEMS, opens_response
-from gateway.engine import Finished, Plan, Visible
+from gateway.apis.responses.mcp_items import (
+    McpShown,
+    approval_events,
+    call_ended,
+    call_started,
+    list_events,
+    position,
+    shown_output,
+)
+from gateway.engine import Finished, Plan, ToolsRan, ToolsStarted, Visible
 from gateway.engine.turn import ModelTurn, summed_usage
 from gateway.errors import GatewayError
+
+LISTS_ROUND = -2  # the round the declared servers' tool lists are numbered in: before any provider round
 
 
 def visible_output(turn: ModelTurn) -> list[Mapping[str, Any]]:
@@ -37,12 +48,14 @@ def as_client_sees(plan: Plan, response: Mapping[str, Any], response_id: str | N
     return shown
 
 
-def final_response(plan: Plan, finished: Finished) -> dict[str, Any]:
+def final_response(plan: Plan, finished: Finished, mcp: McpShown | None = None) -> dict[str, Any]:
     """One response for every round: the last one's fields under the answer's id, every round's
-    visible output followed by the client's calls, and the usage of every round."""
+    visible output (with `mcp`: the declared MCP servers' lists and calls too) followed by the
+    client's calls, and the usage of every round."""
     turns = finished.turns
     shown = as_client_sees(plan, turns[-1].body, finished.response_id)
-    shown["output"] = [item for turn in turns for item in visible_output(turn)] + list(finished.client_calls)
+    output = [item for turn in turns for item in visible_output(turn)] if mcp is None else shown_output(finished, mcp)
+    shown["output"] = output + list(finished.client_calls)
     if (usage := summed_usage(turns)) is not None:
         shown["usage"] = usage
     return shown
@@ -50,6 +63,8 @@ def final_response(plan: Plan, finished: Finished) -> dict[str, Any]:
 
 def _call_events(call: Mapping[str, Any], index: int) -> list[tuple[str, dict[str, Any]]]:
     """The events of one client call, whole (it was held back while its round streamed)."""
+    if call.get("type") == "mcp_approval_request":
+        return approval_events(call, index)
     item_id = str(call.get("id", ""))
     added = {**call, "status": "in_progress"}
     middle: list[tuple[str, dict[str, Any]]] = []
@@ -72,9 +87,14 @@ class ResponseEvents:
     one response id, and output indexes and sequence numbers counted across rounds.
 
     The opening events wait for the first output of the first round, which then names the
-    response; if the gateway runs tools first, the answer goes by an id of the gateway's own."""
+    response; if the gateway runs tools first, the answer goes by an id of the gateway's own.
+
+    With `mcp`, the declared MCP servers' tool lists follow the opening events, and their calls
+    show as `mcp_call` items as they run, each at its place in its round (a call comes after the
+    text of its turn, as models put them)."""
 
     plan: Plan
+    mcp: McpShown | None = None
     sequence: int = 0
     index: RoundIndexes = field(default_factory=RoundIndexes)
     opening: list[dict[str, Any]] | None = field(default_factory=list)  # held back; None once sent
@@ -88,9 +108,13 @@ class ResponseEvents:
     def _opened(self, response_id: str | None) -> list[Frame]:
         """The held-back opening events, under the id the answer goes by."""
         held, self.opening = self.opening or [], None
-        return [self._frame(str(piece["type"]), {**piece, "response": as_client_sees(self.plan, piece["response"],
-                                                                                      response_id)})
-                for piece in held if isinstance(piece.get("response"), dict)]
+        frames = [self._frame(str(piece["type"]), {**piece, "response": as_client_sees(self.plan, piece["response"],
+                                                                                        response_id)})
+                  for piece in held if isinstance(piece.get("response"), dict)]
+        if self.mcp is not None:
+            frames += [self._frame(kind, payload) for i, listed in enumerate(self.mcp.lists)
+                       for kind, payload in list_events(listed, self.index(LISTS_ROUND, i))]
+        return frames
 
     def visible(self, event: Visible) -> Iterable[Frame]:
         piece = dict(event.piece)
@@ -103,6 +127,35 @@ class ResponseEvents:
             piece["output_index"] = self.index(event.round, piece["output_index"])
         return [*frames, self._frame(str(piece.get("type")), piece)]
 
+    def started(self, event: ToolsStarted) -> Iterable[Frame]:
+        mcp = self.mcp
+        if mcp is None:
+            return []
+        early = [call for call in event.calls if mcp.shows_early(call.name)]
+        if not early:
+            return []
+        frames = self._opened(self.plan.answer_id) if self.opening is not None else []
+        for call in early:
+            index = self.index(event.round, position(event.turn, call))
+            frames += [self._frame(kind, payload) for kind, payload in call_started(mcp.running(call), index)]
+        return frames
+
+    def ran(self, event: ToolsRan) -> Iterable[Frame]:
+        mcp = self.mcp
+        if mcp is None:
+            return []
+        frames: list[Frame] = []
+        for call, outcome in zip(event.calls, event.outcomes, strict=True):
+            if not mcp.shows(call, outcome):
+                continue  # the gateway's own tool, or a call paused for approval (it comes as a request)
+            if self.opening is not None:
+                frames += self._opened(self.plan.answer_id)
+            item, index = mcp.item(call, outcome), self.index(event.round, position(event.turn, call))
+            ended = call_ended(item, index)
+            shown = ended if mcp.shows_early(call.name) else [*call_started(item, index), *ended]
+            frames += [self._frame(kind, payload) for kind, payload in shown]
+        return frames
+
     def waiting(self) -> Iterable[Frame]:
         # Tools are running: the answer will go by the gateway's id, unless output already named it.
         return self._opened(self.plan.answer_id) if self.opening is not None else []
@@ -111,7 +164,7 @@ class ResponseEvents:
         frames = self._opened(event.response_id) if self.opening is not None else []
         frames += [self._frame(kind, payload) for i, call in enumerate(event.client_calls)
                    for kind, payload in _call_events(call, self.index(-1, i))]
-        final = final_response(self.plan, event)
+        final = final_response(self.plan, event, self.mcp)
         closing = "response.incomplete" if final.get("status") == "incomplete" else "response.completed"
         frames.append(self._frame(closing, {"response": final}))
         return frames
