@@ -25,6 +25,9 @@ class Reply:
     hang: bool = False  # never answer (until the client gives up)
     pause_after: int | None = None  # stall a stream after this many events, until the client leaves
     reasoning: str | None = None  # Responses only: a reasoning summary, output before the rest
+    # Responses only: output items as they are (mcp_list_tools, mcp_call, mcp_approval_request...),
+    # after the reasoning and before the message; streamed as output_item.added then .done
+    items: Sequence[dict[str, Any]] = ()
 
     def finish(self) -> str:
         return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")

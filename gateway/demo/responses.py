@@ -184,6 +184,7 @@ def _output_items(reply: Reply, number: int, cut: bool) -> list[dict[str, Any]]:
     if reply.reasoning:
         items.append({"type": "reasoning", "id": f"rs_scripted_{number}", "status": "completed",
                       "summary": [{"type": "summary_text", "text": reply.reasoning}]})
+    items += [copy.deepcopy(item) for item in reply.items]
     if reply.content:
         items.append({"type": "message", "id": f"msg_scripted_{number}", "role": "assistant",
                       "status": "incomplete" if cut else "completed",
@@ -235,7 +236,9 @@ def _item_events(index: int, item: dict[str, Any]) -> list[Event]:
                          for piece in pieces(part["text"])],
                        ("response.output_text.done", {**where, "text": part["text"], "logprobs": []}),
                        ("response.content_part.done", {**where, "part": part})]
-    else:  # function_call
+    elif item["type"] != "function_call":  # an item given as it is: added whole, then done
+        start = item
+    else:
         start = {**item, "arguments": "", "status": "in_progress"}
         middle += [("response.function_call_arguments.delta", {**at, "delta": piece})
                    for piece in pieces(item["arguments"])]
