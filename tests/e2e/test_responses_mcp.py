@@ -89,3 +89,43 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
     [span] = [s for s in spans if s.attributes.get(names.ATTR_TOOL_NAME) == "files__read_file"]
     steps = {s.name for s in stack.spans() if s.parent is not None and s.parent.span_id == span.context.span_id}
     assert {names.SPAN_TOOL_PARSE, names.SPAN_TOOL_EXECUTE} <= steps
+
+
+def _replayed(response: Response) -> list[dict[str, Any]]:
+    """An answer's output as the next request's input (as the Agents SDK resends it)."""
+    return [item.model_dump(exclude_none=True) for item in response.output]
+
+
+async def _asked(stack: Stack, stream: bool) -> tuple[Response, McpApprovalRequest]:
+    """A first request whose call waits for the client's approval."""
+    stack.script.then(READ)
+    first, _ = await _create(stack, stream, input=USER[0]["content"], tools=[ALWAYS])
+    listed, request = first.output
+    assert isinstance(listed, McpListTools)
+    assert isinstance(request, McpApprovalRequest)
+    assert (request.server_label, request.name, json.loads(request.arguments)) == ("files", "read_file",
+                                                                                    {"path": "notes.txt"})
+    return first, request
+
+
+@STREAM
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
+async def test_an_approval_by_the_whole_input(stack: Stack, recorded: Recorded, stream: bool, approve: bool) -> None:
+    first, request = await _asked(stack, stream)
+    assert recorded.calls() == []
+    stack.script.then(Reply(content="Done."))
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve,
+              **({} if approve else {"reason": "not that file"})}
+    second, _ = await _create(stack, stream, input=[*USER, *_replayed(first), answer], tools=[ALWAYS])
+    assert second.output_text == "Done."
+    if approve:
+        call, _message = second.output
+        assert isinstance(call, McpCall)
+        assert (call.status, call.approval_request_id) == ("completed", request.id)
+        assert [entry["args"] for entry in recorded.calls()] == [{"path": "notes.txt", "offset": 0}]
+        assert "contents of notes.txt" in _told(stack)
+    else:
+        assert [item.type for item in second.output] == ["message"]
+        assert recorded.calls() == []
+        assert "not that file" in _told(stack)
+    assert len(stack.upstream_requests) == 2  # the decided call ran before the model was called again
