@@ -45,6 +45,7 @@ from gateway.http.metrics_page import MetricsPage, OwnMetrics
 from gateway.instrumentation import Instrumentation, RequestInfo, RequestRecord
 from gateway.limits import Limiter
 from gateway.mcp import McpSources
+from gateway.mcp.declared import DeclaredServers
 from gateway.provider import paths as provider_paths
 from gateway.provider.client import PROVIDER_NAMES, Upstream
 from gateway.provider.route import ProviderRoute, provider_route
@@ -172,7 +173,11 @@ async def _upstreams(app: web.Application) -> AsyncIterator[None]:
     app[ENGINE] = Engine(upstreams, app[EXECUTOR], app[STATE], instrumentation, settings.max_rounds,
                          settings.keepalive_seconds, retry_policy(settings), settings.client_tool_check, limiter,
                          settings.client_result_guardrails)
-    app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], instrumentation, upstreams, limiter)
+    sources = app[RESPONSES_MCP_SOURCES]
+    declared = (DeclaredServers(settings.responses_mcp_servers, app[REGISTRY], sources.why_down)
+                if settings.responses_mcp_servers else None)  # none listed: nothing of a request's mcp tools is read
+    app[LOOP] = LoopParts(settings, app[REGISTRY], app[STATE], app[ENGINE], instrumentation, upstreams, limiter,
+                          declared)
     yield
     app[ENGINE].client_checks.close()
     await upstreams.aclose()

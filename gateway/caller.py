@@ -12,6 +12,7 @@ from typing import Any
 from gateway.errors import Unauthorized
 from gateway.settings.parts import ClientCheckMode, GatewayKey
 from gateway.tools import Turn
+from gateway.tools.approvals import ClientDecision
 from gateway.wire.headers import TRAJECTORY_HEADER, SecretNames, is_trajectory_id, to_provider
 
 
@@ -50,10 +51,13 @@ class Caller:
         """The caller's query string as it goes to the provider."""
         return query if self.query_secret is None or not query else self.query_secret.without_credentials(query)
 
-    def turn(self, round_: int) -> Turn:
-        """What the tools of one model turn are told about the caller."""
+    def turn(self, round_: int, declared: frozenset[str] = frozenset(), asks_client: frozenset[str] = frozenset(),
+             decided: Mapping[str, ClientDecision] | None = None) -> Turn:
+        """What the tools of one model turn are told about the caller; and, of a Responses request's
+        declared MCP servers, their tools, those whose calls wait for the client, its decisions."""
         return Turn(trajectory_id=self.trajectory_id, request_id=self.request_id, principal=self.principal,
-                    metadata=self.metadata, round=round_)
+                    metadata=self.metadata, round=round_, declared=declared, asks_client=asks_client,
+                    decided=decided or {})
 
 
 def request_ids(headers: Mapping[str, str]) -> tuple[str, str, bool]:

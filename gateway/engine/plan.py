@@ -5,13 +5,15 @@ adapter (gateway.apis) plans its own requests with these."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.engine.history import Conversation
-from gateway.engine.turn import Api, ModelTurn, StreamReader
+from gateway.engine.turn import Api, ModelCall, ModelTurn, StreamReader
 from gateway.errors import BadRequest
 from gateway.instrumentation import MessageView
+from gateway.mcp.declared import DeclaredServers
+from gateway.tools.approvals import ClientDecision
 
 
 class Wire(Protocol):
@@ -70,6 +72,12 @@ class Plan:
     path: str = ""  # the path the caller addressed (an Azure surface names the provider's)
     held_turn_lost: bool = False  # it continues a turn (or gateway response) the gateway no longer holds
     client_tools: Sequence[Any] = ()  # the client's own tools as it declared them (gateway.client_tools.check)
+    # Tools of MCP servers the request declared (gateway.mcp.declared): offered to it alone; of those,
+    # the ones whose calls wait for the client's approval; and the client's decisions on held calls.
+    declared: frozenset[str] = frozenset()
+    asks_client: frozenset[str] = frozenset()
+    decided: Mapping[str, ClientDecision] = field(default_factory=dict)  # by the model's call id
+    resumed: tuple[ModelCall, ...] = ()  # the held calls decided on: run before the provider is called
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,12 @@ class Offering:
     # Gateway tools a client may declare too: the gateway still answers their calls, under the
     # client's declaration (interrupt_mode hand_back: tools that pause for a reviewer, whom the client stands in for).
     shared: frozenset[str] = frozenset()
+    # The MCP servers a Responses request may declare (responses_mcp_servers); None: none are listed,
+    # and nothing of a request's `mcp` tools is read.
+    mcp: DeclaredServers | None = None
+    # Whether the provider runs the `mcp` tools of requests for this model (responses_mcp_runner
+    # provider, and every upstream of the model OpenAI's): then they pass through untouched.
+    provider_runs_mcp: Callable[[str], bool] | None = None
 
 
 NO_OPTIONS = Offering()

@@ -91,8 +91,11 @@ class _Run:
     tool_runs: tuple[ToolRun, ...] = ()  # the gateway's answers to the model's calls, for Finished
 
     async def events(self) -> AsyncGenerator[Event, None]:
-        for again in await self._resumed():
-            yield again
+        async with aclosing(self._started()) as starting:
+            async for step in starting:
+                yield step
+                if isinstance(step, Finished):
+                    return
         while True:
             final = is_final(len(self.turns), self.max_rounds)
             await self._may_call()
@@ -118,6 +121,37 @@ class _Run:
             self.replays.done(self.turns[-1], acted.outcomes, self.pieces)
             self.conversation = self.conversation.continued(self.turns[-1], acted.outcomes,
                                                             acted.decision.tool_choice)
+
+    async def _started(self) -> AsyncGenerator[Event, None]:
+        """What comes before the first provider call: a replay's earlier rounds shown again, and the
+        calls the client decided on run (the model waits for their outcomes)."""
+        for again in await self._resumed():
+            yield again
+        if self.plan.resumed:
+            async with aclosing(self._decided_calls()) as deciding:
+                async for step in deciding:
+                    yield step
+
+    async def _decided_calls(self) -> AsyncGenerator[Event, None]:
+        """The held calls the client approved or denied, run (or refused) before the provider is
+        called, as a round of their own: a turn made of the held calls. A call paused again (its
+        approval named other arguments) goes back to the client at once, with no provider call."""
+        calls = self.plan.resumed
+        body = {"id": None, "object": "response", "status": "completed", "model": self.plan.model,
+                "output": [call.item for call in calls]}
+        self.turns.append(ModelTurn(self.plan.api.name, body, tuple(call.item for call in calls), calls,
+                                    "tool_calls"))
+        acted = _Acted(RunTools(calls, self.conversation.tool_choice), (), [])
+        async with aclosing(self._acted(acted.decision, False)) as acting:
+            async for done in acting:
+                if isinstance(done, _Acted):
+                    acted = done
+                else:
+                    yield done
+        if isinstance(acted.decision, HandBack):
+            yield await self._handed_back(acted, False)
+            return
+        self.conversation = self.conversation.continued(self.turns[-1], acted.outcomes, self.conversation.tool_choice)
 
     def _decided(self, turn: ModelTurn, tool_rounds: int) -> Decision:
         return decide(turn, self.plan.client_names, tool_rounds, self.max_rounds,
@@ -218,7 +252,9 @@ class _Run:
         then a Keepalive every few seconds while it waits, so that proxies keep the line open, and
         that they ran."""
         batch = [ToolCall(c.id, c.name, c.arguments) for c in calls]
-        executor, turn = self.engine.executor, self.caller.turn(len(self.turns))
+        plan = self.plan
+        executor = self.engine.executor
+        turn = self.caller.turn(len(self.turns), plan.declared, plan.asks_client, plan.decided)
         if not self.plan.stream:
             yield await executor.run_turn(batch, turn, self.caller.allowed)
             return

@@ -5,6 +5,7 @@ the handler runs; a response carries what its handler reports back."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -16,6 +17,7 @@ from gateway.http.browsers import BrowserRule
 from gateway.http.metrics_page import MetricsPage
 from gateway.instrumentation import Instrumentation, RequestRecord, RequestTrace
 from gateway.limits import Limiter
+from gateway.mcp.declared import DeclaredServers
 from gateway.mcp.server import McpEndpoint
 from gateway.mcp.sources import McpSources
 from gateway.provider.upstreams import Upstreams
@@ -38,6 +40,7 @@ class LoopParts:
     instrumentation: Instrumentation
     upstreams: Upstreams
     limiter: Limiter | None = None  # the gateway keys' limits, when any is configured
+    mcp: DeclaredServers | None = None  # responses_mcp_servers, when any is listed
 
     def offering(self, caller: Caller) -> Offering:
         """How the gateway's tools are offered to this caller. Hand-back mode: a client may declare
@@ -46,11 +49,28 @@ class LoopParts:
         settings = self.settings
         if settings.interrupt_mode != "hand_back":
             return self.alike
-        return Offering(settings.offer_tools_on_empty_tools, self.registry.offered_names(caller.allowed))
+        return Offering(settings.offer_tools_on_empty_tools, self.registry.offered_names(caller.allowed),
+                        self.mcp, self._provider_runs_mcp)
 
     @functools.cached_property
     def alike(self) -> Offering:
-        return Offering(self.settings.offer_tools_on_empty_tools)
+        return Offering(self.settings.offer_tools_on_empty_tools, mcp=self.mcp,
+                        provider_runs_mcp=self._provider_runs_mcp)
+
+    @functools.cached_property
+    def _provider_runs_mcp(self) -> Callable[[str], bool] | None:
+        """With responses_mcp_runner provider: whether every upstream a model routes to is OpenAI's
+        (then OpenAI runs its `mcp` tools); None with the gateway runner."""
+        if self.mcp is None or self.settings.responses_mcp_runner != "provider":
+            return None
+        kinds = {name: entry.kind for name, entry in self.settings.upstream_entries().items()}
+        table = self.settings.routing_table()
+
+        def all_openai(model: str) -> bool:
+            route = table.route(model) or table.route_of_default()
+            targets = (*route.primary, *route.fallbacks) if route is not None else ()
+            return bool(targets) and all(kinds.get(t.upstream) == "openai" for t in targets)
+        return all_openai
 
 
 SETTINGS = web.AppKey("settings", Settings)

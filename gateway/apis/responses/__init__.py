@@ -13,7 +13,7 @@ from gateway.apis.fields import validate
 from gateway.apis.responses.answer import ResponsesStreamReader, opens_response, read_response
 from gateway.apis.responses.genai import ResponsesMessages
 from gateway.apis.responses.records import remembered
-from gateway.apis.responses.render import ResponseEvents, final_response
+from gateway.apis.responses.render import ResponseEvents, final_response, mcp_shown
 from gateway.apis.responses.request import ResponsesRequest, call_ids, plan_responses, result_places, results, tool_spec
 from gateway.apis.tool_choice import relaxed_tool_choice
 from gateway.caller import Caller
@@ -46,7 +46,8 @@ class ResponsesApi:
 
     def kept(self, events: AsyncGenerator[Event, None], keeping: Keeping) -> AsyncGenerator[Event, None]:
         """An answer under an id of the gateway's is kept, for GET, input_items and DELETE of that id."""
-        return remembered(events, keeping.state, keeping.principal, partial(final_response, keeping.plan),
+        shown = partial(final_response, keeping.plan, mcp=mcp_shown(keeping.plan))
+        return remembered(events, keeping.state, keeping.principal, shown,
                           keeping.body.get("input"), keeping.body.get("store") is not False, keeping.max_bytes)
 
     def read(self, body: Any, headers: Mapping[str, str] | None = None) -> ModelTurn:
@@ -79,10 +80,10 @@ class ResponsesApi:
         return await plan_responses(self, body, caller, registry, held, query, path, offer)
 
     def as_json(self, plan: Plan, finished: Finished) -> Mapping[str, Any]:
-        return final_response(plan, finished)
+        return final_response(plan, finished, mcp_shown(plan))
 
     def renderer(self, plan: Plan) -> StreamRenderer:
-        return ResponseEvents(plan)
+        return ResponseEvents(plan, mcp_shown(plan))
 
     error_body = staticmethod(openai_body)  # the very function, by which error_response knows OpenAI's statuses
 

@@ -5,13 +5,15 @@ answer, and how a held turn is put back when the client sends its input again.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.apis.responses.answer import CALL_ITEMS
+from gateway.apis.responses.mcp_items import approval_item
 from gateway.engine.history import INTERRUPT_FIELD, Owner, Take, paused, without_tools
 from gateway.engine.turn import ModelCall, ModelTurn
-from gateway.state import HeldTurn, client_call_id, split_call_id
+from gateway.mcp.declared import McpOffer
+from gateway.state import HeldTurn, approval_id, client_call_id, split_call_id
 from gateway.tools import ToolOutcome
 
 _OUTPUT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
@@ -33,11 +35,17 @@ def _call_output(outcome: ToolOutcome) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": outcome.call_id, "output": output}
 
 
-def _shown_ids(items: Sequence[Mapping[str, Any]], theirs: Sequence[ModelCall] = ()) -> tuple[str, ...]:
-    """Ids of the items a client saw: every output item but the calls, and its own calls."""
+def _shown_ids(items: Sequence[Mapping[str, Any]], theirs: Sequence[ModelCall] = (),
+              mcp: McpOffer | None = None) -> tuple[str, ...]:
+    """Ids of the items a client saw: every output item but the calls, and its own calls; and the
+    `mcp_call` items of the declared servers' calls (named by the model's call id)."""
     clients = {id(call.item) for call in theirs}
-    return tuple(item["id"] for item in items if isinstance(item.get("id"), str) and (
+    shown = tuple(item["id"] for item in items if isinstance(item.get("id"), str) and (
         item.get("type") not in CALL_ITEMS or id(item) in clients))
+    if mcp is None:
+        return shown
+    return shown + tuple(f"mcp_{item['call_id']}" for item in items if item.get("type") == "function_call"
+                         and item.get("name") in mcp.by_name and isinstance(item.get("call_id"), str))
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,8 @@ class ResponsesConversation:
     items: str | tuple[Any, ...]  # the input of the next call (a string, as the client may send it)
     previous_response_id: str | None = None  # the provider response the next call continues
     added: tuple[Mapping[str, Any], ...] = ()  # the items the gateway added in this request
+    mcp: McpOffer | None = None  # the request's declared MCP servers, when the gateway runs them
+    client_choice: Any = None  # the tool_choice the client sent (an mcp one is sent upstream as a function's)
 
     @property
     def tool_choice(self) -> Any:
@@ -77,23 +87,29 @@ class ResponsesConversation:
         added = (*self.added, *turn.output, *outputs)
         if not self.chained:  # replay this round's items after the input, from the same starting point
             sent = ({"role": "user", "content": self.items},) if isinstance(self.items, str) else self.items
-            return ResponsesConversation(base, (*sent, *turn.output, *outputs), self.previous_response_id, added)
+            return replace(self, base=base, items=(*sent, *turn.output, *outputs), added=added)
         # A conversation object keeps the items itself; otherwise the next call names this response.
         previous = None if "conversation" in base else turn.response_id
-        return ResponsesConversation(base, outputs, previous, added)
+        return replace(self, base=base, items=outputs, previous_response_id=previous, added=added)
 
     def held(self, turn: ModelTurn, mine: Sequence[ModelCall], theirs: Sequence[ModelCall],
              outcomes: Sequence[ToolOutcome]) -> HeldTurn:
         kept = {id(call.item) for call in (*mine, *theirs)}
         output = [item for item in turn.output if item.get("type") not in CALL_ITEMS or id(item) in kept]
         results = tuple(_call_output(o) for o in outcomes)
-        return HeldTurn("responses", (*self.added, *output), results, _shown_ids((*self.added, *output), theirs))
+        return HeldTurn("responses", (*self.added, *output), results,
+                        _shown_ids((*self.added, *output), theirs, self.mcp))
 
     def answered(self) -> HeldTurn | None:
-        shown = _shown_ids(self.added)
+        shown = _shown_ids(self.added, (), self.mcp)
         return HeldTurn("responses", self.added, (), shown) if shown else None
 
     def for_client(self, call: ModelCall, token: str | None, pause: ToolOutcome | None = None) -> Mapping[str, Any]:
+        digest = pause.interrupt_data.get("client_approval") if pause is not None and isinstance(
+            pause.interrupt_data, Mapping) else None
+        if self.mcp is not None and token is not None and isinstance(digest, str) and call.name in self.mcp.by_name:
+            label, remote = self.mcp.by_name[call.name]
+            return approval_item(approval_id(token, call.id, digest), label, remote, call.arguments)
         item = call.item if token is None else {**call.item, "call_id": client_call_id(token, call.id)}
         return paused(item, pause)
 

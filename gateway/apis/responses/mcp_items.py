@@ -54,8 +54,10 @@ class McpShown:
 
     def shows(self, call: ModelCall, outcome: ToolOutcome) -> bool:
         """Whether the answer shows `call` as an `mcp_call`: a declared server's, unless it paused
-        for the client's approval before it showed."""
-        return call.name in self.by_name and (outcome.status != "interrupted" or self.shows_early(call.name))
+        for the client's approval before it showed, or the client denied it (the model is told; no
+        call ran to show)."""
+        return call.name in self.by_name and (outcome.status not in ("interrupted", "denied")
+                                              or self.shows_early(call.name))
 
 
 def call_error(outcome: ToolOutcome) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.apis.base import Frame, RoundIndexes
 from gateway.apis.responses.answer import CALL_ITEMS, opens_response
+from gateway.apis.responses.history import ResponsesConversation
 from gateway.apis.responses.mcp_items import (
     McpShown,
     approval_events,
@@ -20,6 +21,7 @@ from gateway.apis.responses.mcp_items import (
 from gateway.engine import Finished, Plan, ToolsRan, ToolsStarted, Visible
 from gateway.engine.turn import ModelTurn, summed_usage
 from gateway.errors import GatewayError
+from gateway.state import approval_id
 
 LISTS_ROUND = -2  # the round the declared servers' tool lists are numbered in: before any provider round
 
@@ -35,12 +37,28 @@ def _is_gateway_tool(plan: Plan, spec: Any) -> bool:
     return isinstance(spec, dict) and spec.get("type") == "function" and spec.get("name") in plan.gateway_names
 
 
+def mcp_shown(plan: Plan) -> McpShown | None:
+    """What the answer shows of the MCP servers the request declared (None: it declared none the
+    gateway runs): their lists, their calls, and which approval each approved call answers."""
+    conversation = plan.conversation
+    offer = conversation.mcp if isinstance(conversation, ResponsesConversation) else None
+    if offer is None:
+        return None
+    approvals = {d.call_id: approval_id(d.token, d.call_id, d.digest) for d in plan.decided.values() if d.approve}
+    return McpShown(offer.by_name, offer.approval, approvals, offer.lists)
+
+
 def as_client_sees(plan: Plan, response: Mapping[str, Any], response_id: str | None) -> dict[str, Any]:
     """A provider response object under the id the client knows, continuing what the client
     continued, with the tool choice and tools the client sent (not the gateway's)."""
     shown = {**response, "previous_response_id": plan.previous_response_id}
     if response_id is not None:
         shown["id"] = response_id
+    conversation = plan.conversation
+    if isinstance(conversation, ResponsesConversation) and conversation.mcp is not None:
+        shown["tools"] = list(plan.client_tools)  # its mcp tools, as it declared them
+        shown["tool_choice"] = conversation.client_choice or "auto"
+        return shown
     if "tool_choice" in response and plan.conversation.tool_choice is not None:
         shown["tool_choice"] = plan.conversation.tool_choice
     if isinstance(response.get("tools"), list):

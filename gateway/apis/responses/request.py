@@ -10,13 +10,24 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from gateway.apis.fields import JsonObjects, checked_first_by
 from gateway.apis.responses.history import ResponsesConversation, held_names, orphans_told, restore_items
+from gateway.apis.responses.mcp_input import (
+    approval_tokens,
+    has_mcp_items,
+    listed_labels,
+    lost_calls,
+    read_mcp_input,
+    resumed_calls,
+)
 from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
+from gateway.engine.turn import ModelCall
 from gateway.errors import BadRequest
 from gateway.guardrails.client import ResultPlace
+from gateway.mcp.declared import McpOffer
 from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore
 from gateway.tools import Tool, ToolRegistry
+from gateway.translate.neutral import arguments_text
 
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # input items that carry a call's result
 _CALLS = ("function_call", "custom_tool_call")  # the model's calls of the client's tools
@@ -72,8 +83,8 @@ def call_ids(items: object) -> list[str]:
     calls carry `call_id`), the latest first."""
     if not isinstance(items, list):
         return []
-    found = [call_id for item in reversed(items)
-             if isinstance(item, Mapping) and isinstance(call_id := item.get("call_id"), str)]
+    found = [call_id for item in reversed(items) if isinstance(item, Mapping)
+             and isinstance(call_id := item.get("call_id", item.get("approval_request_id")), str)]
     return list(dict.fromkeys(found))
 
 
@@ -122,13 +133,48 @@ def result_places(items: object) -> list[ResultPlace]:
     return places
 
 
+def _mcp_offer(body: Mapping[str, Any], caller: Caller, offer: Offering) -> McpOffer | None:
+    """What the request's `mcp` tools come to when the gateway runs them (None: it declares none, none
+    are listed, or the provider runs them). Its refusals come before anything else is read."""
+    if offer.mcp is None or (offer.provider_runs_mcp is not None and offer.provider_runs_mcp(str(body["model"]))):
+        return None
+    raw = body.get("input")
+    listed = listed_labels(raw) if isinstance(raw, list) else frozenset()
+    return offer.mcp.resolve(body.get("tools"), caller.allowed, request_id=caller.request_id or "", listed=listed,
+                             continued=body.get("previous_response_id") is not None)
+
+
+def _mcp_specs(body: Mapping[str, Any], mcp: McpOffer, registry: ToolRegistry) -> tuple[dict[str, Any], list[Any]]:
+    """The request with its `mcp` tools out (and an mcp tool_choice made a function's), and the specs
+    of the tools they offer, as the gateway's own."""
+    shown = {**body, "tools": [t for t in body.get("tools") or () if not (isinstance(t, Mapping)
+                                                                          and t.get("type") == "mcp")]}
+    specs: list[Any] = []
+    for name in sorted(mcp.names):
+        if (tool := registry.get(name)) is not None:
+            spec = tool_spec(tool)
+            if (said := mcp.descriptions.get(mcp.by_name[name][0])) is not None:
+                spec["description"] = f"{said}\n\n{spec['description'] or ''}".strip()
+            specs.append(spec)
+    choice = body.get("tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") == "mcp":
+        named = [n for n, (label, remote) in mcp.by_name.items()
+                 if label == choice.get("server_label") and remote == choice.get("name")]
+        shown["tool_choice"] = {"type": "function", "name": named[0]} if named else "required"
+    return shown, specs
+
+
 async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
                          held: StateStore, query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
     """A Responses API request (checked) as a plan."""
+    mcp = _mcp_offer(body, caller, offer)
+    sent_body, mcp_specs = _mcp_specs(body, mcp, registry) if mcp is not None else (body, [])
     offers = offers_tools(body, offer.on_empty)
     gateway_names = registry.offered_names(caller.allowed) if offers else frozenset()
     offered = registry.specs("responses", tool_spec, caller.allowed) if offers else []
-    base, client_names = upstream_base(body, ("input", "stream", "previous_response_id"), tool_name,
+    if mcp is not None:
+        gateway_names, offered = gateway_names | mcp.names, [*offered, *mcp_specs]
+    base, client_names = upstream_base(sent_body, ("input", "stream", "previous_response_id"), tool_name,
                                        offered, gateway_names,
                                        offer.shared)
     if gateway_names and body.get("background"):
@@ -145,20 +191,35 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
     sent = sent if isinstance(sent, str) else None
     listed: tuple[Any, ...] = () if isinstance(raw_input, str) else tuple(raw_input or ())
     tokens, item_ids = held_names(listed)
+    if mcp is not None:
+        tokens += approval_tokens(listed)
     found = await held.lookup(caller.principal, tokens, item_ids, sent) if tokens or item_ids or sent else NOTHING
+    take = partial(found.take, api="responses")
+    read = read_mcp_input(listed, take, mcp) if mcp is not None and has_mcp_items(listed) else None
+    if read is not None:
+        listed = tuple(read.items)
     if isinstance(raw_input, str):
         items: str | tuple[Any, ...] = raw_input
     elif tokens or item_ids:  # only these can name a held turn (restore_items)
-        items = tuple(restore_items(listed, partial(found.take, api="responses"), found.owner))
+        items = tuple(restore_items(listed, take, found.owner))
     else:  # most input: nothing to restore, as Chat's messages skip restore_messages
         items = listed
+    resumed: list[Any] = []
+    if read is not None and mcp is not None and not isinstance(items, str):
+        kept, resumed = resumed_calls(lost_calls(items, mcp), read.decided)
+        items = tuple(kept)
     previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None else None
     forgotten = sent is not None and previous is None  # a gateway response id it no longer knows
     if forgotten and not isinstance(items, str):
         items = tuple(orphans_told(items))
     lost = forgotten or any(found.take(token, "responses") is None for token in tokens)
-    conversation = ResponsesConversation(base, items, previous)
+    lost = lost or (read is not None and read.lost)
+    conversation = ResponsesConversation(base, items, previous, mcp=mcp, client_choice=body.get("tool_choice"))
     return Plan(api, str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent,
                 answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path, held_turn_lost=lost,
-                client_tools=body.get("tools") or ())
+                client_tools=body.get("tools") or (), declared=mcp.names if mcp is not None else frozenset(),
+                asks_client=mcp.approval if mcp is not None else frozenset(),
+                decided=read.decided if read is not None else {},
+                resumed=tuple(ModelCall(c["call_id"], c["name"], arguments_text(c.get("arguments")), c)
+                              for c in resumed))

@@ -1,0 +1,131 @@
+"""Responses `mcp` tools run by the gateway on a non-OpenAI upstream (issue 60), through the official
+`openai` client: a real MCP server (tests/mcp/servers/files.py over streamable HTTP) on the
+operator's allow list, the scripted model on an Anthropic upstream. The answer shows the server's
+tool list and the calls as OpenAI's own items and events; `allowed_tools` narrows what the model is
+offered; `require_approval` hands back an `mcp_approval_request` that the client answers in its
+next request, by the whole input or by previous_response_id; an approval replayed with edited
+arguments runs nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools
+from pydantic import TypeAdapter
+
+from gateway.demo.model import Reply
+from telemetry import names
+from tests.conftest import STREAM, USER, Stack, StackFactory, tool_call_spans
+from tests.mcp.conftest import HttpServer, Recorded, http_server, recorded
+
+__all__ = ["http_server", "recorded"]  # the fixtures of tests/mcp, used here
+
+pytestmark = pytest.mark.slow  # an MCP server as a process of its own
+
+EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+NEVER = {"type": "mcp", "server_label": "files", "require_approval": "never"}
+ALWAYS = {"type": "mcp", "server_label": "files", "require_approval": "always"}
+READ = Reply(tool_calls=[("files__read_file", {"path": "notes.txt"})])
+
+
+@pytest.fixture
+async def stack(make_stack: StackFactory, http_server: HttpServer) -> Stack:
+    return await make_stack(upstream_kind="anthropic", responses_mcp_servers={"files": {"url": http_server.url}})
+
+
+async def _create(stack: Stack, stream: bool, **request: Any) -> tuple[Response, list[Any]]:
+    """The answer as openai's own Response, and its events as openai's own event types."""
+    request = {"model": "claude-sonnet-4-5", **request}
+    if not stream:
+        return await stack.client.responses.create(**request), []
+    events = [event async for event in await stack.client.responses.create(stream=True, **request)]
+    for event in events:
+        EVENTS.validate_python(event.model_dump())
+    final = events[-1]
+    assert final.type == "response.completed"
+    return final.response, events
+
+
+def _upstream_tools(stack: Stack, index: int = 0) -> set[str]:
+    return {tool["name"] for tool in stack.upstream_requests[index].get("tools", [])}
+
+
+def _told(stack: Stack) -> str:
+    """Every tool result the upstream's last request carries, as text."""
+    messages = stack.upstream_requests[-1]["messages"]
+    return json.dumps([block for m in messages if isinstance(m["content"], list) for block in m["content"]
+                       if block.get("type") == "tool_result"])
+
+
+@STREAM
+async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recorded: Recorded, stream: bool) -> None:
+    stack.script.then(READ, Reply(content="It says hello."))
+    response, events = await _create(stack, stream, input=USER[0]["content"], tools=[NEVER])
+    listed, call, message = response.output
+    assert isinstance(listed, McpListTools) and isinstance(call, McpCall)
+    assert listed.server_label == "files" and "read_file" in {tool.name for tool in listed.tools}
+    assert (call.server_label, call.name, call.status) == ("files", "read_file", "completed")
+    assert json.loads(call.arguments) == {"path": "notes.txt"}
+    assert call.output == "contents of notes.txt from 0"
+    assert message.type == "message" and response.output_text == "It says hello."
+    assert response.tools[0].type == "mcp"  # the client's own tools, as it sent them
+    assert [entry["tool"] for entry in recorded.calls()] == ["read_file"]
+    assert "files__read_file" in _upstream_tools(stack) and "mcp" not in json.dumps(stack.upstream_requests[0]
+                                                                                      .get("tools"))
+    if stream:
+        kinds = [event.type for event in events]
+        start = kinds.index("response.mcp_list_tools.in_progress") - 1
+        assert kinds[start:start + 12] == [
+            "response.output_item.added", "response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
+            "response.output_item.done", "response.output_item.added", "response.mcp_call.in_progress",
+            "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done", "response.mcp_call.completed",
+            "response.output_item.done", "response.output_item.added", "response.content_part.added"]
+        assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    trace = next(iter(stack.spans())).context.trace_id
+    spans = tool_call_spans(stack, format(trace, "032x"))
+    [span] = [s for s in spans if s.attributes.get(names.ATTR_TOOL_NAME) == "files__read_file"]
+    steps = {s.name for s in stack.spans() if s.parent is not None and s.parent.span_id == span.context.span_id}
+    assert {names.SPAN_TOOL_PARSE, names.SPAN_TOOL_EXECUTE} <= steps
+
+
+def _replayed(response: Response) -> list[dict[str, Any]]:
+    """An answer's output as the next request's input (as the Agents SDK resends it)."""
+    return [item.model_dump(exclude_none=True) for item in response.output]
+
+
+async def _asked(stack: Stack, stream: bool) -> tuple[Response, McpApprovalRequest]:
+    """A first request whose call waits for the client's approval."""
+    stack.script.then(READ)
+    first, _ = await _create(stack, stream, input=USER[0]["content"], tools=[ALWAYS])
+    listed, request = first.output
+    assert isinstance(listed, McpListTools)
+    assert isinstance(request, McpApprovalRequest)
+    assert (request.server_label, request.name, json.loads(request.arguments)) == ("files", "read_file",
+                                                                                    {"path": "notes.txt"})
+    return first, request
+
+
+@STREAM
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
+async def test_an_approval_by_the_whole_input(stack: Stack, recorded: Recorded, stream: bool, approve: bool) -> None:
+    first, request = await _asked(stack, stream)
+    assert recorded.calls() == []
+    stack.script.then(Reply(content="Done."))
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve,
+              **({} if approve else {"reason": "not that file"})}
+    second, _ = await _create(stack, stream, input=[*USER, *_replayed(first), answer], tools=[ALWAYS])
+    assert second.output_text == "Done."
+    if approve:
+        call, _message = second.output
+        assert isinstance(call, McpCall)
+        assert (call.status, call.approval_request_id) == ("completed", request.id)
+        assert [entry["args"] for entry in recorded.calls()] == [{"path": "notes.txt", "offset": 0}]
+        assert "contents of notes.txt" in _told(stack)
+    else:
+        assert [item.type for item in second.output] == ["message"]
+        assert recorded.calls() == []
+        assert "not that file" in _told(stack)
+    assert len(stack.upstream_requests) == 2  # the decided call ran before the model was called again
