@@ -78,8 +78,13 @@ async def run(agent: Agent[Any], given: Any, config: RunConfig, streamed: bool, 
 
 
 def told(stack: Stack) -> str:
-    """What the model was last given as the tool's result."""
-    return results_by_tool(stack.upstream_requests[-1])[TOOL]
+    """What the model was last given as the tool's result, in the Anthropic request it got."""
+    blocks = [block for message in stack.upstream_requests[-1]["messages"] if isinstance(message["content"], list)
+              for block in message["content"]]
+    uses = {block["id"] for block in blocks if block["type"] == "tool_use" and block["name"] == TOOL}
+    [result] = [block for block in blocks if block["type"] == "tool_result" and block["tool_use_id"] in uses]
+    content = result["content"]
+    return content if isinstance(content, str) else "".join(part.get("text", "") for part in content)
 
 
 def assert_listed_and_ran(stack: Stack, recorded: Recorded, result: Result, approved: bool,
