@@ -156,3 +156,24 @@ async def test_allowed_tools_narrow_the_offer(stack: Stack, recorded: Recorded) 
     assert [tool.name for tool in listed.tools] == ["read_file"]
     assert recorded.calls() == []
     assert "There is no tool named 'files__fail'" in _told(stack)
+
+
+@STREAM
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
+async def test_an_approval_by_previous_response_id(stack: Stack, recorded: Recorded, stream: bool,
+                                                   approve: bool) -> None:
+    first, request = await _asked(stack, stream)
+    stack.script.then(Reply(content="Done."))
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve}
+    second, _ = await _create(stack, stream, input=[answer], previous_response_id=first.id, tools=[ALWAYS])
+    assert second.output_text == "Done."
+    assert second.previous_response_id == first.id
+    upstream = stack.upstream_requests[-1]
+    assert upstream["messages"][0]["content"] == [{"type": "text", "text": USER[0]["content"]}]  # held for it
+    if approve:
+        assert [item.type for item in second.output] == ["mcp_call", "message"]
+        assert [entry["tool"] for entry in recorded.calls()] == ["read_file"]
+    else:
+        assert [item.type for item in second.output] == ["message"]
+        assert recorded.calls() == []
+        assert "denied" in _told(stack).lower() or "not approved" in _told(stack).lower()
