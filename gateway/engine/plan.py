@@ -94,6 +94,7 @@ class Offering:
     # Whether the provider runs the `mcp` tools of requests for this model (responses_mcp_runner
     # provider, and every upstream of the model OpenAI's): then they pass through untouched.
     provider_runs_mcp: Callable[[str], bool] | None = None
+    whole_max_bytes: int = 0  # answer_record_max_bytes: the most of a conversation held for an approval's follow-up
 
 
 NO_OPTIONS = Offering()

@@ -10,6 +10,7 @@ it has done so far lives there, not in long lists of parameters.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -137,8 +138,10 @@ class _Run:
         called, as a round of their own: a turn made of the held calls. A call paused again (its
         approval named other arguments) goes back to the client at once, with no provider call."""
         calls = self.plan.resumed
-        body = {"id": None, "object": "response", "status": "completed", "model": self.plan.model,
-                "output": [call.item for call in calls]}
+        # No provider answered this round: its body stands in for one, should the answer end with it.
+        body = {"object": "response", "created_at": int(time.time()), "status": "completed", "model": self.plan.model,
+                "output": [call.item for call in calls], "parallel_tool_calls": True, "tool_choice": "auto",
+                "tools": []}
         self.turns.append(ModelTurn(self.plan.api.name, body, tuple(call.item for call in calls), calls,
                                     "tool_calls"))
         acted = _Acted(RunTools(calls, self.conversation.tool_choice), (), [])

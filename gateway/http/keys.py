@@ -50,12 +50,13 @@ class LoopParts:
         if settings.interrupt_mode != "hand_back":
             return self.alike
         return Offering(settings.offer_tools_on_empty_tools, self.registry.offered_names(caller.allowed),
-                        self.mcp, self._provider_runs_mcp)
+                        self.mcp, self._provider_runs_mcp, settings.answer_record_max_bytes)
 
     @functools.cached_property
     def alike(self) -> Offering:
         return Offering(self.settings.offer_tools_on_empty_tools, mcp=self.mcp,
-                        provider_runs_mcp=self._provider_runs_mcp)
+                        provider_runs_mcp=self._provider_runs_mcp,
+                        whole_max_bytes=self.settings.answer_record_max_bytes)
 
     @functools.cached_property
     def _provider_runs_mcp(self) -> Callable[[str], bool] | None:

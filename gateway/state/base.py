@@ -31,6 +31,9 @@ class HeldTurn:
     calls: tuple[Mapping[str, Any], ...]  # what goes in place of the client's copy (messages / items)
     results: tuple[Mapping[str, Any], ...] = ()  # the gateway's results, before the client's own
     shown: tuple[str, ...] = ()  # Responses: ids of the items the client saw, by which it is found
+    # Responses on an upstream that keeps no conversation, when a call waits for the client's approval:
+    # the conversation before the gateway's rounds, for a follow-up by previous_response_id alone.
+    before: tuple[Mapping[str, Any], ...] = ()
 
 
 def client_call_id(token: str, original: str) -> str:

@@ -62,7 +62,8 @@ def _objects(value: object) -> tuple[dict[str, Any], ...]:
 
 def turn_json(turn: HeldTurn) -> str:
     """A held turn as Redis holds it (`turn_of` reads it back)."""
-    return json.dumps({"api": turn.api, "calls": turn.calls, "results": turn.results, "shown": turn.shown},
+    whole = {"before": turn.before} if turn.before else {}
+    return json.dumps({"api": turn.api, "calls": turn.calls, "results": turn.results, "shown": turn.shown, **whole},
                       separators=(",", ":"))
 
 
@@ -80,7 +81,8 @@ def turn_of(raw: bytes) -> HeldTurn:
     shown = data.get("shown")
     if not isinstance(shown, list) or not all(isinstance(s, str) for s in shown):
         raise Unreadable("not a held turn: its shown ids are not a list of strings")
-    return HeldTurn(data["api"], _objects(data.get("calls")), _objects(data.get("results")), tuple(shown))
+    return HeldTurn(data["api"], _objects(data.get("calls")), _objects(data.get("results")), tuple(shown),
+                    _objects(data.get("before")))
 
 
 def token_of(raw: bytes) -> str:

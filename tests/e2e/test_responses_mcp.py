@@ -129,3 +129,51 @@ async def test_an_approval_by_the_whole_input(stack: Stack, recorded: Recorded, 
         assert recorded.calls() == []
         assert "not that file" in _told(stack)
     assert len(stack.upstream_requests) == 2  # the decided call ran before the model was called again
+
+
+@STREAM
+async def test_an_approval_replayed_with_edited_arguments_runs_nothing(stack: Stack, recorded: Recorded,
+                                                                      stream: bool) -> None:
+    first, request = await _asked(stack, stream)
+    replayed = _replayed(first)
+    replayed[1] = {**replayed[1], "arguments": json.dumps({"path": "/etc/shadow"})}
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    second, _ = await _create(stack, stream, input=[*USER, *replayed, answer], tools=[ALWAYS])
+    assert recorded.calls() == []
+    [asked_again] = second.output
+    assert isinstance(asked_again, McpApprovalRequest)
+    assert json.loads(asked_again.arguments) == {"path": "notes.txt"}  # what would run: the model's call
+    assert asked_again.id != request.id
+    assert len(stack.upstream_requests) == 1  # handed back at once, with no provider call
+
+
+async def test_allowed_tools_narrow_the_offer(stack: Stack, recorded: Recorded) -> None:
+    stack.script.then(Reply(tool_calls=[("files__fail", {})]), Reply(content="Sorry."))
+    spec = {**NEVER, "allowed_tools": ["read_file"]}
+    response, _ = await _create(stack, False, input=USER[0]["content"], tools=[spec])
+    assert _upstream_tools(stack) & {"files__read_file", "files__fail"} == {"files__read_file"}
+    [listed] = [item for item in response.output if isinstance(item, McpListTools)]
+    assert [tool.name for tool in listed.tools] == ["read_file"]
+    assert recorded.calls() == []
+    assert "There is no tool named 'files__fail'" in _told(stack)
+
+
+@STREAM
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
+async def test_an_approval_by_previous_response_id(stack: Stack, recorded: Recorded, stream: bool,
+                                                   approve: bool) -> None:
+    first, request = await _asked(stack, stream)
+    stack.script.then(Reply(content="Done."))
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve}
+    second, _ = await _create(stack, stream, input=[answer], previous_response_id=first.id, tools=[ALWAYS])
+    assert second.output_text == "Done."
+    assert second.previous_response_id == first.id
+    upstream = stack.upstream_requests[-1]
+    assert upstream["messages"][0]["content"] == [{"type": "text", "text": USER[0]["content"]}]  # held for it
+    if approve:
+        assert [item.type for item in second.output] == ["mcp_call", "message"]
+        assert [entry["tool"] for entry in recorded.calls()] == ["read_file"]
+    else:
+        assert [item.type for item in second.output] == ["message"]
+        assert recorded.calls() == []
+        assert "denied" in _told(stack).lower() or "not approved" in _told(stack).lower()

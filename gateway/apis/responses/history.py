@@ -4,6 +4,7 @@ answer, and how a held turn is put back when the client sends its input again.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -58,6 +59,7 @@ class ResponsesConversation:
     added: tuple[Mapping[str, Any], ...] = ()  # the items the gateway added in this request
     mcp: McpOffer | None = None  # the request's declared MCP servers, when the gateway runs them
     client_choice: Any = None  # the tool_choice the client sent (an mcp one is sent upstream as a function's)
+    whole_max_bytes: int = 0  # the most of a conversation held for a follow-up by previous_response_id alone
 
     @property
     def tool_choice(self) -> Any:
@@ -98,7 +100,20 @@ class ResponsesConversation:
         output = [item for item in turn.output if item.get("type") not in CALL_ITEMS or id(item) in kept]
         results = tuple(_call_output(o) for o in outcomes)
         return HeldTurn("responses", (*self.added, *output), results,
-                        _shown_ids((*self.added, *output), theirs, self.mcp))
+                        _shown_ids((*self.added, *output), theirs, self.mcp), self._before())
+
+    def _before(self) -> tuple[Mapping[str, Any], ...]:
+        """The conversation before this request's rounds, when a follow-up may continue it by
+        previous_response_id alone on an upstream that keeps none (calls wait for the client's
+        approval); none past `whole_max_bytes`, and the follow-up must send the whole input."""
+        if self.mcp is None or not self.mcp.approval or self.chained:
+            return ()
+        if isinstance(self.items, str):
+            before: tuple[Mapping[str, Any], ...] = ({"role": "user", "content": self.items},)
+        else:
+            before = tuple(self.items[:len(self.items) - len(self.added)])
+        size = len(json.dumps(before, ensure_ascii=False, default=str))
+        return before if size <= self.whole_max_bytes else ()
 
     def answered(self) -> HeldTurn | None:
         shown = _shown_ids(self.added, (), self.mcp)

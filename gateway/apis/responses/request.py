@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Annotated, Any, TypeGuard
 
@@ -20,6 +20,7 @@ from gateway.apis.responses.mcp_input import (
 )
 from gateway.caller import Caller
 from gateway.client_tools.results import LATEST_RESULTS
+from gateway.engine.history import Take
 from gateway.engine.plan import NO_OPTIONS, Offering, Plan, Wire, offers_tools, upstream_base
 from gateway.engine.turn import ModelCall
 from gateway.errors import BadRequest
@@ -27,6 +28,7 @@ from gateway.guardrails.client import ResultPlace
 from gateway.mcp.declared import McpOffer
 from gateway.state import NOTHING, RESPONSE_PREFIX, StateStore
 from gateway.tools import Tool, ToolRegistry
+from gateway.tools.approvals import ClientDecision
 from gateway.translate.neutral import arguments_text
 
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")  # input items that carry a call's result
@@ -164,6 +166,15 @@ def _mcp_specs(body: Mapping[str, Any], mcp: McpOffer, registry: ToolRegistry) -
     return shown, specs
 
 
+def _held_before(decided: Iterable[ClientDecision], take: Take) -> tuple[Any, ...]:
+    """The conversation a held turn kept for a follow-up by previous_response_id alone (none: the
+    upstream keeps it, or it was too large to hold)."""
+    for decision in decided:
+        if (held := take(decision.token)) is not None and held.before:
+            return tuple(held.before)
+    return ()
+
+
 async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
                          held: StateStore, query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
     """A Responses API request (checked) as a plan."""
@@ -209,12 +220,16 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
         kept, resumed = resumed_calls(lost_calls(items, mcp), read.decided)
         items = tuple(kept)
     previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None else None
+    if read is not None and sent is not None and not isinstance(items, str) and (
+            before := _held_before(read.decided.values(), take)):
+        items, previous = (*before, *items), None  # the upstream keeps no conversation: the gateway held it
     forgotten = sent is not None and previous is None  # a gateway response id it no longer knows
     if forgotten and not isinstance(items, str):
         items = tuple(orphans_told(items))
     lost = forgotten or any(found.take(token, "responses") is None for token in tokens)
     lost = lost or (read is not None and read.lost)
-    conversation = ResponsesConversation(base, items, previous, mcp=mcp, client_choice=body.get("tool_choice"))
+    conversation = ResponsesConversation(base, items, previous, mcp=mcp, client_choice=body.get("tool_choice"),
+                                         whole_max_bytes=offer.whole_max_bytes)
     return Plan(api, str(body["model"]), bool(body.get("stream")), conversation, client_names,
                 gateway_names, previous_response_id=sent,
                 answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path, held_turn_lost=lost,
