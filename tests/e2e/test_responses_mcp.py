@@ -65,16 +65,19 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
     stack.script.then(READ, Reply(content="It says hello."))
     response, events = await _create(stack, stream, input=USER[0]["content"], tools=[NEVER])
     listed, call, message = response.output
-    assert isinstance(listed, McpListTools) and isinstance(call, McpCall)
-    assert listed.server_label == "files" and "read_file" in {tool.name for tool in listed.tools}
+    assert isinstance(listed, McpListTools)
+    assert isinstance(call, McpCall)
+    assert listed.server_label == "files"
+    assert "read_file" in {tool.name for tool in listed.tools}
     assert (call.server_label, call.name, call.status) == ("files", "read_file", "completed")
     assert json.loads(call.arguments) == {"path": "notes.txt"}
     assert call.output == "contents of notes.txt from 0"
-    assert message.type == "message" and response.output_text == "It says hello."
+    assert message.type == "message"
+    assert response.output_text == "It says hello."
     assert response.tools[0].type == "mcp"  # the client's own tools, as it sent them
     assert [entry["tool"] for entry in recorded.calls()] == ["read_file"]
-    assert "files__read_file" in _upstream_tools(stack) and "mcp" not in json.dumps(stack.upstream_requests[0]
-                                                                                      .get("tools"))
+    assert "files__read_file" in _upstream_tools(stack)
+    assert "mcp" not in {tool.get("type") for tool in stack.upstream_requests[0]["tools"]}
     if stream:
         kinds = [event.type for event in events]
         start = kinds.index("response.mcp_list_tools.in_progress") - 1
@@ -83,7 +86,8 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
             "response.output_item.done", "response.output_item.added", "response.mcp_call.in_progress",
             "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done", "response.mcp_call.completed",
             "response.output_item.done", "response.output_item.added", "response.content_part.added"]
-        assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds[-1] == "response.completed"
     trace = next(iter(stack.spans())).context.trace_id
     spans = tool_call_spans(stack, format(trace, "032x"))
     [span] = [s for s in spans if s.attributes.get(names.ATTR_TOOL_NAME) == "files__read_file"]
