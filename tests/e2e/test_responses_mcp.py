@@ -9,6 +9,7 @@ arguments runs nothing."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 import pytest
@@ -93,6 +94,25 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
     [span] = [s for s in spans if s.attributes.get(names.ATTR_TOOL_NAME) == "files__read_file"]
     steps = {s.name for s in stack.spans() if s.parent is not None and s.parent.span_id == span.context.span_id}
     assert {names.SPAN_TOOL_PARSE, names.SPAN_TOOL_EXECUTE} <= steps
+    await stack.store.flushed()
+    with sqlite3.connect(stack.store.path) as db:
+        rows = db.execute("SELECT tool, outcome FROM tool_calls").fetchall()
+    assert rows == [("files__read_file", "ok")]
+
+
+async def test_the_provider_runs_them_for_an_openai_upstream(make_stack: StackFactory, http_server: HttpServer,
+                                                            recorded: Recorded) -> None:
+    stack = await make_stack(upstream_kind="openai", responses_mcp_servers={"files": {"url": http_server.url}},
+                             responses_mcp_runner="provider")
+    stack.script.then(Reply(content="OpenAI ran it."))
+    spec = {**NEVER, "server_url": "https://mcp.example.com/sse"}  # not on the list: OpenAI connects, not the gateway
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
+    response, _ = await _create(stack, False, input=[*USER, answer], tools=[spec])
+    assert response.output_text == "OpenAI ran it."
+    [upstream] = stack.upstream_requests
+    assert [tool for tool in upstream["tools"] if tool["type"] == "mcp"] == [spec]
+    assert upstream["input"][-1] == answer
+    assert recorded.calls() == []
 
 
 def _replayed(response: Response) -> list[dict[str, Any]]:
