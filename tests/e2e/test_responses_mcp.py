@@ -91,7 +91,7 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
         assert kinds[-1] == "response.completed"
     trace = next(iter(stack.spans())).context.trace_id
     spans = tool_call_spans(stack, format(trace, "032x"))
-    [span] = [s for s in spans if s.attributes.get(names.ATTR_TOOL_NAME) == "files__read_file"]
+    [span] = [s for s in spans if (s.attributes or {}).get(names.ATTR_TOOL_NAME) == "files__read_file"]
     steps = {s.name for s in stack.spans() if s.parent is not None and s.parent.span_id == span.context.span_id}
     assert {names.SPAN_TOOL_PARSE, names.SPAN_TOOL_EXECUTE} <= steps
     await stack.store.flushed()
