@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import STREAM, USER, Stack, StackFactory, tool_call_spans
+from tests.conftest import AUTH, STREAM, USER, Stack, StackFactory, tool_call_spans
 from tests.mcp.conftest import HttpServer, Recorded, http_server, recorded
 
 __all__ = ["http_server", "recorded"]  # the fixtures of tests/mcp, used here
@@ -201,3 +201,17 @@ async def test_an_approval_by_previous_response_id(stack: Stack, recorded: Recor
         assert [item.type for item in second.output] == ["message"]
         assert recorded.calls() == []
         assert "denied" in _told(stack).lower() or "not approved" in _told(stack).lower()
+
+
+async def test_the_approval_joins_the_trajectory_of_its_request(stack: Stack) -> None:
+    stack.script.then(READ, Reply(content="Done."))
+    body = {"model": "claude-sonnet-4-5", "input": USER[0]["content"], "tools": [ALWAYS]}
+    async with stack.http.post("/v1/responses", json=body, headers=AUTH) as first:
+        assert first.status == 200
+        output = (await first.json())["output"]
+    [request] = [item for item in output if item["type"] == "mcp_approval_request"]
+    answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+    follow_up = {**body, "input": [*USER, *output, answer]}
+    async with stack.http.post("/v1/responses", json=follow_up, headers=AUTH) as second:
+        assert second.status == 200
+    assert second.headers["X-Trajectory-Id"] == first.headers["X-Trajectory-Id"]
