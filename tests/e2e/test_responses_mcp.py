@@ -162,13 +162,15 @@ async def test_an_approval_replayed_with_edited_arguments_runs_nothing(stack: St
     replayed = _replayed(first)
     replayed[1] = {**replayed[1], "arguments": json.dumps({"path": "/etc/shadow"})}
     answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
-    second, _ = await _create(stack, stream, input=[*USER, *replayed, answer], tools=[ALWAYS])
+    second, events = await _create(stack, stream, input=[*USER, *replayed, answer], tools=[ALWAYS])
     assert recorded.calls() == []
     [asked_again] = second.output
     assert isinstance(asked_again, McpApprovalRequest)
     assert json.loads(asked_again.arguments) == {"path": "notes.txt"}  # what would run: the model's call
     assert asked_again.id != request.id
     assert len(stack.upstream_requests) == 1  # handed back at once, with no provider call
+    if stream:
+        assert [event.type for event in events[:2]] == ["response.created", "response.in_progress"]
 
 
 async def test_allowed_tools_narrow_the_offer(stack: Stack, recorded: Recorded) -> None:
@@ -215,3 +217,22 @@ async def test_the_approval_joins_the_trajectory_of_its_request(stack: Stack) ->
     async with stack.http.post("/v1/responses", json=follow_up, headers=AUTH) as second:
         assert second.status == 200
     assert second.headers["X-Trajectory-Id"] == first.headers["X-Trajectory-Id"]
+
+
+async def test_another_key_replaying_an_approval_runs_nothing(make_stack: StackFactory, http_server: HttpServer,
+                                                              recorded: Recorded) -> None:
+    keys = {"one": {"key": "sk-one-0000001"}, "two": {"key": "sk-two-0000002"}}
+    stack = await make_stack(upstream_kind="anthropic", keys=keys,
+                             responses_mcp_servers={"files": {"url": http_server.url}})
+    stack.script.then(READ, Reply(content="I could not read it."))
+    body = {"model": "claude-sonnet-4-5", "input": USER[0]["content"], "tools": [ALWAYS]}
+    async with stack.http.post("/v1/responses", json=body, headers={"Authorization": "Bearer sk-one-0000001"}) as first:
+        output = (await first.json())["output"]
+    [request] = [item for item in output if item["type"] == "mcp_approval_request"]
+    answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+    follow_up = {**body, "input": [*USER, *output, answer]}
+    async with stack.http.post("/v1/responses", json=follow_up,
+                               headers={"Authorization": "Bearer sk-two-0000002"}) as second:
+        assert second.status == 200, await second.text()
+    assert recorded.calls() == []
+    assert "could not be applied" in json.dumps(stack.upstream_requests[-1]["messages"])
