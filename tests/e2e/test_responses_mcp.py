@@ -120,10 +120,10 @@ def _replayed(response: Response) -> list[dict[str, Any]]:
     return [item.model_dump(exclude_none=True) for item in response.output]
 
 
-async def _asked(stack: Stack, stream: bool) -> tuple[Response, McpApprovalRequest]:
+async def _asked(stack: Stack, stream: bool, **request: Any) -> tuple[Response, McpApprovalRequest]:
     """A first request whose call waits for the client's approval."""
     stack.script.then(READ)
-    first, _ = await _create(stack, stream, input=USER[0]["content"], tools=[ALWAYS])
+    first, _ = await _create(stack, stream, input=USER[0]["content"], tools=[ALWAYS], **request)
     listed, request = first.output
     assert isinstance(listed, McpListTools)
     assert isinstance(request, McpApprovalRequest)
@@ -236,3 +236,22 @@ async def test_another_key_replaying_an_approval_runs_nothing(make_stack: StackF
         assert second.status == 200, await second.text()
     assert recorded.calls() == []
     assert "could not be applied" in json.dumps(stack.upstream_requests[-1]["messages"])
+
+
+async def test_an_approval_by_previous_response_id_on_a_chained_upstream(make_stack: StackFactory,
+                                                                         http_server: HttpServer,
+                                                                         recorded: Recorded) -> None:
+    stack = await make_stack(upstream_kind="openai", responses_mcp_servers={"files": {"url": http_server.url}})
+    first, request = await _asked(stack, False, store=True)
+    stack.script.then(Reply(content="Done."))
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    second, _ = await _create(stack, False, input=[answer], previous_response_id=first.id, tools=[ALWAYS],
+                              store=True)
+    assert [item.type for item in second.output] == ["mcp_call", "message"]
+    assert [entry["tool"] for entry in recorded.calls()] == ["read_file"]
+    upstream = stack.upstream_requests[-1]
+    # The provider keeps the turn: the next call continues its response, with only the call's output.
+    assert upstream["previous_response_id"] not in (None, first.id)
+    [output] = upstream["input"]
+    assert output["type"] == "function_call_output"
+    assert "contents of notes.txt" in json.dumps(output)

@@ -181,7 +181,7 @@ def _decided_input(items: tuple[Any, ...], read: McpInput, mcp: McpOffer, take: 
     """The restored input without the held calls the client decided on (they run first), those
     calls, and whether the gateway held the conversation before them (continued by
     previous_response_id on an upstream that keeps none: it goes in front, and nothing is continued)."""
-    kept, decided = resumed_calls(lost_calls(items, mcp), read.decided)
+    kept, decided = resumed_calls(lost_calls(items, mcp), read.decided, take)
     calls = tuple(ModelCall(c["call_id"], c["name"], arguments_text(c.get("arguments")), c) for c in decided)
     before = _held_before(read.decided.values(), take) if continued else ()
     return (*before, *kept), calls, bool(before)
@@ -218,7 +218,7 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
         tokens += approval_tokens(listed)
     found = await held.lookup(caller.principal, tokens, item_ids, sent) if tokens or item_ids or sent else NOTHING
     take = partial(found.take, api="responses")
-    read = read_mcp_input(listed, take, mcp) if mcp is not None and has_mcp_items(listed) else None
+    read = read_mcp_input(listed, take, mcp, sent is not None) if mcp is not None and has_mcp_items(listed) else None
     if read is not None:
         listed = tuple(read.items)
     if isinstance(raw_input, str):

@@ -57,7 +57,7 @@ def test_the_whole_input_puts_the_held_call_back_and_decides_it() -> None:
     assert (decision.approve, decision.token, decision.reason, decision.copy_digest) == (True, "tok", "fine", None)
     assert decision.approves(DIGEST)
     assert not decision.approves("cd" * 32)
-    kept, resumed = resumed_calls(restored, read.decided)
+    kept, resumed = resumed_calls(restored, read.decided, _take)
     assert (kept, resumed) == ([USER], [CALL])
     assert not read.lost
 
