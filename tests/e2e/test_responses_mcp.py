@@ -255,3 +255,5 @@ async def test_an_approval_by_previous_response_id_on_a_chained_upstream(make_st
     [output] = upstream["input"]
     assert output["type"] == "function_call_output"
     assert "contents of notes.txt" in json.dumps(output)
+    kept = await stack.client.responses.retrieve(second.id)  # the answer as kept shows the same items
+    assert [item.type for item in kept.output] == ["mcp_call", "message"]
