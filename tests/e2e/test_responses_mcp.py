@@ -257,3 +257,12 @@ async def test_an_approval_by_previous_response_id_on_a_chained_upstream(make_st
     assert "contents of notes.txt" in json.dumps(output)
     kept = await stack.client.responses.retrieve(second.id)  # the answer as kept shows the same items
     assert [item.type for item in kept.output] == ["mcp_call", "message"]
+
+
+async def test_an_mcp_tool_choice_forces_that_tool_and_is_shown_as_sent(stack: Stack) -> None:
+    stack.script.then(READ, Reply(content="It says hello."))
+    choice = {"type": "mcp", "server_label": "files", "name": "read_file"}
+    response, _ = await _create(stack, False, input=USER[0]["content"], tools=[NEVER], tool_choice=choice)
+    assert stack.upstream_requests[0]["tool_choice"] == {"type": "tool", "name": "files__read_file"}
+    assert stack.upstream_requests[1]["tool_choice"] == {"type": "auto"}  # not forced again once it ran
+    assert response.tool_choice.model_dump(exclude_none=True) == choice
