@@ -130,9 +130,9 @@ async def remembered(events: AsyncGenerator[Event, None], state: StateStore, cal
                 # Only an id a later request can continue from (Responses') links.
                 response_id = event.response_id if api.continues_by_id else None
                 handed = [found for call in event.client_calls if (found := api.handed(call)) is not None]
-                # an item handed with an id and no call id (a Responses approval request) links by its id
+                # an item handed that is no call of the client's (a Responses approval request) links by its id
                 asked = [call["id"] for call in event.client_calls
-                         if "call_id" not in call and isinstance(call.get("id"), str)]
+                         if api.handed(call) is None and isinstance(call.get("id"), str)]
                 await remember(state, caller, [call_id for call_id, _ in handed] + asked, response_id)
                 if handed and keep_handed:
                     await client_results.keep_handed(state, caller, handed)

@@ -82,7 +82,7 @@ def turn_of(raw: bytes) -> HeldTurn:
     if not isinstance(shown, list) or not all(isinstance(s, str) for s in shown):
         raise Unreadable("not a held turn: its shown ids are not a list of strings")
     return HeldTurn(data["api"], _objects(data.get("calls")), _objects(data.get("results")), tuple(shown),
-                    _objects(data.get("before")))
+                    _objects(data.get("before", [])))
 
 
 def token_of(raw: bytes) -> str:

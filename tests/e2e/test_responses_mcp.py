@@ -9,6 +9,7 @@ arguments runs nothing."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from pydantic import TypeAdapter
 
 from gateway.demo.model import Reply
 from telemetry import names
-from tests.conftest import STREAM, USER, Stack, StackFactory, tool_call_spans
+from tests.conftest import AUTH, STREAM, USER, Stack, StackFactory, tool_call_spans
 from tests.mcp.conftest import HttpServer, Recorded, http_server, recorded
 
 __all__ = ["http_server", "recorded"]  # the fixtures of tests/mcp, used here
@@ -65,16 +66,19 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
     stack.script.then(READ, Reply(content="It says hello."))
     response, events = await _create(stack, stream, input=USER[0]["content"], tools=[NEVER])
     listed, call, message = response.output
-    assert isinstance(listed, McpListTools) and isinstance(call, McpCall)
-    assert listed.server_label == "files" and "read_file" in {tool.name for tool in listed.tools}
+    assert isinstance(listed, McpListTools)
+    assert isinstance(call, McpCall)
+    assert listed.server_label == "files"
+    assert "read_file" in {tool.name for tool in listed.tools}
     assert (call.server_label, call.name, call.status) == ("files", "read_file", "completed")
     assert json.loads(call.arguments) == {"path": "notes.txt"}
     assert call.output == "contents of notes.txt from 0"
-    assert message.type == "message" and response.output_text == "It says hello."
+    assert message.type == "message"
+    assert response.output_text == "It says hello."
     assert response.tools[0].type == "mcp"  # the client's own tools, as it sent them
     assert [entry["tool"] for entry in recorded.calls()] == ["read_file"]
-    assert "files__read_file" in _upstream_tools(stack) and "mcp" not in json.dumps(stack.upstream_requests[0]
-                                                                                      .get("tools"))
+    assert "files__read_file" in _upstream_tools(stack)
+    assert "mcp" not in {tool.get("type") for tool in stack.upstream_requests[0]["tools"]}
     if stream:
         kinds = [event.type for event in events]
         start = kinds.index("response.mcp_list_tools.in_progress") - 1
@@ -83,12 +87,32 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
             "response.output_item.done", "response.output_item.added", "response.mcp_call.in_progress",
             "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done", "response.mcp_call.completed",
             "response.output_item.done", "response.output_item.added", "response.content_part.added"]
-        assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds[-1] == "response.completed"
     trace = next(iter(stack.spans())).context.trace_id
     spans = tool_call_spans(stack, format(trace, "032x"))
-    [span] = [s for s in spans if s.attributes.get(names.ATTR_TOOL_NAME) == "files__read_file"]
+    [span] = [s for s in spans if (s.attributes or {}).get(names.ATTR_TOOL_NAME) == "files__read_file"]
     steps = {s.name for s in stack.spans() if s.parent is not None and s.parent.span_id == span.context.span_id}
     assert {names.SPAN_TOOL_PARSE, names.SPAN_TOOL_EXECUTE} <= steps
+    await stack.store.flushed()
+    with sqlite3.connect(stack.store.path) as db:
+        rows = db.execute("SELECT tool, outcome FROM tool_calls").fetchall()
+    assert rows == [("files__read_file", "ok")]
+
+
+async def test_the_provider_runs_them_for_an_openai_upstream(make_stack: StackFactory, http_server: HttpServer,
+                                                            recorded: Recorded) -> None:
+    stack = await make_stack(upstream_kind="openai", responses_mcp_servers={"files": {"url": http_server.url}},
+                             responses_mcp_runner="provider")
+    stack.script.then(Reply(content="OpenAI ran it."))
+    spec = {**NEVER, "server_url": "https://mcp.example.com/sse"}  # not on the list: OpenAI connects, not the gateway
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
+    response, _ = await _create(stack, False, input=[*USER, answer], tools=[spec])
+    assert response.output_text == "OpenAI ran it."
+    [upstream] = stack.upstream_requests
+    assert [tool for tool in upstream["tools"] if tool["type"] == "mcp"] == [spec]
+    assert upstream["input"][-1] == answer
+    assert recorded.calls() == []
 
 
 def _replayed(response: Response) -> list[dict[str, Any]]:
@@ -96,10 +120,10 @@ def _replayed(response: Response) -> list[dict[str, Any]]:
     return [item.model_dump(exclude_none=True) for item in response.output]
 
 
-async def _asked(stack: Stack, stream: bool) -> tuple[Response, McpApprovalRequest]:
+async def _asked(stack: Stack, stream: bool, **request: Any) -> tuple[Response, McpApprovalRequest]:
     """A first request whose call waits for the client's approval."""
     stack.script.then(READ)
-    first, _ = await _create(stack, stream, input=USER[0]["content"], tools=[ALWAYS])
+    first, _ = await _create(stack, stream, input=USER[0]["content"], tools=[ALWAYS], **request)
     listed, request = first.output
     assert isinstance(listed, McpListTools)
     assert isinstance(request, McpApprovalRequest)
@@ -138,13 +162,15 @@ async def test_an_approval_replayed_with_edited_arguments_runs_nothing(stack: St
     replayed = _replayed(first)
     replayed[1] = {**replayed[1], "arguments": json.dumps({"path": "/etc/shadow"})}
     answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
-    second, _ = await _create(stack, stream, input=[*USER, *replayed, answer], tools=[ALWAYS])
+    second, events = await _create(stack, stream, input=[*USER, *replayed, answer], tools=[ALWAYS])
     assert recorded.calls() == []
     [asked_again] = second.output
     assert isinstance(asked_again, McpApprovalRequest)
     assert json.loads(asked_again.arguments) == {"path": "notes.txt"}  # what would run: the model's call
     assert asked_again.id != request.id
     assert len(stack.upstream_requests) == 1  # handed back at once, with no provider call
+    if stream:
+        assert [event.type for event in events[:2]] == ["response.created", "response.in_progress"]
 
 
 async def test_allowed_tools_narrow_the_offer(stack: Stack, recorded: Recorded) -> None:
@@ -177,3 +203,66 @@ async def test_an_approval_by_previous_response_id(stack: Stack, recorded: Recor
         assert [item.type for item in second.output] == ["message"]
         assert recorded.calls() == []
         assert "denied" in _told(stack).lower() or "not approved" in _told(stack).lower()
+
+
+async def test_the_approval_joins_the_trajectory_of_its_request(stack: Stack) -> None:
+    stack.script.then(READ, Reply(content="Done."))
+    body = {"model": "claude-sonnet-4-5", "input": USER[0]["content"], "tools": [ALWAYS]}
+    async with stack.http.post("/v1/responses", json=body, headers=AUTH) as first:
+        assert first.status == 200
+        output = (await first.json())["output"]
+    [request] = [item for item in output if item["type"] == "mcp_approval_request"]
+    answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+    follow_up = {**body, "input": [*USER, *output, answer]}
+    async with stack.http.post("/v1/responses", json=follow_up, headers=AUTH) as second:
+        assert second.status == 200
+    assert second.headers["X-Trajectory-Id"] == first.headers["X-Trajectory-Id"]
+
+
+async def test_another_key_replaying_an_approval_runs_nothing(make_stack: StackFactory, http_server: HttpServer,
+                                                              recorded: Recorded) -> None:
+    keys = {"one": {"key": "sk-one-0000001"}, "two": {"key": "sk-two-0000002"}}
+    stack = await make_stack(upstream_kind="anthropic", keys=keys,
+                             responses_mcp_servers={"files": {"url": http_server.url}})
+    stack.script.then(READ, Reply(content="I could not read it."))
+    body = {"model": "claude-sonnet-4-5", "input": USER[0]["content"], "tools": [ALWAYS]}
+    async with stack.http.post("/v1/responses", json=body, headers={"Authorization": "Bearer sk-one-0000001"}) as first:
+        output = (await first.json())["output"]
+    [request] = [item for item in output if item["type"] == "mcp_approval_request"]
+    answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+    follow_up = {**body, "input": [*USER, *output, answer]}
+    async with stack.http.post("/v1/responses", json=follow_up,
+                               headers={"Authorization": "Bearer sk-two-0000002"}) as second:
+        assert second.status == 200, await second.text()
+    assert recorded.calls() == []
+    assert "could not be applied" in json.dumps(stack.upstream_requests[-1]["messages"])
+
+
+async def test_an_approval_by_previous_response_id_on_a_chained_upstream(make_stack: StackFactory,
+                                                                         http_server: HttpServer,
+                                                                         recorded: Recorded) -> None:
+    stack = await make_stack(upstream_kind="openai", responses_mcp_servers={"files": {"url": http_server.url}})
+    first, request = await _asked(stack, False, store=True)
+    stack.script.then(Reply(content="Done."))
+    answer = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    second, _ = await _create(stack, False, input=[answer], previous_response_id=first.id, tools=[ALWAYS],
+                              store=True)
+    assert [item.type for item in second.output] == ["mcp_call", "message"]
+    assert [entry["tool"] for entry in recorded.calls()] == ["read_file"]
+    upstream = stack.upstream_requests[-1]
+    # The provider keeps the turn: the next call continues its response, with only the call's output.
+    assert upstream["previous_response_id"] not in (None, first.id)
+    [output] = upstream["input"]
+    assert output["type"] == "function_call_output"
+    assert "contents of notes.txt" in json.dumps(output)
+    kept = await stack.client.responses.retrieve(second.id)  # the answer as kept shows the same items
+    assert [item.type for item in kept.output] == ["mcp_call", "message"]
+
+
+async def test_an_mcp_tool_choice_forces_that_tool_and_is_shown_as_sent(stack: Stack) -> None:
+    stack.script.then(READ, Reply(content="It says hello."))
+    choice = {"type": "mcp", "server_label": "files", "name": "read_file"}
+    response, _ = await _create(stack, False, input=USER[0]["content"], tools=[NEVER], tool_choice=choice)
+    assert stack.upstream_requests[0]["tool_choice"] == {"type": "tool", "name": "files__read_file"}
+    assert stack.upstream_requests[1]["tool_choice"] == {"type": "auto"}  # not forced again once it ran
+    assert response.tool_choice.model_dump(exclude_none=True) == choice

@@ -90,6 +90,8 @@ class ResponsesConversation:
         if not self.chained:  # replay this round's items after the input, from the same starting point
             sent = ({"role": "user", "content": self.items},) if isinstance(self.items, str) else self.items
             return replace(self, base=base, items=(*sent, *turn.output, *outputs), added=added)
+        if turn.response_id is None:  # a round no provider answered (calls the client decided on): all still to send
+            return replace(self, base=base, items=(*self.items, *outputs), added=added)
         # A conversation object keeps the items itself; otherwise the next call names this response.
         previous = None if "conversation" in base else turn.response_id
         return replace(self, base=base, items=outputs, previous_response_id=previous, added=added)

@@ -110,10 +110,11 @@ def _lost_call(item: Mapping[str, Any], offer: McpOffer) -> list[Any]:
             {"type": "function_call_output", "call_id": call_id, "output": said}]
 
 
-def read_mcp_input(items: Sequence[Any], take: Take, offer: McpOffer) -> McpInput:
+def read_mcp_input(items: Sequence[Any], take: Take, offer: McpOffer, continued: bool = False) -> McpInput:
     """Before the held turns are restored (history.restore_items): list items dropped, each
     approval request copy turned into a name of its held call (so the held turn takes its place),
-    each approval response into a decision."""
+    each approval response into a decision. `continued`: the request continues a response by
+    previous_response_id."""
     copies = {str(item.get("id")): item for item in items if isinstance(item, Mapping) and item.get("type") == REQUEST}
     read = McpInput([])
     for item in items:
@@ -126,14 +127,14 @@ def read_mcp_input(items: Sequence[Any], take: Take, offer: McpOffer) -> McpInpu
                 read.items.append({"type": "function_call", "call_id": client_call_id(parts[0], parts[1])})
             continue  # a request the gateway no longer holds: nothing ran, nothing to show the model
         if kind == RESPONSE:
-            _decide(item, take, offer, copies, read)
+            _decide(item, take, offer, copies, read, continued)
             continue
         read.items.append(item)
     return read
 
 
 def _decide(item: Mapping[str, Any], take: Take, offer: McpOffer, copies: Mapping[str, Mapping[str, Any]],
-            read: McpInput) -> None:
+            read: McpInput, continued: bool) -> None:
     named = item.get("approval_request_id")
     parts = split_approval_id(named)
     held = _held_call(take, parts[0], parts[1]) if parts is not None else None
@@ -147,7 +148,12 @@ def _decide(item: Mapping[str, Any], take: Take, offer: McpOffer, copies: Mappin
     read.decided[call_id] = ClientDecision(call_id, item.get("approve") is True, digest,
                                            reason if isinstance(reason, str) else None,
                                            _copy_digest(copies.get(str(named)), held, offer), token)
-    if str(named) not in copies:  # continued by previous_response_id: the held turn comes back by this name
+    if str(named) in copies:
+        return
+    turn = take(token)
+    if continued and turn is not None and not turn.before:  # the provider keeps the turn: only its results go
+        read.items.extend(result for result in turn.results if result not in read.items)
+    else:  # the held turn comes back by this name
         read.items.append({"type": "function_call", "call_id": client_call_id(token, call_id)})
 
 
@@ -162,18 +168,13 @@ def lost_calls(items: Sequence[Any], offer: McpOffer) -> list[Any]:
     return out
 
 
-def resumed_calls(items: Sequence[Any], decided: Mapping[str, ClientDecision]) -> tuple[list[Any], list[Any]]:
-    """The input without the held calls the client decided on, and those calls (run first, before
-    the provider is called: gateway.engine.run)."""
-    kept: list[Any] = []
-    calls: list[Any] = []
-    answered = {item.get("call_id") for item in items if isinstance(item, Mapping)
-                and item.get("type") == "function_call_output"}
-    for item in items:
-        if (isinstance(item, Mapping) and item.get("type") == "function_call" and item.get("call_id") in decided
-                and item.get("call_id") not in answered):
-            if all(c.get("call_id") != item.get("call_id") for c in calls):
-                calls.append(item)
-            continue
-        kept.append(item)
+def resumed_calls(items: Sequence[Any], decided: Mapping[str, ClientDecision],
+                  take: Take) -> tuple[list[Any], list[Mapping[str, Any]]]:
+    """The input without the held calls the client decided on, and those calls as the gateway
+    holds them (never the client's copies), to run before the provider is called (gateway.engine.run)."""
+    calls = [call for decision in decided.values()
+             if (call := _held_call(take, decision.token, decision.call_id)) is not None]
+    ids = {call.get("call_id") for call in calls}
+    kept = [item for item in items if not (isinstance(item, Mapping) and item.get("type") == "function_call"
+                                           and item.get("call_id") in ids)]
     return kept, calls

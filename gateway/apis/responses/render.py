@@ -179,10 +179,13 @@ class ResponseEvents:
         return self._opened(self.plan.answer_id) if self.opening is not None else []
 
     def finished(self, event: Finished) -> Iterable[Frame]:
+        final = final_response(self.plan, event, self.mcp)
+        if self.opening == []:  # no provider call opened it (calls handed back again at once): open it here
+            self.opening = [{"type": kind, "response": {**event.turns[-1].body, "status": "in_progress", "output": []}}
+                            for kind in ("response.created", "response.in_progress")]
         frames = self._opened(event.response_id) if self.opening is not None else []
         frames += [self._frame(kind, payload) for i, call in enumerate(event.client_calls)
                    for kind, payload in _call_events(call, self.index(-1, i))]
-        final = final_response(self.plan, event, self.mcp)
         closing = "response.incomplete" if final.get("status") == "incomplete" else "response.completed"
         frames.append(self._frame(closing, {"response": final}))
         return frames

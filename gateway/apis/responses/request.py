@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from gateway.apis.fields import JsonObjects, checked_first_by
 from gateway.apis.responses.history import ResponsesConversation, held_names, orphans_told, restore_items
 from gateway.apis.responses.mcp_input import (
+    McpInput,
     approval_tokens,
     has_mcp_items,
     listed_labels,
@@ -175,6 +176,17 @@ def _held_before(decided: Iterable[ClientDecision], take: Take) -> tuple[Any, ..
     return ()
 
 
+def _decided_input(items: tuple[Any, ...], read: McpInput, mcp: McpOffer, take: Take,
+                   continued: bool) -> tuple[tuple[Any, ...], tuple[ModelCall, ...], bool]:
+    """The restored input without the held calls the client decided on (they run first), those
+    calls, and whether the gateway held the conversation before them (continued by
+    previous_response_id on an upstream that keeps none: it goes in front, and nothing is continued)."""
+    kept, decided = resumed_calls(lost_calls(items, mcp), read.decided, take)
+    calls = tuple(ModelCall(c["call_id"], c["name"], arguments_text(c.get("arguments")), c) for c in decided)
+    before = _held_before(read.decided.values(), take) if continued else ()
+    return (*before, *kept), calls, bool(before)
+
+
 async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, registry: ToolRegistry,
                          held: StateStore, query: str = "", path: str = "", offer: Offering = NO_OPTIONS) -> Plan:
     """A Responses API request (checked) as a plan."""
@@ -206,7 +218,7 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
         tokens += approval_tokens(listed)
     found = await held.lookup(caller.principal, tokens, item_ids, sent) if tokens or item_ids or sent else NOTHING
     take = partial(found.take, api="responses")
-    read = read_mcp_input(listed, take, mcp) if mcp is not None and has_mcp_items(listed) else None
+    read = read_mcp_input(listed, take, mcp, sent is not None) if mcp is not None and has_mcp_items(listed) else None
     if read is not None:
         listed = tuple(read.items)
     if isinstance(raw_input, str):
@@ -215,15 +227,12 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
         items = tuple(restore_items(listed, take, found.owner))
     else:  # most input: nothing to restore, as Chat's messages skip restore_messages
         items = listed
-    resumed: list[Any] = []
+    resumed: tuple[ModelCall, ...] = ()
+    whole = False
     if read is not None and mcp is not None and not isinstance(items, str):
-        kept, resumed = resumed_calls(lost_calls(items, mcp), read.decided)
-        items = tuple(kept)
-    previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None else None
-    if read is not None and sent is not None and not isinstance(items, str) and (
-            before := _held_before(read.decided.values(), take)):
-        items, previous = (*before, *items), None  # the upstream keeps no conversation: the gateway held it
-    forgotten = sent is not None and previous is None  # a gateway response id it no longer knows
+        items, resumed, whole = _decided_input(items, read, mcp, take, sent is not None)
+    previous = found.resolve(sent, keyed=caller.principal is not None) if sent is not None and not whole else None
+    forgotten = sent is not None and previous is None and not whole  # a gateway response id it no longer knows
     if forgotten and not isinstance(items, str):
         items = tuple(orphans_told(items))
     lost = forgotten or any(found.take(token, "responses") is None for token in tokens)
@@ -235,6 +244,4 @@ async def plan_responses(api: Wire, body: Mapping[str, Any], caller: Caller, reg
                 answer_id=f"{RESPONSE_PREFIX}{caller.request_id}", query=query, path=path, held_turn_lost=lost,
                 client_tools=body.get("tools") or (), declared=mcp.names if mcp is not None else frozenset(),
                 asks_client=mcp.approval if mcp is not None else frozenset(),
-                decided=read.decided if read is not None else {},
-                resumed=tuple(ModelCall(c["call_id"], c["name"], arguments_text(c.get("arguments")), c)
-                              for c in resumed))
+                decided=read.decided if read is not None else {}, resumed=resumed)
