@@ -98,6 +98,11 @@ async def test_a_call_never_approved_is_listed_run_and_shown(stack: Stack, recor
     with sqlite3.connect(stack.store.path) as db:
         rows = db.execute("SELECT tool, outcome FROM tool_calls").fetchall()
     assert rows == [("files__read_file", "ok")]
+    with sqlite3.connect(stack.store.path) as db:
+        [(trajectory,)] = db.execute("SELECT DISTINCT trajectory_id FROM tool_calls").fetchall()
+    page = await stack.http.get(f"/ui/trajectories/{trajectory}", headers=AUTH)
+    assert page.status == 200
+    assert "files__read_file" in await page.text()  # on the page, as any tool call
 
 
 async def test_the_provider_runs_them_for_an_openai_upstream(make_stack: StackFactory, http_server: HttpServer,

@@ -8,8 +8,6 @@ the server, a denied one never does and the model is told the reason."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +20,9 @@ from gateway.demo.model import Reply
 from telemetry import names
 from tests.conftest import Stack, StackFactory
 from tests.e2e.test_agents_sdk import results_by_tool, run_config
-from tests.mcp.conftest import HttpServer, Recorded, start_http_server
+from tests.mcp.conftest import HttpServer, Recorded, files, http_server, recorded
+
+__all__ = ["files", "http_server", "recorded"]  # the fixtures of tests/mcp, used here
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +31,6 @@ ASK = "What does /etc/motd say?"
 CONTENTS = "contents of /etc/motd from 0"  # what the test server answers
 REASON = "not on a Friday"
 Result = RunResult | RunResultStreaming
-
-
-@pytest.fixture
-async def files(tmp_path: Path) -> AsyncIterator[tuple[HttpServer, Recorded]]:
-    recorded = Recorded(tmp_path / "calls.jsonl")
-    server = await start_http_server(recorded)
-    yield server, recorded
-    await server.stop()
 
 
 def reader_model(body: dict[str, Any]) -> Reply:

@@ -8,8 +8,6 @@ declares their server."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,20 +18,14 @@ from gateway.http.keys import REGISTRY, RESPONSES_MCP_SOURCES
 from telemetry import names
 from tests.conftest import Stack, StackFactory
 from tests.e2e.test_mcp_server import INITIALIZE, MCP_HEADERS, attrs, calls, mcp_client, text
-from tests.mcp.conftest import HttpServer, Recorded, start_http_server
+from tests.mcp.conftest import HttpServer, Recorded, files, http_server, recorded
+
+__all__ = ["files", "http_server", "recorded"]  # the fixtures of tests/mcp, used here
 
 pytestmark = pytest.mark.slow
 
 DECLARABLE = "files__read_file"  # a tool of the server in responses_mcp_servers
 WRONG = {"file_path": "/etc/hosts"}  # read_file's parameter is `path`
-
-
-@pytest.fixture
-async def files(tmp_path: Path) -> AsyncIterator[tuple[HttpServer, Recorded]]:
-    recorded = Recorded(tmp_path / "calls.jsonl")
-    server = await start_http_server(recorded)
-    yield server, recorded
-    await server.stop()
 
 
 @pytest.fixture

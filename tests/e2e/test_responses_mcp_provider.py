@@ -7,14 +7,15 @@ to the server (even one on its allow list)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from gateway.demo.model import Reply
 from tests.conftest import Stack, StackFactory
-from tests.mcp.conftest import HttpServer, Recorded, start_http_server
+from tests.mcp.conftest import HttpServer, Recorded, files, http_server, recorded
+
+__all__ = ["files", "http_server", "recorded"]  # the fixtures of tests/mcp, used here
 
 pytestmark = pytest.mark.slow
 
@@ -27,14 +28,6 @@ ASKED = {"type": "mcp_approval_request", "id": "mcpr_provider_1", "server_label"
 CALLED = {"type": "mcp_call", "id": "mcp_provider_1", "server_label": "files", "name": "read_file",
           "arguments": '{"path": "/etc/motd"}', "output": "provider's contents", "error": None,
           "status": "completed", "approval_request_id": "mcpr_provider_1"}
-
-
-@pytest.fixture
-async def files(tmp_path: Any) -> AsyncIterator[tuple[HttpServer, Recorded]]:
-    recorded = Recorded(tmp_path / "calls.jsonl")
-    server = await start_http_server(recorded)
-    yield server, recorded
-    await server.stop()
 
 
 def spec(url: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -22,7 +21,9 @@ from gateway.demo.model import Reply
 from gateway.mcp.declared import NO_CREDENTIALS, NOT_ALLOWED
 from gateway.settings.parts import GatewayKey
 from tests.conftest import Stack, StackFactory
-from tests.mcp.conftest import HttpServer, Recorded, start_http_server
+from tests.mcp.conftest import HttpServer, Recorded, files, http_server, recorded
+
+__all__ = ["files", "http_server", "recorded"]  # the fixtures of tests/mcp, used here
 
 pytestmark = pytest.mark.slow
 
@@ -62,14 +63,6 @@ async def listener() -> AsyncIterator[Listener]:
     yield opened
     if server.is_serving():
         await opened.closed()
-
-
-@pytest.fixture
-async def files(tmp_path: Path) -> AsyncIterator[tuple[HttpServer, Recorded]]:
-    recorded = Recorded(tmp_path / "calls.jsonl")
-    server = await start_http_server(recorded)
-    yield server, recorded
-    await server.stop()
 
 
 async def gateway(make_stack: StackFactory, server: HttpServer, **settings: Any) -> Stack:

@@ -89,6 +89,12 @@ async def http_server(recorded: Recorded) -> AsyncIterator[HttpServer]:
 
 
 @pytest.fixture
+def files(http_server: HttpServer, recorded: Recorded) -> tuple[HttpServer, Recorded]:
+    """The files server over streamable HTTP and what it records: a server a test lists by URL."""
+    return http_server, recorded
+
+
+@pytest.fixture
 async def sse_server(recorded: Recorded) -> AsyncIterator[HttpServer]:
     server = await start_http_server(recorded, transport="sse")
     yield server
