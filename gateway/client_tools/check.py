@@ -18,7 +18,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import orjson
@@ -66,6 +66,8 @@ class ClientCheck:
     outcome: Outcome
     rejection: Rejection | None = None
     unchecked: Unchecked | None = None
+    # the arguments as the check read them (a call that fits), handed on, not part of the verdict
+    arguments: dict[str, Any] | None = field(default=None, compare=False)
 
     def outcome_of(self, call_id: str, tool: str) -> ToolOutcome:
         """The check as a tool call's outcome (what the span records; rejected: what the model is
@@ -100,7 +102,6 @@ class ClientCheck:
         return () if self.names is None else self.names.suggestions
 
 
-OK = ClientCheck("ok")
 TOO_COMPLEX = ClientCheck("unchecked", unchecked="too_complex")
 
 
@@ -370,7 +371,7 @@ def _check(tool: str, arguments: str | None, compiled: CompiledSchema) -> Client
     problems = value_problems(compiled.validator, decoded, check)
     refuse_unrecognized = bool(check.unrecognized) and compiled.closed
     if not (problems or check.missing or refuse_unrecognized):
-        return OK
+        return ClientCheck("ok", arguments=decoded)  # read once: the guardrails take them from here
     reason: RejectionReason = "missing_arguments" if check.missing else "schema_violation"
     return ClientCheck("rejected", Rejection(reason, describe_problems(tool, check, problems, refuse_unrecognized),
                                              check))

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.caller import Caller
-from gateway.client_tools.check import MAX_INLINE_ARGUMENTS, ClientTools, SchemaCache
+from gateway.client_tools.check import MAX_INLINE_ARGUMENTS, ClientCheck, ClientTools, SchemaCache
 from gateway.guardrails import GuardedCall, Guardrails
 from gateway.guardrails.chain import Before, Guard
 from gateway.settings.parts import ClientCheckMode
@@ -57,7 +57,7 @@ class HandedChecks:
                     checked = await tools.check_bounded(call.name, call.arguments, self.threads)
                 outcome = checked.outcome_of(call.id, call.name)
                 if outcome.status != "rejected" and chain:
-                    outcome = await self._guarded(call, turn, chain, trace, outcome, answers)
+                    outcome = await self._guarded(call, turn, chain, trace, checked, outcome, answers)
                 trace.finish(outcome)
             refused.append(outcome if outcome.status == "rejected" and answers else None)
         return refused
@@ -68,7 +68,7 @@ class HandedChecks:
         return tuple(guard for guard in self.guardrails.for_client(principal) if guard.before is not None)
 
     async def _guarded(self, call: ToolCall, turn: Turn, chain: Sequence[Guard], trace: ToolCallTrace,
-                       checked: ToolOutcome, answers: bool) -> ToolOutcome:
+                       check: ClientCheck, checked: ToolOutcome, answers: bool) -> ToolOutcome:
         """The guardrails' word on a client call the check let through: recorded on its span
         always; a deny is the call's rejection when the gateway `answers` (reject mode, not the
         last round), which the model is told as it is told a check's rejection.
@@ -77,7 +77,7 @@ class HandedChecks:
         model made it (the gateway cannot change what the client's tool receives, nor hold the
         client's call for a reviewer); a guardrail that must stop a call denies it."""
         assert self.guardrails is not None
-        arguments = await self._arguments(call, checked)
+        arguments = check.arguments if check.arguments is not None else await self._arguments(call, checked)
         before: Before = await self.guardrails.before(chain, GuardedCall(
             call.name, call.id, arguments, "client", turn.principal, turn.trajectory_id))
         if before.records:
@@ -87,8 +87,9 @@ class HandedChecks:
         return checked
 
     async def _arguments(self, call: ToolCall, checked: ToolOutcome) -> Mapping[str, Any]:
-        """A call's arguments as a guardrail sees them: the JSON object decoded (long ones on the
-        check's thread), else {} (not an object, too complex for the check to read, or no thread)."""
+        """The arguments of a call the check did not read (its tool's schema unchecked), as a
+        guardrail sees them: the JSON object decoded (long ones on the check's thread), else {}
+        (not an object, too complex for the check to read, or no thread)."""
         if checked.unchecked == "too_complex" or not isinstance(call.arguments, str):
             return {}
         if len(call.arguments) <= MAX_INLINE_ARGUMENTS:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -37,6 +36,7 @@ from tests.conftest import (
     while_asking,
 )
 from tests.e2e.guards import AWS_KEY, config_text, config_tool, deploy_registry
+from tests.mcp.conftest import served_over_http
 
 VAULT_SERVER = Path(__file__).parent / "vault_mcp.py"
 OTHER_KEY = "sk-other-key-0001"
@@ -170,15 +170,8 @@ def vault_stdio() -> dict[str, Any]:
 @pytest.fixture
 async def vault_http() -> AsyncIterator[str]:
     """The vault MCP server over streamable HTTP, in a process of its own: its URL."""
-    process = await asyncio.create_subprocess_exec(sys.executable, str(VAULT_SERVER), "http",
-                                                   stdout=asyncio.subprocess.PIPE, env=dict(os.environ))
-    assert process.stdout is not None
-    try:
-        port = int(await asyncio.wait_for(process.stdout.readline(), 30))
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        await process.wait()
+    async with served_over_http(VAULT_SERVER) as url:
+        yield url
 
 
 def vault_result(account: str, key: str) -> str:

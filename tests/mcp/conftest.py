@@ -4,11 +4,12 @@ by a process of its own, and what such a server recorded of the calls it receive
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,21 @@ class HttpServer:
         if self.process.returncode is None:
             self.process.kill()
         await self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def served_over_http(script: Path, *args: str, env: Mapping[str, str] | None = None) -> AsyncIterator[str]:
+    """An MCP server script of the tests' own over streamable HTTP, in a process of its own (it
+    prints its port on its first line): its URL."""
+    process = await asyncio.create_subprocess_exec(sys.executable, str(script), *args, "http",
+                                                   stdout=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
+    assert process.stdout is not None
+    try:
+        port = int(await asyncio.wait_for(process.stdout.readline(), 30))
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        await process.wait()
 
 
 async def start_http_server(recorded: Recorded, port: int = 0, transport: str = "http") -> HttpServer:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from gateway.http.keys import REGISTRY
 from gateway.mcp import McpConnection
 from tests.conftest import Stack, StackFactory
-from tests.mcp.conftest import Recorded, connection
+from tests.mcp.conftest import Recorded, connection, served_over_http
 
 pytestmark = pytest.mark.slow  # MCP servers as processes
 
@@ -33,16 +32,8 @@ def hostile_stdio(recorded: Recorded, *args: str, **settings: Any) -> dict[str, 
 @contextlib.asynccontextmanager
 async def hostile_http(recorded: Recorded, *args: str) -> AsyncIterator[str]:
     """The server over streamable HTTP: its URL."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(HOSTILE_SERVER), *args, "http", stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "RECORD": str(recorded.path)})
-    assert process.stdout is not None
-    try:
-        port = int(await asyncio.wait_for(process.stdout.readline(), 30))
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        await process.wait()
+    async with served_over_http(HOSTILE_SERVER, *args, env={"RECORD": str(recorded.path)}) as url:
+        yield url
 
 
 @pytest.mark.parametrize("transport", ["stdio", "streamable_http"])

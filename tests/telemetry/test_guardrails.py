@@ -101,7 +101,7 @@ class Sleeps(Guardrail):
     name = "sleeps"
 
     async def before_execute(self, call: GuardedCall) -> Verdict | None:
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()  # stalls until the chain's timeout cancels it
         return None
 
 
