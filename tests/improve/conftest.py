@@ -1,0 +1,66 @@
+"""The two-model session (tests.improve.session), run through the gateway into a store of its own."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from openai import AsyncOpenAI
+from pytest_aiohttp import AiohttpServer
+
+from gateway.demo.model import ScriptedModel
+from gateway.settings.model import Settings
+from tests.conftest import USER, Gateway, GatewayFactory, Script
+from tests.improve import session as scripted
+
+
+@dataclass
+class Session:
+    gateway: Gateway
+    path: Path  # the store's file
+    db: sqlite3.Connection
+    upstreams: dict[str, ScriptedModel]
+
+
+async def run_session(gateway: Gateway, scripts: dict[str, Script]) -> None:
+    """Each trajectory of the session, as one request of its key's client to its model's upstream."""
+    clients = {name: AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=entry["key"], max_retries=0, timeout=20)
+               for name, entry in scripted.KEYS.items()}
+    try:
+        for key, model, turns in scripted.TRAJECTORIES:
+            scripts[model].then(*scripted.replies(turns))
+            await clients[key].chat.completions.create(model=model, messages=USER)  # type: ignore[arg-type]
+    finally:
+        for client in clients.values():
+            await client.close()
+
+
+@pytest.fixture
+async def improve_session(aiohttp_server: AiohttpServer, make_gateway: GatewayFactory,
+                          tmp_path: Path) -> AsyncIterator[Session]:
+    """The session, recorded with every call's arguments and the messages (for an export)."""
+    scripts = {scripted.MODEL_A: Script(), scripted.MODEL_B: Script()}
+    upstreams = {model: ScriptedModel(script) for model, script in scripts.items()}
+    urls = {}
+    for model, upstream in upstreams.items():
+        server = await aiohttp_server(upstream.app())
+        urls[model] = str(server.make_url("/v1")).rstrip("/")
+    path = tmp_path / "session.sqlite3"
+    settings = Settings(port=0, keys=scripted.KEYS, trajectory_store_path=path, record_tool_arguments=True,
+                        capture_message_content=True, upstreams={
+                            "primary": {"url": urls[scripted.MODEL_A], "kind": "compatible",
+                                        "models": [scripted.MODEL_A]},
+                            "secondary": {"url": urls[scripted.MODEL_B], "kind": "compatible",
+                                          "models": [scripted.MODEL_B]}})
+    gateway = await make_gateway(settings, registry=scripted.registry())
+    await run_session(gateway, scripts)
+    assert gateway.observability.store is not None
+    await gateway.observability.store.flushed()
+    db = sqlite3.connect(path)
+    try:
+        yield Session(gateway, path, db, upstreams)
+    finally:
+        db.close()
