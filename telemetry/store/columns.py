@@ -51,7 +51,7 @@ from telemetry.store.sources import (
 )
 
 BASE_VERSION = 2  # the oldest layout a store is migrated through (version 1 is rebuilt into it)
-SCHEMA_VERSION = 6  # the version of the tables below: a column `since` a later one raises it
+SCHEMA_VERSION = 7  # the version of the tables below: a column `since` a later one raises it
 MAX_COUNT = 2**31 - 1  # rounds, tokens, a status code: more is no real span's
 
 
@@ -186,7 +186,16 @@ TOOL_CALLS = Table(
     Column("guardrail_decision", "TEXT", text(names.ATTR_GUARDRAIL_DECISION), since=6),
     Column("guardrail_reason", "TEXT", text(names.ATTR_GUARDRAIL_REASON), since=6),
     Column("guardrail_moment", "TEXT", text(names.ATTR_GUARDRAIL_MOMENT), since=6),
-    Column("guardrails", "TEXT", GUARDRAILS, since=6))
+    Column("guardrails", "TEXT", GUARDRAILS, since=6),
+    # Version 7: the parameter aliases the call's arguments used ("alias->parameter", gateway.tools.aliases),
+    # and what argument repair found (gateway.tools.repair): its mode (observe: recorded, the call
+    # rejected; apply: the call ran repaired, outcome repaired), its changes and the arguments before
+    # and after, redacted as the arguments are. NULL where none was used or found.
+    Column("aliases", "TEXT", names_list(names.ATTR_ARGS_ALIASES), since=7),
+    Column("repair_mode", "TEXT", text(names.ATTR_REPAIR_MODE), since=7),
+    Column("repair_changes", "TEXT", names_list(names.ATTR_REPAIR_CHANGES), since=7),
+    Column("repair_before", "TEXT", text(names.ATTR_REPAIR_BEFORE), since=7),
+    Column("repair_after", "TEXT", text(names.ATTR_REPAIR_AFTER), since=7))
 
 TABLES = (TRAJECTORIES, REQUESTS, MODEL_TURNS, TOOL_CALLS)
 

@@ -34,6 +34,12 @@ def test_the_derived_schema_is_version_4s_with_the_later_versions_columns(tmp_pa
                           "ALTER TABLE tool_calls ADD COLUMN guardrail_reason TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN guardrail_moment TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN guardrails TEXT;")
+    # Version 7 added the aliases and repairs of each tool call (issue 61).
+    written.executescript("ALTER TABLE tool_calls ADD COLUMN aliases TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN repair_mode TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN repair_changes TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN repair_before TEXT;"
+                          "ALTER TABLE tool_calls ADD COLUMN repair_after TEXT;")
     expected = _layout(written)
     written.close()
     fresh = sqlite3.connect(":memory:", isolation_level=None)
@@ -45,7 +51,7 @@ def test_the_derived_schema_is_version_4s_with_the_later_versions_columns(tmp_pa
     older.close()
     migrated = connect(str(tmp_path / "old.sqlite3"))  # a version 4 store gains the columns
     assert _layout(migrated) == expected
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
 
 
 def test_a_later_versions_columns_come_last_and_can_be_added_to_an_older_store() -> None:
