@@ -6,9 +6,11 @@
                                  [--against module:attr | schemas.json] [--examples N] [--fail-on-regression]
 
 Without --against, the tools `toolspan serve` would serve from the settings (the example tools
-when none are named). `--against module:attr` names tools as `toolspan serve --tools` does;
-`--against FILE.json` names the JSON schemas of tools (gateway.improve.targets), the only way to
-replay the calls of a client's own tools, whose schemas the store does not keep. No tool body runs."""
+when none are named). `--against module:attr` names tools as `toolspan serve --tools` does; either
+way they are parsed as a gateway with these settings would parse them: with its tool_aliases, and
+repaired where its argument_repair applies. `--against FILE.json` names the JSON schemas of tools
+(gateway.improve.targets), the only way to replay the calls of a client's own tools, whose
+schemas the store does not keep. No tool body runs."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.improve.replay import EXAMPLES, RecordedCall, Target, replay
-from gateway.improve.targets import ToolsTarget, schema_file
+from gateway.improve.targets import as_served, schema_file
 from gateway.settings.load import load_settings
+from gateway.tools import ToolDeclarationError
 from telemetry.store.calls import recorded_calls
 
 _FORMS = "give module:attr (tools, as toolspan serve --tools takes them) or a JSON file of tool schemas"
@@ -40,20 +43,22 @@ def target_of(against: str | None) -> Target:
     `toolspan serve` would serve. A ValueError says what is wrong with it, in one line."""
     from gateway.cli.main import StartupError, load_tools, served_registry  # main imports this module
 
+    if against is not None and (against.endswith(".json") or Path(against).is_file()):
+        return schema_file(Path(against))
+    if against is not None and ":" not in against:
+        raise ValueError(f"--against {against!r}: {_FORMS}")
+    settings = load_settings()  # the aliases and the repair a gateway would use, whatever the tools
     try:
-        if against is None:
-            registry = served_registry(load_settings())
-            return ToolsTarget(registry, f"the tools toolspan serve would serve ({_named(registry.names())}; "
-                                         "an MCP server's are not loaded)")
-        if against.endswith(".json") or Path(against).is_file():
-            return schema_file(Path(against))
-        if ":" not in against:
-            raise ValueError(f"--against {against!r}: {_FORMS}")
-        registry = load_tools([against])
+        registry = served_registry(settings) if against is None else load_tools([against])
     except StartupError as exc:  # said as for --tools; here the option is --against
         said = str(exc)
         raise ValueError(f"--against{said.removeprefix('--tools')}" if said.startswith("--tools") else said) from None
-    return ToolsTarget(registry, f"the tools of {against} ({_named(registry.names())})")
+    described = (f"the tools toolspan serve would serve ({_named(registry.names())}; an MCP server's are not "
+                 "loaded)" if against is None else f"the tools of {against} ({_named(registry.names())})")
+    try:
+        return as_served(registry, described, settings)
+    except ToolDeclarationError as exc:
+        raise ValueError(f"tool_aliases does not fit the tools replayed against: {exc}") from None
 
 
 def _named(names: list[str]) -> str:

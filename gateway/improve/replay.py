@@ -5,9 +5,9 @@ passes it would refuse. Only the parse step runs (a tool's parse_args, its args_
 check): never a tool's body.
 
 What a recorded call counts as:
-- a pass: any outcome but `rejected` (the body ran, or would have but for an approval, a timeout or
-  the client), and a rejection by a guardrail (`guardrail_denied`: guardrails decide on arguments
-  the parse step took);
+- a pass: any outcome but `rejected` (the body ran, `repaired` included, or would have but for an
+  approval, a timeout or the client), and a rejection by a guardrail (`guardrail_denied`: guardrails
+  decide on arguments the parse step took);
 - a rejection: `rejected` by the parse step (invalid_json, missing_arguments, schema_violation,
   parser) or by the lookup (unknown_tool: when the target has the tool now, the call is parsed);
 - neither, and not replayed: `not_allowed` (the key's allowlist refused it, whatever the tool) and
@@ -79,11 +79,13 @@ class RecordedCall:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A replayed call's parse step: passed, or rejected with the reason and the model-facing text."""
+    """A replayed call's parse step: passed (maybe once repaired), or rejected with the reason and the
+    model-facing text."""
 
     passed: bool
     reason: str | None = None
     message: str | None = None
+    repaired: bool = False  # it passes on arguments argument repair mended
 
 
 class Target(Protocol):
@@ -110,6 +112,7 @@ class _Tally:
 
     def add(self, call: RecordedCall, kind: str, verdict: Verdict | None, examples: int) -> None:
         self.counts[kind] += 1
+        self.counts["repaired"] += verdict is not None and verdict.repaired
         kept = self.examples.get(kind)
         if kept is not None and verdict is not None and len(kept) < examples:
             kept.append(_example(call, verdict))
@@ -129,7 +132,7 @@ def _example(call: RecordedCall, verdict: Verdict) -> dict[str, Any]:
 def _totals(counts: Counter[str]) -> dict[str, Any]:
     replayed = sum(counts[kind] for kind in CHANGES)
     return {"calls": replayed + sum(counts[why] for why in NOT_REPLAYED), "replayed": replayed,
-            **{kind: counts[kind] for kind in CHANGES},
+            **{kind: counts[kind] for kind in CHANGES}, "repaired": counts["repaired"],
             "not_replayed": {why: counts[why] for why in NOT_REPLAYED if counts[why]}}
 
 
@@ -160,6 +163,7 @@ async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = 
     (the first met: the newest, as the store hands them).
 
     {"target", "calls", "replayed", "fixed", "broken", "still_passing", "still_rejected", "uncertain",
+     "repaired" (of the calls that pass now, those that pass once argument repair mends them),
      "not_replayed": {why: n}, "tools": [{"tool", "side", the same counts, "broken_examples",
      "fixed_examples": [{"id", "key", "local_id", "span_id", "trace_id", "started", "arguments",
      "recorded_outcome", "recorded_reason", "now_reason", "now_message"}]}]}"""
@@ -168,6 +172,7 @@ async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = 
     for count, call in enumerate(calls, 1):
         kind, verdict = await replayed(call, target)
         overall[kind] += 1
+        overall["repaired"] += verdict is not None and verdict.repaired
         tally = tallies.get((call.tool, call.side))
         if tally is None:
             tally = tallies[(call.tool, call.side)] = _Tally(call.tool, call.side)

@@ -33,6 +33,8 @@ def _calls(count: int) -> str:
 
 def _counts(figures: Mapping[str, Any]) -> str:
     shown = [f"{figures[kind]:,} {words}" for kind, words in _CHANGE_WORDS if figures[kind]]
+    if figures["repaired"]:
+        shown.append(f"{figures['repaired']:,} passing once repaired")
     return ", ".join(shown) or "none replayed"
 
 
@@ -49,6 +51,8 @@ def replay(answer: Mapping[str, Any]) -> list[str]:
              f"  {answer['still_passing']:,} still pass, {answer['still_rejected']:,} still rejected"
              + (f", {answer['uncertain']:,} uncertain (a masked value stands in the arguments)"
                 if answer["uncertain"] else "")]
+    if answer["repaired"]:
+        lines.append(f"  of the calls that pass, {answer['repaired']:,} pass once argument repair mends them")
     if answer["not_replayed"]:
         lines.append(f"  not replayed: {_not_replayed(answer)}")
         if answer["not_replayed"].get("not_recorded"):

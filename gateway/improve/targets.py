@@ -19,7 +19,9 @@ from typing import Any, Literal
 
 from gateway.client_tools.check import ClientTools, SchemaCache
 from gateway.improve.replay import RecordedCall, Verdict
-from gateway.tools import Rejection, Tool, ToolContext
+from gateway.settings.model import Settings
+from gateway.tools import Rejection, Tool, ToolContext, ToolRegistry
+from gateway.tools.repair import RepairPolicy, repaired
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a schema file past this is refused before it is read
 _SHAPES = ("a JSON list of tool declarations (Chat Completions, Responses or Anthropic Messages shape), "
@@ -28,16 +30,19 @@ _SHAPES = ("a JSON list of tool declarations (Chat Completions, Responses or Ant
 
 class ToolsTarget:
     """Tools as the gateway would run them: each call's parse step is the tool's own
-    (`Tool.parse_arguments`), with the context the gateway gave it but for the request's metadata,
-    which the store does not keep. The client's tools have no schema here. `allowed`: the tools
-    each gateway key (by name) may use, where it may not use every one; a call of a tool its key
-    may not use is one of a tool not in the target, as that key sees it."""
+    (`Tool.parse_arguments`, its aliases included), with the context the gateway gave it but for the
+    request's metadata, which the store does not keep; arguments it refuses are repaired where
+    `repair` applies to the tool and the call's key, as the executor does. The client's tools have
+    no schema here. `allowed`: the tools each gateway key (by name) may use, where it may not use
+    every one; a call of a tool its key may not use is one of a tool not in the target, as that
+    key sees it."""
 
     def __init__(self, tools: Iterable[Tool], description: str,
-                 allowed: Mapping[str, frozenset[str]] | None = None) -> None:
+                 allowed: Mapping[str, frozenset[str]] | None = None, repair: RepairPolicy | None = None) -> None:
         self.tools = {tool.name: tool for tool in tools}
         self.description = description
         self.allowed = dict(allowed or {})
+        self.repair = repair
 
     def covers(self, call: RecordedCall) -> Literal["no_schema", "not_in_target"] | None:
         if call.side != "gateway":
@@ -48,10 +53,24 @@ class ToolsTarget:
     async def parse(self, call: RecordedCall) -> Verdict | None:
         context = ToolContext(tool_call_id=call.call_id or call.span_id, trajectory_id=call.local_id,
                               principal=call.key)
-        parsed = await self.tools[call.tool].parse_arguments(call.arguments, context)
-        if isinstance(parsed, Rejection):
-            return Verdict(False, parsed.reason, parsed.message)
-        return Verdict(True)
+        tool = self.tools[call.tool]
+        parsed = await tool.parse_arguments(call.arguments, context)
+        if not isinstance(parsed, Rejection):
+            return Verdict(True)
+        applies = self.repair is not None and self.repair.mode(tool, call.key) == "apply"
+        if applies and await repaired(tool, call.arguments, parsed, context, True) is not None:
+            return Verdict(True, repaired=True)
+        return Verdict(False, parsed.reason, parsed.message)
+
+
+def as_served(registry: ToolRegistry, description: str, settings: Settings) -> ToolsTarget:
+    """`registry`'s tools as a gateway with `settings` would run them: with the operator's aliases
+    (tool_aliases; one that fits no parameter is a ToolDeclarationError, as at start-up) and the
+    argument repair configured (argument_repair, tool_argument_repair and the keys')."""
+    registry.use_aliases(settings.tool_aliases)
+    by_key = {name: key.argument_repair for name, key in settings.keys.items() if key.argument_repair is not None}
+    repair = RepairPolicy.configured(settings.argument_repair, settings.tool_argument_repair, by_key, list(registry))
+    return ToolsTarget(registry, description, repair=repair)
 
 
 class SchemaTarget:

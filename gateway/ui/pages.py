@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gateway.http.bodies import EXPECT
-from gateway.http.keys import REGISTRY, SETTINGS
+from gateway.http.keys import EXECUTOR, REGISTRY, SETTINGS
 from gateway.settings.model import Settings
 from gateway.ui.answers import html, read_form, redirect, sign_in_page
 from gateway.ui.approvals import mount as mount_approvals
@@ -194,7 +194,8 @@ async def replay_view(request: web.Request) -> web.Response:
     if rows is None:
         return html(page(title, notice(_NO_STORE), None, keyed))
     async with request.app[REPLAYS]:
-        answer = await replayed(rows, served_target(request.app[REGISTRY], settings.keys, viewer.key))
+        target = served_target(request.app[REGISTRY], settings.keys, viewer.key, request.app[EXECUTOR].repair)
+        answer = await replayed(rows, target)
     whose = "every trajectory" if viewer.key is None else "this key's trajectories"
     return html(page(title, replay_page(answer, len(rows), whose), None, keyed))
 

@@ -13,6 +13,7 @@ from gateway.improve.replay import RecordedCall, replay
 from gateway.improve.targets import ToolsTarget
 from gateway.settings.parts import GatewayKey
 from gateway.tools import ToolRegistry
+from gateway.tools.repair import RepairPolicy
 from gateway.ui.layout import breakable, notice, number, table, trajectory_link, when_at
 from gateway.ui.markup import EMPTY, Html, join, render, when
 
@@ -22,12 +23,13 @@ _NOT_REPLAYED_WORDS = {"no_outcome": "no outcome", "not_allowed": "refused by an
                        "cut": "arguments cut", "unchecked": "not checkable", "no_schema": "no schema"}
 
 
-def served_target(registry: ToolRegistry, keys: Mapping[str, GatewayKey], viewer: str | None) -> ToolsTarget:
+def served_target(registry: ToolRegistry, keys: Mapping[str, GatewayKey], viewer: str | None,
+                  repair: RepairPolicy | None) -> ToolsTarget:
     """The served tools as the calls of `viewer`'s key (None: of any key) meet them: those the key
-    may use, each call against its own key's list."""
+    may use, each call against its own key's list, repaired as the gateway's executor repairs."""
     allowed = {name: frozenset(spec.tools) for name, spec in keys.items() if spec.tools is not None}
     tools = [tool for tool in registry if viewer is None or viewer not in allowed or tool.name in allowed[viewer]]
-    return ToolsTarget(tools, f"the {len(tools)} tools this gateway serves", allowed)
+    return ToolsTarget(tools, f"the {len(tools)} tools this gateway serves", allowed, repair)
 
 
 async def replayed(rows: Sequence[Mapping[str, Any]], target: ToolsTarget) -> dict[str, Any]:

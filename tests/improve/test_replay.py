@@ -115,6 +115,30 @@ async def test_without_against_the_tools_serve_would_serve(improve_session: Sess
     assert per_tool(json.loads(out)) == CHANGED
 
 
+async def test_the_settings_aliases_and_repair_are_the_gateways(improve_session: Session, tool_file: ToolFile,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The tools as they were, parsed as a gateway with these settings would: the operator's aliases
+    for `path` take read_file's three renames; repair then mends add's "1" and search's bare "red"."""
+    unchanged = ("--json", "--against", f"{tool_file.module}:unchanged", "--fail-on-regression")
+    monkeypatch.setenv("TOOLSPAN_TOOL_ALIASES", json.dumps({"read_file": {"path": ["file_path", "filepath"]}}))
+    status, out, _ = await replay_cli(capsys, improve_session, *unchanged)
+    answer = json.loads(out)
+    assert (status, answer["fixed"], answer["still_rejected"], answer["repaired"]) == (0, 3, 2, 0)
+    assert per_tool(answer)["read_file"]["fixed"] == 3
+    monkeypatch.setenv("TOOLSPAN_ARGUMENT_REPAIR", "apply")
+    status, out, _ = await replay_cli(capsys, improve_session, *unchanged)
+    answer = json.loads(out)
+    assert (status, answer["fixed"], answer["still_rejected"], answer["repaired"]) == (0, 5, 0, 2)
+    assert {tool["tool"]: tool["repaired"] for tool in answer["tools"]} == {"read_file": 0, "add": 1, "search": 1,
+                                                                            "login": 0}
+    monkeypatch.setenv("TOOLSPAN_TOOL_ALIASES", json.dumps({"read_file": {"nothing_like_it": ["x"]}}))
+    status, _, err = await replay_cli(capsys, improve_session, *unchanged)
+    assert status == 2
+    assert err.startswith("toolspan: tool_aliases does not fit the tools replayed against: ")
+    assert err.count("\n") == 1
+
+
 @pytest.mark.slow
 async def test_the_command_fails_ci_on_a_regression(improve_session: Session, tool_file: ToolFile) -> None:
     """As CI runs it: `toolspan trajectories replay --fail-on-regression` in a process of its own,

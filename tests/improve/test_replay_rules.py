@@ -13,6 +13,7 @@ from gateway.improve import replay_text
 from gateway.improve.replay import RecordedCall, replay, replayed
 from gateway.improve.targets import SchemaTarget, ToolsTarget
 from gateway.tools import Param, Tool, ToolContext, ToolError
+from gateway.tools.repair import RepairPolicy
 
 
 def _never(args: dict[str, Any]) -> str:
@@ -101,3 +102,21 @@ async def test_a_schema_past_the_bounds_leaves_its_calls_unchecked() -> None:
                            {"type": "web_search"}, {"name": "shell"}], "schemas")
     assert await replayed(call(tool="remote", arguments='{"x": 1}'), target) == ("unchecked", None)
     assert await replayed(call(tool="shell", arguments="{}"), target) == ("unchecked", None)  # no function tool
+
+
+async def test_repair_passes_what_it_mends_for_the_keys_it_applies_to() -> None:
+    add = Tool(name="add", function=_never, validate_schema=True,
+               parameters=[Param("a", "integer", required=True), Param("b", "integer", required=True)])
+    target = ToolsTarget([add], "add", repair=RepairPolicy("apply", by_key={"beta": "off"}))
+    sent = call(tool="add", outcome="rejected", reason="schema_violation", arguments='{"a": "1", "b": 2}')
+    kind, verdict = await replayed(sent, target)
+    assert kind == "fixed"
+    assert verdict is not None
+    assert verdict.repaired
+    assert (await replayed(call(tool="add", outcome="repaired", arguments='{"a": "1", "b": 2}'), target))[0] == (
+        "still_passing")  # recorded repaired: the body ran; and it would again
+    of_beta = call(tool="add", outcome="rejected", reason="schema_violation", arguments='{"a": "1", "b": 2}',
+                   key="beta", id="beta~t1")
+    assert (await replayed(of_beta, target))[0] == "still_rejected"  # beta's calls are not repaired
+    assert (await replayed(sent, ToolsTarget([add], "add")))[0] == "still_rejected"  # no repair configured
+
