@@ -28,8 +28,8 @@ def read_file(path: Annotated[str, Alias("file_path", "filepath")], offset: int 
 
 
 DECLARED = {
-    "param": Tool(name="read", function=_echo, parameters=[Param("path", "string", required=True, aliases=["file_path"]),
-                                                          Param("offset", "integer")]),
+    "param": Tool(name="read", function=_echo, parameters=[
+        Param("path", "string", required=True, aliases=["file_path"]), Param("offset", "integer")]),
     "annotated": read_file,
     "args_model": Tool(name="read", function=_echo, args_model=Located),
     "tool": Tool(name="read", function=_echo, aliases={"path": ["file_path"]},
@@ -42,7 +42,8 @@ DECLARED = {
 async def test_an_alias_is_taken_for_its_parameter_and_said(style: str) -> None:
     parsed = await DECLARED[style].parse_arguments({"file_path": "/a"}, CONTEXT)
     assert isinstance(parsed, Parsed)
-    assert parsed.arguments["path"] == "/a" and "file_path" not in parsed.arguments
+    assert parsed.arguments["path"] == "/a"
+    assert "file_path" not in parsed.arguments
     assert parsed.aliases == (("file_path", "path"),)
 
 
@@ -55,14 +56,19 @@ async def test_an_alias_beside_its_parameter_is_not_renamed() -> None:
     strict = Tool(name="read", function=_echo, validate_schema=True, parameters=[
         Param("path", "string", required=True, aliases=["file_path", "filepath"])],)
     both = await strict.parse_arguments({"path": "/a", "file_path": "/b"}, CONTEXT)  # which one is meant?
-    assert isinstance(both, Rejection) and both.names is not None and both.names.unrecognized == ("file_path",)
+    assert isinstance(both, Rejection)
+    assert both.names is not None
+    assert both.names.unrecognized == ("file_path",)
     two_aliases = await strict.parse_arguments({"file_path": "/a", "filepath": "/b"}, CONTEXT)
-    assert isinstance(two_aliases, Rejection) and two_aliases.reason == "missing_arguments"
+    assert isinstance(two_aliases, Rejection)
+    assert two_aliases.reason == "missing_arguments"
 
 
 async def test_a_call_without_aliases_is_the_same_object_path() -> None:
     parsed = await DECLARED["param"].parse_arguments({"path": "/a"}, CONTEXT)
-    assert isinstance(parsed, Parsed) and parsed.aliases == () and parsed.arguments == {"path": "/a"}
+    assert isinstance(parsed, Parsed)
+    assert parsed.aliases == ()
+    assert parsed.arguments == {"path": "/a"}
 
 
 @pytest.mark.parametrize(("aliases", "problem"), [
@@ -96,13 +102,16 @@ async def test_the_operators_aliases_join_the_tools_now_and_later() -> None:
     registry = ToolRegistry([plain])
     registry.use_aliases({"read": {"path": ["file_path"]}, "later": {"q": ["query"]}})
     read = registry.get("read")
-    assert read is not None and read.aliases == {"path": ["p", "file_path"]}
+    assert read is not None
+    assert read.aliases == {"path": ["p", "file_path"]}
     registry.replace_source("server", [Tool(name="later", function=_echo, parameters=[Param("q", "string")]),
                                        Tool(name="other", function=_echo)])
     later = registry.get("later")
-    assert later is not None and later.alias_of == {"query": "q"}
+    assert later is not None
+    assert later.alias_of == {"query": "q"}
     parsed = await later.parse_arguments({"query": "x"}, CONTEXT)
-    assert isinstance(parsed, Parsed) and parsed.arguments == {"q": "x"}
+    assert isinstance(parsed, Parsed)
+    assert parsed.arguments == {"q": "x"}
 
 
 def test_an_operators_alias_that_fits_no_parameter_fails_at_start_up_or_is_left_out_later() -> None:
@@ -113,4 +122,5 @@ def test_an_operators_alias_that_fits_no_parameter_fails_at_start_up_or_is_left_
     fresh.use_aliases({"later": {"nope": ["x"]}})
     fresh.replace_source("server", [Tool(name="later", function=_echo, parameters=[Param("q", "string")])])
     later = fresh.get("later")
-    assert later is not None and later.alias_of == {}
+    assert later is not None
+    assert later.alias_of == {}

@@ -90,7 +90,8 @@ async def test_no_guess_and_no_change_of_value(params: list[Param], sent: dict[s
 async def test_only_rejections_of_the_arguments_shape_are_mended() -> None:
     tool = checked(Param("a", "integer", required=True))
     bad_json = await tool.parse_arguments('{"a": "1"', CONTEXT)
-    assert isinstance(bad_json, Rejection) and bad_json.reason == "invalid_json"
+    assert isinstance(bad_json, Rejection)
+    assert bad_json.reason == "invalid_json"
     assert await repaired(tool, '{"a": "1"', bad_json, CONTEXT, applied=True) is None
 
 
@@ -141,7 +142,9 @@ async def test_apply_runs_the_body_on_the_mended_arguments() -> None:
 async def test_observe_records_the_fix_and_runs_nothing() -> None:
     outcome, ran = await _run(RepairPolicy("observe"), {"a": "2", "b": 3})
     assert (outcome.status, ran) == ("rejected", [])
-    assert outcome.repair is not None and not outcome.repair.applied and outcome.repair.after == {"a": 2, "b": 3}
+    assert outcome.repair is not None
+    assert not outcome.repair.applied
+    assert outcome.repair.after == {"a": 2, "b": 3}
 
 
 @pytest.mark.parametrize("policy", [None, RepairPolicy("off")])

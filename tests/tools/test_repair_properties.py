@@ -94,11 +94,14 @@ def test_what_repair_hands_the_tool_fits_its_schema_and_keeps_every_value(case: 
         if json.dumps(mended) == json.dumps(value):  # untouched (json: 1, 1.0 and true differ, NaN is NaN)
             continue
         if isinstance(mended, list):  # wrapped: the one value, as it was
-            assert mended == [value] and type(mended[0]) is type(value)
+            assert mended == [value]
+            assert type(mended[0]) is type(value)
         elif isinstance(mended, bool):  # a string spelling exactly this boolean
             assert value == ("true" if mended else "false")
         else:  # a string spelling exactly this number
-            assert isinstance(value, str) and isinstance(mended, int | float) and mended == float(value)
+            assert isinstance(value, str)
+            assert isinstance(mended, int | float)
+            assert mended == float(value)
 
 
 @settings(max_examples=400, deadline=None)
