@@ -25,7 +25,7 @@ from gateway.improve.replay import EXAMPLES, RecordedCall, Target, replay
 from gateway.improve.targets import as_served, schema_file
 from gateway.settings.load import load_settings
 from gateway.tools import ToolDeclarationError
-from telemetry.store.calls import recorded_calls
+from telemetry.store.recorded import recorded_calls
 
 _FORMS = "give module:attr (tools, as toolspan serve --tools takes them) or a JSON file of tool schemas"
 

@@ -3,7 +3,7 @@ the terminal (telemetry.store.report answers, telemetry.store.report_text prints
 
     toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N] [--key K]
     toolspan trajectories show [--key K] [--page N] [--limit N] ID   (a page of N requests; default 200)
-    toolspan trajectories report [--since ...] [--key K]
+    toolspan trajectories report [--since ...] [--key K] [--by model|upstream|key|tool]
     toolspan trajectories replay [--since ...] [--tool T] [--key K] [--against module:attr | FILE.json]
                                  [--examples N] [--fail-on-regression]   (see gateway.cli.replay)
     toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
@@ -32,7 +32,7 @@ from gateway.improve import replay_text
 from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
-from telemetry.store import otlp, report, report_text
+from telemetry.store import compare, otlp, report, report_text
 from telemetry.store.schema import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -81,6 +81,8 @@ def add_parser(commands: Any) -> None:
     summary = sub.add_parser("report", parents=[shown], help="per tool and per model: rejections, renames, "
                                                                "retries, recoveries")
     summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    summary.add_argument("--by", choices=compare.GROUPINGS, help="compare models, upstreams, gateway keys or tools: "
+                                                                 "each rate with its counts")
     replay = sub.add_parser("replay", parents=[shown], help="recorded calls parsed again against tools as they "
                                                              "are now: which rejections would pass, which passes break")
     replay.add_argument("--since", type=since_seconds, help="calls made since: an age (2h, 7d) or a date")
@@ -125,6 +127,9 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
         _print(found, options.json, report_text.trajectory_list(found))
     elif action == "show":
         return _show(db, options)
+    elif action == "report" and options.by is not None:
+        figures = compare.compared(db, options.by, since=options.since, key=options.key)
+        _print(figures, options.json, report_text.compared(figures))
     elif action == "report":
         figures = report.report(db, since=options.since, key=options.key)
         _print(figures, options.json, report_text.report(figures))
@@ -133,21 +138,25 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
         _print(answer, options.json, replay_text.replay(answer))
         return regression_status(answer, options.fail_on_regression)
     elif action == "import":
-        for file in options.files:
-            try:
-                with file.open(encoding="utf-8") as lines:
-                    written = otlp.import_file(db, lines)
-            except OSError as exc:  # a directory, a file it may not read
-                raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
-            except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
-                raise ValueError(f"{file}: {exc}") from None
-            print(f"{file}: {written} spans recorded")
+        _import(db, options.files)
     elif options.file is None:
         otlp.export(db, sys.stdout)
     else:
         with options.file.open("w", encoding="utf-8") as out:
             print(f"{options.file}: {otlp.export(db, out)} spans written", file=sys.stderr)
     return 0
+
+
+def _import(db: sqlite3.Connection, files: list[Path]) -> None:
+    for file in files:
+        try:
+            with file.open(encoding="utf-8") as lines:
+                written = otlp.import_file(db, lines)
+        except OSError as exc:  # a directory, a file it may not read
+            raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+        except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
+            raise ValueError(f"{file}: {exc}") from None
+        print(f"{file}: {written} spans recorded")
 
 
 def _show(db: sqlite3.Connection, options: argparse.Namespace) -> int:

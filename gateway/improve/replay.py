@@ -40,7 +40,7 @@ NOT_REPLAYED = ("no_outcome", "not_allowed", "no_schema", "not_in_target", "not_
 
 @dataclass(frozen=True)
 class RecordedCall:
-    """One recorded call, as the store's reader hands it (telemetry.store.calls.recorded_calls)."""
+    """One recorded call, as the store's reader hands it (telemetry.store.recorded.recorded_calls)."""
 
     tool: str
     side: str  # "gateway" or "client"

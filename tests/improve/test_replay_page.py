@@ -17,7 +17,6 @@ from tests.conftest import USER, GatewayFactory, free_port
 from tests.improve import session as scripted
 from tests.improve.conftest import Session, ToolFile
 
-OPERATOR_KEY = "sk-operator-key"
 HOSTILE = {"file_path": "<script>alert(1)</script>"}  # rejected then, as a rename; passes now
 
 
@@ -40,15 +39,14 @@ def tool_row(markup: str, tool: str) -> list[int]:
 
 async def restarted_with_the_changed_tools(session: Session, tool_file: ToolFile, make_gateway: GatewayFactory) -> str:
     """One more rename of alpha's recorded, then a gateway over the same store serving the changed
-    tools, beta allowed read_file and add only, and an operator's key: its URL."""
+    tools, beta allowed read_file and add only: its URL."""
     session.upstreams[scripted.MODEL_A].policy.then(  # type: ignore[attr-defined]
         Reply(tool_calls=[("read_file", HOSTILE)]), Reply(content="done"))
     async with AsyncOpenAI(base_url=f"{session.gateway.url}/v1", api_key=scripted.ALPHA_KEY, max_retries=0) as client:
         await client.chat.completions.create(model=scripted.MODEL_A, messages=USER)  # type: ignore[arg-type]
     assert session.gateway.observability.store is not None
     await session.gateway.observability.store.flushed()
-    keys: dict[str, Any] = {**scripted.KEYS, "beta": {"key": scripted.BETA_KEY, "tools": ["read_file", "add"]},
-                            "ops": {"key": OPERATOR_KEY, "operator": True}}
+    keys: dict[str, Any] = {**scripted.KEYS, "beta": {"key": scripted.BETA_KEY, "tools": ["read_file", "add"]}}
     settings = Settings(port=0, keys=keys, trajectory_store_path=session.path, record_tool_arguments=True,
                         upstream=f"http://127.0.0.1:{free_port()}/v1")  # never asked: the page reads the store
     restarted = await make_gateway(settings, registry=load_tools([f"{tool_file.module}:tools"]))
@@ -86,7 +84,7 @@ async def test_each_key_sees_its_calls_replayed_against_the_tools_served_now(
     assert tool_row(beta, "add") == [1, 1, 0, 1, 0, 0, 0]
     assert tool_row(beta, "search") == [2, 0, 0, 0, 0, 0, 0]
     assert "tool not served 2" in beta
-    _, everyone = await view(OPERATOR_KEY)
+    _, everyone = await view(scripted.OPERATOR_KEY)
     assert figures(everyone)["calls"] == scripted.CALLS + 1
     assert figures(everyone)["passes that would now be rejected"] == 2
     status, _ = await view(None)
