@@ -143,8 +143,10 @@ async def run_demo(out: Callable[[str], None] = print, api: str = "chat", mcp: b
     """Runs the session over the Chat Completions, Responses or Messages API; returns the final answer.
     With `mcp`, the example tools come from `toolspan mcp-examples`, an MCP server over stdio."""
     exporter = InMemorySpanExporter()
-    # Content capture on: the demo's store keeps the messages, for `toolspan trajectories show`.
-    settings = load_settings({"port": 0, "capture_message_content": True})  # a bad variable: one line
+    # Content capture on: the demo's store keeps the messages, for `toolspan trajectories show` and
+    # `export`; and every call's arguments, so that `toolspan trajectories replay` can replay them all.
+    settings = load_settings({"port": 0, "capture_message_content": True,  # a bad variable: one line
+                              "record_tool_arguments": True})
     settings = with_mcp_examples(settings) if mcp else settings
     registry = ToolRegistry() if mcp else None  # None: the example tools, registered in this process
     async with gateway(settings, registry, processors=[SimpleSpanProcessor(exporter)]) as (url, _, _model):
