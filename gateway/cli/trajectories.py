@@ -3,7 +3,7 @@ the terminal (telemetry.store.report answers, telemetry.store.report_text prints
 
     toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N] [--key K]
     toolspan trajectories show [--key K] [--page N] [--limit N] ID   (a page of N requests; default 200)
-    toolspan trajectories report [--since ...] [--key K]
+    toolspan trajectories report [--since ...] [--key K] [--by model|upstream|key|tool]
     toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
     toolspan trajectories export [FILE]       (the same format; default: stdout)
 Each takes --db PATH (default: the settings' store path) and --json (list, show, report). With
@@ -27,7 +27,7 @@ from typing import Any
 from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
-from telemetry.store import otlp, report, report_text
+from telemetry.store import compare, otlp, report, report_text
 from telemetry.store.schema import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -76,6 +76,8 @@ def add_parser(commands: Any) -> None:
     summary = sub.add_parser("report", parents=[shown], help="per tool and per model: rejections, renames, "
                                                                "retries, recoveries")
     summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    summary.add_argument("--by", choices=compare.GROUPINGS, help="compare models, upstreams, gateway keys or tools: "
+                                                                 "each rate with its counts")
     for keyed in (listing, show, summary):
         keyed.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
     imports = sub.add_parser("import", parents=[common], help="add OTLP JSON trace files to the store")
@@ -116,6 +118,9 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
         _print(found, options.json, report_text.trajectory_list(found))
     elif action == "show":
         return _show(db, options)
+    elif action == "report" and options.by is not None:
+        figures = compare.compared(db, options.by, since=options.since, key=options.key)
+        _print(figures, options.json, report_text.compared(figures))
     elif action == "report":
         figures = report.report(db, since=options.since, key=options.key)
         _print(figures, options.json, report_text.report(figures))

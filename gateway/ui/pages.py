@@ -2,7 +2,8 @@
 embedded trajectory store, read through the `TrajectoryReader` the composition root hands in;
 a stylesheet and a small script of its own, and a Content-Security-Policy that allows nothing else.
 
-Routes: /ui (the report, with each key's usage of its limits: see ui_limits), /ui/trajectories
+Routes: /ui (the report, with each key's usage of its limits: see ui_limits; ?by=model, upstream,
+key or tool adds the comparison: see ui_compare), /ui/trajectories
 (the list, with filters), /ui/trajectories/{id} (one timeline, a page of its requests: ?page=N,
 ?limit=N), /ui/approvals (the pending approvals of tool calls, and their decisions: see
 ui_approvals), /ui/login and /ui/logout (the session cookie, see ui_auth), /ui/assets/{name}."""
@@ -41,6 +42,7 @@ from gateway.ui.limits import limits_view
 from gateway.ui.markup import Html, join
 from gateway.ui.report import ListFilters, list_page, report_page
 from gateway.ui.timeline import MOST_PAGE_REQUESTS, PAGE_REQUESTS, Paging, pages, timeline_page
+from telemetry.store.compare import GROUPINGS
 
 # Scripts, styles and forms of this origin only; no inline script or style, no frames, no plugins.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -65,6 +67,8 @@ class TrajectoryReader(Protocol):
     `sqlite3.Error` means there is nothing to read (yet)."""
 
     def report(self, key: str | None) -> dict[str, Any]: ...
+
+    def compared(self, by: str, key: str | None) -> dict[str, Any]: ...
 
     def rejections_over_time(self, bucket_seconds: float, key: str | None) -> list[dict[str, Any]]: ...
 
@@ -140,6 +144,10 @@ async def report_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     if not isinstance(viewer := _viewer(request), _Viewer):
         return viewer
+    by = request.query.get("by") or None
+    if by is not None and by not in GROUPINGS:
+        body = notice(f"?by compares by one of {', '.join(GROUPINGS)}, not {by[:40]!r}.")
+        return html(page("Trajectory report", body, HOME, bool(settings.keys)), status=400)
     limits = await limits_view(request, viewer.key)
     report = await _ask(request, "report", viewer.key)
     if report is None:
@@ -151,7 +159,8 @@ async def report_view(request: web.Request) -> web.Response:
         hourly = await _ask(request, "rejections_over_time", FINE_BUCKET_SECONDS, viewer.key) or []
     recent = await _ask(request, "list_trajectories", tool=None, outcome=None, since=None, model=None,
                         limit=RECENT, key=viewer.key) or []
-    body = join([limits, report_page(report, hourly, recent, settings.trace_ui_url)])
+    compared = await _ask(request, "compared", by, viewer.key) if by is not None else None
+    body = join([limits, report_page(report, hourly, recent, settings.trace_ui_url, compared)])
     return html(page("Trajectory report", body, HOME, bool(settings.keys)))
 
 

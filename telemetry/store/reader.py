@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from telemetry.store import report
+from telemetry.store import compare, report
 
 T = TypeVar("T")
 
@@ -26,6 +26,9 @@ class StoreReader:
 
     def report(self, key: str | None) -> dict[str, Any]:
         return self._read(lambda db: report.report(db, key=key))
+
+    def compared(self, by: str, key: str | None) -> dict[str, Any]:
+        return self._read(lambda db: compare.compared(db, by, key=key))
 
     def rejections_over_time(self, bucket_seconds: float, key: str | None) -> list[dict[str, Any]]:
         return self._read(lambda db: report.rejections_over_time(db, bucket_seconds=bucket_seconds, key=key))
