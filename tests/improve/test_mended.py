@@ -22,7 +22,7 @@ from telemetry.store.rows import suggestions
 from telemetry.store.schema import SCHEMA
 from tests.improve import session as scripted
 from tests.improve.conftest import Session
-from tests.ui.test_guardrails import _Texts
+from tests.ui.conftest import call_texts
 
 _MENDED = ("SELECT trajectory_id, span_id, tool, repair_mode FROM tool_calls "
            "WHERE repair_mode IS NOT NULL OR aliases IS NOT NULL ORDER BY started")
@@ -55,13 +55,6 @@ def test_each_call_is_recorded_as_counted_by_hand(mended_session: Session) -> No
 
 # --- the page ----------------------------------------------------------------------------------------------
 
-def _texts(page: str, cls: str) -> dict[str, list[str]]:
-    """The text of each element of class `cls`, by the anchor of the call it is under."""
-    parser = _Texts(cls)
-    parser.feed(page)
-    return parser.found
-
-
 async def _page(session: Session, trajectory_id: str, key: str) -> str:
     response = await session.gateway.http.get(f"/ui/trajectories/{trajectory_id}",
                                               headers={"Authorization": f"Bearer {key}"})
@@ -74,27 +67,27 @@ async def test_the_page_shows_a_repair_applied_with_the_arguments_before_and_aft
     trajectory, span = _mended(mended_session, "read_file", "apply")
     page = await _page(mended_session, trajectory, scripted.ALPHA_KEY)
     anchor = f"call-{span}"
-    assert _texts(page, "repair")[anchor] == ["repair applied: rename file_path -> path"]
-    assert _texts(page, "repair-before")[anchor] == [json.dumps({"file_path": "/a"}, indent=2)]
-    assert _texts(page, "repair-after")[anchor] == [json.dumps({"path": "/a"}, indent=2)]
+    assert call_texts(page, "repair")[anchor] == ["repair applied: rename file_path -> path"]
+    assert call_texts(page, "repair-before")[anchor] == [json.dumps({"file_path": "/a"}, indent=2)]
+    assert call_texts(page, "repair-after")[anchor] == [json.dumps({"path": "/a"}, indent=2)]
     assert f'<li id="{anchor}" class="call repaired"' in page
     assert '<span class="tag repaired">repaired</span>' in page
-    assert anchor not in _texts(page, "aliases")
+    assert anchor not in call_texts(page, "aliases")
 
 
 async def test_the_page_shows_a_repair_observed_and_the_aliases_a_call_used(mended_session: Session) -> None:
     trajectory, span = _mended(mended_session, "search", "observe")
     page = await _page(mended_session, trajectory, scripted.BETA_KEY)
-    assert _texts(page, "repair")[f"call-{span}"] == ["repair observed, not applied: wrap tags in an array"]
+    assert call_texts(page, "repair")[f"call-{span}"] == ["repair observed, not applied: wrap tags in an array"]
     assert 'data-mode="observe"' in page
-    assert _texts(page, "repair-after")[f"call-{span}"] == [json.dumps({"query": "x", "tags": ["red"]}, indent=2)]
-    assert _texts(page, "diagnostic")[f"call-{span}"]  # it stayed rejected: what the model was told
+    assert call_texts(page, "repair-after")[f"call-{span}"] == [json.dumps({"query": "x", "tags": ["red"]}, indent=2)]
+    assert call_texts(page, "diagnostic")[f"call-{span}"]  # it stayed rejected: what the model was told
     trajectory, span = _mended(mended_session, "read_file", None)
     page = await _page(mended_session, trajectory, scripted.BETA_KEY)
-    aliased = _texts(page, "aliases")
+    aliased = call_texts(page, "aliases")
     assert aliased[f"call-{span}"] == ["aliases used: filepath → path"]
     assert len(aliased) == 2  # both calls of the trajectory used it
-    assert _texts(page, "repair") == {}
+    assert call_texts(page, "repair") == {}
 
 
 HOSTILE = "<script>alert(1)</script>"
@@ -118,9 +111,9 @@ def test_what_the_model_chose_is_escaped_on_the_page(mended_session: Session) ->
     assert HOSTILE not in page
     assert "<i>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    [said] = [text for texts in _texts(page, "repair").values() for text in texts]
+    [said] = [text for texts in call_texts(page, "repair").values() for text in texts]
     assert said.startswith(f"repair (<i>{TERMINAL}</i>): rename {HOSTILE}")  # as text, once unescaped
-    [aliased] = [text for texts in _texts(page, "aliases").values() for text in texts]
+    [aliased] = [text for texts in call_texts(page, "aliases").values() for text in texts]
     assert aliased == f"aliases used: {HOSTILE}{TERMINAL} → path"
 
 
