@@ -145,6 +145,19 @@ def mask_text(text: str, redact_keys: Sequence[str]) -> str:
     return _mask_text(text, keys, loose=False) if keys else text
 
 
+_CUT = re.compile(r"\.\.\.\[truncated; [0-9]+ chars sent\]\Z")
+
+
+def was_cut(rendered: str) -> bool:
+    """Whether `rendered` (what `render_arguments` made) is the start of longer arguments only."""
+    return _CUT.search(rendered) is not None
+
+
+def was_masked(rendered: str) -> bool:
+    """Whether `rendered` may hold a masked value: the mask stands where a value was."""
+    return MASK in rendered
+
+
 def render_arguments(raw: str, max_chars: int, redact_keys: Sequence[str]) -> str:
     """`raw` with values under keys containing any of `redact_keys` masked, cut to `max_chars`."""
     keys = [_normal(k) for k in redact_keys]

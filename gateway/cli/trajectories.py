@@ -4,9 +4,11 @@ the terminal (telemetry.store.report answers, telemetry.store.report_text prints
     toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N] [--key K]
     toolspan trajectories show [--key K] [--page N] [--limit N] ID   (a page of N requests; default 200)
     toolspan trajectories report [--since ...] [--key K] [--by model|upstream|key|tool]
+    toolspan trajectories replay [--since ...] [--tool T] [--key K] [--against module:attr | FILE.json]
+                                 [--examples N] [--fail-on-regression]   (see gateway.cli.replay)
     toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
     toolspan trajectories export [FILE]       (the same format; default: stdout)
-Each takes --db PATH (default: the settings' store path) and --json (list, show, report). With
+Each takes --db PATH (default: the settings' store path) and --json (list, show, report, replay). With
 gateway keys, a trajectory is the key's and the id's together: --key names the key (list and report:
 only its trajectories; show: the id is the one its caller sent), or show takes the stored id, KEY~ID.
 What is printed has the control characters of stored strings made visible (gateway.wire.escaping).
@@ -24,6 +26,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gateway.cli.replay import add_options as add_replay_options
+from gateway.cli.replay import regression_status, replayed
+from gateway.improve import replay_text
 from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
@@ -78,7 +83,11 @@ def add_parser(commands: Any) -> None:
     summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
     summary.add_argument("--by", choices=compare.GROUPINGS, help="compare models, upstreams, gateway keys or tools: "
                                                                  "each rate with its counts")
-    for keyed in (listing, show, summary):
+    replay = sub.add_parser("replay", parents=[shown], help="recorded calls parsed again against tools as they "
+                                                             "are now: which rejections would pass, which passes break")
+    replay.add_argument("--since", type=since_seconds, help="calls made since: an age (2h, 7d) or a date")
+    add_replay_options(replay)
+    for keyed in (listing, show, summary, replay):
         keyed.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
     imports = sub.add_parser("import", parents=[common], help="add OTLP JSON trace files to the store")
     imports.add_argument("files", nargs="+", type=Path)
@@ -124,22 +133,30 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
     elif action == "report":
         figures = report.report(db, since=options.since, key=options.key)
         _print(figures, options.json, report_text.report(figures))
+    elif action == "replay":
+        answer = replayed(db, options)
+        _print(answer, options.json, replay_text.replay(answer))
+        return regression_status(answer, options.fail_on_regression)
     elif action == "import":
-        for file in options.files:
-            try:
-                with file.open(encoding="utf-8") as lines:
-                    written = otlp.import_file(db, lines)
-            except OSError as exc:  # a directory, a file it may not read
-                raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
-            except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
-                raise ValueError(f"{file}: {exc}") from None
-            print(f"{file}: {written} spans recorded")
+        _import(db, options.files)
     elif options.file is None:
         otlp.export(db, sys.stdout)
     else:
         with options.file.open("w", encoding="utf-8") as out:
             print(f"{options.file}: {otlp.export(db, out)} spans written", file=sys.stderr)
     return 0
+
+
+def _import(db: sqlite3.Connection, files: list[Path]) -> None:
+    for file in files:
+        try:
+            with file.open(encoding="utf-8") as lines:
+                written = otlp.import_file(db, lines)
+        except OSError as exc:  # a directory, a file it may not read
+            raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+        except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
+            raise ValueError(f"{file}: {exc}") from None
+        print(f"{file}: {written} spans recorded")
 
 
 def _show(db: sqlite3.Connection, options: argparse.Namespace) -> int:

@@ -181,7 +181,9 @@ def report_page(report: Mapping[str, Any], over_time: Sequence[Mapping[str, Any]
     if not report["tool_calls"] and not report["model_turns"]:
         return notice("No trajectory recorded yet: send a request through the gateway (or run toolspan demo).")
     return render(
-        '{totals}{compared}<section class="card"><h2>Tools</h2>{tools}</section>'
+        '{totals}{compared}<section class="card"><h2>Tools</h2>{tools}<p><a href="/ui/replay">Replay the '
+        'recorded calls against the tools served now</a>: which rejections would pass, which passes would '
+        'break.</p></section>'
         '<div class="grid"><section class="card"><h2>Top renames</h2>'
         '<p class="muted">Argument names the models sent that the tool does not accept, and the name '
         'the diagnostic suggested.</p>{renames}</section>'
