@@ -34,9 +34,10 @@ from gateway.guardrails import Chains, GuardedCall, Guardrail, Guardrails, Verdi
 from gateway.instrumentation import RequestInfo, RequestRecord
 from gateway.settings.model import Settings
 from gateway.state.approvals import MemoryApprovals
-from gateway.tools import Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry, Turn
+from gateway.tools import Param, Tool, ToolCall, ToolExecutor, ToolOutcome, ToolRegistry, Turn
 from gateway.tools.approval_gate import Approvals, Viewer
 from gateway.tools.hooks import ClientResult
+from gateway.tools.repair import RepairPolicy
 from gateway.wire.headers import secret_names
 from telemetry import names
 from telemetry.instrument import Telemetry
@@ -756,7 +757,8 @@ ROW_TOPICS: dict[str, dict[str, set[str]]] = {
     "toolspan-tools": {
         "Outcomes": {names.METRIC_TOOL_CALLS, names.METRIC_TOOL_REJECTIONS},
         "Duration": {names.METRIC_TOOL_CALL_DURATION, names.METRIC_CLIENT_TOOL_ROUNDTRIP},
-        "Retries and recovery": {names.METRIC_TOOL_RETRIES, names.METRIC_TOOL_RECOVERIES},
+        "Retries and recovery": {names.METRIC_TOOL_RETRIES, names.METRIC_TOOL_RECOVERIES,
+                                 names.METRIC_TOOL_ALIASES_USED, names.METRIC_TOOL_REPAIRS},
         "Timeouts, unknown tools and unchecked calls": {names.METRIC_TOOL_CALLS, names.METRIC_TOOL_REJECTIONS,
                                                         names.METRIC_TOOL_UNCHECKED},
         "Traces": set(),
@@ -873,6 +875,7 @@ async def _drive(registry: CollectorRegistry) -> None:
         instrumentation.client_result(ClientResult("call_c", "grammar", time.time() - 1.5, 2, error=False), turn)
         await _denied(instrumentation, turn)  # a call a reviewer refused
         await _guarded(instrumentation, turn)  # a call a guardrail denied, a result a failed guardrail withheld
+        await _mended(instrumentation, turn)  # an alias used; a repair applied (outcome repaired), one observed
         request.finish(200, RequestRecord(rounds=2, held_turn_lost=True))  # it continued a forgotten turn
     instrumentation.upstream_state("east", False)  # an upstream cooling down
     instrumentation.limit_usage("alice", "requests_per_minute", 60, 60)  # a key at its limit, refused
@@ -916,6 +919,21 @@ async def _guarded(instrumentation: Telemetry, turn: Turn) -> None:
                            guardrails=Guardrails(Chains(), gateway=[_NoProduction()]))
     for host in ("prod", "staging"):
         await guarded.run_turn([ToolCall(f"call_{host}", "deploy", json.dumps({"host": host}))], turn)
+
+
+async def _mended(instrumentation: Telemetry, turn: Turn) -> None:
+    """A call through a parameter alias, one whose arguments repair fixed and ran, and one whose fix
+    it only recorded (its tool's mode observe)."""
+    parameters = [Param("a", "integer", required=True, aliases=["first"]), Param("b", "integer", required=True)]
+    registry = ToolRegistry([Tool(name="total", function=lambda args: args["a"] + args["b"], parameters=parameters,
+                                  validate_schema=True),
+                             Tool(name="peek", function=lambda args: "seen", argument_repair="observe",
+                                  parameters=[Param("n", "integer", required=True)], validate_schema=True)])
+    mended = ToolExecutor(registry, instrumentation, repair=RepairPolicy("apply"))
+    for index, (name, arguments) in enumerate((("total", {"first": 1, "b": 2}), ("total", {"a": "1", "b": 2}),
+                                               ("peek", {"n": "3"}))):
+        await mended.run_turn([ToolCall(f"call_m{index}", name, json.dumps(arguments))], turn)
+    await mended.aclose()
 
 
 def classic_exposition() -> tuple[CollectorRegistry, bytes]:

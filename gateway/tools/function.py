@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
+from jsonschema.protocols import Validator
 from pydantic import BaseModel, ValidationError
 
 from gateway.tools.aliases import alias_table, declared_aliases, unaliased
@@ -173,6 +174,20 @@ class Tool:
             raise ToolDeclarationError(f"tool {self.name!r}: validate_schema is for a declared schema; "
                                        "parse_args and args_model check arguments themselves")
         setattr_("_validator", bounded_validator(self.name, declared) if self.validate_schema else None)
+
+    @functools.cached_property
+    def declared_validator(self) -> Validator | Skipped:
+        """The validator of the declared schema, or why values are not checked against it (Skipped):
+        the parse step's own when the tool checks values, else built the first time it is wanted
+        (argument repair checks its fixes with it), with the budget a tool's build has. Built once,
+        it does not depend on how busy the machine is when a call needs it; a schema that is no
+        valid JSON Schema (a tool that never checks values may declare one) is "invalid_schema"."""
+        if self._validator is not None:
+            return self._validator
+        try:
+            return bounded_validator(self.name, self.declared_schema)
+        except ToolDeclarationError:
+            return "invalid_schema"
 
     # --- parse --------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from gateway.tools.arguments import read_arguments
 from gateway.tools.function import Tool
 from gateway.tools.params import check_names, fitting_names
 from gateway.tools.results import Parsed, Rejection, Repair, ToolContext
-from gateway.tools.schema import bounded_validator, value_problems
+from gateway.tools.schema import value_problems
 from gateway.tools.schema_bounds import INLINE, OverBudget, metered
 
 RepairMode = Literal["off", "observe", "apply"]
@@ -146,9 +146,11 @@ def _is_item(value: Any, items: Any) -> bool:
 
 
 def _fits_schema(tool: Tool, args: dict[str, Any]) -> bool:
-    """Whether `args` fit the schema the tool declares, checked within the inline budget (a schema
-    that cannot be checked at a bounded cost mends nothing)."""
-    validator = bounded_validator(tool.name, tool.declared_schema, INLINE)
+    """Whether `args` fit the schema the tool declares, checked within the inline budget with the
+    tool's validator (built once: compiling it here, within that budget, would make a busy machine
+    mend less); a schema that cannot be checked at a bounded cost, or is no JSON Schema, mends
+    nothing."""
+    validator = tool.declared_validator
     if isinstance(validator, str):
         return False
     check = check_names(args, tool.required_names, tool.accepted_names)

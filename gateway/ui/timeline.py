@@ -16,7 +16,7 @@ from gateway.ui.diff import arguments_diff
 from gateway.ui.layout import escape_all, ms, notice, plural, tag, trace_link, when_at
 from gateway.ui.markup import EMPTY, Html, join, render, when
 from gateway.ui.messages import answer, capture_off, sent_messages
-from telemetry.store.rows import guardrail_decisions, guardrail_words
+from telemetry.store.rows import guardrail_decisions, guardrail_words, repair_words
 
 FAILED = frozenset({"error", "rejected", "timeout", "cancelled"})
 # Requests a page shows unless its address asks (?limit=) for another number, and the most it may
@@ -117,6 +117,28 @@ def _guarded(call: Mapping[str, Any]) -> Html:
     return join(said)
 
 
+def _aliased(call: Mapping[str, Any]) -> Html:
+    """The parameter aliases the call's arguments used, each beside the parameter it stands for."""
+    aliases = call.get("aliases") or {}
+    pairs = [render("<code>{alias}</code> → <code>{name}</code>", alias=alias, name=name)
+             for alias, name in aliases.items()]
+    return when(pairs, render('<div class="aliases">aliases used: {pairs}</div>', pairs=join(pairs, ", ")))
+
+
+def _repaired(call: Mapping[str, Any]) -> Html:
+    """What argument repair found for the call: its mode and changes, and the arguments before and
+    after (in mode observe the call stayed rejected, and ran on neither)."""
+    said = repair_words(dict(call))
+    if said is None:
+        return EMPTY
+    before, after = call.get("repair_before"), call.get("repair_after")
+    return render('<div class="repair" data-mode="{mode}">{said}</div>{before}{after}', mode=call.get("repair_mode"),
+                  said=said, before=when(before is not None, _block("arguments before repair", _pretty(str(before)),
+                                                                    "arguments repair-before")),
+                  after=when(after is not None, _block("arguments after repair", _pretty(str(after)),
+                                                       "arguments repair-after")))
+
+
 def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str]) -> Html:
     outcome = call.get("outcome") or "unknown"
     failed = outcome in FAILED
@@ -131,7 +153,7 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         '<li id="{anchor}" class="call {state}{side}" data-side="{whose}"><div><strong>{kind}</strong> '
         '<code>{tool}</code> '
         '{outcome}{reason} <span class="muted">round {round} · {duration}{server}{result}</span></div>'
-        '{decided}{guarded}{names}{retry}{details}</li>',
+        '{decided}{guarded}{aliased}{repaired}{names}{retry}{details}</li>',
         anchor=_anchor(call["span_id"]), state="failed" if failed else outcome, tool=call["tool"],
         side=" client" if client else "", whose="client" if client else "gateway",
         kind="client tool call" if client else "tool call",
@@ -141,7 +163,8 @@ def _tool_call(call: Mapping[str, Any], paging: Paging, sent: Mapping[str, str])
         result=when(call.get("client_ms") is not None, render(
             " · result {o}, {b} bytes, {t} on the client's side", o=call.get("result_outcome"),
             b=call.get("result_bytes"), t=ms(call.get("client_ms")))),
-        decided=_decided(call), guarded=_guarded(call), names=_names(call), retry=_retry(call, paging, sent),
+        decided=_decided(call), guarded=_guarded(call), aliased=_aliased(call), repaired=_repaired(call),
+        names=_names(call), retry=_retry(call, paging, sent),
         details=join(details))
 
 

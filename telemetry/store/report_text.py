@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.tools.approval_text import decision_text
 from gateway.wire.escaping import visible, visible_lines
-from telemetry.store.rows import guardrail_decisions, guardrail_words
+from telemetry.store.rows import alias_words, guardrail_decisions, guardrail_words, repair_words
 
 # Fields whose line breaks are the text's (an alias's TOML lines: its names are escaped inside it).
 _SEVERAL_LINES = frozenset({"diagnostic", "content", "response", "toml"})
@@ -116,9 +116,19 @@ def _tool_call(event: dict[str, Any]) -> list[str]:
     if (decided := decision_text(event)) is not None:  # it waited for a reviewer's approval
         line += f" [{decided}]"
     lines = [line, *(f"      {guardrail_words(d)}" for d in guardrail_decisions(event) if d.get("decision") != "allow"),
-             *_quoted(event["diagnostic"])]
-    if event["arguments"] is not None and event["outcome"] != "ok":
+             *_mended(event), *_quoted(event["diagnostic"])]
+    if event["arguments"] is not None and event["outcome"] not in ("ok", "repaired"):
         lines.append(f"      arguments sent: {event['arguments']}")
+    return lines
+
+
+def _mended(event: dict[str, Any]) -> list[str]:
+    """The aliases a call's arguments used, and the fix argument repair found: what it changed, the
+    arguments before and after."""
+    lines = [f"      {said}" for said in (alias_words(event.get("aliases") or {}), repair_words(event)) if said]
+    if event.get("repair_mode"):
+        lines += [f"      before repair: {event.get('repair_before')}",
+                  f"      after repair:  {event.get('repair_after')}"]
     return lines
 
 

@@ -56,7 +56,8 @@ def selected(db: sqlite3.Connection, table: str, columns: Sequence[str], where: 
 
 
 def suggestions(pairs: Iterable[str] | None) -> dict[str, str]:
-    """`toolspan.args.suggestions` ("sent->accepted") as a mapping."""
+    """`toolspan.args.suggestions` ("sent->accepted"), or `toolspan.args.aliases` ("alias->parameter"),
+    as a mapping."""
     return dict(pair.rsplit("->", 1) for pair in pairs or () if "->" in pair)
 
 
@@ -81,6 +82,28 @@ def guardrail_decisions(call: dict[str, Any]) -> list[dict[str, Any]]:
     """A call's guardrail decisions as the store holds them (none where no guardrail decided)."""
     found = call.get("guardrails")
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+
+
+_REPAIRED = {"apply": "repair applied", "observe": "repair observed, not applied"}
+
+
+def repair_words(call: dict[str, Any]) -> str | None:
+    """What argument repair found for a call, in words (None where it found nothing): "repair applied:
+    rename A -> a; type a: string -> integer", or "repair observed, not applied: ..." (mode observe:
+    the call stayed rejected)."""
+    mode = call.get("repair_mode")
+    if not mode:
+        return None
+    changes = call.get("repair_changes")
+    said = "; ".join(str(change) for change in changes) if isinstance(changes, list) and changes else "no change named"
+    done = _REPAIRED.get(str(mode), f"repair ({mode})")  # an imported file may name any mode
+    return f"{done}: {said}"
+
+
+def alias_words(aliases: dict[str, str]) -> str | None:
+    """The parameter aliases a call used, in words (None where it used none): "aliases used:
+    file_path -> path"."""
+    return f"aliases used: {', '.join(f'{alias} -> {name}' for alias, name in aliases.items())}" if aliases else None
 
 
 def named(stored: str) -> dict[str, Any]:

@@ -76,7 +76,11 @@ def trajectory(db: sqlite3.Connection, trajectory_id: str, key: str | None = Non
     before), and of a call that waited for a reviewer's approval: "decision" (approve, deny, timeout,
     cancelled, shutdown, unavailable), "decided_by" (the gateway key that decided, None without
     keys), "approval_wait_ms", "decision_reason" (a denial's reason; None for every other call),
-    ...}."""
+    "aliases": {alias sent: parameter} (the parameter aliases its arguments used; {} for none), and of
+    a call argument repair found a fix for: "repair_mode" (apply: it ran on the fixed arguments,
+    outcome repaired; observe: it stayed rejected), "repair_changes" (each change in words),
+    "repair_before" and "repair_after" (the arguments as sent and as fixed: JSON text, masked as
+    "arguments" is; None where no fix was found), ...}."""
     if offset < 0 or (limit is not None and limit < 1):
         raise ValueError(f"offset {offset}, limit {limit}: a page starts at 0 or later and holds a request or more")
     if key is not None and split_stored_id(trajectory_id)[0] != key:
@@ -106,6 +110,7 @@ def _add_events(db: sqlite3.Connection, trajectory_id: str, requests: list[dict[
                  (trajectory_id, ids))
     for call in calls:
         call["suggestions"] = suggestions(call["suggestions"])
+        call["aliases"] = suggestions(call["aliases"])
         # A denial's reason, read back from what the model was told.
         call["decision_reason"] = denial_reason(call["diagnostic"]) if call["decision"] == "deny" else None
     _link_retries(db, trajectory_id, requests, calls)

@@ -70,13 +70,14 @@ def substitute(expr: str) -> str:
 SESSION = [
     Reply(tool_calls=[("read_file", {"file_path": "a"}), ("crash", {}), ("locked", {}), ("slow", {}),
                       ("strict", {"path": "a"}), ("add", "{oops"), ("nope", {}), ("admin", {}),
-                      ("checked", {"n": "many"}),  # schema_violation
+                      ("checked", {"n": "7"}),  # schema_violation; its repair observed (the Aliases panel)
                       # guardrail_denied; then a result whose guardrail raises: withheld (a guardrail failure)
                       ("deploy", {"host": "prod"}), ("deploy", {"host": "staging"})],
           usage=(40, 12)),
     Reply(tool_calls=[("read_file", {"file_path": "a"})]),  # verbatim retry: rejected again
-    # corrected retries, recovered; and a tool that pauses for review: the request waits for the reviewer
-    Reply(tool_calls=[("read_file", {"path": "a"}), ("strict", {"path": "/a"}), ("review", {})]),
+    # corrected retries (read_file's through an alias), recovered; and a tool that pauses for review: the
+    # request waits for the reviewer
+    Reply(tool_calls=[("read_file", {"filepath": "a"}), ("strict", {"path": "/a"}), ("review", {})]),
 ]
 LOOKUP: Any = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]
 # A client tool whose schema names another document: the gateway never fetches it, and its calls go unchecked.
@@ -141,8 +142,11 @@ async def stack_with_tools(make_stack: StackFactory, tmp_path: Path) -> Stack:
     # A key of one request a minute: the Limits panels.
     keys = {"tester": {"key": TEST_KEY, "tools": allowed, "approver": True},
             "limited": {"key": LIMITED_KEY, "requests_per_minute": 1}}
+    # An alias of read_file's path, and checked's repairs observed: the panel of aliases and repairs.
     return await make_stack(registry=registry, keys=keys,
                             mcp_servers={"files": mcp}, upstreams={"flaky": flaky},
+                            tool_aliases={"read_file": {"path": ["filepath"]}},
+                            tool_argument_repair={"checked": "observe"},
                             upstream_kind="openai")  # no Messages: a Messages request is translated
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
@@ -40,24 +42,23 @@ async def run_session(gateway: Gateway, scripts: dict[str, Script]) -> None:
             await client.close()
 
 
-@pytest.fixture
-async def improve_session(aiohttp_server: AiohttpServer, make_gateway: GatewayFactory,
-                          tmp_path: Path) -> AsyncIterator[Session]:
-    """The session, recorded with every call's arguments and the messages (for an export)."""
+@asynccontextmanager
+async def recorded_session(aiohttp_server: AiohttpServer, make_gateway: GatewayFactory, path: Path,
+                           **settings: Any) -> AsyncIterator[Session]:
+    """The session, recorded into a store at `path` with every call's arguments and the messages (for
+    an export); `settings`: more of the gateway's (the keys' included)."""
     scripts = {scripted.MODEL_A: Script(), scripted.MODEL_B: Script()}
     upstreams = {model: ScriptedModel(script) for model, script in scripts.items()}
     urls = {}
     for model, upstream in upstreams.items():
         server = await aiohttp_server(upstream.app())
         urls[model] = str(server.make_url("/v1")).rstrip("/")
-    path = tmp_path / "session.sqlite3"
-    settings = Settings(port=0, keys=scripted.KEYS, trajectory_store_path=path, record_tool_arguments=True,
-                        capture_message_content=True, upstreams={
-                            "primary": {"url": urls[scripted.MODEL_A], "kind": "compatible",
-                                        "models": [scripted.MODEL_A]},
-                            "secondary": {"url": urls[scripted.MODEL_B], "kind": "compatible",
-                                          "models": [scripted.MODEL_B]}})
-    gateway = await make_gateway(settings, registry=scripted.registry())
+    settings.setdefault("keys", scripted.KEYS)
+    gateway = await make_gateway(Settings(
+        port=0, trajectory_store_path=path, record_tool_arguments=True, capture_message_content=True, upstreams={
+            "primary": {"url": urls[scripted.MODEL_A], "kind": "compatible", "models": [scripted.MODEL_A]},
+            "secondary": {"url": urls[scripted.MODEL_B], "kind": "compatible", "models": [scripted.MODEL_B]}},
+        **settings), registry=scripted.registry())
     await run_session(gateway, scripts)
     assert gateway.observability.store is not None
     await gateway.observability.store.flushed()
@@ -66,6 +67,23 @@ async def improve_session(aiohttp_server: AiohttpServer, make_gateway: GatewayFa
         yield Session(gateway, path, db, upstreams)
     finally:
         db.close()
+
+
+@pytest.fixture
+async def mended_session(aiohttp_server: AiohttpServer, make_gateway: GatewayFactory,
+                         tmp_path: Path) -> AsyncIterator[Session]:
+    """The session with argument repair and an alias on (tests.improve.session.MENDED_SETTINGS)."""
+    async with recorded_session(aiohttp_server, make_gateway, tmp_path / "mended.sqlite3",
+                                **scripted.MENDED_SETTINGS) as session:
+        yield session
+
+
+@pytest.fixture
+async def improve_session(aiohttp_server: AiohttpServer, make_gateway: GatewayFactory,
+                          tmp_path: Path) -> AsyncIterator[Session]:
+    """The session, recorded with every call's arguments and the messages (for an export)."""
+    async with recorded_session(aiohttp_server, make_gateway, tmp_path / "session.sqlite3") as session:
+        yield session
 
 
 @dataclass

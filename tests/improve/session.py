@@ -85,6 +85,28 @@ def replies(turns: list[list[tuple[str, Any]]]) -> list[Reply]:
     return [*(Reply(tool_calls=calls) for calls in turns), Reply(content="done")]
 
 
+# The same session with argument repair on (apply; observe for beta's key) and the operator's alias
+# filepath for read_file's path: what each call is then recorded as, in order (tool, outcome, repair
+# mode, its changes, the aliases used).
+MENDED_SETTINGS: dict[str, Any] = {
+    "argument_repair": "apply", "tool_aliases": {"read_file": {"path": ["filepath"]}},
+    "keys": {**KEYS, "beta": {**KEYS["beta"], "argument_repair": "observe"}}}
+MENDED_CALLS: list[tuple[str, str, str | None, list[str] | None, dict[str, str]]] = [
+    ("read_file", "repaired", "apply", ["rename file_path -> path"], {}),  # it ran: the next call is no retry
+    ("read_file", "ok", None, None, {}),
+    ("add", "repaired", "apply", ["type a: string -> integer"], {}),
+    ("add", "ok", None, None, {}),
+    ("login", "ok", None, None, {}),
+    ("read_file", "ok", None, None, {}),
+    ("read_file", "ok", None, None, {"filepath": "path"}),  # the alias: no repair needed
+    ("read_file", "ok", None, None, {"filepath": "path"}),
+    ("search", "rejected", "observe", ["wrap tags in an array"], {}),  # beta's key: recorded, still rejected
+    ("search", "ok", None, None, {}),
+    ("add", "ok", None, None, {}),
+    ("read_file", "ok", None, None, {}),
+]
+
+
 # Hand counts of the session above.
 CALLS = 12
 CALLS_BY_MODEL = {MODEL_A: 6, MODEL_B: 6}

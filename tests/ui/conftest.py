@@ -1,4 +1,4 @@
-"""Helpers of the page's tests: reading its tables back."""
+"""Helpers of the page's tests: reading its tables, and the texts next to each call, back."""
 
 from __future__ import annotations
 
@@ -40,3 +40,42 @@ def table_rows(page: str, table_id: str) -> list[list[str]]:
     parser = _Rows(table_id)
     parser.feed(page)
     return [row for row in parser.rows if row]  # the header row has no cells
+
+
+class _Texts(HTMLParser):
+    """The text of each element with a given class, by the id of the call (`li`) it is in."""
+
+    def __init__(self, cls: str) -> None:
+        super().__init__()
+        self.cls = cls
+        self.found: dict[str, list[str]] = {}
+        self._call: str | None = None
+        self._depth = 0  # inside an element of `cls`: how deep
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if tag == "li" and (attributes.get("id") or "").startswith("call-"):
+            self._call = attributes["id"]
+        if self._depth:
+            self._depth += 1
+        elif self.cls in (attributes.get("class") or "").split():
+            self._depth, self._text = 1, []
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._depth:
+            self._depth -= 1
+            if not self._depth and self._call is not None:
+                self.found.setdefault(self._call, []).append("".join(self._text))
+
+    def handle_data(self, data: str) -> None:
+        if self._depth:
+            self._text.append(data)
+
+
+def call_texts(page: str, cls: str) -> dict[str, list[str]]:
+    """The text of each element of class `cls` on a trajectory's page, by the anchor of the call
+    (`call-SPANID`) it is under."""
+    parser = _Texts(cls)
+    parser.feed(page)
+    return parser.found

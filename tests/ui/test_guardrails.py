@@ -4,7 +4,6 @@ words and escaped; on the report page, the decisions counted and the calls they 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from telemetry import names
 from telemetry.store import report
 from tests.conftest import AUTH, StackFactory
 from tests.telemetry.conftest import LEAKED, STORED_ACROSS, Session, attr, hex_id, scripted_session
-from tests.ui.conftest import table_rows
+from tests.ui.conftest import call_texts, table_rows
 
 
 @pytest.fixture
@@ -23,41 +22,8 @@ async def session(make_stack: StackFactory) -> AsyncIterator[Session]:
         yield found
 
 
-class _Texts(HTMLParser):
-    """The text of each element with a given class, by the id of the call (`li`) it is in."""
-
-    def __init__(self, cls: str) -> None:
-        super().__init__()
-        self.cls = cls
-        self.found: dict[str, list[str]] = {}
-        self._call: str | None = None
-        self._depth = 0  # inside an element of `cls`: how deep
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        attributes = dict(attrs)
-        if tag == "li" and (attributes.get("id") or "").startswith("call-"):
-            self._call = attributes["id"]
-        if self._depth:
-            self._depth += 1
-        elif self.cls in (attributes.get("class") or "").split():
-            self._depth, self._text = 1, []
-
-    def handle_endtag(self, tag: str) -> None:
-        if self._depth:
-            self._depth -= 1
-            if not self._depth and self._call is not None:
-                self.found.setdefault(self._call, []).append("".join(self._text))
-
-    def handle_data(self, data: str) -> None:
-        if self._depth:
-            self._text.append(data)
-
-
 def _guardrail_lines(page: str) -> dict[str, list[str]]:
-    parser = _Texts("guardrail")
-    parser.feed(page)
-    return parser.found
+    return call_texts(page, "guardrail")
 
 
 def _call_anchor(session: Session, tool: str) -> str:
