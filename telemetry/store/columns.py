@@ -51,7 +51,7 @@ from telemetry.store.sources import (
 )
 
 BASE_VERSION = 2  # the oldest layout a store is migrated through (version 1 is rebuilt into it)
-SCHEMA_VERSION = 6  # the version of the tables below: a column `since` a later one raises it
+SCHEMA_VERSION = 7  # the version of the tables below: a column `since` a later one raises it
 MAX_COUNT = 2**31 - 1  # rounds, tokens, a status code: more is no real span's
 
 
@@ -137,7 +137,11 @@ MODEL_TURNS = Table(
     Column("started", "REAL NOT NULL", STARTED),
     Column("duration_ms", "REAL NOT NULL", DURATION_MS),
     Column("upstream", "TEXT", text(names.ATTR_UPSTREAM), since=5),  # the configured upstream it went to
-    Column("fallback_from", "TEXT", text(names.ATTR_UPSTREAM_FALLBACK_FROM), since=5))
+    Column("fallback_from", "TEXT", text(names.ATTR_UPSTREAM_FALLBACK_FROM), since=5),
+    # Version 7: the tools the call offered the model, as the GenAI conventions' tool definitions (a
+    # JSON array, captured with the messages: telemetry.messages), for a dataset of the calls
+    # (telemetry.store.dataset); NULL for every turn stored before, and without content capture.
+    Column("tool_definitions", "TEXT", json_text(names.ATTR_TOOL_DEFINITIONS), since=7))
 
 TOOL_CALLS = Table(
     "tool_calls",

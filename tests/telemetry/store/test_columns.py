@@ -34,6 +34,8 @@ def test_the_derived_schema_is_version_4s_with_the_later_versions_columns(tmp_pa
                           "ALTER TABLE tool_calls ADD COLUMN guardrail_reason TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN guardrail_moment TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN guardrails TEXT;")
+    # Version 7 added the tools each model turn offered (issue 61).
+    written.executescript("ALTER TABLE model_turns ADD COLUMN tool_definitions TEXT;")
     expected = _layout(written)
     written.close()
     fresh = sqlite3.connect(":memory:", isolation_level=None)
@@ -45,7 +47,7 @@ def test_the_derived_schema_is_version_4s_with_the_later_versions_columns(tmp_pa
     older.close()
     migrated = connect(str(tmp_path / "old.sqlite3"))  # a version 4 store gains the columns
     assert _layout(migrated) == expected
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
 
 
 def test_a_later_versions_columns_come_last_and_can_be_added_to_an_older_store() -> None:

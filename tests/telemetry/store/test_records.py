@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 from gateway.caller import request_ids
 from telemetry import names
 from telemetry.store import writer as store_module
-from telemetry.store.columns import TABLES, TOOL_CALLS
+from telemetry.store.columns import MODEL_TURNS, TABLES, TOOL_CALLS
 from telemetry.store.records import write
 from telemetry.store.schema import SCHEMA, SCHEMA_VERSION, connect
 from telemetry.store.span_records import SpanRecord, record_of
@@ -47,13 +47,16 @@ def _stored(db: sqlite3.Connection) -> dict[str, Any]:
 
 def _before(version: int, db: sqlite3.Connection) -> sqlite3.Connection:
     """A copy of `db` as a store of `version` holds it once migrated: before version 5 no model
-    turn names its upstream; before version 6 no guardrail decided on a tool call."""
+    turn names its upstream; before version 6 no guardrail decided on a tool call; before version 7
+    no model turn kept the tools it offered."""
     copy = sqlite3.connect(":memory:", isolation_level=None)
     db.backup(copy)
     if version < 5:
         copy.execute("UPDATE model_turns SET upstream = NULL, fallback_from = NULL")
-    copy.execute("UPDATE tool_calls SET guardrail = NULL, guardrail_decision = NULL, guardrail_reason = NULL, "
-                 "guardrail_moment = NULL, guardrails = NULL")
+    if version < 6:
+        copy.execute("UPDATE tool_calls SET guardrail = NULL, guardrail_decision = NULL, guardrail_reason = NULL, "
+                     "guardrail_moment = NULL, guardrails = NULL")
+    copy.execute("UPDATE model_turns SET tool_definitions = NULL")
     return copy
 
 
@@ -123,7 +126,7 @@ def test_a_version_2_store_gains_the_side_of_its_calls(session: Session, tmp_pat
             retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms
             FROM new.tool_calls;""".replace("{V4_TURN_COLUMNS}", V4_TURN_COLUMNS), 2)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
     # every call stored before is the gateway's (side NULL)
     assert _stored(migrated) == _stored(_before(4, session.db))
     assert _everything(migrated) == _everything(_before(4, session.db))
@@ -141,7 +144,7 @@ def test_a_version_3_store_gains_the_decisions_of_its_calls(session: Session, tm
             retries_span_id, diagnostic, arguments, mcp_server, mcp_method, started, duration_ms, side, client_ms,
             result_bytes, result_outcome FROM new.tool_calls;""".replace("{V4_TURN_COLUMNS}", V4_TURN_COLUMNS), 3)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
     # no call stored before waited for a reviewer (NULLs)
     assert _stored(migrated) == _stored(_before(4, session.db))
     assert _everything(migrated) == _everything(_before(4, session.db))
@@ -155,13 +158,14 @@ def test_a_version_3_store_gains_the_decisions_of_its_calls(session: Session, tm
 def test_a_version_5_store_gains_the_guardrail_decisions_of_its_calls(session: Session, tmp_path: Path) -> None:
     path = tmp_path / "v5.sqlite3"
     v5 = [column.name for column in TOOL_CALLS.columns if column.since <= 5]
+    v5_turns = [column.name for column in MODEL_TURNS.columns if column.since <= 5]
     _older_store(path, "\n".join(table.create(5) for table in TABLES), session, f"""
         INSERT INTO trajectories SELECT * FROM new.trajectories;
         INSERT INTO requests SELECT * FROM new.requests;
-        INSERT INTO model_turns SELECT * FROM new.model_turns;
+        INSERT INTO model_turns SELECT {', '.join(v5_turns)} FROM new.model_turns;
         INSERT INTO tool_calls SELECT {', '.join(v5)} FROM new.tool_calls;""", 5)
     migrated = connect(str(path))
-    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
     # no guardrail decided on a call stored before (NULLs)
     assert _stored(migrated) == _stored(_before(5, session.db))
     assert _everything(migrated) == _everything(_before(5, session.db))
