@@ -94,3 +94,4 @@ RECOVERIES_BY_MODEL = {MODEL_A: 2, MODEL_B: 1}
 VERBATIM_BY_MODEL = {MODEL_A: 0, MODEL_B: 1}
 REQUESTS_BY_MODEL = {MODEL_A: 3, MODEL_B: 3}  # one request per trajectory
 ROUNDS_BY_MODEL = {MODEL_A: 9, MODEL_B: 8}  # model turns: 3 per trajectory, but one of B's has 2
+CORRECTED_FAILURES = 3  # failed calls a later ok call corrected (its retry link, kind corrected): a dataset's pairs
