@@ -71,6 +71,7 @@ from gateway.settings.model import Settings
 from gateway.state import StateStore
 from gateway.tools import ToolExecutor, ToolRegistry
 from gateway.tools.approval_gate import Approvals
+from gateway.tools.repair import RepairPolicy
 from gateway.translate.pairs import TRANSLATED_TO
 from gateway.ui import pages as ui
 from gateway.wire.headers import TRACE_HEADER, TRAJECTORY_HEADER, secret_names
@@ -230,8 +231,13 @@ def create_app(settings: Settings, registry: ToolRegistry, instrumentation: Inst
     app[METRICS_PAGE] = metrics_page if metrics_page is not None else OwnMetrics(instrumentation)
     app[APPROVALS] = Approvals(state.approvals, settings.approval_timeout_seconds, app[SECRET_HEADERS])
     gate = app[APPROVALS] if settings.interrupt_mode == "wait" else None  # hand_back: the client answers
+    registry.use_aliases(settings.tool_aliases)  # before anything reads the tools: they are replaced
+    repair = RepairPolicy.configured(settings.argument_repair, settings.tool_argument_repair,
+                                     {name: key.argument_repair for name, key in settings.keys.items()
+                                      if key.argument_repair is not None}, list(registry))
     app[EXECUTOR] = ToolExecutor(registry, instrumentation, settings.tool_timeout_seconds, settings.tool_threads,
-                                 gate, settings.approval_timeout_seconds, Guardrails.from_settings(settings, registry))
+                                 gate, settings.approval_timeout_seconds, Guardrails.from_settings(settings, registry),
+                                 repair)
     app.on_cleanup.append(lambda app: app[EXECUTOR].aclose())  # its pool of threads for sync tools
     app[STATE] = state
     app.on_cleanup.append(lambda app: app[STATE].aclose())

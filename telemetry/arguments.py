@@ -12,9 +12,10 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
-from gateway.tools import NameCheck
+from gateway.tools import NameCheck, ToolOutcome
+from gateway.tools.results import Repair
 from telemetry import names
-from telemetry.bounds import bounded
+from telemetry.bounds import bounded, utf8
 
 MASK = "[REDACTED]"
 _NAME_MAX = 128  # a model's argument names, as a span shows them
@@ -170,6 +171,19 @@ def mask_text(text: str, redact_keys: Sequence[str]) -> str:
     return _mask_text(text, keys, loose=False) if keys else text
 
 
+_CUT = re.compile(r"\.\.\.\[truncated; [0-9]+ chars sent\]\Z")
+
+
+def was_cut(rendered: str) -> bool:
+    """Whether `rendered` (what `render_arguments` made) is the start of longer arguments only."""
+    return _CUT.search(rendered) is not None
+
+
+def was_masked(rendered: str) -> bool:
+    """Whether `rendered` may hold a masked value: the mask stands where a value was."""
+    return MASK in rendered
+
+
 def render_arguments(raw: str, max_chars: int, redact_keys: Sequence[str]) -> str:
     """`raw` with values under keys containing any of `redact_keys` masked, cut to `max_chars`."""
     keys = [_normal(k) for k in redact_keys]
@@ -278,3 +292,41 @@ def name_check_attributes(check: NameCheck) -> dict[str, Any]:
     if check.suggestions:
         attributes[names.ATTR_ARGS_SUGGESTIONS] = tuple(f"{bounded(a, _NAME_MAX)}->{b}" for a, b in check.suggestions)
     return attributes
+
+
+def outcome_label(outcome: ToolOutcome) -> str:
+    """A call's outcome as spans and metrics name it: its status, or `repaired` for a call that ran
+    on repaired arguments and returned."""
+    if outcome.repair is not None and outcome.repair.applied and outcome.status == "ok":
+        return names.OUTCOME_REPAIRED
+    return outcome.status
+
+
+def outcome_attributes(outcome: ToolOutcome, label: str, max_chars: int,
+                       redact_keys: Sequence[str]) -> dict[str, Any]:
+    """The attributes of a finished call's span that its outcome gives: the outcome (`label`), why it
+    failed, what the name check found, the aliases used and what repair found."""
+    attributes: dict[str, Any] = {names.ATTR_OUTCOME: label}
+    if outcome.error_type is not None:
+        attributes[names.ATTR_ERROR_TYPE] = outcome.error_type
+    if outcome.rejection is not None:
+        attributes[names.ATTR_REJECTION_REASON] = outcome.rejection.reason
+    if outcome.unchecked is not None:
+        attributes[names.ATTR_UNCHECKED_REASON] = outcome.unchecked
+    if outcome.names is not None:
+        attributes.update(name_check_attributes(outcome.names))
+    if outcome.aliases:
+        attributes[names.ATTR_ARGS_ALIASES] = [f"{alias}->{name}" for alias, name in outcome.aliases]
+    if outcome.repair is not None:
+        attributes.update(repair_attributes(outcome.repair, max_chars, redact_keys))
+    return attributes
+
+
+def repair_attributes(repair: Repair, max_chars: int, redact_keys: Sequence[str]) -> dict[str, Any]:
+    """What repair found for a call, its arguments redacted and bounded as the call's own are."""
+    def shown(arguments: dict[str, Any]) -> str:
+        return utf8(render_arguments(json.dumps(arguments, ensure_ascii=False, default=str), max_chars, redact_keys))
+
+    return {names.ATTR_REPAIR_MODE: names.REPAIR_APPLY if repair.applied else names.REPAIR_OBSERVE,
+            names.ATTR_REPAIR_CHANGES: list(repair.changes), names.ATTR_REPAIR_BEFORE: shown(repair.before),
+            names.ATTR_REPAIR_AFTER: shown(repair.after)}

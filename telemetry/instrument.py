@@ -24,7 +24,13 @@ from gateway.tools.approvals import ApprovalDecision
 from gateway.tools.hooks import ClientResult, Side
 from gateway.tools.results import ToolOrigin
 from telemetry import names
-from telemetry.arguments import mask_message, name_check_attributes, names_found, render_arguments
+from telemetry.arguments import (
+    mask_message,
+    names_found,
+    outcome_attributes,
+    outcome_label,
+    render_arguments,
+)
 from telemetry.bounds import utf8
 from telemetry.decisions import DecisionLog, call_attributes
 from telemetry.guardrails import GuardrailTrail
@@ -293,6 +299,8 @@ class ToolCallSpan:
             metrics.tool_rejections.labels(self._label, outcome.rejection.reason, self._side).inc()
         if outcome is not None and outcome.unchecked is not None:
             metrics.tool_unchecked.labels(self._label, outcome.unchecked, self._side).inc()
+        if outcome is not None and (outcome.aliases or outcome.repair is not None):
+            self._count_mended(outcome)
         if outcome is not None:
             self._count_retry(outcome, self._retry)
             # Last: the span and the counts are in whatever happens to this write (a shared store
@@ -306,6 +314,15 @@ class ToolCallSpan:
                                                  principal=self._turn.principal)
         except StateUnavailable:  # counted by the store; the next retry of this call goes unclassified
             log.debug("retry state of %s not written: the state store is unavailable", self._label)
+
+    def _count_mended(self, outcome: ToolOutcome) -> None:
+        """The aliases a call used, and the repair found for it."""
+        metrics = self._inst.metrics
+        for _, parameter in outcome.aliases:
+            metrics.tool_aliases_used.labels(self._label, parameter).inc()
+        if outcome.repair is not None:
+            mode = names.REPAIR_APPLY if outcome.repair.applied else names.REPAIR_OBSERVE
+            metrics.tool_repairs.labels(self._label, mode).inc()
 
     def _count_retry(self, outcome: ToolOutcome, retry: Retry | None) -> None:
         metrics = self._inst.metrics
@@ -322,16 +339,9 @@ class ToolCallSpan:
             span.set_attributes({names.ATTR_OUTCOME: "cancelled", names.ATTR_ERROR_TYPE: "cancelled"})
             span.set_status(Status(StatusCode.ERROR, "the tool call did not finish"))
             return "cancelled"
-        attributes: dict[str, Any] = {names.ATTR_OUTCOME: outcome.status}
-        if outcome.error_type is not None:
-            attributes[names.ATTR_ERROR_TYPE] = outcome.error_type
-        if outcome.rejection is not None:
-            attributes[names.ATTR_REJECTION_REASON] = outcome.rejection.reason
-        if outcome.unchecked is not None:
-            attributes[names.ATTR_UNCHECKED_REASON] = outcome.unchecked
-        if outcome.names is not None:
-            attributes.update(name_check_attributes(outcome.names))
         capture = self._inst.capture
+        label = outcome_label(outcome)
+        attributes = outcome_attributes(outcome, label, capture.max_chars, capture.redact_keys)
         # A retry's arguments too: set beside the failed call's, they are what the model changed.
         if outcome.rejection is not None or capture.record_all or self._retry is not None:
             raw = self._call.arguments if trail is None else trail.hide_arguments(self._call.arguments)
@@ -346,7 +356,8 @@ class ToolCallSpan:
         span.set_attributes(attributes)
         if outcome.failed:
             span.set_status(Status(StatusCode.ERROR, self._description(outcome, result or "", trail)))
-        return outcome.status
+        return label
+
 
     def _result(self, outcome: ToolOutcome, max_chars: int, trail: GuardrailTrail | None) -> str:
         """The model-facing content, bounded, with the secrets of the arguments and the values

@@ -87,6 +87,13 @@ class Metrics:
             names.METRIC_TOOL_UNCHECKED, "Tool calls whose arguments were not checked against the tool's schema "
             "(a client tool's calls of outcome unchecked; a gateway tool's whose values were not), by tool, reason "
             "and side.", (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry)
+        self.tool_aliases_used = counter(
+            names.METRIC_TOOL_ALIASES_USED, "Parameter aliases the gateway's tools accepted in calls, by tool and "
+            "parameter.", (names.LABEL_TOOL, names.LABEL_PARAMETER), registry)
+        self.tool_repairs = counter(
+            names.METRIC_TOOL_REPAIRS, "Calls of the gateway's tools whose arguments had a sure fix, by tool and mode "
+            "(observe: recorded, the call rejected; apply: run repaired).", (names.LABEL_TOOL, names.LABEL_MODE),
+            registry)
         self.tool_retries = counter(
             names.METRIC_TOOL_RETRIES, "Calls that retry a failed call of the same tool in the trajectory, by kind "
             "(verbatim: same arguments; corrected: changed arguments) and side.",

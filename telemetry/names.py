@@ -46,6 +46,19 @@ ATTR_REJECTION_REASON: Final = "toolspan.rejection.reason"
 ATTR_ARGS_MISSING: Final = "toolspan.args.missing"
 ATTR_ARGS_UNRECOGNIZED: Final = "toolspan.args.unrecognized"
 ATTR_ARGS_SUGGESTIONS: Final = "toolspan.args.suggestions"
+# The parameter aliases a call's arguments used, as "alias->parameter" (gateway.tools.aliases).
+ATTR_ARGS_ALIASES: Final = "toolspan.args.aliases"
+# What argument repair found for a call (gateway.tools.repair): the mode it ran in (observe: recorded,
+# the call rejected; apply: the call ran on the repaired arguments, outcome repaired), the changes
+# ("rename file_path -> path", "type a: string -> integer", "wrap tags in an array") and the
+# arguments before and after, as JSON, redacted and bounded as gen_ai.tool.call.arguments is.
+ATTR_REPAIR_MODE: Final = "toolspan.repair.mode"
+ATTR_REPAIR_CHANGES: Final = "toolspan.repair.changes"
+ATTR_REPAIR_BEFORE: Final = "toolspan.repair.before"
+ATTR_REPAIR_AFTER: Final = "toolspan.repair.after"
+REPAIR_OBSERVE: Final = "observe"
+REPAIR_APPLY: Final = "apply"
+OUTCOME_REPAIRED: Final = "repaired"  # a call whose arguments were repaired, that then ran and returned
 ATTR_ROUND: Final = "toolspan.round"
 ATTR_RETRY_KIND: Final = "toolspan.retry.kind"
 # "unavailable": the shared retry state could not be read for this call (Redis down): it is unclassified
@@ -197,6 +210,10 @@ METRIC_TOOL_RECOVERIES: Final = "toolspan_tool_recoveries_total"
 # Calls whose arguments were not checked against their tool's schema, by tool, reason (the span's
 # toolspan.tool.unchecked_reason) and side.
 METRIC_TOOL_UNCHECKED: Final = "toolspan_tool_unchecked_total"
+# Parameter aliases used by calls of the gateway's tools, by tool and parameter (the alias's).
+METRIC_TOOL_ALIASES_USED: Final = "toolspan_tool_aliases_used_total"
+# Calls whose arguments repair found a sure fix for, by tool and mode (observe, apply).
+METRIC_TOOL_REPAIRS: Final = "toolspan_tool_repairs_total"
 # From the answer that handed a client call over to the request that brought its result: the client's
 # tool time plus its own overhead, by tool and outcome (returned or error).
 METRIC_CLIENT_TOOL_ROUNDTRIP: Final = "toolspan_client_tool_roundtrip_seconds"
@@ -255,6 +272,8 @@ LABEL_TOOL: Final = "tool"
 LABEL_OUTCOME: Final = "outcome"
 LABEL_SIDE: Final = "side"  # of the tool metrics: gateway or client (SIDES)
 LABEL_REASON: Final = "reason"
+LABEL_PARAMETER: Final = "parameter"  # a gateway tool's declared parameter
+LABEL_MODE: Final = "mode"  # of the repairs: REPAIR_OBSERVE or REPAIR_APPLY
 LABEL_MODEL: Final = "model"
 LABEL_STATUS: Final = "status"
 LABEL_TYPE: Final = "type"
@@ -275,7 +294,7 @@ TOKEN_INPUT: Final = "input"
 TOKEN_OUTPUT: Final = "output"
 # The label values of outcomes, rejection reasons and retry kinds are the types' own values, so the
 # lists cannot drift apart; "cancelled" is a call that never finished (the client left).
-OUTCOMES: Final = (*get_args(Status), "cancelled")
+OUTCOMES: Final = (*get_args(Status), OUTCOME_REPAIRED, "cancelled")
 RETRY_KINDS: Final = get_args(RetryKind)
 DECISIONS: Final = get_args(Decided)
 SIDES: Final = get_args(Side)

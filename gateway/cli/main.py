@@ -5,7 +5,7 @@
                    [--mcp-examples] [--workers N]
     toolspan demo [--api chat|responses] [--mcp]
     toolspan mcp-examples
-    toolspan trajectories list|show|report|import|export   (see gateway.cli.trajectories)
+    toolspan trajectories list|show|report|replay|import|export   (see gateway.cli.trajectories)
     toolspan approvals list|approve ID|deny ID [--url URL] [--key KEY]   (see gateway.cli.approvals)
     toolspan keys usage [--url URL] [--key KEY] [--json]   (see gateway.cli.keys)
 """
@@ -145,6 +145,15 @@ def _tools_of(spec: str, module: Any, module_name: str, attr: str) -> list[Tool]
     return found
 
 
+def served_registry(settings: Settings) -> ToolRegistry:
+    """The tools `toolspan serve` offers, MCP servers' aside (they join once it runs): those the
+    settings name, else the example tools with the built-in model, and none with a real provider
+    unless asked (`toolspan trajectories replay` replays against these too)."""
+    if settings.tools:
+        return load_tools(settings.tools, settings.app_dir)
+    return demo_registry() if not settings.has_upstream else ToolRegistry()
+
+
 MAX_TOOLS_NAMED = 10  # more than this, and the start-up line gives their number
 
 
@@ -232,13 +241,11 @@ async def _serve(settings: Settings, mcp_examples: bool = False, worker: Worker 
     supervisor its start-up lines rather than logging them, and stops if the supervisor is gone.
     On SIGHUP, the settings are read again through `load` and their limits replace the ones in
     use (gateway.runtime.reload)."""
-    if settings.tools:
-        registry = load_tools(settings.tools, settings.app_dir)
-    elif mcp_examples:  # the example tools, through MCP
+    if mcp_examples and not settings.tools:  # the example tools, through MCP
         registry = ToolRegistry()
         settings = with_mcp_examples(settings)
-    else:  # the example tools go with the built-in model; a real provider gets none unless asked
-        registry = demo_registry() if not settings.has_upstream else ToolRegistry()
+    else:
+        registry = served_registry(settings)
     if any(":" in name for name in named_in(settings)):  # module:attr guardrails come from where tools do
         import_path(settings.app_dir)
     stop = asyncio.Event()

@@ -3,12 +3,14 @@ the terminal (telemetry.store.report answers, telemetry.store.report_text prints
 
     toolspan trajectories list [--tool T] [--outcome O] [--since 2h|2024-05-01] [--model M] [--limit N] [--key K]
     toolspan trajectories show [--key K] [--page N] [--limit N] ID   (a page of N requests; default 200)
-    toolspan trajectories report [--since ...] [--key K]
+    toolspan trajectories report [--since ...] [--key K] [--by model|upstream|key|tool]
+    toolspan trajectories replay [--since ...] [--tool T] [--key K] [--against module:attr | FILE.json]
+                                 [--examples N] [--fail-on-regression]   (see gateway.cli.replay)
     toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
     toolspan trajectories export [FILE]       (the same format; default: stdout)
-    toolspan trajectories export --format chat-jsonl [--examples calls|pairs] [the filters of list] [FILE]
+    toolspan trajectories export --format chat-jsonl [--pairs] [the filters of list] [FILE]
                                               (a dataset of the tool calls: telemetry.store.dataset)
-Each takes --db PATH (default: the settings' store path) and --json (list, show, report). With
+Each takes --db PATH (default: the settings' store path) and --json (list, show, report, replay). With
 gateway keys, a trajectory is the key's and the id's together: --key names the key (list and report:
 only its trajectories; show: the id is the one its caller sent), or show takes the stored id, KEY~ID.
 What is printed has the control characters of stored strings made visible (gateway.wire.escaping).
@@ -26,10 +28,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from gateway.cli.replay import add_options as add_replay_options
+from gateway.cli.replay import regression_status, replayed
+from gateway.improve import replay_text
 from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
-from telemetry.store import dataset, otlp, report, report_text
+from telemetry.store import compare, dataset, otlp, report, report_text
 from telemetry.store.schema import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -37,7 +42,7 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _WHOLE = re.compile(r"[0-9]{1,9}")
 SHOW_REQUESTS = 200  # requests `show` prints unless --limit says otherwise
 EXPORT_FORMATS = ("otlp", "chat-jsonl")
-_DATASET_OPTIONS = ("tool", "outcome", "model", "since", "key", "limit", "examples")  # chat-jsonl's alone
+_DATASET_OPTIONS = ("tool", "outcome", "model", "since", "key", "limit", "pairs")  # chat-jsonl's alone
 
 
 def since_seconds(text: str, now: float | None = None) -> float:
@@ -81,19 +86,25 @@ def add_parser(commands: Any) -> None:
     summary = sub.add_parser("report", parents=[shown], help="per tool and per model: rejections, renames, "
                                                                "retries, recoveries")
     summary.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    summary.add_argument("--by", choices=compare.GROUPINGS, help="compare models, upstreams, gateway keys or tools: "
+                                                                 "each rate with its counts")
+    replay = sub.add_parser("replay", parents=[shown], help="recorded calls parsed again against tools as they "
+                                                             "are now: which rejections would pass, which passes break")
+    replay.add_argument("--since", type=since_seconds, help="calls made since: an age (2h, 7d) or a date")
+    add_replay_options(replay)
+    for keyed in (listing, show, summary, replay):
+        keyed.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
     imports = sub.add_parser("import", parents=[common], help="add OTLP JSON trace files to the store")
     imports.add_argument("files", nargs="+", type=Path)
     exports = sub.add_parser("export", parents=[common, filters], help="write the store as OTLP JSON, or a "
-                             "dataset of its tool calls (the filters and --examples: chat-jsonl only)")
+                             "dataset of its tool calls (the filters and --pairs: chat-jsonl only)")
     exports.add_argument("file", nargs="?", type=Path, help="default: stdout")
     exports.add_argument("--format", choices=EXPORT_FORMATS, default="otlp",
                          help="otlp: the spans; chat-jsonl: one example a line in OpenAI's chat format")
-    exports.add_argument("--examples", choices=("calls", "pairs"),
-                         help="calls (the default): one per tool call; pairs: one per failed call a later call "
-                              "corrected")
+    exports.add_argument("--pairs", action="store_true",
+                         help="one example per failed call a later call corrected, instead of one per call")
     exports.add_argument("--limit", type=positive, help="the newest N trajectories (default: all)")
-    for keyed in (listing, show, summary, exports):
-        keyed.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
+    exports.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
 
 
 def _open(path: Path, writing: bool) -> sqlite3.Connection:
@@ -128,19 +139,18 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
         _print(found, options.json, report_text.trajectory_list(found))
     elif action == "show":
         return _show(db, options)
+    elif action == "report" and options.by is not None:
+        figures = compare.compared(db, options.by, since=options.since, key=options.key)
+        _print(figures, options.json, report_text.compared(figures))
     elif action == "report":
         figures = report.report(db, since=options.since, key=options.key)
         _print(figures, options.json, report_text.report(figures))
+    elif action == "replay":
+        answer = replayed(db, options)
+        _print(answer, options.json, replay_text.replay(answer))
+        return regression_status(answer, options.fail_on_regression)
     elif action == "import":
-        for file in options.files:
-            try:
-                with file.open(encoding="utf-8") as lines:
-                    written = otlp.import_file(db, lines)
-            except OSError as exc:  # a directory, a file it may not read
-                raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
-            except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
-                raise ValueError(f"{file}: {exc}") from None
-            print(f"{file}: {written} spans recorded")
+        _import(db, options.files)
     else:
         _export(db, options)
     return 0
@@ -150,7 +160,7 @@ def _export(db: sqlite3.Connection, options: argparse.Namespace) -> None:
     """`export`: the spans as OTLP JSON (the whole store), or a dataset of the calls."""
     if options.format == "chat-jsonl":
         _export_dataset(db, options)
-    elif given := [f"--{name}" for name in _DATASET_OPTIONS if getattr(options, name) is not None]:
+    elif given := [f"--{name}" for name in _DATASET_OPTIONS if getattr(options, name) not in (None, False)]:
         raise ValueError(f"{', '.join(given)}: only with --format chat-jsonl (an OTLP export is the whole store)")
     elif options.file is None:
         otlp.export(db, sys.stdout)
@@ -171,7 +181,7 @@ def _export_dataset(db: sqlite3.Connection, options: argparse.Namespace) -> None
     """`export --format chat-jsonl`: the dataset, to the file or stdout; what was written on stderr."""
     selection = dataset.Selection(tool=options.tool, outcome=options.outcome, since=options.since,
                                   model=options.model, key=options.key, limit=options.limit)
-    pairs, keys = options.examples == "pairs", load_settings().redact_keys
+    pairs, keys = options.pairs, load_settings().redact_keys
     if options.file is None:
         written = dataset.export(db, sys.stdout, selection, pairs=pairs, redact_keys=keys)
     else:
@@ -180,6 +190,18 @@ def _export_dataset(db: sqlite3.Connection, options: argparse.Namespace) -> None
     where = options.file if options.file is not None else "stdout"
     left = f" ({written.left_out} calls left out: neither messages nor arguments recorded)" if written.left_out else ""
     print(visible_lines(f"{where}: {written.examples} examples written{left}"), file=sys.stderr)
+
+
+def _import(db: sqlite3.Connection, files: list[Path]) -> None:
+    for file in files:
+        try:
+            with file.open(encoding="utf-8") as lines:
+                written = otlp.import_file(db, lines)
+        except OSError as exc:  # a directory, a file it may not read
+            raise ValueError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+        except ValueError as exc:  # not OTLP JSON, or a span of the wrong shape: nothing of it is stored
+            raise ValueError(f"{file}: {exc}") from None
+        print(f"{file}: {written} spans recorded")
 
 
 def _show(db: sqlite3.Connection, options: argparse.Namespace) -> int:

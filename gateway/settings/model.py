@@ -25,6 +25,7 @@ from gateway.settings.parts import (
     Limits,
     McpServer,
     Price,
+    RepairMode,
     ResponsesMcpServer,
     each_matches,
 )
@@ -142,6 +143,18 @@ class Settings(ProviderSettings, BaseSettings):
     guardrail_injection: Literal["flag", "block"] = Field(
         "flag", description="injection: what a result with prompt-injection markers gets: flag (recorded, the "
                             "model reads it) or block")
+    tool_aliases: dict[str, dict[str, list[str]]] = Field(
+        default_factory=dict, description="Other names the gateway's tools accept for a parameter, quietly, by tool "
+                                          "then parameter, e.g. {\"read_file\": {\"path\": [\"file_path\"]}}; "
+                                          "each use is counted (toolspan_tool_aliases_used_total)")
+    argument_repair: RepairMode = Field(
+        "off", description="Arguments of a gateway tool's call that fail its parse step in a way with one sure fix "
+                           "(a rename to the one accepted name that fits, a number or boolean sent as a string, a "
+                           "bare value where an array is wanted): off, observe (the fix is recorded; the call stays "
+                           "rejected) or apply (the tool runs on the fixed arguments; outcome repaired)")
+    tool_argument_repair: dict[str, RepairMode] = Field(
+        default_factory=dict, description="argument_repair by tool name or glob pattern (fs__*), over the "
+                                          "gateway's; a tool's own argument_repair, then a key's, come over this")
     interrupt_mode: InterruptMode = Field(
         "wait", description="A tool call that needs a reviewer (approval=True, or its body raised Interrupt): wait "
                             "(the request waits for a decision at /v1/approvals or /ui/approvals), or hand_back "

@@ -18,6 +18,7 @@ from gateway.wire.urls import comparable_url
 # as the model sent it), reject (the gateway answers the model with the diagnostic and goes on; the
 # client never sees the call), or off (no check at all).
 ClientCheckMode = Literal["observe", "reject", "off"]
+RepairMode = Literal["off", "observe", "apply"]  # argument_repair (gateway.tools.repair)
 
 class Limits(BaseModel):
     """How much one gateway key may take (gateway.limits): per minute (a sliding window of 60 s),
@@ -68,6 +69,8 @@ class GatewayKey(Limits):
         None, description="client_tool_check for this key's requests; unset: the gateway's")
     models: list[str] | None = Field(
         None, description="Models this key may ask for: names and glob patterns (gpt-4o*); unset: every one")
+    argument_repair: RepairMode | None = Field(
+        None, description="argument_repair for this key's calls, over the gateway's and the tool's; unset: theirs")
     guardrails: list[str] = Field(
         default_factory=list, description="Guardrails on this key's tool calls, after the gateway's and the "
                                           "tool's: built-in names and module:attr paths, in order")

@@ -1,5 +1,6 @@
 """The tool API: declare tools, register them, parse and execute the calls a model makes."""
 
+from gateway.tools.aliases import Alias
 from gateway.tools.arguments import read_arguments
 from gateway.tools.declare import parse_docstring, tool
 from gateway.tools.executor import ToolExecutor
@@ -22,7 +23,7 @@ from gateway.tools.results import (
 from gateway.tools.threads import ToolsBusy, ToolThreads
 
 __all__ = [
-    "Content", "Interrupt", "NameCheck", "NoHooks", "Param", "Parsed", "Rejection", "RejectionReason",
+    "Alias", "Content", "Interrupt", "NameCheck", "NoHooks", "Param", "Parsed", "Rejection", "RejectionReason",
     "Status", "Step", "Tool", "ToolCall", "ToolCallTrace", "ToolContext", "ToolDeclarationError",
     "ToolError", "ToolExecutor", "ToolHooks", "ToolOutcome", "ToolRegistry", "ToolResult", "ToolThreads",
     "ToolsBusy", "Turn",

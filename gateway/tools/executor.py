@@ -13,7 +13,8 @@ from gateway.tools.function import Tool
 from gateway.tools.hooks import NoHooks, ToolCall, ToolCallTrace, ToolHooks, Turn
 from gateway.tools.params import suggest
 from gateway.tools.registry import ToolRegistry
-from gateway.tools.results import Parsed, Rejection, ToolContext, ToolOutcome, masked_content, rejected
+from gateway.tools.repair import RepairPolicy, repaired
+from gateway.tools.results import Parsed, Rejection, Repair, ToolContext, ToolOutcome, masked_content, rejected
 from gateway.tools.threads import ToolThreads
 
 _NAME_SHOWN = 80  # a model can send any string as a tool name; quote only this much of it
@@ -33,8 +34,10 @@ class ToolExecutor:
 
     def __init__(self, registry: ToolRegistry, hooks: ToolHooks | None = None,
                  default_timeout: float | None = 30.0, threads: int = 16, gate: ApprovalGate | None = None,
-                 approval_timeout: float = 300.0, guardrails: Guardrails | None = None) -> None:
+                 approval_timeout: float = 300.0, guardrails: Guardrails | None = None,
+                 repair: RepairPolicy | None = None) -> None:
         self.registry = registry
+        self.repair = repair  # None: no repair is configured, and a rejected call spends nothing on it
         self.guardrails = guardrails  # None: no guardrail is configured, and a call spends nothing on them
         self.hooks: ToolHooks = hooks if hooks is not None else NoHooks()
         self.default_timeout = default_timeout
@@ -92,14 +95,37 @@ class ToolExecutor:
         if tool is None or (allowed is not None and tool.name not in allowed):
             return rejected(call.id, call.name, self._refusal(call.name, tool, turn, allowed))
         context = turn.context(call.id)
+        repair: Repair | None = None
         with trace.step("parse"):
             parsed = await tool.parse_arguments(call.arguments, context)
+            if isinstance(parsed, Rejection) and self.repair is not None:
+                parsed, repair = await self._repaired(call, tool, turn, context, parsed)
         if isinstance(parsed, Rejection):
-            return rejected(call.id, call.name, parsed)
+            refused = rejected(call.id, call.name, parsed)
+            return refused if repair is None else replace(refused, repair=repair)
+        outcome = await self._guarded_or_run(call, tool, turn, parsed, context, trace)
+        return outcome if repair is None else replace(outcome, repair=repair)
+
+    async def _repaired(self, call: ToolCall, tool: Tool, turn: Turn, context: ToolContext,
+                        rejection: Rejection) -> tuple[Parsed | Rejection, Repair | None]:
+        """Arguments the parse step refused, mended where the fix is sure (gateway.tools.repair): in
+        mode apply, their parse; in observe, the rejection, with the fix recorded beside it."""
+        assert self.repair is not None
+        mode = self.repair.mode(tool, turn.principal)
+        found = None if mode == "off" else await repaired(tool, call.arguments, rejection, context, mode == "apply")
+        if found is None:
+            return rejection, None
+        repair, parsed = found
+        return (parsed if repair.applied else rejection), repair
+
+    async def _guarded_or_run(self, call: ToolCall, tool: Tool, turn: Turn, parsed: Parsed, context: ToolContext,
+                              trace: ToolCallTrace) -> ToolOutcome:
         if self.guardrails is not None and (chain := self.guardrails.for_tool(tool, turn.principal)):
             outcome = await self._guarded(call, tool, turn, parsed, context, trace, chain)
         else:
             outcome = await self._run_parsed(call, tool, turn, parsed, context, trace)
+        if parsed.aliases:  # the names the model used, counted whatever the call's outcome
+            outcome = replace(outcome, aliases=parsed.aliases)
         # values the parse step could not check: the span says why, whatever the call's outcome
         return outcome if parsed.unchecked is None else replace(outcome, unchecked=parsed.unchecked)
 

@@ -11,10 +11,11 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.tools.aliases import alias_table, declared_aliases, unaliased
 from gateway.tools.arguments import read_arguments
 from gateway.tools.declared_schema import declared_schema
 from gateway.tools.params import (
@@ -119,6 +120,12 @@ class Tool:
     origin: ToolOrigin | None = None
     # names of built-in guardrails, module:attr paths, or guardrail objects (gateway.guardrails)
     guardrails: tuple[Any, ...] = ()
+    # other names a parameter is accepted under, by parameter (gateway.tools.aliases), beside those its
+    # Params or Annotated hints declare
+    aliases: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # what the gateway does with arguments it can repair (gateway.tools.repair): None leaves it to the
+    # settings (argument_repair, tool_argument_repair) and the caller's key
+    argument_repair: Literal["off", "observe", "apply"] | None = None
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the model is offered
     declared_schema: dict[str, Any] = field(init=False, repr=False, compare=False)  # what the tool declared
     required_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -126,6 +133,7 @@ class Tool:
     _call_arity: int = field(init=False, repr=False, compare=False)
     _parser_arity: int = field(init=False, repr=False, compare=False)
     _validator: Any = field(init=False, repr=False, compare=False)
+    alias_of: dict[str, str] = field(init=False, repr=False, compare=False)  # alias -> parameter
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):
@@ -151,6 +159,14 @@ class Tool:
         parser = self.parse_args
         setattr_("_parser_arity", 0 if parser is None else _positional_arity(parser, "parse_args", self.name))
         setattr_("guardrails", tuple(self.guardrails))
+        if not isinstance(self.aliases, Mapping):
+            raise ToolDeclarationError(f"tool {self.name!r}: aliases must map parameter names to lists of names")
+        aliases = declared_aliases(self.parameters, self.args_model, self.aliases)
+        setattr_("aliases", aliases)
+        setattr_("alias_of", alias_table(self.name, aliases, accepted))
+        if self.argument_repair not in (None, "off", "observe", "apply"):
+            raise ToolDeclarationError(f"tool {self.name!r}: argument_repair is off, observe or apply, not "
+                                       f"{self.argument_repair!r}")
         if self.parameters is not None:
             setattr_("parameters", tuple(self.parameters))
         if self.validate_schema and (self.parse_args is not None or self.args_model is not None):
@@ -166,6 +182,11 @@ class Tool:
         decoded = read_arguments(self.name, args)
         if isinstance(decoded, Rejection):
             return decoded
+        decoded, aliases = unaliased(decoded, self.alias_of)
+        parsed = await self._parsed(decoded, context)
+        return replace(parsed, aliases=aliases) if aliases and isinstance(parsed, Parsed) else parsed
+
+    async def _parsed(self, decoded: dict[str, Any], context: ToolContext) -> Parsed | Rejection:
         if self.strict:
             decoded = drop_optional_nulls(decoded, self.declared_schema)
         if self.parse_args is not None:

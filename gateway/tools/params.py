@@ -26,10 +26,12 @@ class Param:
     enum: Sequence[Any] | None = None
     item_type: str | None = None
     properties: Sequence[Param] = field(default_factory=tuple)
+    aliases: Sequence[str] = ()  # other names it is accepted under (gateway.tools.aliases); top level only
 
     def __post_init__(self) -> None:
         # Freeze caller-supplied lists so a Param can be shared safely.
         object.__setattr__(self, "properties", tuple(self.properties))
+        object.__setattr__(self, "aliases", (self.aliases,) if isinstance(self.aliases, str) else tuple(self.aliases))
         if self.enum is not None:
             object.__setattr__(self, "enum", tuple(self.enum))
 
@@ -53,6 +55,9 @@ class Param:
         if len(names) != len(set(names)):
             raise ToolDeclarationError(f"{label} declares a nested property twice")
         for nested in self.properties:
+            if nested.aliases:
+                raise ToolDeclarationError(f"{label}: nested property {nested.name!r} has aliases; only top-level "
+                                           "parameters take them")
             nested.check(f"{where}.{self.name}")
 
     def schema(self) -> dict[str, Any]:
@@ -257,6 +262,17 @@ def suggest(sent: str, accepted: Sequence[str], threshold: float = SIMILARITY_TH
     `lim` for `limit`), sharing a word (`person_id` for `user_id`), then a Jaro similarity above
     `threshold`. Of names alike, the one in `preferred` (check_names: the missing ones)."""
     return _suggest(_Spelling.of(sent), [_Spelling.of(name) for name in accepted], threshold, preferred)
+
+
+def fitting_names(sent: str, accepted: Sequence[str], threshold: float) -> list[str]:
+    """Every name of `accepted` that `sent` could stand for, unranked: the same name in another case or
+    spelling, one typo away, a run of whole words of the other (either way), or a Jaro similarity
+    above `threshold`. (Not a shared word alone: `person_id` for `user_id` is a guess.) Argument
+    repair renames only when exactly one fits (gateway.tools.repair)."""
+    spelled, others = _Spelling.of(sent), [_Spelling.of(name) for name in accepted]
+    found = {name for kind in (_respelled, _mistyped, _contained) for _, name in kind(spelled, others)}
+    found.update(name for _, name in _similar(spelled, others, threshold))
+    return [name for name in accepted if name in found]
 
 
 @dataclass(frozen=True)

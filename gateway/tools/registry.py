@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from gateway.tools.aliases import merged
 from gateway.tools.function import Tool
 from gateway.tools.params import ToolDeclarationError
 
@@ -27,6 +29,7 @@ class ToolRegistry:
         # Specs and names by allowlist, built once: every request offers them. Any change drops them.
         self._specs: dict[tuple[str, frozenset[str] | None], list[dict[str, Any]]] = {}
         self._names: dict[frozenset[str] | None, frozenset[str]] = {}
+        self._operator_aliases: dict[str, dict[str, list[str]]] = {}  # the setting tool_aliases, by tool
         for item in tools:
             self.register(item)
 
@@ -71,11 +74,34 @@ class ToolRegistry:
         """The tools `source` registered, in registration order."""
         return [tool for name, tool in self._tools.items() if self._sources.get(name) == source]
 
+    def use_aliases(self, table: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+        """The operator's aliases (the setting `tool_aliases`: tool -> parameter -> names), added to
+        the tools registered now and to those registered later (an MCP server's, as it lists them).
+        An alias that does not fit a tool registered now fails here (ToolDeclarationError); one that
+        does not fit a tool a server lists later is left out of that tool."""
+        self._operator_aliases = {tool: {name: list(names) for name, names in params.items()}
+                                  for tool, params in table.items()}
+        self._swap({name: self._aliased(tool) for name, tool in self._tools.items()})
+
+    def _aliased(self, tool: Tool) -> Tool:
+        extra = self._operator_aliases.get(tool.name)
+        if not extra or all(set(names) <= set(tool.aliases.get(name, ())) for name, names in extra.items()):
+            return tool
+        return replace(tool, aliases=merged(tool.aliases, extra))
+
     def _swap(self, tools: dict[str, Tool]) -> None:
+        if self._operator_aliases:
+            tools = {name: self._kept_aliased(tool) for name, tool in tools.items()}
         self._tools = tools
         self._on_request = frozenset(name for name in tools if self._sources.get(name) in self._request_sources)
         self._specs = {}
         self._names = {}
+
+    def _kept_aliased(self, tool: Tool) -> Tool:
+        try:
+            return self._aliased(tool)
+        except ToolDeclarationError:
+            return tool
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

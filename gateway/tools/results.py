@@ -88,6 +88,7 @@ class Parsed:
 
     arguments: dict[str, Any]
     unchecked: str | None = None
+    aliases: tuple[tuple[str, str], ...] = ()  # (alias sent, parameter) renamed before the checks
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,19 @@ class Rejection:
     names: NameCheck | None = None
     exception: BaseException | None = None
     traceback: str | None = None
+
+
+@dataclass(frozen=True)
+class Repair:
+    """Arguments a repair would change (gateway.tools.repair): the call's as sent, and as repaired;
+    `changes` says what was done, one entry a change (`rename file_path -> path`, `type a: string ->
+    integer`, `wrap tags in an array`). `applied`: the call ran on the repaired arguments (mode apply);
+    else they were only recorded (observe), and the call stayed rejected."""
+
+    before: dict[str, Any]
+    after: dict[str, Any]
+    changes: tuple[str, ...]
+    applied: bool
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,8 @@ class ToolOutcome:
     # why a client tool's call was not checked (gateway.client_tools.check.Unchecked), or a gateway tool's
     # values (Parsed.unchecked)
     unchecked: str | None = None
+    aliases: tuple[tuple[str, str], ...] = ()  # the aliases the arguments used (Parsed.aliases)
+    repair: Repair | None = None  # what repair found for the arguments (gateway.tools.repair)
 
     def __post_init__(self) -> None:
         # The content goes upstream as JSON, which must be UTF-8: a lone surrogate (a model's

@@ -2,9 +2,11 @@
 embedded trajectory store, read through the `TrajectoryReader` the composition root hands in;
 a stylesheet and a small script of its own, and a Content-Security-Policy that allows nothing else.
 
-Routes: /ui (the report, with each key's usage of its limits: see ui_limits), /ui/trajectories
+Routes: /ui (the report, with each key's usage of its limits: see ui_limits; ?by=model, upstream,
+key or tool adds the comparison: see ui_compare), /ui/trajectories
 (the list, with filters), /ui/trajectories/{id} (one timeline, a page of its requests: ?page=N,
-?limit=N), /ui/approvals (the pending approvals of tool calls, and their decisions: see
+?limit=N), /ui/replay (the recorded calls parsed again against the tools served now: see
+ui_replay), /ui/approvals (the pending approvals of tool calls, and their decisions: see
 ui_approvals), /ui/login and /ui/logout (the session cookie, see ui_auth), /ui/assets/{name}."""
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gateway.http.bodies import EXPECT
-from gateway.http.keys import SETTINGS
+from gateway.http.keys import EXECUTOR, REGISTRY, SETTINGS
 from gateway.settings.model import Settings
 from gateway.ui.answers import html, read_form, redirect, sign_in_page
 from gateway.ui.approvals import mount as mount_approvals
@@ -39,8 +41,10 @@ from gateway.ui.auth import (
 from gateway.ui.layout import notice, page
 from gateway.ui.limits import limits_view
 from gateway.ui.markup import Html, join
+from gateway.ui.replay import REPLAY_CALLS, replay_page, replayed, served_target
 from gateway.ui.report import ListFilters, list_page, report_page
 from gateway.ui.timeline import MOST_PAGE_REQUESTS, PAGE_REQUESTS, Paging, pages, timeline_page
+from telemetry.store.compare import GROUPINGS
 
 # Scripts, styles and forms of this origin only; no inline script or style, no frames, no plugins.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -66,6 +70,8 @@ class TrajectoryReader(Protocol):
 
     def report(self, key: str | None) -> dict[str, Any]: ...
 
+    def compared(self, by: str, key: str | None) -> dict[str, Any]: ...
+
     def rejections_over_time(self, bucket_seconds: float, key: str | None) -> list[dict[str, Any]]: ...
 
     def list_trajectories(self, *, tool: str | None, outcome: str | None, since: float | None,
@@ -73,6 +79,8 @@ class TrajectoryReader(Protocol):
 
     def trajectory(self, trajectory_id: str, key: str | None, *, offset: int = 0,
                    limit: int | None = None) -> dict[str, Any] | None: ...
+
+    def recorded_calls(self, *, key: str | None, gateway_only: bool, limit: int) -> list[dict[str, Any]]: ...
 
 
 class UiAssets:
@@ -90,6 +98,9 @@ ASSETS = web.AppKey("ui_assets", UiAssets)
 # than one does (the p99 of /healthz while four clients ask for pages; bench/trajectory_growth.py).
 # A request that gives up (its client gone) leaves its page to finish there, and the next waits for it.
 TIMELINES = web.AppKey("ui_timelines", ThreadPoolExecutor)
+# Replays run their parse steps on the event loop (a tool's parser may be bound to it), giving it back
+# every few calls; one view's replay at a time, so that many views asked at once do not add up there.
+REPLAYS = web.AppKey("ui_replays", asyncio.Lock)
 
 
 async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -140,6 +151,10 @@ async def report_view(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     if not isinstance(viewer := _viewer(request), _Viewer):
         return viewer
+    by = request.query.get("by") or None
+    if by is not None and by not in GROUPINGS:
+        body = notice(f"?by compares by one of {', '.join(GROUPINGS)}, not {by[:40]!r}.")
+        return html(page("Trajectory report", body, HOME, bool(settings.keys)), status=400)
     limits = await limits_view(request, viewer.key)
     report = await _ask(request, "report", viewer.key)
     if report is None:
@@ -151,7 +166,8 @@ async def report_view(request: web.Request) -> web.Response:
         hourly = await _ask(request, "rejections_over_time", FINE_BUCKET_SECONDS, viewer.key) or []
     recent = await _ask(request, "list_trajectories", tool=None, outcome=None, since=None, model=None,
                         limit=RECENT, key=viewer.key) or []
-    body = join([limits, report_page(report, hourly, recent, settings.trace_ui_url)])
+    compared = await _ask(request, "compared", by, viewer.key) if by is not None else None
+    body = join([limits, report_page(report, hourly, recent, settings.trace_ui_url, compared)])
     return html(page("Trajectory report", body, HOME, bool(settings.keys)))
 
 
@@ -175,6 +191,22 @@ async def list_view(request: web.Request) -> web.Response:
                       model=filters.model, limit=LIST_LIMIT, key=viewer.key)
     body = notice(_NO_STORE) if rows is None else list_page(rows, filters, settings.trace_ui_url)
     return html(page("Trajectories", body, "/ui/trajectories", bool(settings.keys)))
+
+
+async def replay_view(request: web.Request) -> web.Response:
+    """The viewer's recorded gateway calls, replayed against the registry as it is now."""
+    settings = request.app[SETTINGS]
+    if not isinstance(viewer := _viewer(request), _Viewer):
+        return viewer
+    title, keyed = "Replay against the tools served now", bool(settings.keys)
+    rows = await _ask(request, "recorded_calls", key=viewer.key, gateway_only=True, limit=REPLAY_CALLS)
+    if rows is None:
+        return html(page(title, notice(_NO_STORE), None, keyed))
+    async with request.app[REPLAYS]:
+        target = served_target(request.app[REGISTRY], settings.keys, viewer.key, request.app[EXECUTOR].repair)
+        answer = await replayed(rows, target)
+    whose = "every trajectory" if viewer.key is None else "this key's trajectories"
+    return html(page(title, replay_page(answer, len(rows), whose), None, keyed))
 
 
 def _page_asked(query: Mapping[str, str]) -> tuple[int, int] | str:
@@ -268,6 +300,7 @@ def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
     """The page's routes; without a reader (the store is off) the page says so."""
     app[ASSETS] = UiAssets()
     app[TIMELINES] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolspan-ui-timeline")
+    app[REPLAYS] = asyncio.Lock()
     app.on_cleanup.append(_stop_timelines)
     app.on_response_prepare.append(_page_headers)
     if reader is not None:
@@ -275,6 +308,7 @@ def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
     app.router.add_get("/ui", report_view, **EXPECT)
     app.router.add_get("/ui/trajectories", list_view, **EXPECT)
     app.router.add_get("/ui/trajectories/{id}", trajectory_view, **EXPECT)
+    app.router.add_get("/ui/replay", replay_view, **EXPECT)
     mount_approvals(app)
     app.router.add_post("/ui/login", login, **EXPECT)
     app.router.add_post("/ui/logout", logout, **EXPECT)

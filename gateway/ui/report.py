@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.ui.charts import Bucket, count_chart, rejection_rate_chart
+from gateway.ui.compare import compare_links, compared_section, renames_section
 from gateway.ui.layout import (
     breakable,
     breakable_all,
@@ -173,20 +174,26 @@ def _totals(report: Mapping[str, Any]) -> Html:
 
 
 def report_page(report: Mapping[str, Any], over_time: Sequence[Mapping[str, Any]],
-                recent: Sequence[Mapping[str, Any]], trace_ui: str | None) -> Html:
-    """The report: per tool and per model, the renames, the stuck trajectories, the latest ones."""
+                recent: Sequence[Mapping[str, Any]], trace_ui: str | None,
+                compared: Mapping[str, Any] | None = None) -> Html:
+    """The report: per tool and per model, the renames, the stuck trajectories, the latest ones;
+    and the comparison asked for (`compared`), first."""
     if not report["tool_calls"] and not report["model_turns"]:
         return notice("No trajectory recorded yet: send a request through the gateway (or run toolspan demo).")
     return render(
-        '{totals}<section class="card"><h2>Tools</h2>{tools}</section>'
+        '{totals}{compared}<section class="card"><h2>Tools</h2>{tools}<p><a href="/ui/replay">Replay the '
+        'recorded calls against the tools served now</a>: which rejections would pass, which passes would '
+        'break.</p></section>'
         '<div class="grid"><section class="card"><h2>Top renames</h2>'
         '<p class="muted">Argument names the models sent that the tool does not accept, and the name '
         'the diagnostic suggested.</p>{renames}</section>'
         '<section class="card"><h2>Stuck in verbatim retries</h2>{stuck}</section></div>'
-        '<section class="card"><h2>Models</h2>{models}</section>{guardrails}'
+        '<section class="card"><h2>Models</h2>{links}{models}</section>{renamed}{guardrails}'
         '<section class="card"><h2>Latest trajectories</h2>{recent}<p><a href="/ui/trajectories">All '
         'trajectories</a></p></section>',
         guardrails=_guardrails(report.get("guardrails")),
+        compared=compared_section(compared) if compared is not None else EMPTY,
+        links=compare_links(None), renamed=renames_section(report.get("renames") or [], report.get("aliases") or []),
         totals=_totals(report), tools=_tools_table(report["tools"], chart_buckets(over_time)),
         renames=_renames(report["tools"]), stuck=_stuck(report["stuck"]), models=_models_table(report["models"]),
         recent=trajectory_table(recent, trace_ui))

@@ -190,7 +190,16 @@ TOOL_CALLS = Table(
     Column("guardrail_decision", "TEXT", text(names.ATTR_GUARDRAIL_DECISION), since=6),
     Column("guardrail_reason", "TEXT", text(names.ATTR_GUARDRAIL_REASON), since=6),
     Column("guardrail_moment", "TEXT", text(names.ATTR_GUARDRAIL_MOMENT), since=6),
-    Column("guardrails", "TEXT", GUARDRAILS, since=6))
+    Column("guardrails", "TEXT", GUARDRAILS, since=6),
+    # Version 7: the parameter aliases the call's arguments used ("alias->parameter", gateway.tools.aliases),
+    # and what argument repair found (gateway.tools.repair): its mode (observe: recorded, the call
+    # rejected; apply: the call ran repaired, outcome repaired), its changes and the arguments before
+    # and after, redacted as the arguments are. NULL where none was used or found.
+    Column("aliases", "TEXT", names_list(names.ATTR_ARGS_ALIASES), since=7),
+    Column("repair_mode", "TEXT", text(names.ATTR_REPAIR_MODE), since=7),
+    Column("repair_changes", "TEXT", names_list(names.ATTR_REPAIR_CHANGES), since=7),
+    Column("repair_before", "TEXT", text(names.ATTR_REPAIR_BEFORE), since=7),
+    Column("repair_after", "TEXT", text(names.ATTR_REPAIR_AFTER), since=7))
 
 TABLES = (TRAJECTORIES, REQUESTS, MODEL_TURNS, TOOL_CALLS)
 

@@ -2,12 +2,12 @@
 object a line, in OpenAI's chat format that fine-tuning and eval tools read, with what happened to
 each call. Its contract is telemetry.store.dataset_schema; docs/datasets.md describes each field.
 
-- One example per call (`calls`): the conversation the model saw (the captured input of the turn
+- One example per call (the default): the conversation the model saw (the captured input of the turn
   that made the call) and its answer, the assistant message making the call, last; the tools that
   turn offered; and labels: the outcome, why it was rejected, what the model was told, whether it
   retried an earlier failure, and of a failed call a later call corrected, the corrected arguments
   (following the retries: a verbatim retry that failed again passes the correction on).
-- One example per correction (`pairs`): a failed call and the call that corrected it (an ok call
+- One example per correction (`--pairs`): a failed call and the call that corrected it (an ok call
   whose retry link names it): the conversation up to the correcting call, which holds the failed
   call and what the model was told of it, and the corrected call as the final assistant message.
 

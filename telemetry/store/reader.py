@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from telemetry.store import report
+from telemetry.store import compare, recorded, report
 
 T = TypeVar("T")
 
@@ -27,6 +27,9 @@ class StoreReader:
     def report(self, key: str | None) -> dict[str, Any]:
         return self._read(lambda db: report.report(db, key=key))
 
+    def compared(self, by: str, key: str | None) -> dict[str, Any]:
+        return self._read(lambda db: compare.compared(db, by, key=key))
+
     def rejections_over_time(self, bucket_seconds: float, key: str | None) -> list[dict[str, Any]]:
         return self._read(lambda db: report.rejections_over_time(db, bucket_seconds=bucket_seconds, key=key))
 
@@ -38,3 +41,7 @@ class StoreReader:
     def trajectory(self, trajectory_id: str, key: str | None, *, offset: int = 0,
                    limit: int | None = None) -> dict[str, Any] | None:
         return self._read(lambda db: report.trajectory(db, trajectory_id, key, offset=offset, limit=limit))
+
+    def recorded_calls(self, *, key: str | None, gateway_only: bool, limit: int) -> list[dict[str, Any]]:
+        return self._read(lambda db: list(recorded.recorded_calls(db, key=key, gateway_only=gateway_only,
+                                                                  limit=limit)))

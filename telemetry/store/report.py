@@ -17,26 +17,36 @@ Definitions, per tool (and the same per model: the model whose turn made the cal
 - stuck: a trajectory where a tool's failed call was re-sent verbatim at least STUCK_VERBATIM times
   in a row.
 
-One trajectory's timeline, `trajectory`, is `telemetry.store.timeline`'s (it reads a page of requests).
+The same figures compared between models, upstreams, keys or tools, each rate with its counts, are
+`telemetry.store.compare`'s; the renames per tool and model with the alias lines they suggest,
+`telemetry.store.renames`'. One trajectory's timeline, `trajectory`, is `telemetry.store.timeline`'s
+(it reads a page of requests).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from telemetry.store.records import key_range, split_stored_id
+from telemetry.store.calls import (
+    RECORDED_TURNS,
+    by_trajectory_tool,
+    calls_with_models,
+    failures,
+    of_key,
+    trajectory_ids,
+    turns_of,
+)
+from telemetry.store.records import split_stored_id
+from telemetry.store.renames import alias_suggestions, renames_by_model
 from telemetry.store.rows import (
     CALL_COLUMNS,
     FAILED,
-    TURN_COLUMNS,
     guardrail_decisions,
     named,
-    rows,
     selected,
     suggestions,
 )
@@ -48,19 +58,6 @@ STOPPED_SHOWN = 50  # the calls a guardrail stopped that the report lists
 __all__ = ["FAILED", "STOPPED_SHOWN", "STOPPING", "STUCK_VERBATIM", "figures", "guardrail_figures",
            "list_trajectories", "matching_trajectories", "open_readonly", "rejections_over_time", "report",
            "trajectory"]
-
-
-def _of_key(column: str, key: str | None) -> tuple[str, tuple[str, ...]]:
-    """The condition and its parameters that keep the rows of one gateway key's trajectories,
-    `column` holding the stored id; every row without a key."""
-    if key is None:
-        return "1 = 1", ()
-    return f"{column} >= ? AND {column} < ?", key_range(key)
-
-
-# A trajectory's model turns are those of its recorded requests (as `m`), found through its key.
-_RECORDED_TURNS = ("FROM model_turns m JOIN requests r ON r.trajectory_id = m.trajectory_id "
-                   "AND r.span_id = m.request_span_id")
 
 
 # --- the list ---------------------------------------------------------------------------------------
@@ -86,8 +83,8 @@ def matching_trajectories(db: sqlite3.Connection, *, tool: str | None = None, ou
     """(id, started, ended) of the trajectories `list_trajectories` lists for these filters, in its
     order (a dataset of the calls, telemetry.store.dataset, selects as it does); every one without
     a `limit`."""
-    of_key, bounds = _of_key("t.id", key)
-    where: list[str] = [of_key]
+    condition, bounds = of_key("t.id", key)
+    where: list[str] = [condition]
     params: list[Any] = [*bounds]
     if since is not None:
         where.append("t.ended >= ?")
@@ -97,7 +94,7 @@ def matching_trajectories(db: sqlite3.Connection, *, tool: str | None = None, ou
                      "AND (? IS NULL OR c.outcome = ?))")
         params += [tool, tool, outcome, outcome]
     if model is not None:
-        where.append(f"EXISTS (SELECT 1 {_RECORDED_TURNS} WHERE m.trajectory_id = t.id AND m.model = ?)")
+        where.append(f"EXISTS (SELECT 1 {RECORDED_TURNS} WHERE m.trajectory_id = t.id AND m.model = ?)")
         params.append(model)
     sql = (f"SELECT id, started, ended FROM trajectories t WHERE {' AND '.join(where)} "
            "ORDER BY ended DESC LIMIT ?")
@@ -106,7 +103,7 @@ def matching_trajectories(db: sqlite3.Connection, *, tool: str | None = None, ou
 
 def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: float) -> dict[str, Any]:
     calls = selected(db, "tool_calls", CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
-    turns = _turns_of(db, trajectory_id)
+    turns = turns_of(db, trajectory_id)
     traces = [row[0] for row in db.execute(
         "SELECT trace_id FROM requests WHERE trajectory_id = ? ORDER BY started", (trajectory_id,))]
     return {**named(trajectory_id), "started": started, "ended": ended, "requests": len(traces),
@@ -122,12 +119,6 @@ def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: 
             "stuck": bool(_stuck(calls))}
 
 
-def _turns_of(db: sqlite3.Connection, trajectory_id: str) -> list[dict[str, Any]]:
-    columns = ", ".join(f"m.{c}" for c in TURN_COLUMNS)
-    sql = f"SELECT {columns} {_RECORDED_TURNS} WHERE m.trajectory_id = ? ORDER BY m.started"
-    return rows(db, sql, TURN_COLUMNS, (trajectory_id,))
-
-
 # --- the report -------------------------------------------------------------------------------------
 
 def report(db: sqlite3.Connection, *, since: float | None = None, key: str | None = None) -> dict[str, Any]:
@@ -138,20 +129,20 @@ def report(db: sqlite3.Connection, *, since: float | None = None, key: str | Non
      "stuck": [{"trajectory_id", "key", "local_id", "tool", "model", "verbatim_retries"}],
      "guardrails": {"decisions": [{"guardrail", "decision", "count"}], "failures": {guardrail: n},
                     "stopped_calls", "stopped": [{"id", "key", "local_id", "span_id", "tool", "side", "started",
-                                                  "guardrail", "decision", "moment", "reason"}]}}, where
+                                                  "guardrail", "decision", "moment", "reason"}]},
+     "renames": [{"tool", "side", "model", "from", "to", "count", "recovered"}],
+     "aliases": [{"tool", "aliases": {accepted: [sent, ...]}, "toml"}]} (`telemetry.store.renames`), where
     figures is
     {"calls", "outcomes": {outcome: n}, "failed", "rejections", "rejection_rate",
      "rejections_by_reason": {reason: {"count", "rate"}}, "renames": [{"from", "to", "count"}],
      "retries": {"verbatim", "corrected", "verbatim_rate", "corrected_rate"},
      "failures", "recoveries", "recovery_rate", "rounds_to_recover": {"mean", "max"} or None,
      "stuck_trajectories": [ids]}. Tools and models are sorted by calls, most first."""
-    of_key, params = _of_key("id", key)
-    ids = [row[0] for row in db.execute(f"SELECT id FROM trajectories WHERE ended >= ? AND {of_key}",
-                                        (since if since is not None else float("-inf"), *params))]
+    ids = trajectory_ids(db, since, key)
     calls: list[dict[str, Any]] = []
     turn_count = input_tokens = output_tokens = 0
     for trajectory_id in ids:
-        found, turns = _calls_with_models(db, trajectory_id)
+        found, turns = calls_with_models(db, trajectory_id)
         calls += found
         turn_count += len(turns)
         input_tokens += sum(t["input_tokens"] or 0 for t in turns)
@@ -162,29 +153,16 @@ def report(db: sqlite3.Connection, *, since: float | None = None, key: str | Non
         by_model[call["model"] or "(none)"].append(call)
     # A name is one side's (a client tool named like a gateway tool is refused): the side of its calls.
     tools = [{**group, "side": by_tool[group["tool"]][0]["side"]} for group in _grouped(by_tool, "tool")]
+    renamed = renames_by_model(calls)
     return {"trajectories": len(ids), "tool_calls": len(calls), "model_turns": turn_count,
             "input_tokens": input_tokens, "output_tokens": output_tokens, "overall": figures(calls),
             "tools": tools, "models": _grouped(by_model, "model"), "stuck": _stuck(calls),
-            "guardrails": guardrail_figures(calls)}
+            "guardrails": guardrail_figures(calls), "renames": renamed, "aliases": alias_suggestions(renamed)}
 
 
 def _grouped(groups: dict[str, list[dict[str, Any]]], key: str) -> list[dict[str, Any]]:
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
     return [{key: name, **figures(calls)} for name, calls in ordered]
-
-
-def _calls_with_models(db: sqlite3.Connection, trajectory_id: str) -> tuple[list[dict[str, Any]],
-                                                                            list[dict[str, Any]]]:
-    """The trajectory's calls in order, each with "model" (of the turn that made it) and "turn"
-    (how many model turns of the trajectory had started before it: rounds across requests)."""
-    turns = _turns_of(db, trajectory_id)
-    model_of = {(t["request_span_id"], t["round"]): t["model"] for t in turns}
-    starts = [t["started"] for t in turns]
-    calls = selected(db, "tool_calls", CALL_COLUMNS, "WHERE trajectory_id = ?", (trajectory_id,))
-    for call in calls:
-        call["model"] = model_of.get((call["request_span_id"], call["round"]))
-        call["turn"] = bisect_right(starts, call["started"])
-    return calls, turns
 
 
 def figures(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -193,7 +171,7 @@ def figures(calls: Sequence[dict[str, Any]]) -> dict[str, Any]:
     failed = sum(c["outcome"] in FAILED for c in calls)
     reasons = Counter(c["rejection_reason"] for c in calls if c["rejection_reason"])
     kinds = Counter(c["retry_kind"] for c in calls if c["retry_kind"])
-    episodes = _failures(calls)
+    episodes = failures(calls)
     recovered = [rounds for rounds in episodes if rounds is not None]
     return {"calls": total, "outcomes": dict(Counter(c["outcome"] for c in calls)), "failed": failed,
             "rejections": sum(reasons.values()), "rejection_rate": _rate(sum(reasons.values()), total),
@@ -245,35 +223,11 @@ def _renames(calls: Iterable[dict[str, Any]], top: int = 10) -> list[dict[str, A
     return [{"from": sent, "to": accepted, "count": n} for (sent, accepted), n in counts.most_common(top)]
 
 
-def _by_trajectory_tool(calls: Iterable[dict[str, Any]]) -> dict[tuple[str | None, str], list[dict[str, Any]]]:
-    groups: dict[tuple[str | None, str], list[dict[str, Any]]] = defaultdict(list)
-    for call in calls:
-        groups[(call["trajectory_id"], call["tool"])].append(call)
-    return groups
-
-
-def _failures(calls: Iterable[dict[str, Any]]) -> list[int | None]:
-    """One entry per failure (a run of failed calls of a tool in a trajectory): the model turns it
-    took to recover, or None when no later call of the tool succeeded."""
-    episodes: list[int | None] = []
-    for group in _by_trajectory_tool(calls).values():
-        first: dict[str, Any] | None = None
-        for call in group:
-            if call["outcome"] in FAILED:
-                first = first or call
-            elif first is not None and call["outcome"] == "ok":
-                episodes.append(call["turn"] - first["turn"])
-                first = None
-        if first is not None:
-            episodes.append(None)
-    return episodes
-
-
 def _stuck(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Trajectories and tools where the model re-sent one failed call verbatim STUCK_VERBATIM times
     or more in a row; the longest run of each."""
     found = []
-    for (trajectory_id, tool), group in _by_trajectory_tool(calls).items():
+    for (trajectory_id, tool), group in by_trajectory_tool(calls).items():
         run = longest = 0
         for call in group:
             run = run + 1 if call["retry_kind"] == "verbatim" else 0
@@ -289,9 +243,9 @@ def rejections_over_time(db: sqlite3.Connection, *, bucket_seconds: float = 3600
                          since: float | None = None, key: str | None = None) -> list[dict[str, Any]]:
     """Calls and rejections per tool per time bucket, oldest first (for a chart), of the gateway key
     named `key` when given: [{"tool", "bucket_start", "calls", "rejections", "rejection_rate"}]."""
-    of_key, params = _of_key("trajectory_id", key)
+    condition, params = of_key("trajectory_id", key)
     sql = ("SELECT tool, CAST(started / ? AS INTEGER) * ? AS bucket, COUNT(*), SUM(outcome = 'rejected') "
-           f"FROM tool_calls WHERE started >= ? AND {of_key} GROUP BY tool, bucket ORDER BY bucket, tool")
+           f"FROM tool_calls WHERE started >= ? AND {condition} GROUP BY tool, bucket ORDER BY bucket, tool")
     rows = db.execute(sql, (bucket_seconds, bucket_seconds, since if since is not None else float("-inf"), *params))
     return [{"tool": tool, "bucket_start": float(bucket), "calls": n, "rejections": int(rejected or 0),
              "rejection_rate": _rate(int(rejected or 0), n)} for tool, bucket, n, rejected in rows]

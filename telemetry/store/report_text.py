@@ -18,7 +18,8 @@ from gateway.tools.approval_text import decision_text
 from gateway.wire.escaping import visible, visible_lines
 from telemetry.store.rows import guardrail_decisions, guardrail_words
 
-_SEVERAL_LINES = frozenset({"diagnostic", "content", "response"})  # fields whose line breaks are the text's
+# Fields whose line breaks are the text's (an alias's TOML lines: its names are escaped inside it).
+_SEVERAL_LINES = frozenset({"diagnostic", "content", "response", "toml"})
 
 
 def terminal_safe(value: Any, lines: bool = False) -> Any:
@@ -202,7 +203,7 @@ def report(figures: dict[str, Any]) -> list[str]:
         lines += ["", "stuck in verbatim retries:"]
         lines += [f"  {s['trajectory_id']}  {s['tool']} re-sent {s['verbatim_retries']} times"
                   for s in figures["stuck"]]
-    return lines + _guardrails(figures.get("guardrails") or {})
+    return lines + _renames(figures) + _guardrails(figures.get("guardrails") or {})
 
 
 def _guardrails(guardrails: dict[str, Any]) -> list[str]:
@@ -223,3 +224,54 @@ def _guardrails(guardrails: dict[str, Any]) -> list[str]:
         lines += [f"  {_when(c['started'])}  {c.get('local_id') or c['id']}  {c['tool']}: {guardrail_words(c)}"
                   for c in guardrails["stopped"]]
     return lines
+
+
+def _renames(figures: dict[str, Any]) -> list[str]:
+    """The renames per tool and model, whether their calls recovered, and the alias lines they
+    suggest (none: no lines). `figures` is terminal-safe already."""
+    if not figures.get("renames"):
+        return []
+    lines = ["", "renamed arguments (per tool and model; recovered: a later call of the tool was ok):"]
+    lines += [f"  {r['tool']}  {r['model'] or '(no model)'}: {r['from']!r} -> {r['to'] or '(no close name)'}"
+              f" x{r['count']}, recovered {r['recovered']} of {r['count']}" for r in figures["renames"]]
+    if figures.get("aliases"):
+        lines += ["", "aliases to add to the settings (the gateway then takes these names):"]
+        lines += ["  " + line for alias in figures["aliases"] for line in alias["toml"].splitlines()]
+    return lines
+
+
+def share(rate: dict[str, Any], of: str = "") -> str:
+    """A rate with its counts: "33% (2 of 6, small sample)"; `of` names what was counted."""
+    small = ", small sample" if rate["small_sample"] and rate["of"] else ""
+    return f"{_percent(rate['rate'])} ({rate['count']} of {rate['of']}{f' {of}' if of else ''}{small})"
+
+
+_NO_GROUP = {"model": "(no model)", "upstream": "(no upstream)", "key": "(no key)", "tool": "(no tool)"}
+
+
+def _group(by: str, group: dict[str, Any]) -> list[str]:
+    rounds, recover = group["rounds_per_request"], group["rounds_to_recover"]
+    reasons = ", ".join(f"{reason} {_percent(r['rate'])} ({r['count']})"
+                        for reason, r in group["rejections_by_reason"].items())
+    mean = "-" if rounds["mean"] is None else f"{rounds['mean']:.2f}"
+    small = ", small sample" if rounds["small_sample"] and rounds["requests"] else ""
+    return [f"{group[by] or _NO_GROUP[by]}: {group['calls']} calls, {group['requests']} requests",
+            f"    rejected: {share(group['rejections'], 'calls')}{f': {reasons}' if reasons else ''}",
+            f"    recovered: {share(group['recoveries'], 'failures')}"
+            + (f", in {recover['mean']:.1f} rounds on average (at most {recover['max']})" if recover else ""),
+            f"    verbatim retries: {share(group['verbatim_retries'], 'failed calls')}; "
+            f"corrected: {share(group['corrected_retries'])}",
+            f"    rounds per request: {mean} ({rounds['rounds']} rounds in {rounds['requests']} requests{small})"]
+
+
+def compared(figures: dict[str, Any]) -> list[str]:
+    """`telemetry.store.compare.compared`'s figures: a paragraph a group, then the renames."""
+    figures = terminal_safe(figures)
+    by = figures["by"]
+    lines = [f"{figures['trajectories']} trajectories, {figures['tool_calls']} tool calls, by {by}; "
+             f"a rate counted over fewer than {figures['small_sample_under']} is marked a small sample"]
+    for group in figures["groups"]:
+        lines += ["", *_group(by, group)]
+    if not figures["groups"]:
+        lines += ["", f"nothing recorded to compare by {by}"]
+    return lines + _renames(figures)

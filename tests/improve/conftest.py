@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from gateway.demo.model import ScriptedModel
 from gateway.settings.model import Settings
 from tests.conftest import USER, Gateway, GatewayFactory, Script
 from tests.improve import session as scripted
+from tests.improve.changed_tools import CHANGED_TOOLS
 
 
 @dataclass
@@ -64,3 +66,26 @@ async def improve_session(aiohttp_server: AiohttpServer, make_gateway: GatewayFa
         yield Session(gateway, path, db, upstreams)
     finally:
         db.close()
+
+
+@dataclass
+class ToolFile:
+    module: str  # its name: `--against {module}:tools` (changed) or `{module}:unchanged`
+    ran: Path  # where a body notes that it ran
+
+
+@pytest.fixture
+def tool_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ToolFile]:
+    """tests.improve.changed_tools written as a module in a folder of the test's own, which is the
+    current one (`--against` imports from there, as `toolspan serve --tools` does); a name of the
+    test's own, so that no other test's import of it is reused."""
+    folder = tmp_path / "tool-file"
+    folder.mkdir()
+    module = f"changed_tools_{tmp_path.name.replace('-', '_')}"
+    (folder / f"{module}.py").write_text(CHANGED_TOOLS, encoding="utf-8")
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", [*sys.path])  # the import puts the folder first: this test's only
+    try:
+        yield ToolFile(module, folder / "bodies-ran")
+    finally:
+        sys.modules.pop(module, None)

@@ -9,8 +9,9 @@ from typing import Any
 from gateway.demo.model import Reply
 from gateway.tools import Param, Tool, ToolRegistry
 
-ALPHA_KEY, BETA_KEY = "sk-alpha-key", "sk-beta-key"
-KEYS = {"alpha": {"key": ALPHA_KEY}, "beta": {"key": BETA_KEY}}
+ALPHA_KEY, BETA_KEY, OPERATOR_KEY = "sk-alpha-key", "sk-beta-key", "sk-operator-key"
+# The operator's key makes no request: with it, the page shows every key's trajectories.
+KEYS = {"alpha": {"key": ALPHA_KEY}, "beta": {"key": BETA_KEY}, "operator": {"key": OPERATOR_KEY, "operator": True}}
 MODEL_A, MODEL_B = "model-a", "model-b"  # model-a on the upstream "primary", model-b on "secondary"
 SECRET = "hunter2-" + "x" * 12  # sent as a `password` argument: redacted wherever it is recorded
 
@@ -94,4 +95,8 @@ RECOVERIES_BY_MODEL = {MODEL_A: 2, MODEL_B: 1}
 VERBATIM_BY_MODEL = {MODEL_A: 0, MODEL_B: 1}
 REQUESTS_BY_MODEL = {MODEL_A: 3, MODEL_B: 3}  # one request per trajectory
 ROUNDS_BY_MODEL = {MODEL_A: 9, MODEL_B: 8}  # model turns: 3 per trajectory, but one of B's has 2
+# Renamed arguments: (tool, name sent, name suggested) -> (calls, calls whose failure recovered).
+# "filepath" gets no suggestion: "path" is in it, but not as a word of its own.
+RENAMES_BY_MODEL = {MODEL_A: {("read_file", "file_path", "path"): (1, 1)},
+                    MODEL_B: {("read_file", "filepath", None): (2, 0)}}
 CORRECTED_FAILURES = 3  # failed calls a later ok call corrected (its retry link, kind corrected): a dataset's pairs

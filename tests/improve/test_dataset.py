@@ -97,7 +97,7 @@ def test_the_labels_say_what_happened(improve_session: Session, tmp_path: Path,
 
 def test_one_example_per_corrected_failure(improve_session: Session, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    pairs = export(improve_session.path, tmp_path / "pairs.jsonl", capsys, "--examples", "pairs")
+    pairs = export(improve_session.path, tmp_path / "pairs.jsonl", capsys, "--pairs")
     assert len(pairs) == scripted.CORRECTED_FAILURES
     assert sorted(p["source"]["tool"] for p in pairs) == ["add", "read_file", "search"]
     for pair in pairs:
@@ -168,7 +168,7 @@ def test_without_captured_messages_the_calls_alone(improve_session: Session, tmp
     renamed = _find(examples, "read_file", {"file_path": "/a"})
     assert renamed["labels"]["corrected_arguments"] == {"path": "/a"}
     assert renamed["source"]["model"] == scripted.MODEL_A  # its turn, found by its round
-    pairs = export(store, tmp_path / "pairs.jsonl", capsys, "--examples", "pairs")
+    pairs = export(store, tmp_path / "pairs.jsonl", capsys, "--pairs")
     assert len(pairs) == scripted.CORRECTED_FAILURES
     for pair in pairs:
         failed, told, corrected = pair["messages"]
@@ -230,9 +230,7 @@ def test_a_store_of_schema_6(improve_session: Session, tmp_path: Path, capsys: p
     examples = export(path, tmp_path / "v6.jsonl", capsys)
     assert len(examples) == scripted.CALLS
     assert all(e["tools"] == [] and e["labels"]["context"] == "captured" for e in examples)
-    # and what read it before reads it still: the list, the report, the OTLP export
-    assert len(_listed(path, capsys)) == len(scripted.TRAJECTORIES)
-    assert main(["trajectories", "report", "--db", str(path)]) == 0
+    # and as OTLP, as before
     assert main(["trajectories", "export", "--db", str(path), str(tmp_path / "v6.otlp.jsonl")]) == 0
     assert capsys.readouterr().err.endswith(" spans written\n")
     migrated = connect(str(path))
@@ -248,14 +246,15 @@ def test_a_store_of_schema_6(improve_session: Session, tmp_path: Path, capsys: p
 
 def test_an_option_of_the_dataset_alone_is_one_line(improve_session: Session,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["trajectories", "export", "--db", str(improve_session.path), "--tool", "add", "--key", "beta"]) == 2
-    assert capsys.readouterr().err == ("toolspan: --tool, --key: only with --format chat-jsonl (an OTLP export is "
-                                       "the whole store)\n")
+    assert main(["trajectories", "export", "--db", str(improve_session.path), "--tool", "add", "--key", "beta",
+                 "--pairs"]) == 2
+    assert capsys.readouterr().err == ("toolspan: --tool, --key, --pairs: only with --format chat-jsonl (an OTLP "
+                                       "export is the whole store)\n")
 
 
 @pytest.mark.parametrize(("options", "said"), [
     (["--format", "chat-jsonl", "--limit", "0"], "'0': give a whole number from 1"),
-    (["--format", "chat-jsonl", "--examples", "some"], "invalid choice: 'some'"),
+    (["--format", "chat-jsonl", "--pairs=yes"], "ignored explicit argument 'yes'"),
     (["--format", "jsonl"], "invalid choice: 'jsonl'"),
 ])
 def test_bad_options_are_a_usage_error(improve_session: Session, capsys: pytest.CaptureFixture[str],
@@ -279,9 +278,8 @@ def test_a_file_it_cannot_write_is_one_line(improve_session: Session, tmp_path: 
 def test_without_a_file_the_lines_go_to_stdout(improve_session: Session, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["trajectories", "export", "--db", str(improve_session.path), "--format", "chat-jsonl",
-                 "--examples", "pairs"]) == 0
+                 "--pairs"]) == 0
     out, err = capsys.readouterr()
     assert err == f"stdout: {scripted.CORRECTED_FAILURES} examples written\n"
     file = tmp_path / "pairs.jsonl"
-    assert [json.loads(line) for line in out.splitlines()] == export(improve_session.path, file, capsys,
-                                                                     "--examples", "pairs")
+    assert [json.loads(line) for line in out.splitlines()] == export(improve_session.path, file, capsys, "--pairs")

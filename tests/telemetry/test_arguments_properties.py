@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from gateway.settings.model import REDACT_KEYS
 from gateway.tools import Rejection, Tool, ToolContext
-from telemetry.arguments import MASK, mask_message, render_arguments
+from telemetry.arguments import MASK, mask_message, render_arguments, was_cut, was_masked
 
 PLAIN = "abcdefghijklmnoprstuvwxyz0123456789 _-./"  # no q, no Q
 secret_value = st.text(max_size=30).map(lambda s: f"Q{s}")
@@ -76,6 +76,18 @@ def test_json_arguments_cut_short_never_show_a_secret_value(arguments: dict[str,
     raw = json.dumps(arguments)
     assert "Q" not in render_arguments(raw, max_chars, REDACT_KEYS)
     assert "Q" not in render_arguments(raw + " x", max_chars, REDACT_KEYS)  # no longer JSON: the text path
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_arguments, st.integers(min_value=64, max_value=400))
+def test_a_replay_tells_arguments_cut_short_and_masked(arguments: dict[str, Any], max_chars: int) -> None:
+    """What a replay (gateway.improve.replay) reads off the recorded text: cut when the rendering is
+    longer than the limit (the start of the arguments, then the marker), masked when a secret key
+    is there."""
+    rendered = render_arguments(json.dumps(arguments), max_chars, REDACT_KEYS)
+    assert was_cut(rendered) == (len(rendered) > max_chars)
+    if not was_cut(rendered):
+        assert was_masked(rendered) == (_expected(arguments) != arguments or MASK in json.dumps(arguments))
 
 
 # --- text that is not JSON -----------------------------------------------------------------------------

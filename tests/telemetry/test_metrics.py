@@ -52,6 +52,8 @@ def _ours() -> CollectorRegistry:
     metrics.tool_rejections.labels("echo", "parser", "gateway").inc()
     metrics.tool_retries.labels("echo", "verbatim", "gateway").inc()
     metrics.tool_recoveries.labels("echo", "verbatim", "gateway").inc()
+    metrics.tool_aliases_used.labels("read_file", "path").inc()
+    metrics.tool_repairs.labels("add", "apply").inc()
     metrics.client_tool_roundtrip.labels("shell", "returned").observe(4.2)
     metrics.approval_decisions.labels("pay", "approve").inc()
     metrics.approval_wait.labels("pay", "approve").observe(2.5)
@@ -79,6 +81,10 @@ def _theirs() -> CollectorRegistry:
                          (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry=registry)
     Counter(names.METRIC_TOOL_UNCHECKED, doc(names.METRIC_TOOL_UNCHECKED),
             (names.LABEL_TOOL, names.LABEL_REASON, names.LABEL_SIDE), registry=registry)
+    aliases = Counter(names.METRIC_TOOL_ALIASES_USED, doc(names.METRIC_TOOL_ALIASES_USED),
+                      (names.LABEL_TOOL, names.LABEL_PARAMETER), registry=registry)
+    repairs = Counter(names.METRIC_TOOL_REPAIRS, doc(names.METRIC_TOOL_REPAIRS), (names.LABEL_TOOL, names.LABEL_MODE),
+                      registry=registry)
     retried = (names.LABEL_TOOL, names.LABEL_KIND, names.LABEL_SIDE)
     retries = Counter(names.METRIC_TOOL_RETRIES, doc(names.METRIC_TOOL_RETRIES), retried, registry=registry)
     recoveries = Counter(names.METRIC_TOOL_RECOVERIES, doc(names.METRIC_TOOL_RECOVERIES), retried,
@@ -142,6 +148,8 @@ def _theirs() -> CollectorRegistry:
     rejections.labels("echo", "parser", "gateway").inc()
     retries.labels("echo", "verbatim", "gateway").inc()
     recoveries.labels("echo", "verbatim", "gateway").inc()
+    aliases.labels("read_file", "path").inc()
+    repairs.labels("add", "apply").inc()
     roundtrip.labels("shell", "returned").observe(4.2)
     decisions.labels("pay", "approve").inc()
     approval_wait.labels("pay", "approve").observe(2.5)

@@ -3,20 +3,23 @@ from the Berkeley Function Calling Leaderboard), for measuring the did-you-mean:
 each function renamed the ways a model renames one (case, snake/camel/kebab, a word dropped or
 added, a synonym, a typo), then the call checked as a client tool call is.
 
-    python -m tests.tools.rename_corpus   # from the repo root: the suggestion rate per kind of rename
+    python -m tests.tools.rename_corpus   # from the repo root: the suggestion and repair rates per kind
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gateway.client_tools.check import ClientTools, SchemaCache
+from gateway.tools import Rejection, Tool, ToolContext
+from gateway.tools.repair import repaired
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "function_schemas" / "bfcl.jsonl"
 
@@ -121,6 +124,7 @@ class Rename:
     suggested: str | None  # what the check suggested for `sent`
     suggestions: tuple[tuple[str, str], ...]  # every (sent, suggested) pair of the check
     rejected: bool
+    schema: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # the function's
 
 
 def valid_arguments(schema: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +153,7 @@ def renames(corpus: list[tuple[str, dict[str, Any]]]) -> Iterator[Rename]:
                 check = tools.check(function, json.dumps(arguments))
                 hints = dict(check.suggestions)
                 yield Rename(kind, function, meant, sent, arguments, hints.get(sent), check.suggestions,
-                             check.outcome == "rejected")
+                             check.outcome == "rejected", schema)
 
 
 def tally(found: list[Rename]) -> dict[str, Counter[str]]:
@@ -162,14 +166,49 @@ def tally(found: list[Rename]) -> dict[str, Counter[str]]:
     return table
 
 
-def main() -> None:
-    table = tally(list(renames(load())))
+def repairs(found: list[Rename]) -> dict[str, Counter[str]]:
+    """Per kind of rename (and "all"): how many argument repair renamed right, wrong, or left alone
+    (gateway.tools.repair, on a gateway tool declaring the function's schema)."""
+    tools: dict[int, Tool] = {}  # by the schema (names repeat in the corpus)
+    table: dict[str, Counter[str]] = {}
+
+    async def verdict(rename: Rename) -> str:
+        tool = tools.get(id(rename.schema))
+        if tool is None:
+            tool = tools[id(rename.schema)] = Tool(name="f", function=lambda args: args, validate_schema=True,
+                                                   parameters_schema=rename.schema)
+        context = ToolContext("c")
+        parsed = await tool.parse_arguments(rename.arguments, context)
+        found = await repaired(tool, rename.arguments, parsed, context, True) if isinstance(parsed, Rejection) else None
+        if found is None:
+            return "none"
+        return "right" if f"rename {rename.sent} -> {rename.meant}" in found[0].changes else "wrong"
+
+    async def run() -> None:
+        for rename in found:
+            said = await verdict(rename)
+            for kind in (rename.kind, "all"):
+                table.setdefault(kind, Counter())[said] += 1
+
+    asyncio.run(run())
+    return table
+
+
+def _print(table: dict[str, Counter[str]]) -> None:
     table["all"] = table.pop("all")
     print(f"{'rename':20} {'renames':>8} {'right':>8} {'wrong':>8} {'none':>8}")
     for kind, counts in table.items():
         total = sum(counts.values())
         shares = " ".join(f"{100 * counts[verdict] / total:7.1f}%" for verdict in ("right", "wrong", "none"))
         print(f"{kind:20} {total:8} {shares}")
+
+
+def main() -> None:
+    found = list(renames(load()))
+    print("did-you-mean suggestions:")
+    _print(tally(found))
+    print("\nargument repair (renames made):")
+    _print(repairs(found))
 
 
 if __name__ == "__main__":

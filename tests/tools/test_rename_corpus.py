@@ -6,6 +6,7 @@ parameter the call sent, and the right name is suggested for the renames a model
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from tests.tools.rename_corpus import (
     example,
     load,
     renames,
+    repairs,
     snake,
     tally,
     valid_arguments,
@@ -137,3 +139,15 @@ def test_every_parameter_respelled_at_once_is_matched_to_its_own_name(corpus: Co
         # Past the first names shown (MAX_NAMES_SHOWN) the diagnostic only counts the others.
         astray += [(function, name, hints.get(name)) for name in check.unrecognized if hints.get(name) != meant[name]]
     assert astray == []
+
+
+def test_repair_renames_most_respellings_and_never_to_the_wrong_name(renamed: list[Rename]) -> None:
+    """Argument repair on every fourth rename of the corpus (`python -m tests.tools.rename_corpus`
+    runs them all: 85.6% renamed right; wrong, 0.4% of the synonyms and none of the other kinds of
+    rename). A rename is made only where one name alone fits; the rest is left to the
+    model, with the did-you-mean."""
+    counts = repairs(renamed[::4])
+    spellings = sum((counts[kind] for kind in RECOVERABLE), Counter())
+    assert spellings["wrong"] == 0
+    assert spellings["right"] / spellings.total() > 0.85
+    assert counts["all"]["wrong"] / counts["all"].total() < 0.001

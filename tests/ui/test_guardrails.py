@@ -14,6 +14,7 @@ from telemetry import names
 from telemetry.store import report
 from tests.conftest import AUTH, StackFactory
 from tests.telemetry.conftest import LEAKED, STORED_ACROSS, Session, attr, hex_id, scripted_session
+from tests.ui.conftest import table_rows
 
 
 @pytest.fixture
@@ -53,42 +54,6 @@ class _Texts(HTMLParser):
             self._text.append(data)
 
 
-class _Rows(HTMLParser):
-    """The cells' text of each row of the table with a given id."""
-
-    def __init__(self, table_id: str) -> None:
-        super().__init__()
-        self.table_id = table_id
-        self.rows: list[list[str]] = []
-        self._inside = False
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "table":
-            self._inside = dict(attrs).get("id") == self.table_id
-        elif self._inside and tag == "tr":
-            self.rows.append([])
-        elif self._inside and tag == "td":
-            self._cell = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "table":
-            self._inside = False
-        elif tag == "td" and self._cell is not None:
-            self.rows[-1].append("".join(self._cell))
-            self._cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
-
-
-def _rows(page: str, table_id: str) -> list[list[str]]:
-    parser = _Rows(table_id)
-    parser.feed(page)
-    return [row for row in parser.rows if row]  # the header row has no cells
-
-
 def _guardrail_lines(page: str) -> dict[str, list[str]]:
     parser = _Texts("guardrail")
     parser.feed(page)
@@ -118,9 +83,9 @@ async def test_the_report_page_counts_the_decisions_and_lists_the_stopped_calls(
     response = await session.stack.http.get("/ui", headers=AUTH)
     page = await response.text()
     assert '<h2>Guardrails</h2>' in page
-    assert _rows(page, "guardrails") == [["masks_tokens", "mask", "1", "0"], ["no_production", "deny", "1", "0"]]
+    assert table_rows(page, "guardrails") == [["masks_tokens", "mask", "1", "0"], ["no_production", "deny", "1", "0"]]
     assert "<h3>Calls a guardrail stopped (1)</h3>" in page
-    [(trajectory, _, tool, words)] = _rows(page, "guardrail-stopped")
+    [(trajectory, _, tool, words)] = table_rows(page, "guardrail-stopped")
     [first] = [t for t in report.list_trajectories(session.db) if t["id"] != STORED_ACROSS]
     assert (trajectory, tool) == (first["local_id"], "deploy")
     assert words == "guardrail no_production denied the call: production is off limits; deploy to staging"

@@ -48,7 +48,7 @@ def _stored(db: sqlite3.Connection) -> dict[str, Any]:
 def _before(version: int, db: sqlite3.Connection) -> sqlite3.Connection:
     """A copy of `db` as a store of `version` holds it once migrated: before version 5 no model
     turn names its upstream; before version 6 no guardrail decided on a tool call; before version 7
-    no model turn kept the tools it offered."""
+    no call used an alias or was repaired, and no model turn kept the tools it offered."""
     copy = sqlite3.connect(":memory:", isolation_level=None)
     db.backup(copy)
     if version < 5:
@@ -56,6 +56,8 @@ def _before(version: int, db: sqlite3.Connection) -> sqlite3.Connection:
     if version < 6:
         copy.execute("UPDATE tool_calls SET guardrail = NULL, guardrail_decision = NULL, guardrail_reason = NULL, "
                      "guardrail_moment = NULL, guardrails = NULL")
+    copy.execute("UPDATE tool_calls SET aliases = NULL, repair_mode = NULL, repair_changes = NULL, "
+                 "repair_before = NULL, repair_after = NULL")
     copy.execute("UPDATE model_turns SET tool_definitions = NULL")
     return copy
 
@@ -152,7 +154,7 @@ def test_a_version_3_store_gains_the_decisions_of_its_calls(session: Session, tm
         (None, None, None)}
     columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
     assert columns == [row[1] for row in session.db.execute("PRAGMA table_info(tool_calls)")]
-    assert columns[-8:-5] == ["decision", "decided_by", "approval_wait_ms"]
+    assert columns[-13:-10] == ["decision", "decided_by", "approval_wait_ms"]
 
 
 def test_a_version_5_store_gains_the_guardrail_decisions_of_its_calls(session: Session, tmp_path: Path) -> None:
@@ -173,7 +175,26 @@ def test_a_version_5_store_gains_the_guardrail_decisions_of_its_calls(session: S
         (None, None, None)}
     columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
     assert columns == [row[1] for row in session.db.execute("PRAGMA table_info(tool_calls)")]
-    assert columns[-5:] == ["guardrail", "guardrail_decision", "guardrail_reason", "guardrail_moment", "guardrails"]
+    assert columns[-10:-5] == ["guardrail", "guardrail_decision", "guardrail_reason", "guardrail_moment",
+                               "guardrails"]
+
+
+def test_a_version_6_store_gains_the_aliases_and_repairs_of_its_calls(session: Session, tmp_path: Path) -> None:
+    path = tmp_path / "v6.sqlite3"
+    v6 = {table.name: [column.name for column in table.columns if column.since <= 6] for table in TABLES}
+    _older_store(path, "\n".join(table.create(6) for table in TABLES), session, "\n".join(
+        f"INSERT INTO {name} SELECT {', '.join(columns)} FROM new.{name};" for name, columns in v6.items()), 6)
+    migrated = connect(str(path))
+    assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
+    # no call stored before used an alias or was repaired (NULLs); the rest is as it was
+    assert _stored(migrated) == _stored(_before(6, session.db))
+    assert _everything(migrated) == _everything(_before(6, session.db))
+    assert set(migrated.execute("SELECT aliases, repair_mode, repair_changes, repair_before, repair_after "
+                                "FROM tool_calls")) == {(None, None, None, None, None)}
+    assert set(migrated.execute("SELECT tool_definitions FROM model_turns")) == {(None,)}
+    columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
+    assert columns == [row[1] for row in session.db.execute("PRAGMA table_info(tool_calls)")]
+    assert columns[-5:] == ["aliases", "repair_mode", "repair_changes", "repair_before", "repair_after"]
 
 
 def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:

@@ -1,0 +1,159 @@
+"""Argument repair, opt-in (`argument_repair`: off, observe, apply): a call the parse step refused is
+mended when the fix is sure, and only then.
+
+What is mended, at the top level of the arguments, against the schema the tool declares:
+- a name the tool does not take, when exactly one parameter not sent fits it (`fitting_names`,
+  at REPAIR_SIMILARITY) and no other unknown name fits that parameter: renamed;
+- a string holding an integer, a number or a boolean (`"12"`, `"2.5"`, `"true"`) where the schema
+  wants that type: the value, of that type;
+- a bare value where the schema wants an array of its type: an array of that one value.
+Never a guess between two names, never a value changed beyond its type. The mended arguments must
+fit the declared schema (checked within the inline budget) and pass the tool's own parse step;
+otherwise nothing is mended. `observe` records the fix and leaves the call rejected; `apply` runs the
+tool on the mended arguments, and the call's outcome is `repaired`."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+from gateway.tools.aliases import unaliased
+from gateway.tools.arguments import read_arguments
+from gateway.tools.function import Tool
+from gateway.tools.params import check_names, fitting_names
+from gateway.tools.results import Parsed, Rejection, Repair, ToolContext
+from gateway.tools.schema import bounded_validator, value_problems
+from gateway.tools.schema_bounds import INLINE, OverBudget, metered
+
+RepairMode = Literal["off", "observe", "apply"]
+REPAIR_SIMILARITY = 0.9  # the Jaro similarity over which a name fits, for a rename (suggestions take 0.7)
+REPAIRABLE = frozenset({"missing_arguments", "schema_violation", "parser"})  # rejections of the arguments' shape
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]{1,17})?(?:[eE][+-]?[0-9]{1,3})?")
+_BOOLEANS = {"true": True, "false": False}
+_JSON_TYPES: Mapping[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
+                                                "boolean": (bool,), "object": (dict,), "array": (list,)}
+
+
+@dataclass(frozen=True)
+class RepairPolicy:
+    """The mode of a call's repair: its caller's key's, else its tool's own (Tool.argument_repair), else
+    the first pattern of `by_tool` that names the tool (tool_argument_repair), else `default`."""
+
+    default: RepairMode
+    by_tool: tuple[tuple[str, RepairMode], ...] = ()
+    by_key: Mapping[str, RepairMode] = field(default_factory=dict)
+
+    def mode(self, tool: Tool, principal: str | None) -> RepairMode:
+        if principal is not None and (chosen := self.by_key.get(principal)) is not None:
+            return chosen
+        if tool.argument_repair is not None:
+            return tool.argument_repair
+        for pattern, chosen in self.by_tool:
+            if fnmatchcase(tool.name, pattern):
+                return chosen
+        return self.default
+
+    @classmethod
+    def configured(cls, default: RepairMode, by_tool: Mapping[str, RepairMode], by_key: Mapping[str, RepairMode],
+                   tools: list[Tool]) -> RepairPolicy | None:
+        """The policy, or None when nothing asks for repair: then a rejected call spends nothing on it.
+        (A tool registered later, an MCP server's, has no argument_repair of its own.)"""
+        modes = [default, *by_tool.values(), *by_key.values(), *(t.argument_repair for t in tools)]
+        if all(mode in (None, "off") for mode in modes):
+            return None
+        return cls(default, tuple(by_tool.items()), dict(by_key))
+
+
+async def repaired(tool: Tool, raw: Any, rejection: Rejection, context: ToolContext,
+                   applied: bool) -> tuple[Repair, Parsed] | None:
+    """The sure fix of arguments the parse step refused, and their parse; None when there is none."""
+    if rejection.reason not in REPAIRABLE:
+        return None
+    properties = tool.declared_schema.get("properties")
+    decoded = read_arguments(tool.name, raw)
+    if not isinstance(properties, Mapping) or not properties or isinstance(decoded, Rejection):
+        return None
+    before, _ = unaliased(decoded, tool.alias_of)
+    after, changes = _renamed(before, list(properties))
+    after, retyped = _retyped(after, properties)
+    changes += retyped
+    if not changes or not _fits_schema(tool, after):
+        return None
+    parsed = await tool.parse_arguments(after, context)
+    if isinstance(parsed, Rejection):
+        return None
+    return Repair(dict(before), after, tuple(changes), applied), parsed
+
+
+def _renamed(args: dict[str, Any], accepted: list[str]) -> tuple[dict[str, Any], list[str]]:
+    unknown = [name for name in args if name not in accepted]
+    unsent = [name for name in accepted if name not in args]
+    fits = {name: fitting_names(name, unsent, REPAIR_SIMILARITY) for name in unknown}
+    renames: dict[str, str] = {}
+    for name, fitting in fits.items():
+        if len(fitting) == 1 and sum(fitting[0] in others for others in fits.values()) == 1:
+            renames[name] = fitting[0]
+    after = {renames.get(name, name): value for name, value in args.items()}
+    return after, [f"rename {sent} -> {meant}" for sent, meant in renames.items()]
+
+
+def _retyped(args: dict[str, Any], properties: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    after, changes = dict(args), []
+    for name, value in args.items():
+        wanted = properties.get(name)
+        if not isinstance(wanted, Mapping) or not isinstance(kind := wanted.get("type"), str) or _is_type(value, kind):
+            continue
+        if isinstance(value, str) and (typed := _typed(value, kind)) is not None:
+            after[name] = typed
+            changes.append(f"type {name}: string -> {kind}")
+        elif kind == "array" and value is not None and _is_item(value, wanted.get("items")):
+            after[name] = [value]
+            changes.append(f"wrap {name} in an array")
+    return after, changes
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind in ("integer", "number") and isinstance(value, bool):
+        return False
+    if kind == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _JSON_TYPES.get(kind, (object,)))
+
+
+def _typed(text: str, kind: str) -> Any:
+    """`text` as a value of `kind`, when it spells exactly one; else None."""
+    if kind == "integer" and _INTEGER.fullmatch(text):
+        return int(text)
+    if kind == "number" and _NUMBER.fullmatch(text):
+        number = float(text)
+        return int(text) if _INTEGER.fullmatch(text) else (number if math.isfinite(number) else None)
+    if kind == "boolean":
+        return _BOOLEANS.get(text)
+    return None
+
+
+def _is_item(value: Any, items: Any) -> bool:
+    """Whether `value` is of the array's item type (any, when the schema names none)."""
+    kind = items.get("type") if isinstance(items, Mapping) else None
+    if kind is None:
+        return not isinstance(value, list | dict)
+    return isinstance(kind, str) and _is_type(value, kind)
+
+
+def _fits_schema(tool: Tool, args: dict[str, Any]) -> bool:
+    """Whether `args` fit the schema the tool declares, checked within the inline budget (a schema
+    that cannot be checked at a bounded cost mends nothing)."""
+    validator = bounded_validator(tool.name, tool.declared_schema, INLINE)
+    if isinstance(validator, str):
+        return False
+    check = check_names(args, tool.required_names, tool.accepted_names)
+    with metered(INLINE):
+        try:
+            return not value_problems(validator, args, check) and not check.missing
+        except OverBudget:
+            return False

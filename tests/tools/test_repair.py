@@ -1,0 +1,158 @@
+"""Argument repair: what is mended, what never is, the modes by key, tool and glob, and the executor's
+use of it (the body runs on the mended arguments only in apply)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from gateway.tools import Param, Rejection, Tool, ToolCall, ToolContext, ToolExecutor, ToolRegistry, Turn
+from gateway.tools.repair import RepairPolicy, repaired
+from gateway.tools.results import Repair
+
+CONTEXT = ToolContext("call-1")
+
+
+def _echo(args: dict[str, Any]) -> dict[str, Any]:
+    return args
+
+
+def checked(*params: Param, **options: Any) -> Tool:
+    return Tool(name="t", function=_echo, parameters=list(params), validate_schema=True, **options)
+
+
+async def mend(tool: Tool, args: dict[str, Any]) -> Repair | None:
+    parsed = await tool.parse_arguments(args, CONTEXT)
+    assert isinstance(parsed, Rejection)
+    found = await repaired(tool, args, parsed, CONTEXT, applied=True)
+    if found is None:
+        return None
+    repair, reparsed = found
+    assert reparsed.arguments == repair.after
+    assert Draft202012Validator(tool.declared_schema).is_valid(repair.after)
+    return repair
+
+
+@pytest.mark.parametrize(("params", "sent", "after", "changes"), [
+    ([Param("path", "string", required=True)], {"file_path": "/a"}, {"path": "/a"}, ["rename file_path -> path"]),
+    ([Param("page_size", "integer", required=True)], {"pageSize": 3}, {"page_size": 3},
+     ["rename pageSize -> page_size"]),
+    ([Param("query", "string", required=True)], {"qeury": "x"}, {"query": "x"}, ["rename qeury -> query"]),
+    ([Param("a", "integer", required=True)], {"a": "12"}, {"a": 12}, ["type a: string -> integer"]),
+    ([Param("a", "integer", required=True)], {"a": "-7"}, {"a": -7}, ["type a: string -> integer"]),
+    ([Param("x", "number", required=True)], {"x": "2.5"}, {"x": 2.5}, ["type x: string -> number"]),
+    ([Param("x", "number", required=True)], {"x": "3"}, {"x": 3}, ["type x: string -> number"]),
+    ([Param("on", "boolean", required=True)], {"on": "false"}, {"on": False}, ["type on: string -> boolean"]),
+    ([Param("tags", "array", item_type="string", required=True)], {"tags": "red"}, {"tags": ["red"]},
+     ["wrap tags in an array"]),
+    ([Param("ids", "array", item_type="integer", required=True)], {"ids": 4}, {"ids": [4]}, ["wrap ids in an array"]),
+    ([Param("count", "integer", required=True), Param("tags", "array", item_type="string")],
+     {"Count": "2", "tags": "a"}, {"count": 2, "tags": ["a"]},
+     ["rename Count -> count", "type count: string -> integer", "wrap tags in an array"]),
+])
+async def test_a_sure_fix_is_found(params: list[Param], sent: dict[str, Any], after: dict[str, Any],
+                                   changes: list[str]) -> None:
+    repair = await mend(checked(*params), sent)
+    assert repair is not None
+    assert (repair.before, repair.after, list(repair.changes)) == (sent, after, changes)
+
+
+@pytest.mark.parametrize(("params", "sent"), [
+    # two accepted names fit: a guess
+    ([Param("start_date", "string", required=True), Param("end_date", "string", required=True)], {"date": "x"}),
+    ([Param("page_size", "integer"), Param("pageSize", "integer")], {"page-size": 1}),
+    # two names sent for one parameter
+    ([Param("path", "string", required=True)], {"file_path": "/a", "filepath": "/b"}),
+    # a shared word alone is no sure fix
+    ([Param("user_id", "string", required=True)], {"person_id": "x"}),
+    # a value beyond its type
+    ([Param("a", "integer", required=True)], {"a": "1.5"}),
+    ([Param("a", "integer", required=True)], {"a": "12 apples"}),
+    ([Param("a", "integer", required=True)], {"a": " 12"}),
+    ([Param("a", "integer", required=True)], {"a": 1.5}),
+    ([Param("x", "number", required=True)], {"x": "NaN"}),
+    ([Param("x", "number", required=True)], {"x": "1e999"}),
+    ([Param("on", "boolean", required=True)], {"on": "yes"}),
+    ([Param("on", "boolean", required=True)], {"on": 1}),
+    ([Param("tags", "array", item_type="string", required=True)], {"tags": 3}),
+    ([Param("tags", "array", item_type="string", required=True)], {"tags": None}),
+    # an enum the value is not in
+    ([Param("unit", "string", required=True, enum=["c", "f"])], {"Unit": "k"}),
+    # a required name nothing sent fits
+    ([Param("path", "string", required=True)], {"offset": 3}),
+])
+async def test_no_guess_and_no_change_of_value(params: list[Param], sent: dict[str, Any]) -> None:
+    assert await mend(checked(*params), sent) is None
+
+
+async def test_only_rejections_of_the_arguments_shape_are_mended() -> None:
+    tool = checked(Param("a", "integer", required=True))
+    bad_json = await tool.parse_arguments('{"a": "1"', CONTEXT)
+    assert isinstance(bad_json, Rejection)
+    assert bad_json.reason == "invalid_json"
+    assert await repaired(tool, '{"a": "1"', bad_json, CONTEXT, applied=True) is None
+
+
+async def test_a_tools_own_parser_has_the_last_word() -> None:
+    def refuses_small(args: dict[str, Any]) -> None:
+        if not isinstance(args.get("a"), int) or args["a"] < 10:
+            raise ValueError("a must be an integer of 10 or more")
+
+    tool = Tool(name="t", function=_echo, parse_args=refuses_small, parameters_schema={
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    assert await mend(tool, {"a": "12"}) is not None
+    assert await mend(tool, {"a": "3"}) is None  # fits the schema, but the parser refuses it
+
+
+def test_the_mode_is_the_keys_then_the_tools_then_the_patterns_then_the_gateways() -> None:
+    plain, own = checked(Param("a", "integer")), Tool(name="fs__read", function=_echo, argument_repair="observe")
+    policy = RepairPolicy.configured("apply", {"fs__*": "off"}, {"careful": "off"}, [plain, own])
+    assert policy is not None
+    assert policy.mode(plain, None) == "apply"
+    assert policy.mode(plain, "careful") == "off"
+    assert policy.mode(own, None) == "observe"
+    assert policy.mode(Tool(name="fs__list", function=_echo), "other") == "off"
+    assert RepairPolicy.configured("off", {}, {}, [plain]) is None  # nothing asks: nothing is spent
+    assert RepairPolicy.configured("off", {}, {}, [own]) is not None
+
+
+async def _run(policy: RepairPolicy | None, arguments: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    ran: list[dict[str, Any]] = []
+
+    def add(args: dict[str, Any]) -> int:
+        ran.append(args)
+        return int(args["a"]) + int(args["b"])
+
+    tool = Tool(name="add", function=add, validate_schema=True,
+                parameters=[Param("a", "integer", required=True), Param("b", "integer", required=True)])
+    async with ToolExecutor(ToolRegistry([tool]), repair=policy) as executor:
+        [outcome] = await executor.run_turn([ToolCall("c1", "add", arguments)], Turn())
+    return outcome, ran
+
+
+async def test_apply_runs_the_body_on_the_mended_arguments() -> None:
+    outcome, ran = await _run(RepairPolicy("apply"), {"a": "2", "B": 3})
+    assert (outcome.status, outcome.content, ran) == ("ok", "5", [{"a": 2, "b": 3}])
+    assert outcome.repair == Repair({"a": "2", "B": 3}, {"a": 2, "b": 3},
+                                    ("rename B -> b", "type a: string -> integer"), applied=True)
+
+
+async def test_observe_records_the_fix_and_runs_nothing() -> None:
+    outcome, ran = await _run(RepairPolicy("observe"), {"a": "2", "b": 3})
+    assert (outcome.status, ran) == ("rejected", [])
+    assert outcome.repair is not None
+    assert not outcome.repair.applied
+    assert outcome.repair.after == {"a": 2, "b": 3}
+
+
+@pytest.mark.parametrize("policy", [None, RepairPolicy("off")])
+async def test_off_leaves_the_rejection_as_it_was(policy: RepairPolicy | None) -> None:
+    outcome, ran = await _run(policy, {"a": "2", "b": 3})
+    assert (outcome.status, outcome.repair, ran) == ("rejected", None, [])
+
+
+async def test_a_call_that_passes_is_never_touched() -> None:
+    outcome, ran = await _run(RepairPolicy("apply"), {"a": 2, "b": 3})
+    assert (outcome.status, outcome.repair, ran) == ("ok", None, [{"a": 2, "b": 3}])
