@@ -56,6 +56,10 @@ class MessageView(Protocol):
     def history(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The conversation a request sends, as messages."""
 
+    def tools(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The tools a request offers the model, as tool definitions (`{"type", "name"}`, and of a
+        function its `description` and `parameters`)."""
+
     def answer_parts(self, output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The parts of an answer's output."""
 

@@ -139,6 +139,32 @@ def masked(value: Any, redact_keys: Sequence[str]) -> Any:
     return _mask_text(value, keys) if isinstance(value, str) else _mask(value, keys)
 
 
+# The keywords of a JSON Schema that hold values rather than structure.
+_SCHEMA_VALUES = frozenset({"default", "const", "enum", "examples", "example"})
+
+
+def _masked_schema(schema: Any, keys: Sequence[str]) -> Any:
+    if isinstance(schema, list):
+        return [_masked_schema(item, keys) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _masked_schema(value, keys) for key, value in schema.items()}
+    properties = out.get("properties")
+    if isinstance(properties, dict):
+        out["properties"] = {
+            name: {k: MASK if k in _SCHEMA_VALUES else v for k, v in sub.items()}
+            if isinstance(sub, dict) and _secret(str(name), keys) else sub for name, sub in properties.items()}
+    return out
+
+
+def masked_schema(schema: Any, redact_keys: Sequence[str]) -> Any:
+    """A JSON Schema (a tool's parameters) with the values it gives a secret property (its default,
+    const, enum, examples) masked; its structure stays, so that a `password` parameter is still
+    declared as it was."""
+    keys = [_normal(k) for k in redact_keys]
+    return _masked_schema(schema, keys) if keys else schema
+
+
 def mask_text(text: str, redact_keys: Sequence[str]) -> str:
     """Free text (a message's content) with its quoted secret pairs masked (`"api_key": "..."`)."""
     keys = [_normal(k) for k in redact_keys]

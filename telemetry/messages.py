@@ -9,12 +9,18 @@
 - `gen_ai.system_instructions`: instructions sent apart from the history (the Responses API's
   `instructions`, the Messages API's `system`), `[{"type": "text", "content"}]`. A Chat system
   message stays in the history.
+- `gen_ai.tool.definitions`: the tools the call offered the model (the gateway's and the client's),
+  `[{"type": "function", "name", "description", "parameters"}]`, any other tool `{"type", "name"}`:
+  what a dataset of the calls (telemetry.store.dataset) declares. A declaration keeps its structure
+  (a `password` parameter is still declared); only the values a schema gives a secret property
+  (a default, an enum ...) are masked.
 
 Every API (Chat Completions messages, Responses input and output items, Messages content blocks,
 their thinking as `reasoning` parts) comes out alike: each adapter reads its own API (its `genai`,
 a gateway.instrumentation.MessageView); here its messages are made safe. Secrets
 are masked as in tool arguments (`telemetry.arguments`), and each attribute is bounded: a string
-part is cut to a little less than `max_chars`, then the oldest messages go until the JSON fits.
+part is cut to a little less than `max_chars`, then the oldest messages go until the JSON fits; every
+tool keeps its type and name, and the first ones their description and parameters while they fit.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 
 from gateway.instrumentation import MessageView
 from telemetry import names
-from telemetry.arguments import mask_text, masked
+from telemetry.arguments import mask_text, masked, masked_schema
 
 Message = dict[str, Any]
 
@@ -71,6 +77,21 @@ def _bounded_json(messages: list[Any], max_chars: int) -> str:
     return text
 
 
+def _bounded_definitions(definitions: list[dict[str, Any]], max_chars: int) -> str:
+    """The JSON of the tool definitions within `max_chars`: every tool's type and name first (what
+    the conventions require; the last ones left out if even those do not fit), then each tool
+    whole, in order, while the room left takes it."""
+    kept: list[dict[str, Any]] = [{"type": d["type"], "name": d["name"]} for d in definitions]
+    size = len(json.dumps(kept, ensure_ascii=False))
+    while kept and size > max_chars:
+        size -= len(json.dumps(kept.pop(), ensure_ascii=False)) + 2  # and its separator
+    for i, definition in enumerate(definitions[:len(kept)]):
+        more = len(json.dumps(definition, ensure_ascii=False)) - len(json.dumps(kept[i], ensure_ascii=False))
+        if size + more <= max_chars:
+            kept[i], size = definition, size + more
+    return json.dumps(kept, ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class MessageCapture:
     """Message content on the chat spans: masked with `redact_keys`, each attribute at most about
@@ -90,6 +111,9 @@ class MessageCapture:
         if (instructions := view.instructions(body)) is not None:
             parts = self._safe([{"role": "system", "parts": [{"type": "text", "content": instructions}]}])[0]["parts"]
             attributes[names.ATTR_SYSTEM_INSTRUCTIONS] = _bounded_json(parts, self.max_chars)
+        if definitions := view.tools(body):
+            safe = [masked_schema(definition, self.redact_keys) for definition in definitions]
+            attributes[names.ATTR_TOOL_DEFINITIONS] = _bounded_definitions(safe, self.max_chars)
         return attributes
 
     def answer_attributes(self, view: MessageView, output: Sequence[Mapping[str, Any]],

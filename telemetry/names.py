@@ -158,6 +158,9 @@ HELD_TURN_LOST: Final = "lost"
 ATTR_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 ATTR_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 ATTR_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"  # instructions sent apart from the history
+# The tools offered to the model in the call (with message content only), as JSON: the conventions'
+# tool definitions, `[{"type", "name", "description", "parameters"}]`.
+ATTR_TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
 
 # OpenInference, which Arize Phoenix reads: what a span is (its kind), its input and output as text
 # with their MIME type, a tool's name and parameters (its JSON Schema), the session (the trajectory).

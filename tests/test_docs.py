@@ -17,7 +17,7 @@ from tests.conftest import page_text
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = ["index.md", "getting-started.md", "tools.md", "http-and-apis.md", "mcp.md", "settings.md",
-         "upstreams.md", "translation.md", "telemetry-and-trajectories.md", "improving.md",
+         "upstreams.md", "translation.md", "telemetry-and-trajectories.md", "improving.md", "datasets.md",
          "phoenix.md", "langfuse.md", "tempo.md", "jaeger.md",  # the section "Trace backends"
          "deployment-and-scale.md", "limits-and-tenancy.md", "guardrails.md", "benchmarks.md"]
 

@@ -2,18 +2,21 @@
 reading shares: a message is `{"role", "parts"}`, a part `{"type": "text", "content"}`,
 `{"type": "tool_call", "id", "name", "arguments"}`, `{"type": "tool_call_response", "id",
 "response"}` or `{"type": "reasoning", "content"}`; any other content keeps only its type (an image
-or a file is not copied). Each adapter reads its own API with these (its `genai`, a
+or a file is not copied). The tools a request offers read as the conventions' tool definitions: a
+function `{"type": "function", "name", "description", "parameters"}` (its JSON Schema), any other
+tool `{"type", "name"}`. Each adapter reads its own API with these (its `genai`, a
 gateway.instrumentation.MessageView), and telemetry masks and bounds what they give
 (telemetry.messages)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Message = dict[str, Any]
 Part = dict[str, Any]
+Definition = dict[str, Any]
 
 
 def text_of(content: Any) -> list[str | Part]:
@@ -55,3 +58,29 @@ def tool_call(call_id: Any, name: Any, arguments: Any) -> Part:
 def response(call_id: Any, output: Any) -> Part:
     text = output if isinstance(output, str) else "".join(p for p in text_of(output) if isinstance(p, str))
     return {"type": "tool_call_response", "id": call_id, "response": text}
+
+
+def function_definition(name: Any, description: Any, parameters: Any) -> Definition | None:
+    """A function tool's definition; None for one without a name (the provider refuses it anyway)."""
+    if not isinstance(name, str) or not name:
+        return None
+    found: Definition = {"type": "function", "name": name}
+    if isinstance(description, str):
+        found["description"] = description
+    if isinstance(parameters, Mapping):
+        found["parameters"] = parameters
+    return found
+
+
+def other_definition(kind: Any, name: Any) -> Definition:
+    """A tool that is not a function (a custom tool, a provider's own such as web search): its
+    type, and its name where it has one (else its type names it)."""
+    return {"type": str(kind), "name": name if isinstance(name, str) and name else str(kind)}
+
+
+def definitions(specs: Any, definition: Callable[[Mapping[str, Any]], Definition | None]) -> list[Definition]:
+    """The definitions of a request's declared tools (`specs`, its `tools`), each read by `definition`."""
+    if not isinstance(specs, list):
+        return []
+    found = (definition(spec) for spec in specs if isinstance(spec, Mapping))
+    return [item for item in found if item is not None]

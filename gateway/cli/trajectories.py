@@ -8,6 +8,8 @@ the terminal (telemetry.store.report answers, telemetry.store.report_text prints
                                  [--examples N] [--fail-on-regression]   (see gateway.cli.replay)
     toolspan trajectories import FILE...      (OTLP JSON, one ExportTraceServiceRequest a line)
     toolspan trajectories export [FILE]       (the same format; default: stdout)
+    toolspan trajectories export --format chat-jsonl [--pairs] [the filters of list] [FILE]
+                                              (a dataset of the tool calls: telemetry.store.dataset)
 Each takes --db PATH (default: the settings' store path) and --json (list, show, report, replay). With
 gateway keys, a trajectory is the key's and the id's together: --key names the key (list and report:
 only its trajectories; show: the id is the one its caller sent), or show takes the stored id, KEY~ID.
@@ -24,7 +26,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gateway.cli.replay import add_options as add_replay_options
 from gateway.cli.replay import regression_status, replayed
@@ -32,13 +34,15 @@ from gateway.improve import replay_text
 from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
-from telemetry.store import compare, otlp, report, report_text
+from telemetry.store import compare, dataset, otlp, report, report_text
 from telemetry.store.schema import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _WHOLE = re.compile(r"[0-9]{1,9}")
 SHOW_REQUESTS = 200  # requests `show` prints unless --limit says otherwise
+EXPORT_FORMATS = ("otlp", "chat-jsonl")
+_DATASET_OPTIONS = ("tool", "outcome", "model", "since", "key", "limit", "pairs")  # chat-jsonl's alone
 
 
 def since_seconds(text: str, now: float | None = None) -> float:
@@ -67,11 +71,12 @@ def add_parser(commands: Any) -> None:
     common.add_argument("--db", type=Path, help="the store's file (default: the settings' trajectory_store_path)")
     shown = argparse.ArgumentParser(add_help=False, parents=[common])
     shown.add_argument("--json", action="store_true", help="JSON instead of text")
-    listing = sub.add_parser("list", parents=[shown], help="trajectories, newest first")
-    listing.add_argument("--tool")
-    listing.add_argument("--outcome", choices=OUTCOMES, help="trajectories with a tool call of this outcome")
-    listing.add_argument("--model")
-    listing.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    filters = argparse.ArgumentParser(add_help=False)
+    filters.add_argument("--tool", help="trajectories with a call of this tool")
+    filters.add_argument("--outcome", choices=OUTCOMES, help="trajectories with a tool call of this outcome")
+    filters.add_argument("--model", help="trajectories with a turn of this model")
+    filters.add_argument("--since", type=since_seconds, help="an age (2h, 7d) or a date")
+    listing = sub.add_parser("list", parents=[shown, filters], help="trajectories, newest first")
     listing.add_argument("--limit", type=int, default=50)
     show = sub.add_parser("show", parents=[shown], help="one trajectory's timeline")
     show.add_argument("id")
@@ -91,8 +96,15 @@ def add_parser(commands: Any) -> None:
         keyed.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
     imports = sub.add_parser("import", parents=[common], help="add OTLP JSON trace files to the store")
     imports.add_argument("files", nargs="+", type=Path)
-    exports = sub.add_parser("export", parents=[common], help="write the store as OTLP JSON")
+    exports = sub.add_parser("export", parents=[common, filters], help="write the store as OTLP JSON, or a "
+                             "dataset of its tool calls (the filters and --pairs: chat-jsonl only)")
     exports.add_argument("file", nargs="?", type=Path, help="default: stdout")
+    exports.add_argument("--format", choices=EXPORT_FORMATS, default="otlp",
+                         help="otlp: the spans; chat-jsonl: one example a line in OpenAI's chat format")
+    exports.add_argument("--pairs", action="store_true",
+                         help="one example per failed call a later call corrected, instead of one per call")
+    exports.add_argument("--limit", type=positive, help="the newest N trajectories (default: all)")
+    exports.add_argument("--key", help="the gateway key (its name) whose trajectories to read")
 
 
 def _open(path: Path, writing: bool) -> sqlite3.Connection:
@@ -139,12 +151,45 @@ def _run(db: sqlite3.Connection, options: argparse.Namespace) -> int:
         return regression_status(answer, options.fail_on_regression)
     elif action == "import":
         _import(db, options.files)
+    else:
+        _export(db, options)
+    return 0
+
+
+def _export(db: sqlite3.Connection, options: argparse.Namespace) -> None:
+    """`export`: the spans as OTLP JSON (the whole store), or a dataset of the calls."""
+    if options.format == "chat-jsonl":
+        _export_dataset(db, options)
+    elif given := [f"--{name}" for name in _DATASET_OPTIONS if getattr(options, name) not in (None, False)]:
+        raise ValueError(f"{', '.join(given)}: only with --format chat-jsonl (an OTLP export is the whole store)")
     elif options.file is None:
         otlp.export(db, sys.stdout)
     else:
-        with options.file.open("w", encoding="utf-8") as out:
+        with _output(options.file) as out:
             print(f"{options.file}: {otlp.export(db, out)} spans written", file=sys.stderr)
-    return 0
+
+
+def _output(file: Path) -> IO[str]:
+    """The file an export writes, or one line saying why it cannot."""
+    try:
+        return file.open("w", encoding="utf-8")
+    except OSError as exc:  # a directory, a folder that is not there, no permission
+        raise ValueError(f"{file}: cannot write it ({exc.strerror or exc})") from None
+
+
+def _export_dataset(db: sqlite3.Connection, options: argparse.Namespace) -> None:
+    """`export --format chat-jsonl`: the dataset, to the file or stdout; what was written on stderr."""
+    selection = dataset.Selection(tool=options.tool, outcome=options.outcome, since=options.since,
+                                  model=options.model, key=options.key, limit=options.limit)
+    pairs, keys = options.pairs, load_settings().redact_keys
+    if options.file is None:
+        written = dataset.export(db, sys.stdout, selection, pairs=pairs, redact_keys=keys)
+    else:
+        with _output(options.file) as out:
+            written = dataset.export(db, out, selection, pairs=pairs, redact_keys=keys)
+    where = options.file if options.file is not None else "stdout"
+    left = f" ({written.left_out} calls left out: neither messages nor arguments recorded)" if written.left_out else ""
+    print(visible_lines(f"{where}: {written.examples} examples written{left}"), file=sys.stderr)
 
 
 def _import(db: sqlite3.Connection, files: list[Path]) -> None:

@@ -245,8 +245,9 @@ class Settings(ProviderSettings, BaseSettings):
                                                                                   "the oldest trajectories go first")
     trajectory_store_max_age_days: float = Field(30.0, gt=0, description="Trajectories older than this are deleted")
     capture_message_content: bool = Field(
-        False, description="Put the messages sent to the model and its answers on the chat spans (and so in the "
-                           "store), as the OpenTelemetry GenAI conventions' opt-in content capture")
+        False, description="Put the messages sent to the model, the tools offered and its answers on the chat "
+                           "spans (and so in the store), as the OpenTelemetry GenAI conventions' opt-in content "
+                           "capture")
     message_content_max_chars: int = Field(
         16384, ge=256, description="Captured message content per span attribute, at most: longer texts are cut "
                                    "and the oldest messages left out")

@@ -137,7 +137,11 @@ MODEL_TURNS = Table(
     Column("started", "REAL NOT NULL", STARTED),
     Column("duration_ms", "REAL NOT NULL", DURATION_MS),
     Column("upstream", "TEXT", text(names.ATTR_UPSTREAM), since=5),  # the configured upstream it went to
-    Column("fallback_from", "TEXT", text(names.ATTR_UPSTREAM_FALLBACK_FROM), since=5))
+    Column("fallback_from", "TEXT", text(names.ATTR_UPSTREAM_FALLBACK_FROM), since=5),
+    # Version 7: the tools the call offered the model, as the GenAI conventions' tool definitions (a
+    # JSON array, captured with the messages: telemetry.messages), for a dataset of the calls
+    # (telemetry.store.dataset); NULL for every turn stored before, and without content capture.
+    Column("tool_definitions", "TEXT", json_text(names.ATTR_TOOL_DEFINITIONS), since=7))
 
 TOOL_CALLS = Table(
     "tool_calls",

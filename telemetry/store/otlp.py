@@ -180,9 +180,11 @@ def _trajectory_attributes(stored: str) -> dict[str, Any]:
 
 
 def _row_attributes(table: Table, row: sqlite3.Row) -> dict[str, Any]:
-    """The span attributes the row's columns hold, as the span had them (None: it had none)."""
+    """The span attributes the row's columns hold, as the span had them (None: it had none). A
+    column a store of an older schema lacks (read as it is, read-only) holds none."""
+    present = set(row.keys())
     return {column.source.attribute: _attribute(column, row[column.name]) for column in table.columns
-            if column.source.attribute is not None}
+            if column.source.attribute is not None and column.name in present}
 
 
 def _attribute(column: Column, value: Any) -> Any:

@@ -56,7 +56,8 @@ STUCK_VERBATIM = 2  # as telemetry.trajectory warns: the second verbatim retry o
 STOPPING = ("deny", "block")  # the guardrail decisions that stop a call (its result, for a block)
 STOPPED_SHOWN = 50  # the calls a guardrail stopped that the report lists
 __all__ = ["FAILED", "STOPPED_SHOWN", "STOPPING", "STUCK_VERBATIM", "figures", "guardrail_figures",
-           "list_trajectories", "open_readonly", "rejections_over_time", "report", "trajectory"]
+           "list_trajectories", "matching_trajectories", "open_readonly", "rejections_over_time", "report",
+           "trajectory"]
 
 
 # --- the list ---------------------------------------------------------------------------------------
@@ -72,6 +73,16 @@ def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcom
     (the id the key's caller knows it by), "started", "ended", "requests", "model_turns",
     "tool_calls", "failed_calls", "rejections", "retries", "input_tokens", "output_tokens",
     "models": [...], "tools": [...], "outcomes": {outcome: calls}, "trace_ids": [...], "stuck": bool}."""
+    found = matching_trajectories(db, tool=tool, outcome=outcome, since=since, model=model, limit=limit, key=key)
+    return [_summary(db, *row) for row in found]
+
+
+def matching_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcome: str | None = None,
+                          since: float | None = None, model: str | None = None, limit: int | None = None,
+                          key: str | None = None) -> list[tuple[str, float, float]]:
+    """(id, started, ended) of the trajectories `list_trajectories` lists for these filters, in its
+    order (a dataset of the calls, telemetry.store.dataset, selects as it does); every one without
+    a `limit`."""
     condition, bounds = of_key("t.id", key)
     where: list[str] = [condition]
     params: list[Any] = [*bounds]
@@ -87,7 +98,7 @@ def list_trajectories(db: sqlite3.Connection, *, tool: str | None = None, outcom
         params.append(model)
     sql = (f"SELECT id, started, ended FROM trajectories t WHERE {' AND '.join(where)} "
            "ORDER BY ended DESC LIMIT ?")
-    return [_summary(db, *row) for row in db.execute(sql, (*params, limit)).fetchall()]
+    return [(row[0], row[1], row[2]) for row in db.execute(sql, (*params, -1 if limit is None else limit))]
 
 
 def _summary(db: sqlite3.Connection, trajectory_id: str, started: float, ended: float) -> dict[str, Any]:

@@ -15,9 +15,11 @@ from telemetry.store.records import split_stored_id
 FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a failed call ("interrupted" waits)
 
 # What the report's questions read of each table: every column, but a model turn's trajectory (it
-# is its request's) and a request's (the trajectory is asked for).
+# is its request's) and a request's (the trajectory is asked for), and the tools a turn offered
+# (a dataset's, telemetry.store.dataset: nothing the report or the timeline shows; not read, a
+# store of schema 6 still reads).
 CALL_COLUMNS = TOOL_CALLS.names
-TURN_COLUMNS = tuple(name for name in MODEL_TURNS.names if name != "trajectory_id")
+TURN_COLUMNS = tuple(name for name in MODEL_TURNS.names if name not in ("trajectory_id", "tool_definitions"))
 REQUEST_COLUMNS = tuple(name for name in REQUESTS.names if name != "trajectory_id")
 # By name: a name means one thing in every table.
 _JSON_COLUMNS = frozenset(column.name for table in TABLES for column in table.columns if column.source.json)

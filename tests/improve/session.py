@@ -121,3 +121,4 @@ ROUNDS_BY_MODEL = {MODEL_A: 9, MODEL_B: 8}  # model turns: 3 per trajectory, but
 # "filepath" gets no suggestion: "path" is in it, but not as a word of its own.
 RENAMES_BY_MODEL = {MODEL_A: {("read_file", "file_path", "path"): (1, 1)},
                     MODEL_B: {("read_file", "filepath", None): (2, 0)}}
+CORRECTED_FAILURES = 3  # failed calls a later ok call corrected (its retry link, kind corrected): a dataset's pairs

@@ -1,6 +1,6 @@
 """Message content on the chat spans (opt-in, as the OpenTelemetry GenAI conventions have it):
-the messages each provider call sent and the answer it got, for both APIs, masked and bounded,
-kept by the trajectory store; and none of it when capture is off (the default)."""
+the messages each provider call sent, the tools it offered and the answer it got, for every API,
+masked and bounded, kept by the trajectory store; and none of it when capture is off (the default)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from gateway.apis.chat import CHAT
+from gateway.apis.messages import MESSAGES
 from gateway.apis.responses import RESPONSES
 from gateway.demo.model import Reply
 from telemetry import names
@@ -19,7 +20,8 @@ from telemetry.messages import MessageCapture, output_message
 from tests.conftest import STREAM, USER, Stack, StackFactory
 from tests.telemetry.conftest import attr
 
-CONTENT = (names.ATTR_INPUT_MESSAGES, names.ATTR_OUTPUT_MESSAGES, names.ATTR_SYSTEM_INSTRUCTIONS)
+CONTENT = (names.ATTR_INPUT_MESSAGES, names.ATTR_OUTPUT_MESSAGES, names.ATTR_SYSTEM_INSTRUCTIONS,
+           names.ATTR_TOOL_DEFINITIONS)
 
 
 def _chat_spans(stack: Stack, trace_id: str) -> list[ReadableSpan]:
@@ -106,7 +108,68 @@ async def test_no_message_content_by_default(make_stack: StackFactory) -> None:
     await stack.store.flushed()
     db = sqlite3.connect(stack.store.path)
     assert db.execute("SELECT COUNT(*) FROM model_turns WHERE input_messages IS NOT NULL "
-                      "OR output_messages IS NOT NULL").fetchone() == (0,)
+                      "OR output_messages IS NOT NULL OR tool_definitions IS NOT NULL").fetchone() == (0,)
+
+
+# A tool the client declares beside the gateway's, with a secret default the span must not show.
+CLIENT_TOOL = {"type": "function", "function": {
+    "name": "log_in", "description": "Log in.",
+    "parameters": {"type": "object", "properties": {"user": {"type": "string"},
+                                                    "password": {"type": "string", "default": "sk-live-654321"}}}}}
+
+
+async def test_chat_spans_carry_the_tools_offered(make_stack: StackFactory) -> None:
+    """Every provider call's span names the tools it offered: the gateway's and the client's, as
+    the conventions' tool definitions, a secret property's default masked; the store keeps them."""
+    stack = await make_stack(capture_message_content=True)
+    _script_two_rounds(stack)
+    answer = await stack.ask(False, messages=USER, tools=[CLIENT_TOOL])
+    first, second = _chat_spans(stack, answer.headers["x-trace-id"])
+    offered = _content(first, names.ATTR_TOOL_DEFINITIONS)
+    assert [(d["type"], d["name"]) for d in offered] == [
+        ("function", "log_in"), ("function", "read_file"), ("function", "add")]
+    login, read_file = offered[0], offered[1]
+    assert read_file["description"] == "Read a file"
+    assert read_file["parameters"]["required"] == ["path"]
+    assert login["parameters"]["properties"]["password"] == {"type": "string", "default": "[REDACTED]"}
+    assert _content(second, names.ATTR_TOOL_DEFINITIONS) == offered
+    assert "sk-live-654321" not in json.dumps([dict(s.attributes or {}) for s in stack.spans()])
+    await stack.store.flushed()
+    db = sqlite3.connect(stack.store.path)
+    stored = [json.loads(row[0]) for row in db.execute("SELECT tool_definitions FROM model_turns ORDER BY round")]
+    assert stored == [offered, offered]
+
+
+def test_each_api_reads_its_tools_as_definitions() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    function = {"type": "function", "name": "find", "description": "Find.", "parameters": schema}
+    assert CHAT.genai.tools({"tools": [{"type": "function", "function": {
+        "name": "find", "description": "Find.", "parameters": schema}}, {"type": "custom", "custom": {"name": "sh"}}],
+        "functions": [{"name": "old", "parameters": schema}]}) == [
+        function, {"type": "custom", "name": "sh"}, {"type": "function", "name": "old", "parameters": schema}]
+    assert RESPONSES.genai.tools({"tools": [
+        {"type": "function", "name": "find", "description": "Find.", "parameters": schema, "strict": False},
+        {"type": "web_search"}, {"type": "mcp", "server_label": "docs"}]}) == [
+        function, {"type": "web_search", "name": "web_search"}, {"type": "mcp", "name": "docs"}]
+    assert MESSAGES.genai.tools({"tools": [
+        {"name": "find", "description": "Find.", "input_schema": schema},
+        {"type": "web_search_20250305", "name": "web_search"}, "not a tool"]}) == [
+        function, {"type": "web_search_20250305", "name": "web_search"}]
+    assert CHAT.genai.tools({"messages": []}) == []
+
+
+def test_tool_definitions_are_bounded() -> None:
+    """Too many tools for the bound: the first keep their parameters, the rest only their names."""
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 100,
+                                                "parameters": {"type": "object"}}} for i in range(20)]
+    sent = MessageCapture(max_chars=1000).request_attributes(
+        CHAT.genai, {"messages": USER, "tools": tools})[names.ATTR_TOOL_DEFINITIONS]
+    assert len(sent) <= 1000
+    kept = json.loads(sent)
+    assert "description" in kept[0]
+    assert kept[-1] == {"type": "function", "name": kept[-1]["name"]}
+    assert [d["name"] for d in kept] == [f"tool_{i}" for i in range(len(kept))]
+    assert len(kept) == 20
 
 
 async def test_message_content_is_bounded(make_stack: StackFactory) -> None:

@@ -1,12 +1,23 @@
 """Chat Completions messages as GenAI messages (gateway.apis.genai): a system message stays in the
-history, a `tool` message is a tool_call_response, an assistant's tool_calls are tool_call parts."""
+history, a `tool` message is a tool_call_response, an assistant's tool_calls are tool_call parts;
+`tools` (and the legacy `functions`) as tool definitions."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.apis.genai import Message, Part, parts, response, tool_call
+from gateway.apis.genai import (
+    Definition,
+    Message,
+    Part,
+    definitions,
+    function_definition,
+    other_definition,
+    parts,
+    response,
+    tool_call,
+)
 
 
 def chat_message(message: Any) -> Message | None:
@@ -25,6 +36,22 @@ def chat_message(message: Any) -> Message | None:
     return {"role": role, "parts": found}
 
 
+def chat_tool(spec: Mapping[str, Any]) -> Definition | None:
+    """A declared tool: a function's definition, or a custom tool's type and name."""
+    kind = spec.get("type", "function")
+    if kind == "function":
+        function = spec.get("function")
+        if not isinstance(function, Mapping):
+            return None
+        return function_definition(function.get("name"), function.get("description"), function.get("parameters"))
+    inner = spec.get(str(kind))
+    return other_definition(kind, inner.get("name") if isinstance(inner, Mapping) else None)
+
+
+def legacy_function(spec: Mapping[str, Any]) -> Definition | None:
+    return function_definition(spec.get("name"), spec.get("description"), spec.get("parameters"))
+
+
 class ChatMessages:
     """A Chat request's messages; an answer's one message."""
 
@@ -33,6 +60,9 @@ class ChatMessages:
 
     def history(self, body: Mapping[str, Any]) -> list[Message]:
         return [m for m in map(chat_message, body.get("messages") or ()) if m is not None]
+
+    def tools(self, body: Mapping[str, Any]) -> list[Definition]:
+        return definitions(body.get("tools"), chat_tool) + definitions(body.get("functions"), legacy_function)
 
     def answer_parts(self, output: Sequence[Mapping[str, Any]]) -> list[Part]:
         found = chat_message(output[0]) if output else None

@@ -1,12 +1,23 @@
 """Anthropic Messages as GenAI messages (gateway.apis.genai): `system` apart, content blocks as
-parts (thinking as reasoning), and a user message of tool_result blocks alone a tool message."""
+parts (thinking as reasoning), and a user message of tool_result blocks alone a tool message;
+`tools` as tool definitions."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.apis.genai import Message, Part, parts, response, tool_call
+from gateway.apis.genai import (
+    Definition,
+    Message,
+    Part,
+    definitions,
+    function_definition,
+    other_definition,
+    parts,
+    response,
+    tool_call,
+)
 
 
 def block_part(block: Any) -> Part:
@@ -34,6 +45,14 @@ def anthropic_message(message: Any) -> Message | None:
     return {"role": "tool" if answers else str(message.get("role", "user")), "parts": found}
 
 
+def anthropic_tool(spec: Mapping[str, Any]) -> Definition | None:
+    """A declared tool: a client tool (it has an input schema) as a function; a server tool (web
+    search, code execution ...) its type and name."""
+    if "input_schema" in spec or spec.get("type") in (None, "custom"):
+        return function_definition(spec.get("name"), spec.get("description"), spec.get("input_schema"))
+    return other_definition(spec.get("type"), spec.get("name"))
+
+
 class AnthropicMessages:
     """A Messages request's messages and system; an answer's content blocks."""
 
@@ -45,6 +64,9 @@ class AnthropicMessages:
 
     def history(self, body: Mapping[str, Any]) -> list[Message]:
         return [m for m in map(anthropic_message, body.get("messages") or ()) if m is not None]
+
+    def tools(self, body: Mapping[str, Any]) -> list[Definition]:
+        return definitions(body.get("tools"), anthropic_tool)
 
     def answer_parts(self, output: Sequence[Mapping[str, Any]]) -> list[Part]:
         return [block_part(block) for block in output]

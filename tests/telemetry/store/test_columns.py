@@ -34,12 +34,14 @@ def test_the_derived_schema_is_version_4s_with_the_later_versions_columns(tmp_pa
                           "ALTER TABLE tool_calls ADD COLUMN guardrail_reason TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN guardrail_moment TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN guardrails TEXT;")
-    # Version 7 added the aliases and repairs of each tool call (issue 61).
+    # Version 7 added the aliases and repairs of each tool call, and the tools each model turn offered
+    # (issue 61).
     written.executescript("ALTER TABLE tool_calls ADD COLUMN aliases TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN repair_mode TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN repair_changes TEXT;"
                           "ALTER TABLE tool_calls ADD COLUMN repair_before TEXT;"
-                          "ALTER TABLE tool_calls ADD COLUMN repair_after TEXT;")
+                          "ALTER TABLE tool_calls ADD COLUMN repair_after TEXT;"
+                          "ALTER TABLE model_turns ADD COLUMN tool_definitions TEXT;")
     expected = _layout(written)
     written.close()
     fresh = sqlite3.connect(":memory:", isolation_level=None)

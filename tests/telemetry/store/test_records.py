@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 from gateway.caller import request_ids
 from telemetry import names
 from telemetry.store import writer as store_module
-from telemetry.store.columns import TABLES, TOOL_CALLS
+from telemetry.store.columns import MODEL_TURNS, TABLES, TOOL_CALLS
 from telemetry.store.records import write
 from telemetry.store.schema import SCHEMA, SCHEMA_VERSION, connect
 from telemetry.store.span_records import SpanRecord, record_of
@@ -48,7 +48,7 @@ def _stored(db: sqlite3.Connection) -> dict[str, Any]:
 def _before(version: int, db: sqlite3.Connection) -> sqlite3.Connection:
     """A copy of `db` as a store of `version` holds it once migrated: before version 5 no model
     turn names its upstream; before version 6 no guardrail decided on a tool call; before version 7
-    no call used an alias or was repaired."""
+    no call used an alias or was repaired, and no model turn kept the tools it offered."""
     copy = sqlite3.connect(":memory:", isolation_level=None)
     db.backup(copy)
     if version < 5:
@@ -58,6 +58,7 @@ def _before(version: int, db: sqlite3.Connection) -> sqlite3.Connection:
                      "guardrail_moment = NULL, guardrails = NULL")
     copy.execute("UPDATE tool_calls SET aliases = NULL, repair_mode = NULL, repair_changes = NULL, "
                  "repair_before = NULL, repair_after = NULL")
+    copy.execute("UPDATE model_turns SET tool_definitions = NULL")
     return copy
 
 
@@ -159,10 +160,11 @@ def test_a_version_3_store_gains_the_decisions_of_its_calls(session: Session, tm
 def test_a_version_5_store_gains_the_guardrail_decisions_of_its_calls(session: Session, tmp_path: Path) -> None:
     path = tmp_path / "v5.sqlite3"
     v5 = [column.name for column in TOOL_CALLS.columns if column.since <= 5]
+    v5_turns = [column.name for column in MODEL_TURNS.columns if column.since <= 5]
     _older_store(path, "\n".join(table.create(5) for table in TABLES), session, f"""
         INSERT INTO trajectories SELECT * FROM new.trajectories;
         INSERT INTO requests SELECT * FROM new.requests;
-        INSERT INTO model_turns SELECT * FROM new.model_turns;
+        INSERT INTO model_turns SELECT {', '.join(v5_turns)} FROM new.model_turns;
         INSERT INTO tool_calls SELECT {', '.join(v5)} FROM new.tool_calls;""", 5)
     migrated = connect(str(path))
     assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
@@ -189,6 +191,7 @@ def test_a_version_6_store_gains_the_aliases_and_repairs_of_its_calls(session: S
     assert _everything(migrated) == _everything(_before(6, session.db))
     assert set(migrated.execute("SELECT aliases, repair_mode, repair_changes, repair_before, repair_after "
                                 "FROM tool_calls")) == {(None, None, None, None, None)}
+    assert set(migrated.execute("SELECT tool_definitions FROM model_turns")) == {(None,)}
     columns = [row[1] for row in migrated.execute("PRAGMA table_info(tool_calls)")]
     assert columns == [row[1] for row in session.db.execute("PRAGMA table_info(tool_calls)")]
     assert columns[-5:] == ["aliases", "repair_mode", "repair_changes", "repair_before", "repair_after"]
