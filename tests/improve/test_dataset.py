@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from gateway.cli.main import main
 from telemetry.store.columns import MODEL_TURNS, TABLES, TOOL_CALLS
 from telemetry.store.dataset_schema import dataset_schema
-from telemetry.store.schema import SCHEMA_VERSION, connect
+from telemetry.store.schema import SCHEMA_VERSION
 from tests.improve import session as scripted
 from tests.improve.conftest import Session
 
