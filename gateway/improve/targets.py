@@ -32,7 +32,9 @@ class ToolsTarget:
     """Tools as the gateway would run them: each call's parse step is the tool's own
     (`Tool.parse_arguments`, its aliases included), with the context the gateway gave it but for the
     request's metadata, which the store does not keep; arguments it refuses are repaired where
-    `repair` applies to the tool and the call's key, as the executor does. The client's tools have
+    `repair` applies to the tool and the call's key, as the executor does. Arguments whose values
+    the parse step could not check (Parsed.unchecked: a schema past the bounds of a check, or a
+    check past its budget) are unchecked, not a pass: the gateway ran them on their names alone. The client's tools have
     no schema here. `allowed`: the tools each gateway key (by name) may use, where it may not use
     every one; a call of a tool its key may not use is one of a tool not in the target, as that
     key sees it."""
@@ -55,11 +57,12 @@ class ToolsTarget:
                               principal=call.key)
         tool = self.tools[call.tool]
         parsed = await tool.parse_arguments(call.arguments, context)
-        if not isinstance(parsed, Rejection):
-            return Verdict(True)
+        if not isinstance(parsed, Rejection):  # values it could not check (Parsed.unchecked) pass no check
+            return Verdict(True) if parsed.unchecked is None else None
         applies = self.repair is not None and self.repair.mode(tool, call.key) == "apply"
-        if applies and await repaired(tool, call.arguments, parsed, context, True) is not None:
-            return Verdict(True, repaired=True)
+        mended = await repaired(tool, call.arguments, parsed, context, True) if applies else None
+        if mended is not None:
+            return Verdict(True, repaired=True) if mended[1].unchecked is None else None
         return Verdict(False, parsed.reason, parsed.message)
 
 

@@ -120,3 +120,16 @@ async def test_repair_passes_what_it_mends_for_the_keys_it_applies_to() -> None:
     assert (await replayed(of_beta, target))[0] == "still_rejected"  # beta's calls are not repaired
     assert (await replayed(sent, ToolsTarget([add], "add")))[0] == "still_rejected"  # no repair configured
 
+
+
+async def test_a_tool_whose_values_cannot_be_checked_leaves_its_calls_unchecked() -> None:
+    """A tool that asks for its values checked against a schema that refers outside itself passes
+    its calls on their names alone (Parsed.unchecked): a replay cannot say they pass, nor did the
+    gateway when it ran them."""
+    remote = Tool(name="remote", function=_never, validate_schema=True, parameters_schema={
+        "type": "object", "properties": {"x": {"$ref": "https://example.com/schema.json"}}, "required": ["x"]})
+    target = ToolsTarget([remote], "remote")
+    assert await replayed(call(tool="remote", arguments='{"x": 1}'), target) == ("unchecked", None)
+    missing = call(tool="remote", arguments="{}")  # the names are checked: a missing one is still refused
+    assert (await replayed(missing, target))[0] == "broken"
+
