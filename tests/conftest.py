@@ -4,6 +4,8 @@ in-process scripted upstream, the real openai client, and an aiohttp test client
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import itertools
 import json
 import logging
@@ -39,7 +41,7 @@ from gateway.engine.turn import ModelTurn
 from gateway.http.keys import APPROVALS
 from gateway.provider.sse import sse_events
 from gateway.runtime.logs import configure_logging
-from gateway.runtime.process import Observability, build_telemetry
+from gateway.runtime.process import Observability, build_telemetry, settle_garbage_collector
 from gateway.settings.model import Settings
 from gateway.settings.parts import GatewayKey
 from gateway.state import StateStore, StateUnavailable
@@ -666,3 +668,17 @@ def _assembled(events: list[dict[str, Any]]) -> tuple[list[Any], ModelTurn]:
               else ChatStreamReader())
     shown = [piece for event in events if (piece := reader.absorb(event)) is not None]
     return shown, reader.turn()
+
+
+@contextlib.asynccontextmanager
+async def settled_garbage_collector() -> AsyncIterator[None]:
+    """What `toolspan serve` does once it listens (runtime.settle_garbage_collector), undone after:
+    the test process's own long-lived objects (pytest's, every module imported) out of the
+    collector's view, whose full collections would otherwise stop every thread while it walks them."""
+    threshold = gc.get_threshold()
+    settle_garbage_collector()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()

@@ -30,7 +30,9 @@ from typing import Any, Literal, Protocol
 PARSE_REASONS = frozenset({"invalid_json", "missing_arguments", "schema_violation", "parser", "unknown_tool"})
 PASSED_REASONS = frozenset({"guardrail_denied"})  # refused after the parse step took the arguments
 EXAMPLES = 5  # calls shown of each tool's broken ones, and of its fixed ones
-PAUSE_EVERY = 64  # calls replayed between two turns given back to the event loop
+# The longest a replay holds the event loop before it gives it a turn: one call's parse step may
+# spend several check budgets (parse, repair's schema check, parse again), so calls are not counted.
+PAUSE_SECONDS = 0.005
 
 Changed = Literal["fixed", "broken", "still_passing", "still_rejected", "uncertain"]
 CHANGES: tuple[Changed, ...] = ("fixed", "broken", "still_passing", "still_rejected", "uncertain")
@@ -157,19 +159,27 @@ async def replayed(call: RecordedCall, target: Target) -> tuple[str, Verdict | N
     return ("broken" if before else "fixed"), verdict
 
 
-async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = EXAMPLES) -> dict[str, Any]:
+async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = EXAMPLES,
+                 seconds: float | None = None) -> dict[str, Any]:
     """Every call replayed against `target`: the totals and the same per tool (most broken first,
     then most fixed, then most calls), with up to `examples` of each tool's broken and fixed calls
-    (the first met: the newest, as the store hands them).
+    (the first met: the newest, as the store hands them). With `seconds`, the replay stops when they
+    have passed, "partial" then true and the figures those of the calls looked at by then.
 
     {"target", "calls", "replayed", "fixed", "broken", "still_passing", "still_rejected", "uncertain",
      "repaired" (of the calls that pass now, those that pass once argument repair mends them),
-     "not_replayed": {why: n}, "tools": [{"tool", "side", the same counts, "broken_examples",
+     "not_replayed": {why: n}, "partial", "tools": [{"tool", "side", the same counts, "broken_examples",
      "fixed_examples": [{"id", "key", "local_id", "span_id", "trace_id", "started", "arguments",
      "recorded_outcome", "recorded_reason", "now_reason", "now_message"}]}]}"""
     tallies: dict[tuple[str, str], _Tally] = {}
     overall: Counter[str] = Counter()
-    for count, call in enumerate(calls, 1):
+    loop = asyncio.get_running_loop()
+    started = paused = loop.time()
+    partial = False
+    for call in calls:
+        if seconds is not None and loop.time() - started >= seconds:
+            partial = True
+            break
         kind, verdict = await replayed(call, target)
         overall[kind] += 1
         overall["repaired"] += verdict is not None and verdict.repaired
@@ -177,8 +187,9 @@ async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = 
         if tally is None:
             tally = tallies[(call.tool, call.side)] = _Tally(call.tool, call.side)
         tally.add(call, kind, verdict, examples)
-        if count % PAUSE_EVERY == 0:  # a user's parser may be slow: other requests get their turn
+        if loop.time() - paused > PAUSE_SECONDS:  # a user's parser may be slow: other requests get their turn
             await asyncio.sleep(0)
+            paused = loop.time()
     tools = sorted((tally.figures() for tally in tallies.values()),
                    key=lambda f: (-f["broken"], -f["fixed"], -f["calls"], f["tool"], f["side"]))
-    return {"target": target.description, **_totals(overall), "tools": tools}
+    return {"target": target.description, **_totals(overall), "partial": partial, "tools": tools}

@@ -41,7 +41,7 @@ from gateway.ui.auth import (
 from gateway.ui.layout import notice, page
 from gateway.ui.limits import limits_view
 from gateway.ui.markup import Html, join
-from gateway.ui.replay import REPLAY_CALLS, replay_page, replayed, served_target
+from gateway.ui.replay import REPLAY_CALLS, Replays, replay_page, served_target
 from gateway.ui.report import ListFilters, list_page, report_page
 from gateway.ui.timeline import MOST_PAGE_REQUESTS, PAGE_REQUESTS, Paging, pages, timeline_page
 from telemetry.store.compare import GROUPINGS
@@ -99,8 +99,9 @@ ASSETS = web.AppKey("ui_assets", UiAssets)
 # A request that gives up (its client gone) leaves its page to finish there, and the next waits for it.
 TIMELINES = web.AppKey("ui_timelines", ThreadPoolExecutor)
 # Replays run their parse steps on the event loop (a tool's parser may be bound to it), giving it back
-# every few calls; one view's replay at a time, so that many views asked at once do not add up there.
-REPLAYS = web.AppKey("ui_replays", asyncio.Lock)
+# every few milliseconds; one view's replay at a time, so that many views asked at once do not add up
+# there, each within a time limit, and each viewer's answer kept a while (gateway.ui.replay.Replays).
+REPLAYS = web.AppKey("ui_replays", Replays)
 
 
 async def _page_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -202,9 +203,8 @@ async def replay_view(request: web.Request) -> web.Response:
     rows = await _ask(request, "recorded_calls", key=viewer.key, gateway_only=True, limit=REPLAY_CALLS)
     if rows is None:
         return html(page(title, notice(_NO_STORE), None, keyed))
-    async with request.app[REPLAYS]:
-        target = served_target(request.app[REGISTRY], settings.keys, viewer.key, request.app[EXECUTOR].repair)
-        answer = await replayed(rows, target)
+    target = served_target(request.app[REGISTRY], settings.keys, viewer.key, request.app[EXECUTOR].repair)
+    answer = await request.app[REPLAYS].answer(viewer.key, rows, target)
     whose = "every trajectory" if viewer.key is None else "this key's trajectories"
     return html(page(title, replay_page(answer, len(rows), whose), None, keyed))
 
@@ -300,7 +300,7 @@ def mount(app: web.Application, reader: TrajectoryReader | None) -> None:
     """The page's routes; without a reader (the store is off) the page says so."""
     app[ASSETS] = UiAssets()
     app[TIMELINES] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolspan-ui-timeline")
-    app[REPLAYS] = asyncio.Lock()
+    app[REPLAYS] = Replays()
     app.on_cleanup.append(_stop_timelines)
     app.on_response_prepare.append(_page_headers)
     if reader is not None:

@@ -2,11 +2,19 @@
 tools it serves now (gateway.improve.replay), the newest REPLAY_CALLS of them, of the viewer's key
 only (every key's for an operator); the tools a key may not use are not the target of its calls.
 Only parse steps run, never a body; the calls of a client's own tools are left to the terminal
-(`toolspan trajectories replay --against FILE.json`), as the store does not keep their schemas."""
+(`toolspan trajectories replay --against FILE.json`), as the store does not keep their schemas.
+
+The parse steps run on the event loop (a tool's parser may be bound to it): one view's replay at a
+time, each stopped after REPLAY_SECONDS (the view then says how far it came), and each viewer's
+answer kept for KEPT_SECONDS while no newer call was recorded, so that a page asked for again and
+again does not replay again and again."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.improve.replay import RecordedCall, replay
@@ -32,8 +40,50 @@ def served_target(registry: ToolRegistry, keys: Mapping[str, GatewayKey], viewer
     return ToolsTarget(tools, f"the {len(tools)} tools this gateway serves", allowed, repair)
 
 
-async def replayed(rows: Sequence[Mapping[str, Any]], target: ToolsTarget) -> dict[str, Any]:
-    return await replay((RecordedCall.of(row) for row in rows), target)
+REPLAY_SECONDS = 5.0  # the most a view spends replaying; the calls left are said to be left
+KEPT_SECONDS = 60.0  # how long a viewer's answer is shown again while no newer call was recorded
+_KEPT_VIEWERS = 256  # answers kept at most (one a viewer: a gateway key, or every key)
+
+Viewer = str | None  # a gateway key's name, or None: every key's calls
+_Mark = tuple[Any, ...]  # what an answer was made of: the newest call, how many, the tools
+
+
+@dataclass
+class Replays:
+    """The page's replays: one at a time, each within `seconds`, each viewer's last answer kept for
+    KEPT_SECONDS. Lives on the app; `clock` is time.monotonic but in tests."""
+
+    seconds: float = REPLAY_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    running: asyncio.Lock = field(default_factory=asyncio.Lock)
+    kept: dict[Viewer, tuple[float, _Mark, dict[str, Any]]] = field(default_factory=dict)
+
+    async def answer(self, viewer: Viewer, rows: Sequence[Mapping[str, Any]], target: ToolsTarget) -> dict[str, Any]:
+        """`rows` (the store's recorded calls, newest first) replayed against `target`, or the answer
+        kept for `viewer` when it was made of the same calls and tools less than KEPT_SECONDS ago."""
+        mark = (rows[0].get("span_id") if rows else None, len(rows), target.description, tuple(target.tools))
+        if (kept := self._kept(viewer, mark)) is not None:
+            return kept
+        async with self.running:
+            if (kept := self._kept(viewer, mark)) is not None:  # made while this view waited its turn
+                return kept
+            answer = await replay((RecordedCall.of(row) for row in rows), target, seconds=self.seconds)
+            self._keep(viewer, mark, answer)
+        return answer
+
+    def _kept(self, viewer: Viewer, mark: _Mark) -> dict[str, Any] | None:
+        found = self.kept.get(viewer)
+        if found is None or found[1] != mark or found[0] <= self.clock():
+            return None
+        return found[2]
+
+    def _keep(self, viewer: Viewer, mark: _Mark, answer: dict[str, Any]) -> None:
+        now = self.clock()
+        for stale in [who for who, (until, _, _) in self.kept.items() if until <= now]:
+            del self.kept[stale]
+        if len(self.kept) >= _KEPT_VIEWERS:
+            del self.kept[min(self.kept, key=lambda who: self.kept[who][0])]
+        self.kept[viewer] = (now + KEPT_SECONDS, mark, answer)
 
 
 def _totals(answer: Mapping[str, Any]) -> Html:
@@ -81,19 +131,23 @@ def _examples(tools: Sequence[Mapping[str, Any]], kind: str) -> Html:
 def replay_page(answer: Mapping[str, Any], read: int, whose: str) -> Html:
     """The view: what was replayed against what, the totals, each tool's counts, and the calls that
     change, broken ones first."""
-    if not answer["calls"]:
+    if not read:
         return notice("No gateway tool call recorded yet: nothing to replay.")
     bound = f"the newest {read:,} (at most {REPLAY_CALLS:,})" if read >= REPLAY_CALLS else f"all {read:,}"
     said = (f"Recorded gateway tool calls of {whose}, {bound}, parsed again against {answer['target']} now, as "
             "their arguments were recorded: the parse step only, no tool body ran. The calls of a client's own "
             "tools are replayed in the terminal against their schemas: toolspan trajectories replay --against "
             "FILE.json.")
+    partial = when(answer.get("partial"), notice(
+        f"Replayed {answer['calls']:,} of {read:,} calls in the time allowed: the figures below are those of "
+        "the newest calls only. toolspan trajectories replay replays them all, with no time limit."))
     hint = when(answer["not_replayed"].get("not_recorded"), notice(
         "Some calls' arguments were not recorded (by default only a rejected call's are): "
         "record_tool_arguments = true records every call's, for a replay of every pass."))
-    return render('<p class="muted">{said}</p>{totals}{hint}<section class="card"><h2>Per tool</h2>{tools}</section>'
+    return render('<p class="muted">{said}</p>{partial}{totals}{hint}<section class="card"><h2>Per tool</h2>'
+                  '{tools}</section>'
                   '<section class="card"><h2>Recorded passes that would now be rejected</h2>{broken}</section>'
                   '<section class="card"><h2>Recorded rejections that would now pass</h2>{fixed}</section>',
-                  said=said, totals=_totals(answer), hint=hint, tools=_tools(answer["tools"]),
+                  said=said, partial=partial, totals=_totals(answer), hint=hint, tools=_tools(answer["tools"]),
                   broken=_examples(answer["tools"], "broken") or notice("None."),
                   fixed=_examples(answer["tools"], "fixed") or notice("None."))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import http.client
 import json
 import math
@@ -25,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.demo.model import Reply
-from gateway.runtime.process import gateway, settle_garbage_collector
+from gateway.runtime.process import gateway
 from gateway.settings.model import Settings
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry import names
@@ -36,6 +35,7 @@ from tests.conftest import (
     Script,
     StackFactory,
     sample_registry,
+    settled_garbage_collector,
     tool_call_spans,
     tool_messages,
     tool_outcomes,
@@ -418,20 +418,6 @@ async def live_stack(tmp_path: Path) -> AsyncIterator[LiveStack]:
         await asyncio.to_thread(thread.join, 30)
         if not thread.is_alive():  # a gateway stuck in a check (the code before issue 53) is left to the exit
             loop.close()
-
-
-@contextlib.asynccontextmanager
-async def settled_garbage_collector() -> AsyncIterator[None]:
-    """What `toolspan serve` does once it listens (runtime.settle_garbage_collector), undone after:
-    the test process's own long-lived objects (pytest's, every module imported) out of the
-    collector's view, whose full collections would otherwise stop every thread while it walks them."""
-    threshold = gc.get_threshold()
-    settle_garbage_collector()
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 PROBE_LIMIT = 5.0  # a probe waiting this long means the gateway's loop is stuck: the measure stops there
