@@ -13,7 +13,9 @@ from functools import lru_cache
 from typing import Any
 
 from gateway.tools import NameCheck, ToolOutcome
+from gateway.tools.arguments import MAX_ARGUMENT_DEPTH
 from gateway.tools.results import Repair
+from gateway.wire.json_depth import nests_deeper
 from telemetry import names
 from telemetry.bounds import bounded, utf8
 
@@ -21,6 +23,8 @@ MASK = "[REDACTED]"
 _NAME_MAX = 128  # a model's argument names, as a span shows them
 _HUNTED_MIN = 4  # a shorter secret value is not searched for in free text: it would mask half of it
 _HUNTED_MAX = 64  # secret values searched for in one message, at most
+# What stands for decoded JSON nested too deep to write as text again (past what json.dumps can do).
+TOO_DEEP = f"[nested more than {MAX_ARGUMENT_DEPTH} levels deep]"
 
 
 def _normal(key: str) -> str:
@@ -131,9 +135,22 @@ def _mask_text(raw: str, keys: Sequence[str], loose: bool = True) -> str:
     return "".join(parts)
 
 
+def too_deep(value: Any) -> bool:
+    """Whether decoded JSON nests deeper than the gateway takes arguments (MAX_ARGUMENT_DEPTH): a
+    call it refused, recorded as sent. Such a value is kept as text: walking it recursively (to mask
+    it, to write it out) would exhaust the interpreter's stack."""
+    return isinstance(value, dict | list) and nests_deeper(value, MAX_ARGUMENT_DEPTH)
+
+
 def masked(value: Any, redact_keys: Sequence[str]) -> Any:
-    """Decoded JSON (or text) with the values under secret keys masked, as `render_arguments` masks."""
+    """Decoded JSON (or text) with the values under secret keys masked, as `render_arguments` masks;
+    a value nested too deep (`too_deep`) comes back as its JSON text, masked as text."""
     keys = [_normal(k) for k in redact_keys]
+    if too_deep(value):
+        try:
+            value = json.dumps(value, ensure_ascii=False)
+        except RecursionError:
+            return TOO_DEEP
     if not keys:
         return value
     return _mask_text(value, keys) if isinstance(value, str) else _mask(value, keys)
@@ -194,7 +211,7 @@ def render_arguments(raw: str, max_chars: int, redact_keys: Sequence[str]) -> st
             decoded = json.loads(raw)
         except (ValueError, RecursionError):
             decoded = None
-        if keys and isinstance(decoded, dict | list):
+        if keys and isinstance(decoded, dict | list) and not too_deep(decoded):
             text = json.dumps(_mask(decoded, keys), ensure_ascii=False)
         else:  # not JSON, or a JSON string or number, which may hold JSON text of its own
             text = _mask_text(raw, keys)
@@ -221,16 +238,18 @@ def _masked_violation(line: str, keys: Sequence[str]) -> str:
     return f"- {where}: {what}{_VALUE_SENT}{MASK})"
 
 
-def _secret_values(value: Any, keys: Sequence[str], under_secret: bool = False) -> Iterator[Any]:
-    """The scalars under secret-named keys, at any depth."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _secret_values(v, keys, under_secret or _secret(str(k), keys))
-    elif isinstance(value, list):
-        for v in value:
-            yield from _secret_values(v, keys, under_secret)
-    elif under_secret and isinstance(value, str | int | float) and not isinstance(value, bool):
-        yield value
+def _secret_values(value: Any, keys: Sequence[str]) -> Iterator[Any]:
+    """The scalars under secret-named keys, at any depth, in the order they are written. Walked
+    without recursion: arguments nested too deep for the gateway (too_deep) are hunted through too."""
+    pending: list[tuple[Any, bool]] = [(value, False)]
+    while pending:
+        item, under_secret = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(reversed([(v, under_secret or _secret(str(k), keys)) for k, v in item.items()]))
+        elif isinstance(item, list):
+            pending.extend(reversed([(v, under_secret) for v in item]))
+        elif under_secret and isinstance(item, str | int | float) and not isinstance(item, bool):
+            yield item
 
 
 def _hunted(raw: str, keys: Sequence[str], max_chars: int) -> list[str]:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry.arguments import mask_text, masked, masked_schema
+from telemetry.arguments import mask_text, masked, masked_schema, too_deep
 
 Message = dict[str, Any]
 _KEEPS_ROLE = ("system", "developer", "user")  # a text message of any other role reads as the user's
@@ -25,13 +25,15 @@ def arguments_text(arguments: Any, keys: Sequence[str]) -> str:
 
 
 def decoded_arguments(text: str | None) -> Any:
-    """Stored arguments (JSON text, maybe cut) as a value: decoded when they are JSON, else the text."""
+    """Stored arguments (JSON text, maybe cut) as a value: decoded when they are JSON the gateway
+    could take, else the text (not JSON, cut, or nested deeper than the gateway takes: too_deep)."""
     if text is None:
         return None
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError):
         return text
+    return text if too_deep(value) else value
 
 
 def tool_call(call_id: Any, name: Any, arguments: Any, keys: Sequence[str]) -> dict[str, Any]:

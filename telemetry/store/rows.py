@@ -9,9 +9,13 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from gateway.wire.json_depth import nests_deeper
 from telemetry.store.columns import MODEL_TURNS, REQUESTS, TABLES, TOOL_CALLS
 from telemetry.store.records import split_stored_id
 
+# Levels of nesting a JSON column is read with, as the gateway writes them (orjson refuses to write
+# more); a deeper value, written by another hand, is read as its text.
+STORED_DEPTH = 255
 FAILED = ("error", "rejected", "timeout", "cancelled")  # outcomes that are a failed call ("interrupted" waits)
 
 # What the report's questions read of each table: every column, but a model turn's trajectory (it
@@ -43,12 +47,18 @@ def rows(db: sqlite3.Connection, sql: str, columns: Sequence[str], params: Seque
 
 
 def _decoded(text: str | None) -> Any:
+    """A JSON column's value; its text when it is not JSON (an importer's plain text) or nests deeper
+    than STORED_DEPTH, which the report's recursive walks (escaping for a terminal, writing JSON
+    again) could not take."""
     if text is None:
         return None
     try:
-        return json.loads(text)
-    except ValueError:  # content an importer wrote as plain text
+        value = json.loads(text)
+    except (ValueError, RecursionError):
         return text
+    if text.count("[") + text.count("{") > STORED_DEPTH and nests_deeper(value, STORED_DEPTH):  # counted in C first
+        return text
+    return value
 
 
 def selected(db: sqlite3.Connection, table: str, columns: Sequence[str], where: str = "",

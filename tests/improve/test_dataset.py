@@ -15,9 +15,11 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from gateway.cli.main import main
+from gateway.demo.model import Reply
 from telemetry.store.columns import MODEL_TURNS, TABLES, TOOL_CALLS
 from telemetry.store.dataset_schema import dataset_schema
 from telemetry.store.schema import SCHEMA_VERSION
+from tests.conftest import USER, StackFactory
 from tests.improve import session as scripted
 from tests.improve.conftest import Session
 
@@ -285,3 +287,45 @@ def test_without_a_file_the_lines_go_to_stdout(improve_session: Session, tmp_pat
     assert err == f"stdout: {scripted.CORRECTED_FAILURES} examples written\n"
     file = tmp_path / "pairs.jsonl"
     assert [json.loads(line) for line in out.splitlines()] == export(improve_session.path, file, capsys, "--pairs")
+
+
+# Nested far deeper than the gateway takes (gateway.tools.arguments.MAX_ARGUMENT_DEPTH): rejected, and
+# recorded in full, as the model sent it.
+DEEP = '{"a": ' + "[" * 600 + "]" * 600 + "}"
+
+
+async def test_arguments_nested_too_deep_are_kept_as_text(make_stack: StackFactory, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    stack = await make_stack(capture_message_content=True, record_tool_arguments=True)
+    stack.script.then(Reply(tool_calls=[("read_file", json.loads(DEEP))]), Reply(content="done"))
+    answer = await stack.client.chat.completions.create(model="m", messages=USER)  # type: ignore[arg-type]
+    assert answer.choices[0].message.content == "done"
+    await stack.store.flushed()
+    store = stack.store.path
+    [example] = export(store, tmp_path / "deep.jsonl", capsys)  # valid against the dataset's schema
+    assert example["labels"]["rejection_reason"] == "invalid_json"
+    assert example["labels"]["arguments"] == DEEP
+    assert _call_of(example)["function"]["arguments"] == DEEP
+    [listed] = json.loads(_run_cli(capsys, "list", "--db", str(store), "--json"))
+    shown = _run_cli(capsys, "show", listed["id"], "--db", str(store))
+    assert DEEP[:40] in shown
+    assert json.loads(_run_cli(capsys, "report", "--db", str(store), "--json"))["tools"]
+    assert main(["trajectories", "export", "--db", str(store), str(tmp_path / "deep.otlp.jsonl")]) == 0
+    capsys.readouterr()
+    # As another writer may have stored them: the captured answer's arguments decoded, and a column
+    # nested deeper than the interpreter's stack can decode.
+    call = {"type": "tool_call", "id": example["source"]["call_id"], "name": "read_file", "arguments": json.loads(DEEP)}
+    answered = json.dumps([{"role": "assistant", "parts": [call]}])
+    beyond = "[" * 100_000 + "]" * 100_000
+    written = sqlite3.connect(store)
+    written.execute("UPDATE model_turns SET output_messages = ?, input_messages = ?", (answered, beyond))
+    written.commit()
+    written.close()
+    [again] = export(store, tmp_path / "again.jsonl", capsys)
+    assert (again["labels"]["arguments"], again["labels"]["context"]) == (DEEP, "not_captured")
+    assert _run_cli(capsys, "show", listed["id"], "--db", str(store))
+
+
+def _run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(["trajectories", *args]) == 0
+    return capsys.readouterr().out

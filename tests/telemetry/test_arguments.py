@@ -3,10 +3,13 @@ off spans however a model writes them, what is not secret kept (issue 10's harde
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from gateway.settings.model import Settings
-from telemetry.arguments import MASK, mask_message, render_arguments
+from telemetry.arguments import MASK, TOO_DEEP, mask_message, masked, render_arguments
 from telemetry.instrument import ArgumentCapture
 
 
@@ -66,3 +69,21 @@ def test_short_secret_values_are_not_hunted_through_the_message() -> None:
     assert masked == "- a: bad (got 1)"
 
 
+
+
+DEEP = '{"password": "hunter2", "a": ' + "[" * 600 + "]" * 600 + "}"  # past MAX_ARGUMENT_DEPTH, within json's reach
+
+
+def test_arguments_nested_too_deep_are_masked_as_text() -> None:
+    """A call refused for nesting too deep is recorded as sent: its secrets masked in the text, with
+    no recursive walk of the value (the interpreter's stack would not take it)."""
+    keys = Settings().redact_keys
+    expected = DEEP.replace("hunter2", MASK)
+    assert render_arguments(DEEP, 4096, keys) == expected
+    assert masked(json.loads(DEEP), keys) == expected  # a captured answer's decoded arguments
+    assert masked(json.loads(DEEP), ()) == DEEP
+    assert "hunter2" not in mask_message("Tool 'x': nested too deep. You sent hunter2.", DEEP, keys, 4096)
+    beyond: list[Any] = []
+    for _ in range(100_000):  # built, not decoded: deeper than json can write
+        beyond = [beyond]
+    assert masked(beyond, keys) == TOO_DEEP
