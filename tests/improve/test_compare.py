@@ -16,6 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.cli.main import main
+from gateway.settings.model import Settings
+from gateway.tools import Param, Tool, ToolRegistry
 from telemetry.store import compare, report, report_text
 from telemetry.store.renames import alias_suggestions, alias_toml
 from telemetry.store.schema import connect
@@ -91,7 +93,7 @@ def test_the_renames_per_model_say_how_many_recovered_and_suggest_an_alias(impro
         assert sorted((r["tool"], r["model"], r["from"], r["to"], r["count"], r["recovered"])
                       for r in figures["renames"]) == _hand_counted_renames()
         [alias] = figures["aliases"]  # filepath has no suggestion: no alias for it
-        assert alias == {"tool": "read_file", "aliases": {"path": ["file_path"]},
+        assert alias == {"tool": "read_file", "aliases": {"path": ["file_path"]}, "left_out": [],
                          "toml": '[tool_aliases.read_file]\npath = ["file_path"]'}
     lines = report_text.report(report.report(improve_session.db))
     assert "  read_file  model-a: 'file_path' -> path x1, recovered 1 of 1" in lines
@@ -113,6 +115,59 @@ names = st.text(min_size=1, max_size=20)
 @given(tool=names, aliases=st.dictionaries(names, st.lists(names, min_size=1, max_size=3), min_size=1, max_size=3))
 def test_an_alias_line_reads_back_as_the_names_it_was_made_of(tool: str, aliases: dict[str, list[str]]) -> None:
     assert tomllib.loads(alias_toml(tool, aliases)) == {"tool_aliases": {tool: aliases}}
+
+
+PARAMETERS = ("path", "start_date", "end_date", "date")
+sent_names = st.one_of(st.sampled_from((*PARAMETERS, "file_path", "Date", "x" * 64, "y" * 65)), st.text(max_size=80))
+renames_made = st.lists(st.fixed_dictionaries({
+    "tool": st.sampled_from(("read_file", "plan")), "side": st.sampled_from(("gateway", "client")), "model": st.just(A),
+    "from": sent_names, "to": st.one_of(st.none(), st.sampled_from(PARAMETERS)), "count": st.integers(1, 5),
+    "recovered": st.just(0)}), max_size=12)
+
+
+def _noop(args: dict[str, Any]) -> str:
+    return "ok"
+
+
+@given(renames=renames_made)
+def test_the_alias_lines_suggested_are_ones_the_gateway_starts_with(renames: list[dict[str, Any]]) -> None:
+    """Every alias line, loaded as the settings load it and applied to tools whose parameters are the
+    names the renames suggest, is taken; every name suggested is aliased, or left out with why."""
+    suggested = alias_suggestions(renames)
+    table = tomllib.loads("\n\n".join(alias["toml"] for alias in suggested)).get("tool_aliases", {})
+    settings = Settings(tool_aliases=table)
+    gateway_renames = [r for r in renames if r["side"] == "gateway" and r["to"] is not None]
+    registry = ToolRegistry([Tool(name=name, function=_noop, parameters=[
+        Param(p, "string") for p in sorted({r["to"] for r in gateway_renames if r["tool"] == name})])
+        for name in ("read_file", "plan")])
+    registry.use_aliases(settings.tool_aliases)  # raises ToolDeclarationError on a line it refuses
+    aliased = {(tool, sent) for tool, params in table.items() for names in params.values() for sent in names}
+    left_out = {(alias["tool"], left["name"]) for alias in suggested for left in alias["left_out"]}
+    assert not aliased & left_out
+    assert {(r["tool"], r["from"]) for r in gateway_renames} == aliased | left_out
+
+
+def test_a_name_sent_for_two_parameters_gets_no_alias_line() -> None:
+    made = [{"tool": "plan", "side": "gateway", "model": A, "from": sent, "to": meant, "count": 1, "recovered": 0}
+            for sent, meant in (("date", "start_date"), ("date", "end_date"), ("when", "start_date"),
+                                ("x" * 65, "end_date"), ("end_date", "start_date"))]
+    [alias] = alias_suggestions(made)
+    assert alias["aliases"] == {"start_date": ["when"]}
+    assert [(left["name"], left["parameters"]) for left in alias["left_out"]] == [
+        ("date", ["end_date", "start_date"]), ("end_date", ["start_date"]), ("x" * 65, ["end_date"])]
+    assert alias["toml"].splitlines() == [
+        "[tool_aliases.plan]", 'start_date = ["when"]',
+        '# no alias for "date" (suggested for "end_date", "start_date"): an alias stands for one parameter',
+        '# no alias for "end_date" (suggested for "start_date"): a parameter\'s own name',
+        f'# no alias for "{"x" * 65}" (suggested for "end_date"): longer than 64 characters, which no name the '
+        "gateway takes is"]
+
+
+def test_a_comment_on_a_name_left_out_stays_one_line() -> None:
+    left_out = [{"name": "a\nb = 1", "parameters": ["c\n[x]", "d\ud800"], "why": "an alias stands for one parameter"}]
+    text = alias_toml("t", {}, left_out)
+    assert tomllib.loads(text) == {"tool_aliases": {"t": {}}}
+    assert len(text.splitlines()) == 2
 
 
 def test_report_by_in_the_terminal_and_as_json(improve_session: Session, capsys: pytest.CaptureFixture[str]) -> None:
