@@ -158,26 +158,38 @@ def masked(value: Any, redact_keys: Sequence[str]) -> Any:
 
 # The keywords of a JSON Schema that hold values rather than structure.
 _SCHEMA_VALUES = frozenset({"default", "const", "enum", "examples", "example"})
+# The keywords whose value maps names (a property's, a definition's) to schemas.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+# Levels of a schema walked to mask it: a subschema deeper than any declaration needs is masked
+# whole, and the walk stays well within the interpreter's stack.
+_SCHEMA_DEPTH = 2 * MAX_ARGUMENT_DEPTH
 
 
-def _masked_schema(schema: Any, keys: Sequence[str]) -> Any:
+def _masked_schema(schema: Any, keys: Sequence[str], secret: bool = False, depth: int = 0) -> Any:
+    """`schema` with its values masked where `secret` (under a secret property), its structure kept."""
+    if depth > _SCHEMA_DEPTH:
+        return MASK
     if isinstance(schema, list):
-        return [_masked_schema(item, keys) for item in schema]
+        return [_masked_schema(item, keys, secret, depth + 1) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {key: _masked_schema(value, keys) for key, value in schema.items()}
-    properties = out.get("properties")
-    if isinstance(properties, dict):
-        out["properties"] = {
-            name: {k: MASK if k in _SCHEMA_VALUES else v for k, v in sub.items()}
-            if isinstance(sub, dict) and _secret(str(name), keys) else sub for name, sub in properties.items()}
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_VALUES:  # values, not schemas: as they are, but a secret property's
+            out[key] = MASK if secret else value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _masked_schema(sub, keys, secret or (key == "properties" and _secret(str(name), keys)),
+                                             depth + 2) for name, sub in value.items()}
+        else:
+            out[key] = _masked_schema(value, keys, secret, depth + 1)
     return out
 
 
 def masked_schema(schema: Any, redact_keys: Sequence[str]) -> Any:
-    """A JSON Schema (a tool's parameters) with the values it gives a secret property (its default,
-    const, enum, examples) masked; its structure stays, so that a `password` parameter is still
-    declared as it was."""
+    """A JSON Schema (a tool's parameters) with the values it gives a secret property masked: its
+    default, const, enum and examples, and those anywhere in its subschemas (anyOf, items, its own
+    properties ...). Its structure stays, so that a `password` parameter is still declared as it
+    was; a subschema nested past _SCHEMA_DEPTH levels is masked whole."""
     keys = [_normal(k) for k in redact_keys]
     return _masked_schema(schema, keys) if keys else schema
 

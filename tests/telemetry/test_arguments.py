@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.settings.model import Settings
-from telemetry.arguments import MASK, TOO_DEEP, mask_message, masked, render_arguments
+from telemetry.arguments import MASK, TOO_DEEP, mask_message, masked, masked_schema, render_arguments
 from telemetry.instrument import ArgumentCapture
 
 
@@ -87,3 +87,35 @@ def test_arguments_nested_too_deep_are_masked_as_text() -> None:
     for _ in range(100_000):  # built, not decoded: deeper than json can write
         beyond = [beyond]
     assert masked(beyond, keys) == TOO_DEEP
+
+
+SECRET_VALUE = "sk-live-0123456789"
+
+
+def test_every_value_a_secret_property_gives_is_masked_however_deep() -> None:
+    """A secret property's default, const, enum and examples are masked wherever its schema holds
+    them (its anyOf, oneOf, allOf, items, properties ...), its structure kept; another property's
+    values are kept."""
+    secret = {"anyOf": [{"type": "string", "enum": [SECRET_VALUE]}, {"type": "null", "const": SECRET_VALUE}],
+              "oneOf": [{"allOf": [{"default": SECRET_VALUE}]}],
+              "items": {"examples": [SECRET_VALUE], "properties": {"inner": {"default": SECRET_VALUE}}},
+              "$defs": {"key": {"example": SECRET_VALUE}}, "default": SECRET_VALUE}
+    schema = {"type": "object", "properties": {
+        "api_key": secret, "unit": {"type": "string", "enum": ["c", "f"], "default": "c"},
+        "nested": {"type": "object", "properties": {"password": {"anyOf": [{"const": SECRET_VALUE}]}}}}}
+    found = masked_schema(schema, Settings().redact_keys)
+    assert SECRET_VALUE not in json.dumps(found)
+    assert found["properties"]["unit"] == schema["properties"]["unit"]
+    shown = found["properties"]["api_key"]
+    assert shown["anyOf"] == [{"type": "string", "enum": MASK}, {"type": "null", "const": MASK}]
+    assert shown["items"]["properties"]["inner"] == {"default": MASK}
+    assert found["properties"]["nested"]["properties"]["password"] == {"anyOf": [{"const": MASK}]}
+
+
+def test_a_schema_is_walked_to_a_bounded_depth() -> None:
+    """Deeper than any declaration needs, a subschema is masked whole: no walk past the stack."""
+    deep: dict[str, Any] = {"default": SECRET_VALUE}
+    for _ in range(5_000):
+        deep = {"items": deep}
+    found = masked_schema({"properties": {"token": deep, "deep": deep}}, Settings().redact_keys)
+    assert SECRET_VALUE not in json.dumps(found)
