@@ -30,13 +30,15 @@ from gateway.tools.schema import closed_to_other_names, value_problems
 from gateway.tools.schema_bounds import INLINE, OverBudget, metered
 
 RepairMode = Literal["off", "observe", "apply"]
-# Words that change what a value measures: units and bounds. A rename that adds or drops one is no
-# respelling (`timeout` is not `timeout_ms`, `price` is not `max_price`).
+# Words that change what a value measures: units, bounds and quantities. A rename that adds or drops
+# one is no respelling (`timeout` is not `timeout_ms`, `price` is not `max_price`, `page` is not
+# `page_length`).
 MEASURE_WORDS = frozenset({
     "ms", "msec", "millis", "milliseconds", "us", "ns", "s", "sec", "secs", "second", "seconds", "min", "mins",
     "minute", "minutes", "h", "hr", "hrs", "hour", "hours", "day", "days", "week", "weeks", "bytes", "kb",
     "kib", "mb", "mib", "gb", "gib", "pct", "percent", "px", "mm", "cm", "m", "km", "kg", "g", "usd", "cents",
-    "max", "maximum", "minimum", "limit", "start", "end", "from", "to", "before", "after", "since", "until"})
+    "max", "maximum", "minimum", "limit", "start", "end", "from", "to", "before", "after", "since", "until",
+    "size", "length", "count", "number", "num", "total", "index", "offset"})
 REPAIR_SIMILARITY = 0.9  # the Jaro similarity over which a name fits, for a rename (suggestions take 0.7)
 REPAIRABLE = frozenset({"missing_arguments", "schema_violation", "parser"})  # rejections of the arguments' shape
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
@@ -105,11 +107,12 @@ def _renamed(args: dict[str, Any], accepted: list[str], renamable: Sequence[str]
     the call means). Names longer than a parameter's may be are left alone."""
     unknown = [name for name in args if name not in accepted and len(name) <= MAX_NAME_CHARS]
     unsent = [name for name in accepted if name not in args]
-    fits = {name: [meant for meant in fitting_names(name, unsent, REPAIR_SIMILARITY) if _same_measure(name, meant)]
-            for name in unknown}
+    fits = {name: fitting_names(name, unsent, REPAIR_SIMILARITY) for name in unknown}
     renames: dict[str, str] = {}
     for name, fitting in fits.items():
-        if len(fitting) == 1 and fitting[0] in renamable and sum(fitting[0] in others for others in fits.values()) == 1:
+        if len(fitting) != 1 or sum(fitting[0] in others for others in fits.values()) != 1:
+            continue  # none fits, or a guess between several (`acc_routing`: its `_start` or its `_update`?)
+        if fitting[0] in renamable and _same_measure(name, fitting[0]):
             renames[name] = fitting[0]
     after = {renames.get(name, name): value for name, value in args.items()}
     return after, [f"rename {sent} -> {meant}" for sent, meant in renames.items()]

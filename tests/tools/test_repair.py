@@ -89,6 +89,9 @@ async def test_a_sure_fix_is_found(params: list[Param], sent: dict[str, Any], af
     ([Param("timeout_ms", "integer", required=True)], {"timeout": 5}),
     ([Param("timeout", "integer", required=True)], {"timeout_seconds": 5}),
     ([Param("max_price", "number", required=True)], {"price": 5}),
+    # two fit, one of them across a bound: still two
+    ([Param("acc_routing_start", "boolean"), Param("acc_routing_update", "boolean")], {"acc_routing": True}),
+    ([Param("page", "integer"), Param("page_size", "integer")], {"page_length": 10}),
     # a name no parameter's could be
     ([Param("path", "string", required=True)], {"x_" * 40 + "path": "/a"}),
 ])
