@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -333,10 +333,11 @@ def outcome_label(outcome: ToolOutcome) -> str:
     return outcome.status
 
 
-def outcome_attributes(outcome: ToolOutcome, label: str, max_chars: int,
-                       redact_keys: Sequence[str]) -> dict[str, Any]:
+def outcome_attributes(outcome: ToolOutcome, label: str, max_chars: int, redact_keys: Sequence[str],
+                       hide: Callable[[str], str] | None = None) -> dict[str, Any]:
     """The attributes of a finished call's span that its outcome gives: the outcome (`label`), why it
-    failed, what the name check found, the aliases used and what repair found."""
+    failed, what the name check found, the aliases used and what repair found (its arguments with
+    the values guardrails hid masked by `hide`, as the call's own are)."""
     attributes: dict[str, Any] = {names.ATTR_OUTCOME: label}
     if outcome.error_type is not None:
         attributes[names.ATTR_ERROR_TYPE] = outcome.error_type
@@ -349,14 +350,16 @@ def outcome_attributes(outcome: ToolOutcome, label: str, max_chars: int,
     if outcome.aliases:
         attributes[names.ATTR_ARGS_ALIASES] = [f"{alias}->{name}" for alias, name in outcome.aliases]
     if outcome.repair is not None:
-        attributes.update(repair_attributes(outcome.repair, max_chars, redact_keys))
+        attributes.update(repair_attributes(outcome.repair, max_chars, redact_keys, hide))
     return attributes
 
 
-def repair_attributes(repair: Repair, max_chars: int, redact_keys: Sequence[str]) -> dict[str, Any]:
+def repair_attributes(repair: Repair, max_chars: int, redact_keys: Sequence[str],
+                      hide: Callable[[str], str] | None = None) -> dict[str, Any]:
     """What repair found for a call, its arguments redacted and bounded as the call's own are."""
     def shown(arguments: dict[str, Any]) -> str:
-        return utf8(render_arguments(json.dumps(arguments, ensure_ascii=False, default=str), max_chars, redact_keys))
+        raw = json.dumps(arguments, ensure_ascii=False, default=str)
+        return utf8(render_arguments(raw if hide is None else hide(raw), max_chars, redact_keys))
 
     return {names.ATTR_REPAIR_MODE: names.REPAIR_APPLY if repair.applied else names.REPAIR_OBSERVE,
             names.ATTR_REPAIR_CHANGES: list(repair.changes), names.ATTR_REPAIR_BEFORE: shown(repair.before),

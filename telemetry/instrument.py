@@ -341,7 +341,8 @@ class ToolCallSpan:
             return "cancelled"
         capture = self._inst.capture
         label = outcome_label(outcome)
-        attributes = outcome_attributes(outcome, label, capture.max_chars, capture.redact_keys)
+        attributes = outcome_attributes(outcome, label, capture.max_chars, capture.redact_keys,
+                                        None if trail is None else trail.hide_arguments)
         # A retry's arguments too: set beside the failed call's, they are what the model changed.
         if outcome.rejection is not None or capture.record_all or self._retry is not None:
             raw = self._call.arguments if trail is None else trail.hide_arguments(self._call.arguments)

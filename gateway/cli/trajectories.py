@@ -35,7 +35,7 @@ from gateway.settings.load import load_settings
 from gateway.wire.escaping import visible_lines
 from telemetry.names import OUTCOMES
 from telemetry.store import compare, dataset, otlp, report, report_text
-from telemetry.store.schema import SCHEMA_VERSION, connect
+from telemetry.store.schema import connect
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -112,14 +112,7 @@ def _open(path: Path, writing: bool) -> sqlite3.Connection:
         return connect(str(path))
     if not path.is_file():
         raise FileNotFoundError(f"no trajectory store at {path} (run the gateway, or pass --db)")
-    db = report.open_readonly(str(path))
-    if int(db.execute("PRAGMA user_version").fetchone()[0]) < SCHEMA_VERSION:
-        # An older toolspan wrote it: brought to this version once (new columns, NULL for the rows
-        # before), as the gateway does when it starts, so that every reader finds its columns.
-        db.close()
-        connect(str(path)).close()
-        db = report.open_readonly(str(path))
-    return db
+    return report.open_readonly(str(path))  # an older toolspan's store reads as this version's
 
 
 def _print(value: Any, as_json: bool, lines: list[str]) -> None:

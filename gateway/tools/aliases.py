@@ -67,21 +67,31 @@ def alias_table(tool: str, aliases: Mapping[str, Sequence[str]], accepted: Seque
 
 
 def unaliased(args: dict[str, Any], table: Mapping[str, str]) -> tuple[dict[str, Any], tuple[AliasUse, ...]]:
-    """`args` with each alias sent renamed to its parameter, in place, and the aliases used. An alias
-    sent beside its parameter (or beside another alias of it) is left as it is: which value was meant
-    is the model's to say, and the parse step names it as unrecognized."""
+    """`args` with each alias sent renamed to its parameter, and the aliases used. (A parameter sent
+    under two of its names is `clashing`'s to refuse: the parse step checks that first.)"""
     if not table or not any(name in table for name in args):
         return args, ()
     renamed: dict[str, Any] = {}
     used: list[AliasUse] = []
     for name, value in args.items():
         target = table.get(name)
-        if target is not None and target not in args and sum(table.get(n) == target for n in args) == 1:
+        if target is not None and target not in args:
             renamed[target] = value
             used.append((name, target))
         else:
             renamed[name] = value
     return renamed, tuple(used)
+
+
+def clashing(args: Mapping[str, Any], table: Mapping[str, str]) -> dict[str, list[str]]:
+    """The parameters `args` sends under more than one of their names (`path` and its alias
+    `file_path`), with those names: which value was meant is the model's to say."""
+    if not table or not any(name in table for name in args):
+        return {}
+    names: dict[str, list[str]] = {}
+    for name in args:
+        names.setdefault(table.get(name, name), []).append(name)
+    return {parameter: sent for parameter, sent in names.items() if len(sent) > 1}
 
 
 def merged(first: Mapping[str, Sequence[str]], more: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ from typing import Any, Literal, cast
 from jsonschema.protocols import Validator
 from pydantic import BaseModel, ValidationError
 
-from gateway.tools.aliases import alias_table, declared_aliases, unaliased
+from gateway.tools.aliases import alias_table, clashing, declared_aliases, unaliased
 from gateway.tools.arguments import read_arguments
 from gateway.tools.declared_schema import declared_schema
 from gateway.tools.params import (
@@ -197,9 +197,20 @@ class Tool:
         decoded = read_arguments(self.name, args)
         if isinstance(decoded, Rejection):
             return decoded
+        if clashes := clashing(decoded, self.alias_of):
+            return self._clash_rejection(decoded, clashes)
         decoded, aliases = unaliased(decoded, self.alias_of)
         parsed = await self._parsed(decoded, context)
-        return replace(parsed, aliases=aliases) if aliases and isinstance(parsed, Parsed) else parsed
+        return replace(parsed, aliases=aliases) if aliases else parsed
+
+    def _clash_rejection(self, args: dict[str, Any], clashes: dict[str, list[str]]) -> Rejection:
+        """A parameter sent under two of its names (itself and an alias, or two aliases)."""
+        said = "; ".join(f"{' and '.join(repr(name) for name in sent)} both name parameter {parameter!r}"
+                         for parameter, sent in clashes.items())
+        check = check_names(args, self.required_names, self.accepted_names)
+        return Rejection("schema_violation", "\n".join([
+            f"Tool '{self.name}': {said}.", *name_lines(check, show_missing=False),
+            f"Call '{self.name}' again, sending each parameter once, under its accepted name."]), check)
 
     async def _parsed(self, decoded: dict[str, Any], context: ToolContext) -> Parsed | Rejection:
         if self.strict:

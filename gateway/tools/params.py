@@ -106,7 +106,8 @@ _SEPARATORS = re.compile(r"[_\-\s.]+")
 SIMILARITY_THRESHOLD = 0.7  # the Jaro similarity over which a name is close enough to suggest
 
 
-def _words(name: str) -> list[str]:
+def name_words(name: str) -> list[str]:
+    """The words of a name, lower case: `pageSize`, `page_size` and `Page-Size` are page, size."""
     return [w.lower() for w in _WORD_SPLIT.split(name) if w]
 
 
@@ -176,7 +177,7 @@ class _Spelling:
 
     @classmethod
     def of(cls, name: str) -> _Spelling:
-        return cls(name, _folded(name), tuple(_words(name)))
+        return cls(name, _folded(name), tuple(name_words(name)))
 
 
 Ranked = list[tuple[Any, str]]  # (score, accepted name): the higher the score, the likelier the name

@@ -16,20 +16,29 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from gateway.tools.aliases import unaliased
 from gateway.tools.arguments import read_arguments
 from gateway.tools.function import Tool
-from gateway.tools.params import check_names, fitting_names
+from gateway.tools.params import MAX_NAME_CHARS, check_names, fitting_names, name_words
 from gateway.tools.results import Parsed, Rejection, Repair, ToolContext
-from gateway.tools.schema import value_problems
+from gateway.tools.schema import closed_to_other_names, value_problems
 from gateway.tools.schema_bounds import INLINE, OverBudget, metered
 
 RepairMode = Literal["off", "observe", "apply"]
+# Words that change what a value measures: units, bounds and quantities. A rename that adds or drops
+# one is no respelling (`timeout` is not `timeout_ms`, `price` is not `max_price`, `page` is not
+# `page_length`).
+MEASURE_WORDS = frozenset({
+    "ms", "msec", "millis", "milliseconds", "us", "ns", "s", "sec", "secs", "second", "seconds", "min", "mins",
+    "minute", "minutes", "h", "hr", "hrs", "hour", "hours", "day", "days", "week", "weeks", "bytes", "kb",
+    "kib", "mb", "mib", "gb", "gib", "pct", "percent", "px", "mm", "cm", "m", "km", "kg", "g", "usd", "cents",
+    "max", "maximum", "minimum", "limit", "start", "end", "from", "to", "before", "after", "since", "until",
+    "size", "length", "count", "number", "num", "total", "index", "offset"})
 REPAIR_SIMILARITY = 0.9  # the Jaro similarity over which a name fits, for a rename (suggestions take 0.7)
 REPAIRABLE = frozenset({"missing_arguments", "schema_violation", "parser"})  # rejections of the arguments' shape
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
@@ -78,8 +87,9 @@ async def repaired(tool: Tool, raw: Any, rejection: Rejection, context: ToolCont
     decoded = read_arguments(tool.name, raw)
     if not isinstance(properties, Mapping) or not properties or isinstance(decoded, Rejection):
         return None
-    before, _ = unaliased(decoded, tool.alias_of)
-    after, changes = _renamed(before, list(properties))
+    unaliased_args, aliases = unaliased(decoded, tool.alias_of)  # the aliases are the call's, recorded apart
+    renamable = tool.required_names if not closed_to_other_names(tool.declared_schema) else tuple(properties)
+    after, changes = _renamed(unaliased_args, list(properties), renamable)
     after, retyped = _retyped(after, properties)
     changes += retyped
     if not changes or not _fits_schema(tool, after):
@@ -87,19 +97,31 @@ async def repaired(tool: Tool, raw: Any, rejection: Rejection, context: ToolCont
     parsed = await tool.parse_arguments(after, context)
     if isinstance(parsed, Rejection):
         return None
-    return Repair(dict(before), after, tuple(changes), applied), parsed
+    return Repair(dict(decoded), after, tuple(changes), applied), replace(parsed, aliases=aliases)
 
 
-def _renamed(args: dict[str, Any], accepted: list[str]) -> tuple[dict[str, Any], list[str]]:
-    unknown = [name for name in args if name not in accepted]
+def _renamed(args: dict[str, Any], accepted: list[str], renamable: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Each unknown name renamed to the one parameter not sent that fits it (and that no other
+    unknown name fits), when that parameter is one a rename may give: a required one, or any when the
+    schema refuses other names (else the name was a harmless extra, and a rename would change what
+    the call means). Names longer than a parameter's may be are left alone."""
+    unknown = [name for name in args if name not in accepted and len(name) <= MAX_NAME_CHARS]
     unsent = [name for name in accepted if name not in args]
     fits = {name: fitting_names(name, unsent, REPAIR_SIMILARITY) for name in unknown}
     renames: dict[str, str] = {}
     for name, fitting in fits.items():
-        if len(fitting) == 1 and sum(fitting[0] in others for others in fits.values()) == 1:
+        if len(fitting) != 1 or sum(fitting[0] in others for others in fits.values()) != 1:
+            continue  # none fits, or a guess between several (`acc_routing`: its `_start` or its `_update`?)
+        if fitting[0] in renamable and _same_measure(name, fitting[0]):
             renames[name] = fitting[0]
     after = {renames.get(name, name): value for name, value in args.items()}
     return after, [f"rename {sent} -> {meant}" for sent, meant in renames.items()]
+
+
+def _same_measure(sent: str, meant: str) -> bool:
+    """Whether the words one name has and the other lacks leave the value's meaning alone: not a unit
+    (`timeout` for `timeout_ms`: seconds read as milliseconds) nor a bound (`price` for `max_price`)."""
+    return not (set(name_words(sent)) ^ set(name_words(meant))) & MEASURE_WORDS
 
 
 def _retyped(args: dict[str, Any], properties: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -111,7 +133,7 @@ def _retyped(args: dict[str, Any], properties: Mapping[str, Any]) -> tuple[dict[
         if isinstance(value, str) and (typed := _typed(value, kind)) is not None:
             after[name] = typed
             changes.append(f"type {name}: string -> {kind}")
-        elif kind == "array" and value is not None and _is_item(value, wanted.get("items")):
+        elif kind == "array" and value is not None and _is_item(value, wanted.get("items")) and not _listing(value):
             after[name] = [value]
             changes.append(f"wrap {name} in an array")
     return after, changes
@@ -135,6 +157,12 @@ def _typed(text: str, kind: str) -> Any:
     if kind == "boolean":
         return _BOOLEANS.get(text)
     return None
+
+
+def _listing(value: Any) -> bool:
+    """A string that may hold several items (`"a, b"`, `'["a", "b"]'`): wrapped whole, it would be a
+    guess at the list the model meant."""
+    return isinstance(value, str) and ("," in value or value.lstrip().startswith("["))
 
 
 def _is_item(value: Any, items: Any) -> bool:

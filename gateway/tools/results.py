@@ -100,6 +100,7 @@ class Rejection:
     names: NameCheck | None = None
     exception: BaseException | None = None
     traceback: str | None = None
+    aliases: tuple[tuple[str, str], ...] = ()  # (alias sent, parameter) renamed before the checks refused
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,7 @@ def rejected(call_id: str, tool_name: str, rejection: Rejection) -> ToolOutcome:
         rejection=rejection,
         names=rejection.names,
         error_type=rejection.reason,
+        aliases=rejection.aliases,
     )
 
 

@@ -31,7 +31,7 @@ from telemetry.store.rows import guardrail_words
 CHART_BUCKETS = 24
 TRACES_SHOWN = 5  # trace links in a trajectory's row of the list
 SINCE_CHOICES = (("", "any time"), ("3600", "last hour"), ("86400", "last day"), ("604800", "last week"))
-OUTCOME_CHOICES = ("", "ok", "rejected", "error", "timeout", "interrupted", "cancelled")
+OUTCOME_CHOICES = ("", "ok", "repaired", "rejected", "error", "timeout", "interrupted", "cancelled")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from telemetry import names
 from telemetry.store.records import key_range
 from telemetry.store.rows import CALL_COLUMNS, FAILED, TURN_COLUMNS, rows, selected
 
@@ -67,9 +68,14 @@ def by_trajectory_tool(calls: Iterable[dict[str, Any]]) -> dict[tuple[str | None
     return groups
 
 
+# The outcomes of a call that ran and returned: a recovery, after failed calls (a repaired call ran on
+# mended arguments, and counts as the metrics count it: gateway.tools.repair).
+RETURNED = ("ok", names.OUTCOME_REPAIRED)
+
+
 class Failure(NamedTuple):
     """A run of failed calls of a tool in a trajectory, and the model turns from its first call to
-    the later ok call of the tool (None: none came, it never recovered)."""
+    the later call of the tool that returned (None: none came, it never recovered)."""
 
     calls: Sequence[dict[str, Any]]
     rounds_to_recover: int | None
@@ -83,7 +89,7 @@ def failure_runs(calls: Iterable[dict[str, Any]]) -> list[Failure]:
         for call in group:
             if call["outcome"] in FAILED:
                 run.append(call)
-            elif run and call["outcome"] == "ok":
+            elif run and call["outcome"] in RETURNED:
                 found.append(Failure(run, call["turn"] - run[0]["turn"]))
                 run = []
         if run:

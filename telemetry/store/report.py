@@ -50,6 +50,7 @@ from telemetry.store.rows import (
     selected,
     suggestions,
 )
+from telemetry.store.schema import read_as_current
 from telemetry.store.timeline import trajectory  # one trajectory's timeline, a page at a time
 
 STUCK_VERBATIM = 2  # as telemetry.trajectory warns: the second verbatim retry of one failure
@@ -252,6 +253,12 @@ def rejections_over_time(db: sqlite3.Connection, *, bucket_seconds: float = 3600
 
 
 def open_readonly(path: str) -> sqlite3.Connection:
-    """A connection that reads the store at `path` without creating or changing it."""
+    """A connection that reads the store at `path` without creating or changing it; a store an older
+    toolspan wrote reads as this version's (schema.read_as_current)."""
     uri = Path(path).resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
+    db = sqlite3.connect(uri, uri=True)
+    try:
+        return read_as_current(db)
+    except BaseException:
+        db.close()
+        raise

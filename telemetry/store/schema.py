@@ -9,7 +9,7 @@ import time
 from telemetry.store.columns import BASE_VERSION, SCHEMA_VERSION, TABLES
 
 __all__ = ["BUSY_TIMEOUT_SECONDS", "SCHEMA", "SCHEMA_VERSION", "WAL_MAX_BYTES", "connect", "migration",
-           "wal_kept_bytes"]
+           "read_as_current", "wal_kept_bytes"]
 
 # Every row is found through its trajectory: each table's key is (trajectory_id, span_id). The
 # gateway mints trajectory ids that begin with the time (`gateway.caller.request_ids`), so a busy
@@ -152,3 +152,24 @@ def _statements(script: str) -> list[str]:
     """A script's statements, to run one by one inside a transaction (`executescript` would
     commit the open one first). None of them holds a semicolon in a literal."""
     return [statement.strip() for statement in script.split(";") if statement.strip()]
+
+
+def read_as_current(db: sqlite3.Connection) -> sqlite3.Connection:
+    """`db`, a store opened to be read, as this version's tables: a store an older toolspan wrote
+    (version 2 or later) gets, in this connection's own temporary schema, a view for each table that
+    lacks columns, the missing ones NULL, named as the table (SQLite looks in the temporary schema
+    first). The file is not changed, so the older gateway writing it goes on. A version 1 store,
+    keyed otherwise, is refused: a gateway of this version migrates it when it opens it."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if version >= SCHEMA_VERSION or version == 0:
+        return db
+    if version < BASE_VERSION:
+        raise sqlite3.DatabaseError(f"the store's schema is version {version}: start the gateway of this "
+                                    "toolspan once on it, which brings it to this version")
+    for table in TABLES:
+        present = {row[1] for row in db.execute(f"PRAGMA main.table_info({table.name})")}
+        if set(table.names) <= present:
+            continue
+        columns = ", ".join(name if name in present else f"NULL AS {name}" for name in table.names)
+        db.execute(f"CREATE TEMP VIEW {table.name} AS SELECT {columns} FROM main.{table.name}")
+    return db

@@ -241,6 +241,28 @@ async def test_a_repaired_calls_password_is_in_no_span_and_no_stored_row(make_st
         assert SECRET not in "\n".join(db.iterdump())
 
 
+async def test_a_value_a_guardrail_hid_is_hidden_in_what_repair_records(make_stack: StackFactory) -> None:
+    """The secrets guardrail denies the mended call for the key under `note` (no redact key): the
+    key is masked in the arguments and, as much, in repair's before and after (it was not: a
+    review found it in both, on the span and in the store)."""
+    ran: list[dict[str, Any]] = []
+    registry = ToolRegistry([Tool(name="save", function=lambda args: ran.append(args), validate_schema=True,
+                                  parameters=[Param("path", "string", required=True), Param("note", "string")])])
+    stack = await make_stack(registry=registry, argument_repair="apply", guardrails=["secrets"])
+    stack.script.then(Reply(tool_calls=[("save", {"Path": "/a", "note": f"key {AWS_KEY}"})]), Reply(content="No."))
+    _, trace_id = await converse(stack, "chat", False)
+    assert ran == []
+    [span] = tool_call_spans(stack, trace_id)
+    found = attributes(span)
+    assert (found[names.ATTR_OUTCOME], found[names.ATTR_REJECTION_REASON], found[names.ATTR_REPAIR_MODE]) == (
+        "rejected", "guardrail_denied", "apply")
+    assert AWS_KEY not in span_texts(stack.spans())
+    assert names.GUARDRAIL_HIDDEN_MASK in str(found[names.ATTR_REPAIR_BEFORE])
+    with sqlite3.connect(stack.store.path) as db:
+        await stack.store.flushed()
+        assert AWS_KEY not in "\n".join(db.iterdump())
+
+
 # --- aliases -------------------------------------------------------------------------------------------------------
 
 async def _read_through_alias(stack: Stack, tool_name: str, api: str, stream: bool) -> ReadableSpan:

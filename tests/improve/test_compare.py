@@ -19,6 +19,7 @@ from gateway.cli.main import main
 from gateway.settings.model import Settings
 from gateway.tools import Param, Tool, ToolRegistry
 from telemetry.store import compare, report, report_text
+from telemetry.store.calls import failure_runs
 from telemetry.store.renames import alias_suggestions, alias_toml
 from telemetry.store.schema import connect
 from tests.improve import session as scripted
@@ -219,3 +220,11 @@ def test_a_store_written_before_upstreams_were_recorded(improve_session: Session
         assert model is not None
         _assert_hand_counted(group, model)
     assert "(no upstream): 12 calls, 6 requests" in report_text.compared(compare.compared(migrated, "upstream"))
+
+
+def test_a_repaired_call_after_a_failure_is_a_recovery() -> None:
+    """As the metrics count it (toolspan_tool_recoveries_total): the call ran and returned."""
+    calls = [{"trajectory_id": "t", "tool": "add", "outcome": outcome, "turn": turn}
+             for turn, outcome in enumerate(["rejected", "rejected", "repaired"])]
+    [failure] = failure_runs(calls)
+    assert (len(failure.calls), failure.rounds_to_recover) == (2, 2)

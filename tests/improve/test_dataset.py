@@ -18,7 +18,7 @@ from gateway.cli.main import main
 from gateway.demo.model import Reply
 from telemetry.store.columns import MODEL_TURNS, TABLES, TOOL_CALLS
 from telemetry.store.dataset_schema import dataset_schema
-from telemetry.store.schema import SCHEMA_VERSION
+from telemetry.store.schema import SCHEMA_VERSION, connect
 from tests.conftest import USER, StackFactory
 from tests.improve import session as scripted
 from tests.improve.conftest import Session
@@ -218,8 +218,8 @@ def test_secrets_the_spans_kept_are_masked_on_the_way_out(improve_session: Sessi
 
 
 def test_a_store_of_schema_6(improve_session: Session, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Written before the turns kept their tools: the first command that reads it brings it to this
-    version (the columns added, empty), as the gateway does when it starts; then every command reads it."""
+    """Written before the turns kept their tools: every command reads it as it is, as this version's
+    tables (the columns it lacks empty) and leaves the file alone; the gateway, opening it, migrates it."""
     path = tmp_path / "v6.sqlite3"
     old = sqlite3.connect(path, isolation_level=None)
     old.executescript("\n".join(table.create(6) for table in TABLES))
@@ -229,15 +229,18 @@ def test_a_store_of_schema_6(improve_session: Session, tmp_path: Path, capsys: p
         old.execute(f"INSERT INTO {table.name} SELECT {columns} FROM new.{table.name}")
     old.executescript("DETACH DATABASE new; PRAGMA user_version = 6;")
     old.close()
-    assert main(["trajectories", "report", "--db", str(path), "--by", "model", "--json"]) == 0  # reads v7 columns
-    assert json.loads(capsys.readouterr().out)["groups"]
+    for command in (["report", "--by", "model"], ["list"], ["replay"]):  # each reads version 7's columns
+        assert main(["trajectories", *command, "--db", str(path), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (6,)  # read, not changed
     examples = export(path, tmp_path / "v6.jsonl", capsys)
     assert len(examples) == scripted.CALLS
     assert all(e["tools"] == [] and e["labels"]["context"] == "captured" for e in examples)
     # and as OTLP, as before
     assert main(["trajectories", "export", "--db", str(path), str(tmp_path / "v6.otlp.jsonl")]) == 0
     assert capsys.readouterr().err.endswith(" spans written\n")
-    migrated = sqlite3.connect(path)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (6,)
+    migrated = connect(str(path))
     assert migrated.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
     columns = [row[1] for row in migrated.execute("PRAGMA table_info(model_turns)")]
     assert columns == list(MODEL_TURNS.names)

@@ -52,6 +52,16 @@ async def test_the_model_is_offered_only_the_parameters_own_names() -> None:
         assert "file_path" not in str(declared.schema)
 
 
+@pytest.mark.parametrize("style", DECLARED)
+async def test_a_parameter_sent_under_two_of_its_names_is_refused(style: str) -> None:
+    """Which value was meant is the model's to say (an args_model dropped the alias's value, unsaid,
+    until a review found it)."""
+    refused = await DECLARED[style].parse_arguments({"path": "/a", "file_path": "/b"}, CONTEXT)
+    assert isinstance(refused, Rejection)
+    assert refused.reason == "schema_violation"
+    assert "'path' and 'file_path' both name parameter 'path'" in refused.message
+
+
 async def test_an_alias_beside_its_parameter_is_not_renamed() -> None:
     strict = Tool(name="read", function=_echo, validate_schema=True, parameters=[
         Param("path", "string", required=True, aliases=["file_path", "filepath"])],)
@@ -61,7 +71,8 @@ async def test_an_alias_beside_its_parameter_is_not_renamed() -> None:
     assert both.names.unrecognized == ("file_path",)
     two_aliases = await strict.parse_arguments({"file_path": "/a", "filepath": "/b"}, CONTEXT)
     assert isinstance(two_aliases, Rejection)
-    assert two_aliases.reason == "missing_arguments"
+    assert two_aliases.reason == "schema_violation"
+    assert "'file_path' and 'filepath' both name parameter 'path'" in two_aliases.message
 
 
 async def test_a_call_without_aliases_is_the_same_object_path() -> None:

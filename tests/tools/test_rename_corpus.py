@@ -143,11 +143,12 @@ def test_every_parameter_respelled_at_once_is_matched_to_its_own_name(corpus: Co
 
 def test_repair_renames_most_respellings_and_never_to_the_wrong_name(renamed: list[Rename]) -> None:
     """Argument repair on every fourth rename of the corpus (`python -m tests.tools.rename_corpus`
-    runs them all: 85.6% renamed right; wrong, 0.4% of the synonyms and none of the other kinds of
-    rename). A rename is made only where one name alone fits; the rest is left to the
+    runs them all: 30,541 of 33,605 renamed right, 90.9%, and none wrong; before units, bounds and
+    quantities were kept apart, and a name two fitted was left alone even when one of them was kept
+    apart, 8 went wrong: `page_length` to `page`, `acc_routing` to `acc_routing_update` beside an
+    `acc_routing_start`). A rename is made only where one name alone fits; the rest is left to the
     model, with the did-you-mean."""
     counts = repairs(renamed[::4])
     spellings = sum((counts[kind] for kind in RECOVERABLE), Counter())
-    assert spellings["wrong"] == 0
-    assert spellings["right"] / spellings.total() > 0.85
-    assert counts["all"]["wrong"] / counts["all"].total() < 0.001
+    assert counts["all"]["wrong"] == 0
+    assert spellings["right"] / spellings.total() > 0.9

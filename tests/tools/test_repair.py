@@ -82,6 +82,18 @@ async def test_a_sure_fix_is_found(params: list[Param], sent: dict[str, Any], af
     ([Param("unit", "string", required=True, enum=["c", "f"])], {"Unit": "k"}),
     # a required name nothing sent fits
     ([Param("path", "string", required=True)], {"offset": 3}),
+    # a string that may hold several items: wrapped whole, a guess at the list
+    ([Param("tags", "array", item_type="string", required=True)], {"tags": "a, b"}),
+    ([Param("tags", "array", item_type="string", required=True)], {"tags": '["a", "b"]'}),
+    # a unit or a bound added or dropped changes what the value means
+    ([Param("timeout_ms", "integer", required=True)], {"timeout": 5}),
+    ([Param("timeout", "integer", required=True)], {"timeout_seconds": 5}),
+    ([Param("max_price", "number", required=True)], {"price": 5}),
+    # two fit, one of them across a bound: still two
+    ([Param("acc_routing_start", "boolean"), Param("acc_routing_update", "boolean")], {"acc_routing": True}),
+    ([Param("page", "integer"), Param("page_size", "integer")], {"page_length": 10}),
+    # a name no parameter's could be
+    ([Param("path", "string", required=True)], {"x_" * 40 + "path": "/a"}),
 ])
 async def test_no_guess_and_no_change_of_value(params: list[Param], sent: dict[str, Any]) -> None:
     assert await mend(checked(*params), sent) is None
@@ -156,3 +168,28 @@ async def test_off_leaves_the_rejection_as_it_was(policy: RepairPolicy | None) -
 async def test_a_call_that_passes_is_never_touched() -> None:
     outcome, ran = await _run(RepairPolicy("apply"), {"a": 2, "b": 3})
     assert (outcome.status, outcome.repair, ran) == ("ok", None, [{"a": 2, "b": 3}])
+
+
+async def test_an_extra_name_an_open_schema_takes_is_not_renamed_into_an_optional_parameter() -> None:
+    """The rejection is the type of `a`; `verbose_flag`, which the schema lets through, is left as it
+    is rather than taken for `verbose`: renaming it would change what the call asks for."""
+    tool = Tool(name="t", function=_echo, validate_schema=True, parameters_schema={
+        "type": "object", "additionalProperties": True, "required": ["a"],
+        "properties": {"a": {"type": "integer"}, "verbose": {"type": "boolean"}}})
+    repair = await mend(tool, {"a": "3", "verbose_flag": True})
+    assert repair is not None
+    assert (repair.after, repair.changes) == ({"a": 3, "verbose_flag": True}, ("type a: string -> integer",))
+
+
+async def test_the_aliases_of_a_rejected_and_of_a_repaired_call_are_kept() -> None:
+    tool = Tool(name="add", function=lambda args: args["a"] + args["b"], validate_schema=True, parameters=[
+        Param("a", "integer", required=True, aliases=["first"]), Param("b", "integer", required=True)])
+    async with ToolExecutor(ToolRegistry([tool]), repair=RepairPolicy("observe")) as executor:
+        [observed] = await executor.run_turn([ToolCall("c1", "add", {"first": "1", "b": 2})], Turn())
+    assert (observed.status, observed.aliases) == ("rejected", (("first", "a"),))
+    assert observed.repair is not None
+    assert observed.repair.before == {"first": "1", "b": 2}
+    assert observed.repair.changes == ("type a: string -> integer",)
+    async with ToolExecutor(ToolRegistry([tool]), repair=RepairPolicy("apply")) as executor:
+        [applied] = await executor.run_turn([ToolCall("c1", "add", {"first": "1", "b": 2})], Turn())
+    assert (applied.status, applied.content, applied.aliases) == ("ok", "3", (("first", "a"),))
