@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -34,6 +34,15 @@ def _normal(key: str) -> str:
 def _secret(key: str, keys: Sequence[str]) -> bool:
     low = _normal(key)
     return any(k in low for k in keys)
+
+
+def secret_aliases(alias_of: Mapping[str, str], keys: Sequence[str]) -> Sequence[str]:
+    """`keys` and the aliases of the parameters they name secret (`pwd` for a `password`), normalised
+    as keys are: a value sent under such an alias is as secret as under the parameter's own name."""
+    if not alias_of:
+        return keys
+    extra = tuple(_normal(alias) for alias, name in alias_of.items() if _secret(name, keys))
+    return (*keys, *extra) if extra else keys
 
 
 def _mask(value: Any, keys: Sequence[str]) -> Any:

@@ -30,6 +30,7 @@ from telemetry.arguments import (
     outcome_attributes,
     outcome_label,
     render_arguments,
+    secret_aliases,
 )
 from telemetry.bounds import utf8
 from telemetry.decisions import DecisionLog, call_attributes
@@ -341,16 +342,18 @@ class ToolCallSpan:
             return "cancelled"
         capture = self._inst.capture
         label = outcome_label(outcome)
-        attributes = outcome_attributes(outcome, label, capture.max_chars, capture.redact_keys,
+        redact = capture.redact_keys if self._tool is None else secret_aliases(self._tool.alias_of, capture.redact_keys)
+        attributes = outcome_attributes(outcome, label, capture.max_chars, redact,
                                         None if trail is None else trail.hide_arguments)
         # A retry's arguments too: set beside the failed call's, they are what the model changed.
         if outcome.rejection is not None or capture.record_all or self._retry is not None:
             raw = self._call.arguments if trail is None else trail.hide_arguments(self._call.arguments)
-            arguments = utf8(render_arguments(raw, capture.max_chars, capture.redact_keys))
+            arguments = utf8(render_arguments(raw, capture.max_chars, redact))
             attributes.update({names.ATTR_TOOL_CALL_ARGUMENTS: arguments, names.ATTR_INPUT_VALUE: arguments,
                                names.ATTR_INPUT_MIME_TYPE: names.MIME_JSON})
         # What the model got back: the diagnostic of a failed call always, any result when opted in.
-        result = self._result(outcome, capture.max_chars, trail) if outcome.failed or capture.record_all else None
+        result = (self._result(outcome, capture.max_chars, trail, redact) if outcome.failed or capture.record_all
+                  else None)
         if result is not None:
             attributes.update({names.ATTR_TOOL_CALL_RESULT: result, names.ATTR_OUTPUT_VALUE: result,
                                names.ATTR_OUTPUT_MIME_TYPE: names.MIME_TEXT})
@@ -360,14 +363,15 @@ class ToolCallSpan:
         return label
 
 
-    def _result(self, outcome: ToolOutcome, max_chars: int, trail: GuardrailTrail | None) -> str:
+    def _result(self, outcome: ToolOutcome, max_chars: int, trail: GuardrailTrail | None,
+                redact: Sequence[str]) -> str:
         """The model-facing content, bounded, with the secrets of the arguments and the values
         guardrails hid masked: a rejection may quote a rejected value, a tool's error may quote its
         arguments."""
         capture = self._inst.capture
         text = outcome.content_text() if trail is None else trail.hide(outcome.content_text())
         # Masked before the final cut, so that a secret is not cut in half and missed.
-        message = mask_message(text[: 4 * max_chars], self._call.arguments, capture.redact_keys, capture.max_chars)
+        message = mask_message(text[: 4 * max_chars], self._call.arguments, redact, capture.max_chars)
         return utf8(message[:max_chars])
 
     @staticmethod

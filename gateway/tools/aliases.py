@@ -75,7 +75,7 @@ def unaliased(args: dict[str, Any], table: Mapping[str, str]) -> tuple[dict[str,
     used: list[AliasUse] = []
     for name, value in args.items():
         target = table.get(name)
-        if target is not None and target not in args:
+        if target is not None and target not in args and target not in renamed:
             renamed[target] = value
             used.append((name, target))
         else:

@@ -266,14 +266,18 @@ def suggest(sent: str, accepted: Sequence[str], threshold: float = SIMILARITY_TH
 
 
 def fitting_names(sent: str, accepted: Sequence[str], threshold: float) -> list[str]:
-    """Every name of `accepted` that `sent` could stand for, unranked: the same name in another case or
-    spelling, one typo away, a run of whole words of the other (either way), or a Jaro similarity
-    above `threshold`. (Not a shared word alone: `person_id` for `user_id` is a guess.) Argument
-    repair renames only when exactly one fits (gateway.tools.repair)."""
+    """The names of `accepted` that `sent` could stand for, by the first of these that finds any: the
+    same name in another case or spelling, one typo away, a run of whole words of the other (either
+    way), a Jaro similarity above `threshold`. (Not a shared word alone: `person_id` for `user_id` is
+    a guess.) Argument repair renames only when exactly one fits (gateway.tools.repair): `FIELD_1` is
+    `field_1` respelled, though one letter from `field_0` too; `date` is a word of `start_date` and of
+    `end_date` alike."""
     spelled, others = _Spelling.of(sent), [_Spelling.of(name) for name in accepted]
-    found = {name for kind in (_respelled, _mistyped, _contained) for _, name in kind(spelled, others)}
-    found.update(name for _, name in _similar(spelled, others, threshold))
-    return [name for name in accepted if name in found]
+    for kind in (_respelled, _mistyped, _contained):
+        if found := {name for _, name in kind(spelled, others)}:
+            return [name for name in accepted if name in found]
+    similar = {name for _, name in _similar(spelled, others, threshold)}
+    return [name for name in accepted if name in similar]
 
 
 @dataclass(frozen=True)

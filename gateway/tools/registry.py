@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gateway.tools.aliases import merged
+from gateway.tools.aliases import alias_table, merged
 from gateway.tools.function import Tool
 from gateway.tools.params import ToolDeclarationError
+
+log = logging.getLogger("toolspan")
 
 
 class ToolRegistry:
@@ -30,6 +33,7 @@ class ToolRegistry:
         self._specs: dict[tuple[str, frozenset[str] | None], list[dict[str, Any]]] = {}
         self._names: dict[frozenset[str] | None, frozenset[str]] = {}
         self._operator_aliases: dict[str, dict[str, list[str]]] = {}  # the setting tool_aliases, by tool
+        self._refused_aliases: set[tuple[str, str, str]] = set()  # (tool, parameter, alias) warned of once
         for item in tools:
             self.register(item)
 
@@ -98,10 +102,25 @@ class ToolRegistry:
         self._names = {}
 
     def _kept_aliased(self, tool: Tool) -> Tool:
+        """`tool` with the operator's aliases that fit it; each that does not (a server listed a tool
+        whose parameters differ from what the table expects) is left out, with a warning once."""
         try:
             return self._aliased(tool)
         except ToolDeclarationError:
-            return tool
+            pass
+        kept: dict[str, list[str]] = {}
+        for name, names in self._operator_aliases.get(tool.name, {}).items():
+            for alias in names:
+                trial = merged(kept, {name: [alias]})
+                try:
+                    alias_table(tool.name, merged(tool.aliases, trial), tool.accepted_names)
+                except ToolDeclarationError as exc:
+                    if (tool.name, name, alias) not in self._refused_aliases:
+                        self._refused_aliases.add((tool.name, name, alias))
+                        log.warning("tool_aliases: %s; left out", exc)
+                    continue
+                kept = trial
+        return replace(tool, aliases=merged(tool.aliases, kept)) if kept else tool
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
-from gateway.tools.aliases import unaliased
+from gateway.tools.aliases import clashing, unaliased
 from gateway.tools.arguments import read_arguments
 from gateway.tools.function import Tool
-from gateway.tools.params import MAX_NAME_CHARS, check_names, fitting_names, name_words
+from gateway.tools.params import MAX_NAME_CHARS, MAX_NAMES_SHOWN, check_names, fitting_names, name_words
 from gateway.tools.results import Parsed, Rejection, Repair, ToolContext
 from gateway.tools.schema import closed_to_other_names, value_problems
 from gateway.tools.schema_bounds import INLINE, OverBudget, metered
+from gateway.tools.strict_nulls import drop_optional_nulls
 
 RepairMode = Literal["off", "observe", "apply"]
 # Words that change what a value measures: units, bounds and quantities. A rename that adds or drops
@@ -87,6 +88,8 @@ async def repaired(tool: Tool, raw: Any, rejection: Rejection, context: ToolCont
     decoded = read_arguments(tool.name, raw)
     if not isinstance(properties, Mapping) or not properties or isinstance(decoded, Rejection):
         return None
+    if clashing(decoded, tool.alias_of):
+        return None  # a parameter sent under two of its names: which value was meant is the model's to say
     unaliased_args, aliases = unaliased(decoded, tool.alias_of)  # the aliases are the call's, recorded apart
     renamable = tool.required_names if not closed_to_other_names(tool.declared_schema) else tuple(properties)
     after, changes = _renamed(unaliased_args, list(properties), renamable)
@@ -104,8 +107,12 @@ def _renamed(args: dict[str, Any], accepted: list[str], renamable: Sequence[str]
     """Each unknown name renamed to the one parameter not sent that fits it (and that no other
     unknown name fits), when that parameter is one a rename may give: a required one, or any when the
     schema refuses other names (else the name was a harmless extra, and a rename would change what
-    the call means). Names longer than a parameter's may be are left alone."""
-    unknown = [name for name in args if name not in accepted and len(name) <= MAX_NAME_CHARS]
+    the call means). A call of more unknown names than the tool has parameters (or than a
+    diagnostic shows), or of a name longer than a parameter's may be, gets none: comparing them all
+    would cost the event loop in proportion to what the model sent, and no rename of such a call is sure."""
+    unknown = [name for name in args if name not in accepted]
+    if len(unknown) > min(len(accepted), MAX_NAMES_SHOWN) or any(len(name) > MAX_NAME_CHARS for name in unknown):
+        return args, []  # more invented names than parameters, or a name no parameter's could be: no sure rename
     unsent = [name for name in accepted if name not in args]
     fits = {name: fitting_names(name, unsent, REPAIR_SIMILARITY) for name in unknown}
     renames: dict[str, str] = {}
@@ -181,6 +188,8 @@ def _fits_schema(tool: Tool, args: dict[str, Any]) -> bool:
     validator = tool.declared_validator
     if isinstance(validator, str):
         return False
+    if tool.strict:  # a strict model's null for an optional parameter means "not sent", as the parse step reads it
+        args = drop_optional_nulls(args, tool.declared_schema)
     check = check_names(args, tool.required_names, tool.accepted_names)
     with metered(INLINE):
         try:

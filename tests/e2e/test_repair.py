@@ -263,6 +263,26 @@ async def test_a_value_a_guardrail_hid_is_hidden_in_what_repair_records(make_sta
         assert AWS_KEY not in "\n".join(db.iterdump())
 
 
+async def test_a_value_sent_under_an_alias_of_a_secret_parameter_is_masked(make_stack: StackFactory) -> None:
+    """`pwd` stands for `password`: what the call's span records masks it as it masks `password`
+    (it did not, until a review found it), in the arguments, in repair's before and after, and in
+    the diagnostic."""
+    registry = ToolRegistry([Tool(name="login", function=lambda args: "in", validate_schema=True, parameters=[
+        Param("user", "string", required=True), Param("password", "string", required=True, aliases=["pwd"]),
+        Param("days", "integer", required=True)])])
+    stack = await make_stack(registry=registry, argument_repair="observe", record_tool_arguments=True)
+    stack.script.then(Reply(tool_calls=[("login", {"User": "ann", "pwd": SECRET, "days": "30"})]),
+                      Reply(content="Not in."))
+    _, trace_id = await converse(stack, "chat", False)
+    [span] = tool_call_spans(stack, trace_id)
+    assert attributes(span)[names.ATTR_REPAIR_MODE] == "observe"
+    assert attributes(span)[names.ATTR_ARGS_ALIASES] == ("pwd->password",)
+    assert SECRET not in span_texts([span])
+    await stack.store.flushed()
+    with sqlite3.connect(stack.store.path) as db:
+        assert SECRET not in "\n".join(db.iterdump())
+
+
 # --- aliases -------------------------------------------------------------------------------------------------------
 
 async def _read_through_alias(stack: Stack, tool_name: str, api: str, stream: bool) -> ReadableSpan:

@@ -135,3 +135,20 @@ def test_an_operators_alias_that_fits_no_parameter_fails_at_start_up_or_is_left_
     later = fresh.get("later")
     assert later is not None
     assert later.alias_of == {}
+
+
+def test_an_operators_aliases_that_fit_a_later_tool_are_kept_beside_one_that_does_not(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A server listed `fs__read(path, length)`; the table expected a `lenght`: the `path` alias is
+    kept (all were dropped, unsaid, until a review found it) and the other is warned of once."""
+    registry = ToolRegistry()
+    registry.use_aliases({"fs__read": {"path": ["file_path"], "lenght": ["len"]}})
+    listed = [Tool(name="fs__read", function=_echo, parameters=[Param("path", "string"), Param("length", "integer")])]
+    registry.replace_source("fs", listed)
+    registry.replace_source("fs", listed)  # listed again: no second warning
+    read = registry.get("fs__read")
+    assert read is not None
+    assert read.alias_of == {"file_path": "path"}
+    warned = [record.getMessage() for record in caplog.records if "tool_aliases" in record.getMessage()]
+    assert len(warned) == 1
+    assert "lenght" in warned[0]
