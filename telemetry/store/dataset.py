@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -43,8 +44,8 @@ from telemetry.store.rows import rows
 Row = dict[str, Any]
 _CALL_FIELDS = ("span_id", "trace_id", "request_span_id", "round", "tool", "call_id", "outcome", "rejection_reason",
                 "error_type", "retry_kind", "retries_span_id", "diagnostic", "arguments", "side", "started")
-_TURN_FIELDS = ("span_id", "request_span_id", "round", "model", "upstream", "input_messages", "output_messages",
-                "tool_definitions")
+_TURN_FIELDS = ("span_id", "request_span_id", "round", "started", "model", "upstream", "input_messages",
+                "output_messages", "tool_definitions")
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,29 @@ class _Trajectory:
     def __init__(self, stored_id: str, calls: list[Row], turns: list[Row]) -> None:
         self.id = stored_id
         self.calls = calls
-        self._by_call = {call_id: turn for turn in turns for call_id in calls_in(turn["output_messages"])}
-        self._by_round = {(turn["request_span_id"], turn["round"]): turn for turn in turns}
+        self._turns = turns  # in the order they started
+        self._answered = [calls_in(turn["output_messages"]) for turn in turns]
+        self._holding: dict[str, list[int]] = {}  # a call id: the turns whose answer holds it, in order
+        for index, answered in enumerate(self._answered):
+            for call_id in answered:
+                self._holding.setdefault(call_id, []).append(index)
+        self._starts = {call_id: [turns[i]["started"] for i in held] for call_id, held in self._holding.items()}
+        self._by_round = {(turn["request_span_id"], turn["round"]): index for index, turn in enumerate(turns)}
         self._retried_by = {call["retries_span_id"]: call for call in calls if call["retries_span_id"]}
 
     def turn(self, call: Row) -> Row | None:
-        """The turn that made `call`: the one whose captured answer holds it, else its request's turn of its round."""
-        found = self._by_call.get(str(call["call_id"]))
-        return found if found is not None else self._by_round.get((call["request_span_id"], call["round"]))
+        """The turn that made `call`. A model may give the calls of different turns one id (`call_0`
+        every round), so an id alone does not say which: its request's turn of its round, when that
+        turn's captured answer holds the id; else the latest turn started at or before the call
+        whose answer holds it (a round the store lacks); else its round's turn (answers not captured)."""
+        call_id = str(call["call_id"])
+        own = self._by_round.get((call["request_span_id"], call["round"]))
+        if own is not None and call_id in self._answered[own]:
+            return self._turns[own]
+        before = bisect_right(self._starts.get(call_id, []), call["started"])
+        if before:
+            return self._turns[self._holding[call_id][before - 1]]
+        return self._turns[own] if own is not None else None
 
     def retried_by(self, call: Row) -> Row | None:
         return self._retried_by.get(call["span_id"])
