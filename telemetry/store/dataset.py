@@ -31,8 +31,10 @@ from telemetry.arguments import mask_text, masked
 from telemetry.store.chat_format import (
     Message,
     calls_in,
+    captured_arguments,
     chat_messages,
     decoded_arguments,
+    finite,
     function_tools,
     tool_call,
     tool_message,
@@ -147,7 +149,7 @@ def _arguments(call: Row, turn: Row | None) -> Any:
     for message in turn["output_messages"] if turn is not None and isinstance(turn["output_messages"], list) else ():
         for part in message.get("parts") or () if isinstance(message, dict) else ():
             if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("id") == call["call_id"]:
-                return part.get("arguments")
+                return captured_arguments(part.get("arguments"))
     return None
 
 
@@ -235,16 +237,24 @@ def examples(db: sqlite3.Connection, selection: Selection, *, pairs: bool = Fals
                 yield pair_example(trajectory, call, retry, redact_keys)
 
 
+def _line(example: dict[str, Any]) -> str:
+    try:
+        line = json.dumps(example, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a number JSON has not, where another writer stored one
+        line = json.dumps(finite(example), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return line.replace("\x7f", "\\u007f")
+
+
 def export(db: sqlite3.Connection, out: IO[str], selection: Selection | None = None, *, pairs: bool = False,
            redact_keys: Sequence[str] = ()) -> Written:
     """Writes the dataset to `out`, one example a line: ASCII JSON, DEL escaped too (JSON escapes
-    the other controls), so a line is safe on any terminal."""
+    the other controls), so a line is safe on any terminal; JSON, NaN and Infinity never written
+    bare (the arguments holding them are their text; anything else, `finite`)."""
     written = left_out = 0
     for example in examples(db, selection or Selection(), pairs=pairs, redact_keys=redact_keys):
         if example is None:
             left_out += 1
             continue
-        line = json.dumps(example, ensure_ascii=True, separators=(",", ":")).replace("\x7f", "\\u007f")
-        out.write(line + "\n")
+        out.write(_line(example) + "\n")
         written += 1
     return Written(written, left_out)

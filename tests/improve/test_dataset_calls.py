@@ -73,3 +73,32 @@ async def test_calls_of_one_id_each_get_their_own_turn(make_stack: StackFactory,
     [pair] = export(store, tmp_path / "pairs.jsonl", capsys, "--pairs")
     assert (pair["source"]["model"], pair["labels"]["arguments"]) == ("model-a", {"file_path": "/a"})
     assert json.loads(_last_call(pair)["function"]["arguments"]) == {"path": "/a"}
+
+
+# Arguments Python's json takes and JSON has no number for: kept as the text the model sent.
+NOT_JSON = ['{"path": "/a", "offset": NaN}', '{"a": Infinity, "b": -Infinity}']
+DECLARED = ('[{"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": '
+            '{"offset": {"type": "integer", "default": NaN}}}}]')
+
+
+async def test_numbers_json_has_not_are_kept_as_text(make_stack: StackFactory, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line stays JSON (the helper reads it refusing NaN and Infinity): the arguments as
+    recorded on the calls' spans, and as the captured answers hold them (arguments not recorded);
+    a NaN elsewhere (a declared default another writer stored) as its text."""
+    stack = await make_stack(capture_message_content=True, record_tool_arguments=True)
+    await _ask(stack, "model-a", calling("model-a", "call_0", "read_file", NOT_JSON[0]),
+               calling("model-a", "call_1", "add", NOT_JSON[1]))
+    await stack.observability.store.flushed()  # type: ignore[union-attr]
+    store = stack.observability.store.path  # type: ignore[union-attr]
+    for recorded in (True, False):
+        if not recorded:
+            with sqlite3.connect(store) as db:
+                db.execute("UPDATE tool_calls SET arguments = NULL")
+                db.execute("UPDATE model_turns SET tool_definitions = ?", (DECLARED,))
+        examples = export(store, tmp_path / f"calls-{recorded}.jsonl", capsys)
+        assert [e["labels"]["arguments"] for e in examples] == NOT_JSON
+        assert [_last_call(e)["function"]["arguments"] for e in examples] == NOT_JSON
+        assert {e["labels"]["context"] for e in examples} == {"captured"}
+    offset = examples[0]["tools"][0]["function"]["parameters"]["properties"]["offset"]
+    assert offset == {"type": "integer", "default": "NaN"}
