@@ -169,17 +169,20 @@ def masked(value: Any, redact_keys: Sequence[str]) -> Any:
 _SCHEMA_VALUES = frozenset({"default", "const", "enum", "examples", "example"})
 # The keywords whose value maps names (a property's, a definition's) to schemas.
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+_DEFINITIONS = ("$defs", "definitions")  # the maps of a schema's definitions, that a local `$ref` names
 # Levels of a schema walked to mask it: a subschema deeper than any declaration needs is masked
 # whole, and the walk stays well within the interpreter's stack.
 _SCHEMA_DEPTH = 2 * MAX_ARGUMENT_DEPTH
 
 
-def _masked_schema(schema: Any, keys: Sequence[str], secret: bool = False, depth: int = 0) -> Any:
-    """`schema` with its values masked where `secret` (under a secret property), its structure kept."""
+def _masked_schema(schema: Any, keys: Sequence[str], secret: bool = False, depth: int = 0,
+                   refs: set[str] | None = None) -> Any:
+    """`schema` with its values masked where `secret` (under a secret property), its structure kept;
+    the references (`$ref`) met where `secret` are added to `refs`."""
     if depth > _SCHEMA_DEPTH:
         return MASK
     if isinstance(schema, list):
-        return [_masked_schema(item, keys, secret, depth + 1) for item in schema]
+        return [_masked_schema(item, keys, secret, depth + 1, refs) for item in schema]
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
@@ -188,19 +191,56 @@ def _masked_schema(schema: Any, keys: Sequence[str], secret: bool = False, depth
             out[key] = MASK if secret else value
         elif key in _SCHEMA_MAPS and isinstance(value, dict):
             out[key] = {name: _masked_schema(sub, keys, secret or (key == "properties" and _secret(str(name), keys)),
-                                             depth + 2) for name, sub in value.items()}
+                                             depth + 2, refs) for name, sub in value.items()}
         else:
-            out[key] = _masked_schema(value, keys, secret, depth + 1)
+            if key == "$ref" and secret and refs is not None and isinstance(value, str):
+                refs.add(value)
+            out[key] = _masked_schema(value, keys, secret, depth + 1, refs)
     return out
+
+
+def _definition(ref: str) -> tuple[str, str] | None:
+    """Where a local reference to one of the root's definitions points (`#/$defs/Name`, as pydantic
+    writes them, or `#/definitions/Name`): the map and the name; None for any other reference."""
+    where, _, name = ref.removeprefix("#/").partition("/")
+    if not ref.startswith("#/") or where not in _DEFINITIONS or not name or "/" in name:
+        return None
+    return where, name.replace("~1", "/").replace("~0", "~")
+
+
+def _mask_referred(schema: dict[str, Any], out: dict[str, Any], keys: Sequence[str], refs: set[str]) -> None:
+    """In `out` (the masked `schema`), the root's definitions that a secret property refers to
+    (a pydantic enum: `{"$ref": "#/$defs/Token"}`), and those they refer to in turn, masked as the
+    property is. Each definition is walked once more at most: the work stays within twice the walk."""
+    pending, done = list(refs), set()
+    while pending:
+        ref = pending.pop()
+        found = _definition(ref)
+        if ref in done or found is None:
+            continue
+        done.add(ref)
+        where, name = found
+        definitions = schema.get(where)
+        if isinstance(definitions, dict) and name in definitions and isinstance(out.get(where), dict):
+            more: set[str] = set()
+            out[where][name] = _masked_schema(definitions[name], keys, True, 2, more)
+            pending.extend(more - done)
 
 
 def masked_schema(schema: Any, redact_keys: Sequence[str]) -> Any:
     """A JSON Schema (a tool's parameters) with the values it gives a secret property masked: its
     default, const, enum and examples, and those anywhere in its subschemas (anyOf, items, its own
-    properties ...). Its structure stays, so that a `password` parameter is still declared as it
-    was; a subschema nested past _SCHEMA_DEPTH levels is masked whole."""
+    properties ...), the root's definitions it refers to included (`$defs`, `definitions`). Its
+    structure stays, so that a `password` parameter is still declared as it was; a subschema nested
+    past _SCHEMA_DEPTH levels is masked whole."""
     keys = [_normal(k) for k in redact_keys]
-    return _masked_schema(schema, keys) if keys else schema
+    if not keys:
+        return schema
+    refs: set[str] = set()
+    out = _masked_schema(schema, keys, refs=refs)
+    if refs and isinstance(schema, dict):
+        _mask_referred(schema, out, keys, refs)
+    return out
 
 
 def mask_text(text: str, redact_keys: Sequence[str]) -> str:

@@ -25,6 +25,7 @@ tool keeps its type and name, and the first ones their description and parameter
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,18 +78,51 @@ def _bounded_json(messages: list[Any], max_chars: int) -> str:
     return text
 
 
-def _bounded_definitions(definitions: list[dict[str, Any]], max_chars: int) -> str:
+_END = object()  # what an iterator of the walk below gives once it is done
+
+
+def _longer_than(value: Any, limit: int) -> bool:
+    """Whether the JSON of `value` is surely longer than `limit` characters: a lower bound of its
+    length, summed as it is walked and the walk stopped past `limit`, so that weighing a value
+    costs about `limit`, however large the value."""
+    length, pending = 0, [iter((value,))]
+    while pending:
+        item = next(pending[-1], _END)
+        if item is _END:
+            pending.pop()
+            continue
+        length += len(item) + 2 if isinstance(item, str) else 2 if isinstance(item, dict | list) else 1
+        if isinstance(item, dict):
+            pending.append(itertools.chain.from_iterable(item.items()))
+        elif isinstance(item, list):
+            pending.append(iter(item))
+        if length > limit:
+            return True
+    return False
+
+
+def _bounded_definitions(definitions: list[dict[str, Any]], max_chars: int, keys: Sequence[str]) -> str:
     """The JSON of the tool definitions within `max_chars`: every tool's type and name first (what
     the conventions require; the last ones left out if even those do not fit), then each tool
-    whole, in order, while the room left takes it."""
-    kept: list[dict[str, Any]] = [{"type": d["type"], "name": d["name"]} for d in definitions]
-    size = len(json.dumps(kept, ensure_ascii=False))
-    while kept and size > max_chars:
-        size -= len(json.dumps(kept.pop(), ensure_ascii=False)) + 2  # and its separator
-    for i, definition in enumerate(definitions[:len(kept)]):
-        more = len(json.dumps(definition, ensure_ascii=False)) - len(json.dumps(kept[i], ensure_ascii=False))
+    whole, masked, in order, while the room left takes it. Only what may fit is weighed, masked and
+    written: the work is that of the bound, not of the list (a request's tools may be megabytes)."""
+    kept: list[dict[str, Any]] = []
+    size = 2  # the brackets
+    for definition in definitions:
+        head = {"type": definition["type"], "name": definition["name"]}
+        more = len(json.dumps(head, ensure_ascii=False)) + (2 if kept else 0)  # and its separator
+        if size + more > max_chars:
+            break
+        kept.append(head)
+        size += more
+    for i in range(len(kept)):
+        head_size = len(json.dumps(kept[i], ensure_ascii=False))
+        if _longer_than(definitions[i], max_chars - size + head_size):
+            continue
+        whole = masked_schema(definitions[i], keys)
+        more = len(json.dumps(whole, ensure_ascii=False)) - head_size
         if size + more <= max_chars:
-            kept[i], size = definition, size + more
+            kept[i], size = whole, size + more
     return json.dumps(kept, ensure_ascii=False)
 
 
@@ -112,8 +146,8 @@ class MessageCapture:
             parts = self._safe([{"role": "system", "parts": [{"type": "text", "content": instructions}]}])[0]["parts"]
             attributes[names.ATTR_SYSTEM_INSTRUCTIONS] = _bounded_json(parts, self.max_chars)
         if definitions := view.tools(body):
-            safe = [masked_schema(definition, self.redact_keys) for definition in definitions]
-            attributes[names.ATTR_TOOL_DEFINITIONS] = _bounded_definitions(safe, self.max_chars)
+            attributes[names.ATTR_TOOL_DEFINITIONS] = _bounded_definitions(definitions, self.max_chars,
+                                                                           self.redact_keys)
         return attributes
 
     def answer_attributes(self, view: MessageView, output: Sequence[Mapping[str, Any]],

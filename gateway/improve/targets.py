@@ -20,6 +20,7 @@ from typing import Any, Literal
 from gateway.client_tools.check import ClientTools, SchemaCache
 from gateway.improve.replay import RecordedCall, Verdict
 from gateway.settings.model import Settings
+from gateway.settings.parts import GatewayKey
 from gateway.tools import Rejection, Tool, ToolContext, ToolRegistry
 from gateway.tools.repair import RepairPolicy, repaired
 
@@ -69,11 +70,17 @@ class ToolsTarget:
 def as_served(registry: ToolRegistry, description: str, settings: Settings) -> ToolsTarget:
     """`registry`'s tools as a gateway with `settings` would run them: with the operator's aliases
     (tool_aliases; one that fits no parameter is a ToolDeclarationError, as at start-up) and the
-    argument repair configured (argument_repair, tool_argument_repair and the keys')."""
+    argument repair configured (argument_repair, tool_argument_repair and the keys'), each key's
+    calls against the tools it may use (its `tools`), as the page replays them."""
     registry.use_aliases(settings.tool_aliases)
     by_key = {name: key.argument_repair for name, key in settings.keys.items() if key.argument_repair is not None}
     repair = RepairPolicy.configured(settings.argument_repair, settings.tool_argument_repair, by_key, list(registry))
-    return ToolsTarget(registry, description, repair=repair)
+    return ToolsTarget(registry, description, allowlists(settings.keys), repair)
+
+
+def allowlists(keys: Mapping[str, GatewayKey]) -> dict[str, frozenset[str]]:
+    """The tools each gateway key (by name) may use, of the keys that may not use every one."""
+    return {name: frozenset(key.tools) for name, key in keys.items() if key.tools is not None}
 
 
 class SchemaTarget:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.improve.replay import RecordedCall, replay
-from gateway.improve.targets import ToolsTarget
+from gateway.improve.targets import ToolsTarget, allowlists
 from gateway.settings.parts import GatewayKey
 from gateway.tools import ToolRegistry
 from gateway.tools.repair import RepairPolicy
@@ -35,7 +35,7 @@ def served_target(registry: ToolRegistry, keys: Mapping[str, GatewayKey], viewer
                   repair: RepairPolicy | None) -> ToolsTarget:
     """The served tools as the calls of `viewer`'s key (None: of any key) meet them: those the key
     may use, each call against its own key's list, repaired as the gateway's executor repairs."""
-    allowed = {name: frozenset(spec.tools) for name, spec in keys.items() if spec.tools is not None}
+    allowed = allowlists(keys)
     tools = [tool for tool in registry if viewer is None or viewer not in allowed or tool.name in allowed[viewer]]
     return ToolsTarget(tools, f"the {len(tools)} tools this gateway serves", allowed, repair)
 

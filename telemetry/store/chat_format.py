@@ -8,6 +8,7 @@ masked what they recorded with the gateway's keys then, and an export may be ask
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,16 +25,45 @@ def arguments_text(arguments: Any, keys: Sequence[str]) -> str:
     return safe if isinstance(safe, str) else json.dumps(safe, ensure_ascii=False)
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def decoded_arguments(text: str | None) -> Any:
     """Stored arguments (JSON text, maybe cut) as a value: decoded when they are JSON the gateway
-    could take, else the text (not JSON, cut, or nested deeper than the gateway takes: too_deep)."""
+    could take, else the text (not JSON, cut, nested deeper than the gateway takes: too_deep, or
+    holding NaN or Infinity, which Python's json reads and JSON has not: a dataset line is JSON)."""
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError):
         return text
     return text if too_deep(value) else value
+
+
+def captured_arguments(value: Any) -> Any:
+    """A call's arguments as a captured answer holds them (decoded when the store was read) as
+    decoded_arguments gives them: as their text again when they hold NaN or Infinity."""
+    if isinstance(value, str) or too_deep(value):
+        return value
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def finite(value: Any) -> Any:
+    """`value` with every number JSON has not (NaN, Infinity) as its text: what another writer may
+    have stored where no call's arguments are (a tool's declared default, say)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite(item) for item in value]
+    return value
 
 
 def tool_call(call_id: Any, name: Any, arguments: Any, keys: Sequence[str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
@@ -30,8 +31,10 @@ from telemetry.arguments import mask_text, masked
 from telemetry.store.chat_format import (
     Message,
     calls_in,
+    captured_arguments,
     chat_messages,
     decoded_arguments,
+    finite,
     function_tools,
     tool_call,
     tool_message,
@@ -43,8 +46,8 @@ from telemetry.store.rows import rows
 Row = dict[str, Any]
 _CALL_FIELDS = ("span_id", "trace_id", "request_span_id", "round", "tool", "call_id", "outcome", "rejection_reason",
                 "error_type", "retry_kind", "retries_span_id", "diagnostic", "arguments", "side", "started")
-_TURN_FIELDS = ("span_id", "request_span_id", "round", "model", "upstream", "input_messages", "output_messages",
-                "tool_definitions")
+_TURN_FIELDS = ("span_id", "request_span_id", "round", "started", "model", "upstream", "input_messages",
+                "output_messages", "tool_definitions")
 
 
 @dataclass(frozen=True)
@@ -72,14 +75,29 @@ class _Trajectory:
     def __init__(self, stored_id: str, calls: list[Row], turns: list[Row]) -> None:
         self.id = stored_id
         self.calls = calls
-        self._by_call = {call_id: turn for turn in turns for call_id in calls_in(turn["output_messages"])}
-        self._by_round = {(turn["request_span_id"], turn["round"]): turn for turn in turns}
+        self._turns = turns  # in the order they started
+        self._answered = [calls_in(turn["output_messages"]) for turn in turns]
+        self._holding: dict[str, list[int]] = {}  # a call id: the turns whose answer holds it, in order
+        for index, answered in enumerate(self._answered):
+            for call_id in answered:
+                self._holding.setdefault(call_id, []).append(index)
+        self._starts = {call_id: [turns[i]["started"] for i in held] for call_id, held in self._holding.items()}
+        self._by_round = {(turn["request_span_id"], turn["round"]): index for index, turn in enumerate(turns)}
         self._retried_by = {call["retries_span_id"]: call for call in calls if call["retries_span_id"]}
 
     def turn(self, call: Row) -> Row | None:
-        """The turn that made `call`: the one whose captured answer holds it, else its request's turn of its round."""
-        found = self._by_call.get(str(call["call_id"]))
-        return found if found is not None else self._by_round.get((call["request_span_id"], call["round"]))
+        """The turn that made `call`. A model may give the calls of different turns one id (`call_0`
+        every round), so an id alone does not say which: its request's turn of its round, when that
+        turn's captured answer holds the id; else the latest turn started at or before the call
+        whose answer holds it (a round the store lacks); else its round's turn (answers not captured)."""
+        call_id = str(call["call_id"])
+        own = self._by_round.get((call["request_span_id"], call["round"]))
+        if own is not None and call_id in self._answered[own]:
+            return self._turns[own]
+        before = bisect_right(self._starts.get(call_id, []), call["started"])
+        if before:
+            return self._turns[self._holding[call_id][before - 1]]
+        return self._turns[own] if own is not None else None
 
     def retried_by(self, call: Row) -> Row | None:
         return self._retried_by.get(call["span_id"])
@@ -131,7 +149,7 @@ def _arguments(call: Row, turn: Row | None) -> Any:
     for message in turn["output_messages"] if turn is not None and isinstance(turn["output_messages"], list) else ():
         for part in message.get("parts") or () if isinstance(message, dict) else ():
             if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("id") == call["call_id"]:
-                return part.get("arguments")
+                return captured_arguments(part.get("arguments"))
     return None
 
 
@@ -219,16 +237,24 @@ def examples(db: sqlite3.Connection, selection: Selection, *, pairs: bool = Fals
                 yield pair_example(trajectory, call, retry, redact_keys)
 
 
+def _line(example: dict[str, Any]) -> str:
+    try:
+        line = json.dumps(example, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a number JSON has not, where another writer stored one
+        line = json.dumps(finite(example), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return line.replace("\x7f", "\\u007f")
+
+
 def export(db: sqlite3.Connection, out: IO[str], selection: Selection | None = None, *, pairs: bool = False,
            redact_keys: Sequence[str] = ()) -> Written:
     """Writes the dataset to `out`, one example a line: ASCII JSON, DEL escaped too (JSON escapes
-    the other controls), so a line is safe on any terminal."""
+    the other controls), so a line is safe on any terminal; JSON, NaN and Infinity never written
+    bare (the arguments holding them are their text; anything else, `finite`)."""
     written = left_out = 0
     for example in examples(db, selection or Selection(), pairs=pairs, redact_keys=redact_keys):
         if example is None:
             left_out += 1
             continue
-        line = json.dumps(example, ensure_ascii=True, separators=(",", ":")).replace("\x7f", "\\u007f")
-        out.write(line + "\n")
+        out.write(_line(example) + "\n")
         written += 1
     return Written(written, left_out)

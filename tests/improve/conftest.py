@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -11,14 +12,37 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 from openai import AsyncOpenAI
 from pytest_aiohttp import AiohttpServer
 
+from gateway.cli.main import main
 from gateway.demo.model import ScriptedModel
 from gateway.settings.model import Settings
+from telemetry.store.dataset_schema import dataset_schema
 from tests.conftest import USER, Gateway, GatewayFactory, Script
 from tests.improve import session as scripted
 from tests.improve.changed_tools import CHANGED_TOOLS
+
+VALIDATOR = Draft202012Validator(dataset_schema())
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def export(store: Path, out: Path, capsys: pytest.CaptureFixture[str], *options: str) -> list[dict[str, Any]]:
+    """The dataset (`--format chat-jsonl`) the CLI writes, read back: every line JSON (no NaN or
+    Infinity, which JSON has not) valid against the schema, and no secret in the file."""
+    assert main(["trajectories", "export", "--db", str(store), "--format", "chat-jsonl", *options, str(out)]) == 0
+    assert capsys.readouterr().err.startswith(f"{out}: ")
+    text = out.read_text(encoding="utf-8")
+    assert scripted.SECRET not in text
+    lines = [json.loads(line, parse_constant=_not_json) for line in text.splitlines()]
+    for line in lines:
+        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(line)]
+        assert not errors, errors
+    return lines
 
 
 @dataclass

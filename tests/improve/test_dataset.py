@@ -12,32 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonschema import Draft202012Validator
 
 from gateway.cli.main import main
 from gateway.demo.model import Reply
 from telemetry.store.columns import MODEL_TURNS, TABLES, TOOL_CALLS
-from telemetry.store.dataset_schema import dataset_schema
 from telemetry.store.schema import SCHEMA_VERSION, connect
 from tests.conftest import USER, StackFactory
 from tests.improve import session as scripted
-from tests.improve.conftest import Session
+from tests.improve.conftest import Session, export
 
-VALIDATOR = Draft202012Validator(dataset_schema())
 TOOLS = ["read_file", "add", "search", "login"]  # as the session's registry offers them
-
-
-def export(store: Path, out: Path, capsys: pytest.CaptureFixture[str], *options: str) -> list[dict[str, Any]]:
-    """The dataset the CLI writes, read back: every line valid against the schema, no secret in the file."""
-    assert main(["trajectories", "export", "--db", str(store), "--format", "chat-jsonl", *options, str(out)]) == 0
-    assert capsys.readouterr().err.startswith(f"{out}: ")
-    text = out.read_text(encoding="utf-8")
-    assert scripted.SECRET not in text
-    lines = [json.loads(line) for line in text.splitlines()]
-    for line in lines:
-        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(line)]
-        assert not errors, errors
-    return lines
 
 
 def _call_of(example: dict[str, Any]) -> dict[str, Any]:

@@ -139,6 +139,27 @@ async def test_the_settings_aliases_and_repair_are_the_gateways(improve_session:
     assert err.count("\n") == 1
 
 
+async def test_a_key_that_may_no_longer_use_a_tool(improve_session: Session, tool_file: ToolFile,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The keys' `tools` lists, as the gateway (and the page's replay) applies them: beta may no
+    longer use add, so its one call of it (ok) is of a tool not in the target, not still passing;
+    alpha's calls of add are replayed as before."""
+    keys = {**scripted.KEYS, "beta": {**scripted.KEYS["beta"], "tools": ["read_file", "search"]}}
+    monkeypatch.setenv("TOOLSPAN_KEYS", json.dumps(keys))
+    _, out, _ = await replay_cli(capsys, improve_session, "--json", "--against", f"{tool_file.module}:unchanged")
+    answer = json.loads(out)
+    assert answer["not_replayed"] == {"not_in_target": 1}
+    assert (answer["replayed"], answer["still_passing"], answer["still_rejected"]) == (scripted.CALLS - 1, 6, 5)
+    # Against the changed tools, beta's call of add is no regression: beta may not call add at all.
+    status, out, _ = await replay_cli(capsys, improve_session, "--json", "--against", f"{tool_file.module}:tools",
+                                      "--key", "beta", "--fail-on-regression")
+    answer = json.loads(out)
+    assert (status, answer["broken"], answer["not_replayed"]) == (0, 0, {"not_in_target": 1})
+    assert per_tool(answer) == {**CHANGED_BETA, "add": dict.fromkeys(COUNTS, 0) | {"calls": 1}}
+    assert not tool_file.ran.exists()
+
+
 @pytest.mark.slow
 async def test_the_command_fails_ci_on_a_regression(improve_session: Session, tool_file: ToolFile) -> None:
     """As CI runs it: `toolspan trajectories replay --fail-on-regression` in a process of its own,

@@ -4,9 +4,11 @@ off spans however a model writes them, what is not secret kept (issue 10's harde
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from gateway.settings.model import Settings
 from telemetry.arguments import MASK, TOO_DEEP, mask_message, masked, masked_schema, render_arguments
@@ -110,6 +112,49 @@ def test_every_value_a_secret_property_gives_is_masked_however_deep() -> None:
     assert shown["anyOf"] == [{"type": "string", "enum": MASK}, {"type": "null", "const": MASK}]
     assert shown["items"]["properties"]["inner"] == {"default": MASK}
     assert found["properties"]["nested"]["properties"]["password"] == {"anyOf": [{"const": MASK}]}
+
+
+class Token(StrEnum):  # what a secret field may be: its values are secrets too
+    LIVE = SECRET_VALUE
+
+
+class Unit(StrEnum):
+    C = "c"
+
+
+class Pin(StrEnum):  # referred to by Vault alone
+    FIRST = f"{SECRET_VALUE}-pin"
+
+
+class Vault(BaseModel):  # no secret name of its own: what it holds is secret where a secret field is one
+    current: Pin
+
+
+class Login(BaseModel):
+    user: str
+    unit: Unit = Unit.C
+    token: Token
+    api_key: Token | None = Token.LIVE
+    password: Vault
+
+
+def test_the_definitions_a_secret_property_refers_to_are_masked() -> None:
+    """pydantic declares an enum once, in the root's `$defs`, and refers to it: the values of the
+    definitions a secret property refers to, and of those they refer to, are masked; another
+    property's definitions are kept, and every reference stays."""
+    schema = Login.model_json_schema()
+    found = masked_schema(schema, Settings().redact_keys)
+    assert SECRET_VALUE not in json.dumps(found)
+    assert found["$defs"]["Token"] == {**schema["$defs"]["Token"], "enum": MASK}
+    assert found["$defs"]["Vault"] == schema["$defs"]["Vault"]  # it refers to Pin: no value of its own
+    assert found["$defs"]["Pin"] == {**schema["$defs"]["Pin"], "enum": MASK}
+    assert found["$defs"]["Unit"] == schema["$defs"]["Unit"]
+    assert found["properties"]["unit"] == schema["properties"]["unit"]
+    assert found["properties"]["token"] == {"$ref": "#/$defs/Token"}
+    assert found["properties"]["api_key"] == {**schema["properties"]["api_key"], "default": MASK}
+    older = {"properties": {"secret_key": {"$ref": "#/definitions/a~1b"}, "plain": {"$ref": "#/definitions/c"}},
+             "definitions": {"a/b": {"const": SECRET_VALUE}, "c": {"const": "c"}}}
+    assert masked_schema(older, Settings().redact_keys)["definitions"] == {"a/b": {"const": MASK}, "c": {"const": "c"}}
 
 
 def test_a_schema_is_walked_to_a_bounded_depth() -> None:

@@ -9,6 +9,8 @@ import sqlite3
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
 
 from gateway.apis.chat import CHAT
@@ -16,7 +18,7 @@ from gateway.apis.messages import MESSAGES
 from gateway.apis.responses import RESPONSES
 from gateway.demo.model import Reply
 from telemetry import names
-from telemetry.messages import MessageCapture, output_message
+from telemetry.messages import MessageCapture, _longer_than, output_message
 from tests.conftest import STREAM, USER, Stack, StackFactory
 from tests.telemetry.conftest import attr
 
@@ -170,6 +172,47 @@ def test_tool_definitions_are_bounded() -> None:
     assert kept[-1] == {"type": "function", "name": kept[-1]["name"]}
     assert [d["name"] for d in kept] == [f"tool_{i}" for i in range(len(kept))]
     assert len(kept) == 20
+
+
+class Counted(dict[str, Any]):
+    """A schema that counts the entries read of it (`read`, shared): what weighing, masking or
+    writing it reads."""
+
+    def __init__(self, read: list[int], entries: dict[str, Any]) -> None:
+        super().__init__(entries)
+        self.read = read
+
+    def items(self) -> Any:
+        for pair in super().items():
+            self.read[0] += 1
+            yield pair
+
+
+def test_tool_definitions_cost_what_is_kept() -> None:
+    """A tools list of megabytes: the tools past the bound are never masked or written, and a tool
+    too big to keep whole is weighed only as far as the room left: the entries read are about
+    the bound, not the list."""
+    read = [0]
+    properties = Counted(read, {f"p{i}": {"type": "string"} for i in range(20_000)})
+    tools = [{"type": "function", "function": {"name": "huge", "parameters": {"properties": properties}}}] + [
+        {"type": "function", "function": {"name": f"tool_{i}", "parameters": Counted(read, {"type": "object"})}}
+        for i in range(20_000)]
+    sent = MessageCapture(max_chars=1000, redact_keys=("password",)).request_attributes(
+        CHAT.genai, {"messages": USER, "tools": tools})[names.ATTR_TOOL_DEFINITIONS]
+    kept = json.loads(sent)
+    assert len(sent) <= 1000
+    assert kept[0] == {"type": "function", "name": "huge"}  # too big to keep whole
+    assert [d["name"] for d in kept[1:]] == [f"tool_{i}" for i in range(len(kept) - 1)]  # the names fill the rest
+    assert len(kept) > 20
+    assert read[0] < 200  # of the 40,000 entries sent
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=30))
+def test_a_definition_is_weighed_from_below(value: Any) -> None:
+    """The weighing that keeps a tool too big from being masked and written never finds a value
+    longer than its JSON is: a definition that fits is never left out for its weight."""
+    assert not _longer_than(value, len(json.dumps(value, ensure_ascii=False)))
 
 
 async def test_message_content_is_bounded(make_stack: StackFactory) -> None:
