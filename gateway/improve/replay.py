@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -160,11 +160,13 @@ async def replayed(call: RecordedCall, target: Target) -> tuple[str, Verdict | N
 
 
 async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = EXAMPLES,
-                 seconds: float | None = None) -> dict[str, Any]:
+                 seconds: float | None = None, clock: Callable[[], float] | None = None) -> dict[str, Any]:
     """Every call replayed against `target`: the totals and the same per tool (most broken first,
     then most fixed, then most calls), with up to `examples` of each tool's broken and fixed calls
     (the first met: the newest, as the store hands them). With `seconds`, the replay stops when they
-    have passed, "partial" then true and the figures those of the calls looked at by then.
+    have passed, "partial" then true and the figures those of the calls looked at by then. Whenever
+    PAUSE_SECONDS have passed since the last (by `clock`, the loop's by default), the event loop gets
+    a turn: a user's parser may be slow.
 
     {"target", "calls", "replayed", "fixed", "broken", "still_passing", "still_rejected", "uncertain",
      "repaired" (of the calls that pass now, those that pass once argument repair mends them),
@@ -173,11 +175,11 @@ async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = 
      "recorded_outcome", "recorded_reason", "now_reason", "now_message"}]}]}"""
     tallies: dict[tuple[str, str], _Tally] = {}
     overall: Counter[str] = Counter()
-    loop = asyncio.get_running_loop()
-    started = paused = loop.time()
+    now = clock if clock is not None else asyncio.get_running_loop().time
+    started = paused = now()
     partial = False
     for call in calls:
-        if seconds is not None and loop.time() - started >= seconds:
+        if seconds is not None and now() - started >= seconds:
             partial = True
             break
         kind, verdict = await replayed(call, target)
@@ -187,9 +189,9 @@ async def replay(calls: Iterable[RecordedCall], target: Target, examples: int = 
         if tally is None:
             tally = tallies[(call.tool, call.side)] = _Tally(call.tool, call.side)
         tally.add(call, kind, verdict, examples)
-        if loop.time() - paused > PAUSE_SECONDS:  # a user's parser may be slow: other requests get their turn
+        if now() - paused > PAUSE_SECONDS:
             await asyncio.sleep(0)
-            paused = loop.time()
+            paused = now()
     tools = sorted((tally.figures() for tally in tallies.values()),
                    key=lambda f: (-f["broken"], -f["fixed"], -f["calls"], f["tool"], f["side"]))
     return {"target": target.description, **_totals(overall), "partial": partial, "tools": tools}
