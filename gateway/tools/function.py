@@ -189,6 +189,13 @@ class Tool:
         except ToolDeclarationError:
             return "invalid_schema"
 
+    async def declared_validator_built(self) -> Validator | Skipped:
+        """declared_validator, built on a thread the first time it is wanted: compiling a declared
+        schema may take up to a tool build's budget, which the event loop must not wait for."""
+        if self._validator is not None or "declared_validator" in self.__dict__:
+            return self.declared_validator
+        return await asyncio.to_thread(lambda: self.declared_validator)
+
     # --- parse --------------------------------------------------------------------------------
 
     async def parse_arguments(self, args: str | Mapping[str, Any] | None, context: ToolContext) -> Parsed | Rejection:

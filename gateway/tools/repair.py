@@ -21,13 +21,15 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
+from jsonschema.protocols import Validator
+
 from gateway.tools.aliases import clashing, unaliased
 from gateway.tools.arguments import read_arguments
 from gateway.tools.function import Tool
 from gateway.tools.params import MAX_NAME_CHARS, MAX_NAMES_SHOWN, check_names, fitting_names, name_words
 from gateway.tools.results import Parsed, Rejection, Repair, ToolContext
 from gateway.tools.schema import closed_to_other_names, value_problems
-from gateway.tools.schema_bounds import INLINE, OverBudget, metered
+from gateway.tools.schema_bounds import INLINE, OverBudget, Skipped, metered
 from gateway.tools.strict_nulls import drop_optional_nulls
 
 RepairMode = Literal["off", "observe", "apply"]
@@ -95,7 +97,7 @@ async def repaired(tool: Tool, raw: Any, rejection: Rejection, context: ToolCont
     after, changes = _renamed(unaliased_args, list(properties), renamable)
     after, retyped = _retyped(after, properties)
     changes += retyped
-    if not changes or not _fits_schema(tool, after):
+    if not changes or not _fits_schema(tool, after, await tool.declared_validator_built()):
         return None
     parsed = await tool.parse_arguments(after, context)
     if isinstance(parsed, Rejection):
@@ -180,12 +182,11 @@ def _is_item(value: Any, items: Any) -> bool:
     return isinstance(kind, str) and _is_type(value, kind)
 
 
-def _fits_schema(tool: Tool, args: dict[str, Any]) -> bool:
+def _fits_schema(tool: Tool, args: dict[str, Any], validator: Validator | Skipped) -> bool:
     """Whether `args` fit the schema the tool declares, checked within the inline budget with the
     tool's validator (built once: compiling it here, within that budget, would make a busy machine
     mend less); a schema that cannot be checked at a bounded cost, or is no JSON Schema, mends
     nothing."""
-    validator = tool.declared_validator
     if isinstance(validator, str):
         return False
     if tool.strict:  # a strict model's null for an optional parameter means "not sent", as the parse step reads it

@@ -3,12 +3,13 @@ use of it (the body runs on the mended arguments only in apply)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 
-from gateway.tools import Param, Rejection, Tool, ToolCall, ToolContext, ToolExecutor, ToolRegistry, Turn
+from gateway.tools import Param, Rejection, Tool, ToolCall, ToolContext, ToolExecutor, ToolRegistry, Turn, function
 from gateway.tools.repair import RepairPolicy, repaired
 from gateway.tools.results import Repair
 
@@ -223,3 +224,21 @@ async def test_a_strict_tools_null_for_an_optional_parameter_does_not_stop_a_rep
     assert found is not None
     assert found[0].changes == ("rename city_name -> city",)
     assert found[1].arguments == {"city": "Lisbon"}  # the null read as "not sent", as the parse step reads it
+
+
+async def test_the_declared_schemas_validator_is_built_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool that does not check values itself: the validator repair checks a fix with is compiled,
+    once, on a thread (a schema may take up to a tool build's budget to compile)."""
+    built_on: list[int] = []
+    build = function.bounded_validator
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        built_on.append(threading.get_ident())
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(function, "bounded_validator", watched)
+    tool = Tool(name="t", function=_echo, parameters=[Param("count", "integer", required=True)])
+    assert await mend(tool, {"Count": 3}) is not None
+    assert await mend(tool, {"COUNT": 3}) is not None
+    assert len(built_on) == 1
+    assert built_on[0] != threading.get_ident()
