@@ -24,20 +24,14 @@ from gateway.tools.approvals import ApprovalDecision
 from gateway.tools.hooks import ClientResult, Side
 from gateway.tools.results import ToolOrigin
 from telemetry import names
-from telemetry.arguments import (
-    mask_message,
-    names_found,
-    outcome_attributes,
-    outcome_label,
-    render_arguments,
-    secret_aliases,
-)
+from telemetry.arguments import mask_message, render_arguments, secret_aliases
 from telemetry.bounds import utf8
 from telemetry.decisions import DecisionLog, call_attributes
 from telemetry.guardrails import GuardrailTrail
 from telemetry.labels import ModelLabels, NameLabels, ToolParameters
 from telemetry.messages import MessageCapture
 from telemetry.metrics import Metrics, encoder_for
+from telemetry.outcomes import count_mended, names_found, outcome_attributes, outcome_label
 from telemetry.propagation import Propagation, build_propagator
 from telemetry.requests import ChatSpan, RequestSpan, exemplar_trace_id
 from telemetry.tally import request_tally
@@ -301,7 +295,7 @@ class ToolCallSpan:
         if outcome is not None and outcome.unchecked is not None:
             metrics.tool_unchecked.labels(self._label, outcome.unchecked, self._side).inc()
         if outcome is not None and (outcome.aliases or outcome.repair is not None):
-            self._count_mended(outcome)
+            count_mended(self._inst.metrics, self._label, outcome)
         if outcome is not None:
             self._count_retry(outcome, self._retry)
             # Last: the span and the counts are in whatever happens to this write (a shared store
@@ -315,15 +309,6 @@ class ToolCallSpan:
                                                  principal=self._turn.principal)
         except StateUnavailable:  # counted by the store; the next retry of this call goes unclassified
             log.debug("retry state of %s not written: the state store is unavailable", self._label)
-
-    def _count_mended(self, outcome: ToolOutcome) -> None:
-        """The aliases a call used, and the repair found for it."""
-        metrics = self._inst.metrics
-        for _, parameter in outcome.aliases:
-            metrics.tool_aliases_used.labels(self._label, parameter).inc()
-        if outcome.repair is not None:
-            mode = names.REPAIR_APPLY if outcome.repair.applied else names.REPAIR_OBSERVE
-            metrics.tool_repairs.labels(self._label, mode).inc()
 
     def _count_retry(self, outcome: ToolOutcome, retry: Retry | None) -> None:
         metrics = self._inst.metrics
@@ -361,7 +346,6 @@ class ToolCallSpan:
         if outcome.failed:
             span.set_status(Status(StatusCode.ERROR, self._description(outcome, result or "", trail)))
         return label
-
 
     def _result(self, outcome: ToolOutcome, max_chars: int, trail: GuardrailTrail | None,
                 redact: Sequence[str]) -> str:

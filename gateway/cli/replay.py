@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gateway.cli.loading import StartupError, load_tools, served_registry
 from gateway.improve.replay import EXAMPLES, RecordedCall, Target, replay
 from gateway.improve.targets import as_served, schema_file
 from gateway.settings.load import load_settings
@@ -41,8 +42,6 @@ def replayed(db: sqlite3.Connection, options: argparse.Namespace) -> dict[str, A
 def target_of(against: str | None) -> Target:
     """What `--against` names: a JSON file of schemas, tools by module:attr, or (None) the tools
     `toolspan serve` would serve. A ValueError says what is wrong with it, in one line."""
-    from gateway.cli.main import StartupError, load_tools, served_registry  # main imports this module
-
     if against is not None and (against.endswith(".json") or Path(against).is_file()):
         return schema_file(Path(against))
     if against is not None and ":" not in against:

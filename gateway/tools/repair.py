@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import UndefinedTypeCheck
 from jsonschema.protocols import Validator
 
 from gateway.tools.aliases import clashing, unaliased
@@ -47,8 +49,7 @@ REPAIRABLE = frozenset({"missing_arguments", "schema_violation", "parser"})  # r
 _INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]{1,17})?(?:[eE][+-]?[0-9]{1,3})?")
 _BOOLEANS = {"true": True, "false": False}
-_JSON_TYPES: Mapping[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
-                                                "boolean": (bool,), "object": (dict,), "array": (list,)}
+_TYPES = Draft202012Validator.TYPE_CHECKER  # JSON Schema's types (a boolean is no integer; 2.0 is one)
 
 
 @dataclass(frozen=True)
@@ -149,11 +150,11 @@ def _retyped(args: dict[str, Any], properties: Mapping[str, Any]) -> tuple[dict[
 
 
 def _is_type(value: Any, kind: str) -> bool:
-    if kind in ("integer", "number") and isinstance(value, bool):
-        return False
-    if kind == "integer" and isinstance(value, float):
-        return value.is_integer()
-    return isinstance(value, _JSON_TYPES.get(kind, (object,)))
+    """Whether `value` is of the JSON Schema type `kind` (any value, of a type it does not know)."""
+    try:
+        return bool(_TYPES.is_type(value, kind))
+    except UndefinedTypeCheck:
+        return True
 
 
 def _typed(text: str, kind: str) -> Any:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.cli.main import StartupError, describe_traces, load_tools, main, startup_lines
+from gateway.cli.loading import StartupError, load_tools
+from gateway.cli.main import describe_traces, main, startup_lines
 from gateway.demo.tools import demo_registry
 from gateway.settings.load import load_settings
 from gateway.settings.model import Settings

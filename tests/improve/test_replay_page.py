@@ -10,7 +10,7 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from gateway.cli.main import load_tools
+from gateway.cli.loading import load_tools
 from gateway.demo.model import Reply
 from gateway.settings.model import Settings
 from tests.conftest import USER, GatewayFactory, free_port
